@@ -1,0 +1,157 @@
+"""Parameter counts, bytes and FLOPs of a transformer, derived from its config.
+
+Assumptions (stated once, used everywhere):
+
+- Gated FFN (SwiGLU): three matrices of ``hidden x intermediate``; a shared expert has the
+  routed experts' width. Biases, norms and rotary tables are ignored (< 0.1 % of weights).
+- GQA attention: q and o are ``hidden x heads*head_dim``, k and v ``hidden x kv_heads*head_dim``.
+- MLA (DeepSeek): low-rank q and kv projections; the KV cache holds the ``kv_lora_rank``
+  latent plus the decoupled rope key per token and layer; attention runs in the absorbed form
+  (scores over ``kv_lora_rank + qk_rope_head_dim``, values over ``kv_lora_rank``).
+- The LM head is read every step; the input embedding is a row lookup (stored, not streamed).
+- MoE routing is uniform and independent across tokens, so among T routed tokens the
+  expected number of distinct experts hit is ``E * (1 - (1 - k/E)**T)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from simulator.config.model import ModelSpec
+
+GATED_FFN_MATRICES = 3  # gate, up, down (SwiGLU)
+FLOPS_PER_MAC = 2
+
+
+@dataclass(frozen=True)
+class LayerShapes:
+    """Parameter counts per layer kind and KV elements per token, for one model."""
+
+    attention_params: float  # per layer: projections
+    dense_ffn_params: float  # per dense layer
+    expert_params: float  # one routed (or shared) expert
+    router_params: float  # per MoE layer
+    embedding_params: float  # input embedding table
+    lm_head_params: float  # output projection (0 extra storage when tied)
+    kv_elements_per_token: float  # per layer, K and V (or MLA latent + rope key)
+    attention_score_dim: float  # per head: q.k dot-product length
+    attention_value_dim: float  # per head: width of the weighted value sum
+    num_heads: int
+
+
+def layer_shapes(model: ModelSpec) -> LayerShapes:
+    attn = model.attention
+    h = model.hidden_size
+    if attn.mla is not None:
+        mla = attn.mla
+        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        q = (
+            h * mla.q_lora_rank + mla.q_lora_rank * attn.num_heads * qk_head
+            if mla.q_lora_rank
+            else h * attn.num_heads * qk_head
+        )
+        kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank * attn.num_heads * (
+            mla.qk_nope_head_dim + mla.v_head_dim
+        )
+        o = attn.num_heads * mla.v_head_dim * h
+        attention_params = float(q + kv + o)
+        kv_elements = float(mla.kv_lora_rank + mla.qk_rope_head_dim)
+        score_dim = float(mla.kv_lora_rank + mla.qk_rope_head_dim)
+        value_dim = float(mla.kv_lora_rank)
+    else:
+        q_width = attn.num_heads * attn.head_dim
+        kv_width = attn.num_kv_heads * attn.head_dim
+        attention_params = float(2 * h * q_width + 2 * h * kv_width)
+        kv_elements = float(2 * kv_width)
+        score_dim = value_dim = float(attn.head_dim)
+    moe = model.moe
+    embedding = float(model.vocab_size * h)
+    return LayerShapes(
+        attention_params=attention_params,
+        dense_ffn_params=float(GATED_FFN_MATRICES * h * (model.intermediate_size or 0)),
+        expert_params=float(GATED_FFN_MATRICES * h * moe.expert_intermediate_size) if moe else 0.0,
+        router_params=float(h * moe.num_routed_experts) if moe else 0.0,
+        embedding_params=embedding,
+        lm_head_params=embedding,
+        kv_elements_per_token=kv_elements,
+        attention_score_dim=score_dim,
+        attention_value_dim=value_dim,
+        num_heads=attn.num_heads,
+    )
+
+
+def moe_layer_params(model: ModelSpec, shapes: LayerShapes) -> float:
+    """All weights of one MoE FFN layer: routed + shared experts + router."""
+    if model.moe is None:
+        return 0.0
+    experts = model.moe.num_routed_experts + model.moe.num_shared_experts
+    return experts * shapes.expert_params + shapes.router_params
+
+
+def total_params(model: ModelSpec) -> float:
+    """Stored parameters: every layer, the embedding table and an untied LM head."""
+    s = layer_shapes(model)
+    moe_layers = model.moe.num_moe_layers if model.moe else 0
+    head = 0.0 if model.tie_word_embeddings else s.lm_head_params
+    return (
+        model.num_layers * s.attention_params
+        + model.num_dense_layers * s.dense_ffn_params
+        + moe_layers * moe_layer_params(model, s)
+        + s.embedding_params
+        + head
+    )
+
+
+def active_params(model: ModelSpec) -> float:
+    """Parameters one token multiplies by: attention, dense FFNs, k + shared experts, LM head."""
+    s = layer_shapes(model)
+    moe = model.moe
+    per_moe_layer = (
+        (moe.experts_per_token + moe.num_shared_experts) * s.expert_params + s.router_params
+        if moe
+        else 0.0
+    )
+    moe_layers = moe.num_moe_layers if moe else 0
+    return (
+        model.num_layers * s.attention_params
+        + model.num_dense_layers * s.dense_ffn_params
+        + moe_layers * per_moe_layer
+        + s.lm_head_params
+    )
+
+
+def expected_distinct_experts(
+    num_experts: int, experts_per_token: int, routed_tokens: npt.ArrayLike
+) -> npt.NDArray[np.float64]:
+    """Expected number of distinct experts hit by T tokens under uniform top-k routing.
+
+    Notes
+    -----
+    Each expert is missed by one token with probability ``1 - k/E`` (a uniformly random
+    k-subset), independently across tokens, so ``E[distinct] = E * (1 - (1 - k/E)**T)``.
+
+    Examples
+    --------
+    >>> float(expected_distinct_experts(8, 2, 1))
+    2.0
+    >>> round(float(expected_distinct_experts(128, 4, 10_000)), 6)
+    128.0
+    """
+    t = np.asarray(routed_tokens, dtype=np.float64)
+    miss = 1.0 - experts_per_token / num_experts
+    return num_experts * (1.0 - np.power(miss, t))
+
+
+def kv_tokens_held(model: ModelSpec, context_tokens: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Token-layers of KV a sequence of this context holds, summed over layers.
+
+    Full-attention layers hold the whole context; sliding-window layers at most the window.
+    """
+    ctx = np.asarray(context_tokens, dtype=np.float64)
+    attn = model.attention
+    full_layers = model.num_layers - attn.sliding_window_layers
+    windowed = np.minimum(ctx, attn.sliding_window) if attn.sliding_window else ctx
+    return full_layers * ctx + attn.sliding_window_layers * windowed

@@ -1,0 +1,232 @@
+"""The memory plan: where weights and KV live, how many chips, which layout, how much KV.
+
+Assumptions:
+
+- Weights and KV are served from one tier: the fastest tier with ``holds_weights`` in
+  which weights plus a KV floor (``MIN_KV_TOKENS`` tokens of context) fit within
+  ``usable_fraction`` of capacity, on at most ``max_chips`` chips. Slower weight-holding tiers
+  beneath it hold further *resident* models (SambaNova's DDR); they are reported, not read.
+- Automatic layout. Spatial (``layer_pipelined``) machines pipeline over layers and split a
+  layer over chips only when one layer does not fit on one chip. Other machines split
+  tensor-parallel up to the scale-up domain (a power of two that divides the KV heads), then
+  add pipeline stages across domains.
+- Chips come in multiples of ``execution.deployment_unit_chips`` where the product is sold
+  as a unit (a rack).
+- KV replication: with tensor parallelism wider than the KV heads each chip keeps the heads
+  it needs, so the KV is stored ``tp / min(tp, kv_heads)`` times; an MLA latent is stored
+  ``tp`` times (every chip needs the whole latent).
+
+Capacity law (Vidur's MemoryPlanner, generalised over tiers)::
+
+    kv_budget = chips * capacity * usable_fraction - weight_bytes
+    max_tokens = floor(kv_budget / kv_bytes_per_token)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.analytic.architecture import kv_tokens_held, layer_shapes, moe_layer_params, total_params
+from simulator.analytic.precision import BYTES_PER_ELEMENT
+from simulator.config.base import Precision
+from simulator.config.deployment import DeploymentSpec, SpeculativeSpec
+from simulator.config.hardware import HardwareProfile, MemoryTier
+from simulator.config.model import ModelSpec
+
+#: Tokens of KV the automatic placement reserves beside the weights (one long-ish request).
+MIN_KV_TOKENS = 4096
+#: Largest system the automatic placement will consider, in scale-up domains.
+MAX_DOMAINS = 64
+
+
+class PlacementError(ValueError):
+    """The model cannot be placed as asked; the message says what it would need."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A resolved deployment: everything the step-time model needs, as SI floats."""
+
+    hardware: HardwareProfile
+    model: ModelSpec
+    chips: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    expert_parallel: int
+    weights: Precision
+    kv_cache: Precision
+    activations: Precision
+    speculative: SpeculativeSpec | None
+    weights_tier: MemoryTier
+    resident_tiers: tuple[MemoryTier, ...]
+    weight_bytes: float  # whole model, all chips
+    kv_bytes_per_token: float  # all layers, one token of context, stored (with replication)
+    kv_budget_bytes: float  # all chips
+    chips_per_replica_domain: int
+
+    @property
+    def layers_per_stage(self) -> float:
+        return self.model.num_layers / self.pipeline_parallel
+
+    @property
+    def max_kv_tokens(self) -> int:
+        return int(self.kv_budget_bytes // self.kv_bytes_per_token)
+
+    def kv_bytes_for_context(self, context_tokens: float) -> float:
+        """Stored KV bytes of one sequence with this context (sliding windows applied)."""
+        per_token_layer = self.kv_bytes_per_token / self.model.num_layers
+        return float(kv_tokens_held(self.model, context_tokens)) * per_token_layer
+
+    def max_sequences(self, context_tokens: float) -> int:
+        """Sequences of this context whose KV fits, capped by the batch limit."""
+        fit = int(self.kv_budget_bytes // self.kv_bytes_for_context(context_tokens))
+        return min(fit, self.hardware.execution.max_batch_size.value)
+
+    @property
+    def resident_models_capacity_bytes(self) -> float:
+        """Capacity of slower weight tiers that can hold further resident models."""
+        return sum(t.capacity.value * t.usable_fraction.value for t in self.resident_tiers) * self.chips
+
+
+def default_kv_precision(weights: Precision, activations: Precision) -> Precision:
+    """fp8 KV when weights are 8-bit or narrower (as FP8 serving stacks ship), else activations."""
+    return "fp8" if BYTES_PER_ELEMENT[weights] <= 1.0 else activations
+
+
+def kv_replication(model: ModelSpec, tensor_parallel: int) -> float:
+    if model.attention.mla is not None:
+        return float(tensor_parallel)
+    return tensor_parallel / min(tensor_parallel, model.attention.num_kv_heads)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _largest_layer_bytes(model: ModelSpec, bytes_per_weight: float) -> float:
+    shapes = layer_shapes(model)
+    ffn = max(shapes.dense_ffn_params if model.num_dense_layers else 0.0, moe_layer_params(model, shapes))
+    return (shapes.attention_params + ffn) * bytes_per_weight
+
+
+def _auto_layout(
+    hardware: HardwareProfile, model: ModelSpec, chips: int, tier: MemoryTier, bytes_per_weight: float
+) -> tuple[int, int]:
+    """(tensor_parallel, pipeline_parallel) for ``chips`` chips, as the module docstring says."""
+    domain = hardware.interconnect.domain_chips.value
+    if hardware.execution.layer_pipelined:
+        per_chip = tier.capacity.value * tier.usable_fraction.value
+        tp = max(1, math.ceil(_largest_layer_bytes(model, bytes_per_weight) / per_chip))
+        pp = min(model.num_layers, math.ceil(chips / tp))
+        return max(tp, math.ceil(chips / pp)), pp
+    tp = 1
+    while tp * 2 <= min(chips, domain) and model.attention.num_kv_heads % (tp * 2) == 0:
+        tp *= 2
+    while tp * 2 <= min(chips, domain) and model.attention.num_heads % (tp * 2) == 0:
+        tp *= 2
+    pp = math.ceil(chips / tp)
+    return tp, pp
+
+
+def _chips_needed(weight_bytes: float, kv_floor_bytes: float, tier: MemoryTier) -> int:
+    return max(1, math.ceil((weight_bytes + kv_floor_bytes) / (tier.capacity.value * tier.usable_fraction.value)))
+
+
+def _round_chips(hardware: HardwareProfile, chips: int) -> int:
+    """Round a chip count to what can be deployed: units, powers of two inside a GPU domain."""
+    unit = hardware.execution.deployment_unit_chips
+    if unit is not None:
+        return _round_up(chips, unit.value)
+    if hardware.execution.layer_pipelined:
+        return chips
+    domain = hardware.interconnect.domain_chips.value
+    if chips <= domain:
+        return 1 << (chips - 1).bit_length()
+    return _round_up(chips, domain)
+
+
+def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec) -> Deployment:
+    """Resolve a deployment: precisions, tier, chips, layout and KV budget.
+
+    Raises
+    ------
+    PlacementError
+        If the weights do not fit on the chips given, or on any system of this hardware.
+    """
+    weights: Precision = spec.weights or model.native_precision
+    kv: Precision = spec.kv_cache or default_kv_precision(weights, spec.activations)
+    bytes_per_weight = BYTES_PER_ELEMENT[weights]
+    weight_bytes = total_params(model) * bytes_per_weight
+    kv_per_token_unreplicated = (
+        layer_shapes(model).kv_elements_per_token * model.num_layers * BYTES_PER_ELEMENT[kv]
+    )
+    kv_floor = kv_per_token_unreplicated * MIN_KV_TOKENS
+    domain = hardware.interconnect.domain_chips.value
+    max_chips = domain * MAX_DOMAINS
+
+    tiers = hardware.weight_tiers
+    tier = tiers[-1]
+    chips = spec.chips
+    for candidate in tiers:
+        needed = _chips_needed(weight_bytes, kv_floor, candidate)
+        if spec.chips is None and needed <= max_chips:
+            tier, chips = candidate, _round_chips(hardware, needed)
+            break
+        if spec.chips is not None and needed <= spec.chips:
+            tier = candidate
+            break
+    else:
+        needed = _chips_needed(weight_bytes, kv_floor, tiers[-1])
+        where = f"on {spec.chips} chips" if spec.chips else f"on up to {max_chips} chips"
+        raise PlacementError(
+            f"{model.id} ({weight_bytes / 1e9:.1f} GB of {weights} weights + "
+            f"{kv_floor / 1e9:.1f} GB KV floor) does not fit {where} of {hardware.id}; "
+            f"it needs at least {needed} chips of {tiers[-1].name}"
+        )
+    assert chips is not None
+
+    if spec.tensor_parallel or spec.pipeline_parallel:
+        tp = spec.tensor_parallel or max(1, chips // (spec.pipeline_parallel or 1))
+        pp = spec.pipeline_parallel or max(1, chips // tp)
+        if tp * pp != chips:
+            raise PlacementError(
+                f"tensor_parallel {tp} x pipeline_parallel {pp} = {tp * pp} != chips {chips}"
+            )
+    else:
+        tp, pp = _auto_layout(hardware, model, chips, tier, bytes_per_weight)
+        chips = tp * pp
+    if pp > model.num_layers:
+        raise PlacementError(f"pipeline_parallel {pp} exceeds the model's {model.num_layers} layers")
+    ep = spec.expert_parallel or (tp if model.moe else 1)
+    if ep > tp or tp % ep:
+        raise PlacementError(f"expert_parallel {ep} must divide tensor_parallel {tp}")
+
+    kv_per_token = kv_per_token_unreplicated * kv_replication(model, tp)
+    capacity = chips * tier.capacity.value * tier.usable_fraction.value
+    kv_budget = capacity - weight_bytes
+    if kv_budget < kv_per_token * MIN_KV_TOKENS:
+        raise PlacementError(
+            f"{model.id} on {chips} x {hardware.id}: {weight_bytes / 1e9:.1f} GB of weights leave "
+            f"{max(kv_budget, 0) / 1e9:.2f} GB for KV in {tier.name}, less than {MIN_KV_TOKENS} "
+            f"tokens need; use at least {_chips_needed(weight_bytes, kv_per_token * MIN_KV_TOKENS, tier)} chips"
+        )
+    slower = tuple(t for t in tiers if t.bandwidth.value < tier.bandwidth.value)
+    return Deployment(
+        hardware=hardware,
+        model=model,
+        chips=chips,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        expert_parallel=ep,
+        weights=weights,
+        kv_cache=kv,
+        activations=spec.activations,
+        speculative=spec.speculative,
+        weights_tier=tier,
+        resident_tiers=slower,
+        weight_bytes=weight_bytes,
+        kv_bytes_per_token=kv_per_token,
+        kv_budget_bytes=kv_budget,
+        chips_per_replica_domain=min(chips, domain),
+    )

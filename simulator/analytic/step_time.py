@@ -1,0 +1,268 @@
+"""Time of one pass of a batch through a deployed model: prefill chunks and decode tokens alike.
+
+A batch is, per sequence, the new tokens it processes this pass (``q``: 1 for a decode,
+the chunk length for prefill, ``gamma + 1`` for a speculative verify) and the tokens already
+in its KV cache (``c``). Assumptions:
+
+- **Operators.** Per layer: attention projections, the attention core (scores and values
+  over the KV), the FFN (dense, or MoE with the *expected* distinct experts the batch
+  touches); once per pass the LM head. Each operator runs at its own roofline,
+  ``max(bytes / (bandwidth * eff), flops / (peak * eff))``: its bytes are read from the tier
+  the deployment keeps weights and KV in, its FLOPs run at the matmul precision.
+- **Tensor parallelism** shards weights, FLOPs and KV over ``tp`` chips and costs two
+  all-reduces per layer, each ``2 ceil(log2 tp) alpha + 2 (tp-1)/tp * msg / (bw * eff)`` with
+  ``msg = tokens * hidden * activation bytes``: the latency of recursive doubling and the
+  bandwidth of a ring (Thakur, Rabenseifner & Gropp 2005, the regimes small decode messages
+  and large prefill messages sit in). An expert-parallel MoE layer replaces its all-reduce
+  with a dispatch and a combine all-to-all, each ``ceil(log2 ep) alpha + (ep-1)/ep * msg_k /
+  (bw * eff)`` (Bruck's latency), where ``msg_k`` carries k copies of every token.
+- **Pipeline hops**: ``pp - 1`` chip-to-chip transfers per pass, ``alpha + msg / (bw * eff)``.
+- **Fixed latency**: ``layer_latency`` per layer (kernel launches and syncs on a GPU, the
+  per-layer slot of a deterministic schedule on an LPU) and ``step_overhead`` per pass.
+- **Fabric traversal** (spatial chips with a ``fabric``): a token crosses the cores that
+  hold the weights it uses; on a 2D mesh that is ``sqrt(cores spanned)`` hops per layer, at
+  ``hop_latency`` each, with ``cores spanned = active layer bytes / SRAM per core``.
+- **Layer-pipelined execution** (``layer_pipelined``): each layer owns a region of its
+  chip, so an operator gets ``1 / layers per chip`` of the chip's compute and bandwidth, and
+  up to ``num_layers`` micro-batches can be in flight (see :meth:`StepCostModel.cycle_time`).
+- Terms add (no overlap of communication with compute): a conservative, explainable choice.
+- Not modelled: activation traffic, norms and rotary embeddings, expert load imbalance,
+  logits all-gather, and host-side network time.
+
+On SRAM machines the bandwidth terms are tiny and latency dominates: a bandwidth-only
+roofline would predict them about 100x too fast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from simulator.analytic.architecture import FLOPS_PER_MAC, expected_distinct_experts, layer_shapes
+from simulator.analytic.placement import Deployment, kv_replication
+from simulator.analytic.precision import BYTES_PER_ELEMENT, matmul_precision
+
+COMPONENTS = (
+    "weights_memory",
+    "kv_memory",
+    "compute",
+    "communication",
+    "fabric",
+    "pipeline_hops",
+    "fixed_latency",
+)
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds for one pass, and where they go (the components add up to ``total_s``)."""
+
+    components_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float:
+        return float(sum(self.components_s.values()))
+
+    @property
+    def bottleneck(self) -> str:
+        return max(self.components_s, key=lambda k: self.components_s[k])
+
+    def scaled(self, factor: float) -> StepTime:
+        return StepTime({k: v * factor for k, v in self.components_s.items()})
+
+    def plus(self, other: StepTime) -> StepTime:
+        keys = self.components_s.keys() | other.components_s.keys()
+        return StepTime({k: self.components_s.get(k, 0.0) + other.components_s.get(k, 0.0) for k in keys})
+
+
+@dataclass
+class _Accumulator:
+    parts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COMPONENTS, 0.0))
+
+    def roofline(self, count: float, weight_s: float, kv_s: float, compute_s: float) -> None:
+        """Add ``count`` operators, each bound by the larger of its memory and compute time."""
+        memory_s = weight_s + kv_s
+        if memory_s >= compute_s and memory_s > 0:
+            self.parts["weights_memory"] += count * weight_s
+            self.parts["kv_memory"] += count * kv_s
+        else:
+            self.parts["compute"] += count * compute_s
+
+
+class StepCostModel:
+    """Pure step-time model of one deployment: batch state in, seconds out.
+
+    Parameters
+    ----------
+    deployment
+        A resolved :class:`~simulator.analytic.placement.Deployment`.
+    """
+
+    def __init__(self, deployment: Deployment) -> None:
+        d = self.deployment = deployment
+        hw, model = d.hardware, d.model
+        self.shapes = layer_shapes(model)
+        tp = d.tensor_parallel
+        self.share = 1.0 / max(1.0, d.layers_per_stage) if hw.execution.layer_pipelined else 1.0
+        tier = d.weights_tier
+        self.bandwidth = tier.bandwidth.value * tier.efficiency.value * self.share  # B/s per chip
+        eff = hw.compute.efficiency.value * self.share
+        self.matmul_flops = hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value * eff
+        self.attention_flops = hw.compute.peak[matmul_precision(hw, d.activations, d.activations)].value * eff
+        bpw = BYTES_PER_ELEMENT[d.weights]
+        self.act_bytes = BYTES_PER_ELEMENT[d.activations]
+        self.kv_bytes_per_token_layer = (
+            self.shapes.kv_elements_per_token * BYTES_PER_ELEMENT[d.kv_cache] * kv_replication(model, tp) / tp
+        )
+        s = self.shapes
+        self.attn_weight_bytes = s.attention_params * bpw / tp
+        self.dense_weight_bytes = s.dense_ffn_params * bpw / tp
+        self.expert_weight_bytes = s.expert_params * bpw / tp
+        self.lm_head_bytes = s.lm_head_params * bpw / tp
+        moe = model.moe
+        self.moe_layers = moe.num_moe_layers if moe else 0
+        self.window_layers = model.attention.sliding_window_layers
+        self.link_bw = hw.interconnect.bandwidth.value * hw.interconnect.efficiency.value
+        self.alpha = hw.interconnect.latency.value
+        self.fabric_per_layer_s = self._fabric_per_layer(bpw)
+
+    # -- terms ---------------------------------------------------------------------------------
+    def _fabric_per_layer(self, bpw: float) -> tuple[float, float]:
+        """Traversal seconds per (dense, MoE) layer: hop_latency * sqrt(cores spanned)."""
+        d, hw, s = self.deployment, self.deployment.hardware, self.shapes
+        if hw.fabric is None:
+            return 0.0, 0.0
+        cores = hw.compute.cores.value
+        sram_per_core = d.weights_tier.capacity.value / cores
+        moe = d.model.moe
+        active_expert_params = (moe.experts_per_token + moe.num_shared_experts) * s.expert_params if moe else 0.0
+
+        def traversal(ffn_params: float) -> float:
+            active = (s.attention_params + ffn_params) * bpw / d.tensor_parallel
+            return hw.fabric.hop_latency.value * math.sqrt(min(cores, active / sram_per_core))  # type: ignore[union-attr]
+
+        return traversal(s.dense_ffn_params), traversal(active_expert_params)
+
+    def _allreduce_s(self, tokens: float, tp: int) -> float:
+        if tp == 1:
+            return 0.0
+        msg = tokens * self.deployment.model.hidden_size * self.act_bytes
+        return 2 * math.ceil(math.log2(tp)) * self.alpha + 2 * (tp - 1) / tp * msg / self.link_bw
+
+    def _alltoall_s(self, tokens: float, ep: int) -> float:
+        if ep == 1:
+            return 0.0
+        k = self.deployment.model.moe.experts_per_token  # type: ignore[union-attr]
+        msg = tokens * k * self.deployment.model.hidden_size * self.act_bytes
+        return math.ceil(math.log2(ep)) * self.alpha + (ep - 1) / ep * msg / self.link_bw
+
+    # -- public API ----------------------------------------------------------------------------
+    def pass_time(self, new_tokens: npt.ArrayLike, context_tokens: npt.ArrayLike) -> StepTime:
+        """One pass of a batch through every layer: the latency one micro-batch sees.
+
+        Parameters
+        ----------
+        new_tokens
+            Tokens each sequence processes this pass (1 for decode), shape (B,).
+        context_tokens
+            Tokens already in each sequence's KV cache, shape (B,).
+        """
+        q = np.asarray(new_tokens, dtype=np.float64)
+        c = np.asarray(context_tokens, dtype=np.float64)
+        d, model, s = self.deployment, self.deployment.model, self.shapes
+        hw = d.hardware
+        tp, ep, pp = d.tensor_parallel, d.expert_parallel, d.pipeline_parallel
+        layers = model.num_layers
+        tokens = float(q.sum())
+        acc = _Accumulator()
+
+        # attention projections
+        acc.roofline(
+            layers,
+            self.attn_weight_bytes / self.bandwidth,
+            0.0,
+            FLOPS_PER_MAC * tokens * s.attention_params / tp / self.matmul_flops,
+        )
+        # attention core: read the cached KV (window-capped), write the new KV
+        flops_per_pair = FLOPS_PER_MAC * s.num_heads * (s.attention_score_dim + s.attention_value_dim) / tp
+        causal_ctx = c + (q + 1.0) / 2.0
+        full_layers = layers - self.window_layers
+        for count, window in ((full_layers, None), (self.window_layers, model.attention.sliding_window)):
+            if count == 0:
+                continue
+            ctx = causal_ctx if window is None else np.minimum(causal_ctx, window)
+            held = c + q if window is None else np.minimum(c + q, window)
+            kv_bytes = (float(held.sum()) + tokens) * self.kv_bytes_per_token_layer
+            acc.roofline(
+                count, 0.0, kv_bytes / self.bandwidth, flops_per_pair * float((q * ctx).sum()) / self.attention_flops
+            )
+        # FFN: dense layers, then MoE layers with the experts this batch is expected to touch
+        dense_layers = layers - self.moe_layers
+        if dense_layers:
+            acc.roofline(
+                dense_layers,
+                self.dense_weight_bytes / self.bandwidth,
+                0.0,
+                FLOPS_PER_MAC * tokens * s.dense_ffn_params / tp / self.matmul_flops,
+            )
+        if self.moe_layers:
+            moe = model.moe
+            assert moe is not None
+            touched = float(expected_distinct_experts(moe.num_routed_experts, moe.experts_per_token, tokens))
+            active = moe.experts_per_token + moe.num_shared_experts
+            acc.roofline(
+                self.moe_layers,
+                (touched + moe.num_shared_experts) * self.expert_weight_bytes / self.bandwidth,
+                0.0,
+                FLOPS_PER_MAC * tokens * (active * s.expert_params + s.router_params) / tp / self.matmul_flops,
+            )
+        # LM head: one row of logits per sequence in the batch
+        acc.roofline(
+            1,
+            self.lm_head_bytes / self.bandwidth,
+            0.0,
+            FLOPS_PER_MAC * float(q.size) * s.lm_head_params / tp / self.matmul_flops,
+        )
+
+        parts = acc.parts
+        moe_comm = self._alltoall_s(tokens, ep) * 2 if ep > 1 else self._allreduce_s(tokens, tp)
+        parts["communication"] = (
+            layers * self._allreduce_s(tokens, tp)
+            + dense_layers * self._allreduce_s(tokens, tp)
+            + self.moe_layers * moe_comm
+        )
+        msg = tokens * model.hidden_size * self.act_bytes
+        parts["pipeline_hops"] = (pp - 1) * (self.alpha + msg / self.link_bw)
+        dense_fabric, moe_fabric = self.fabric_per_layer_s
+        parts["fabric"] = dense_layers * dense_fabric + self.moe_layers * moe_fabric
+        parts["fixed_latency"] = layers * hw.execution.layer_latency.value + hw.execution.step_overhead.value
+        return StepTime(parts)
+
+    @property
+    def pipeline_stages(self) -> int:
+        """How many micro-batches can be in flight: one per layer on spatial machines."""
+        d = self.deployment
+        return d.model.num_layers if d.hardware.execution.layer_pipelined else d.pipeline_parallel
+
+    def cycle_time(self, batch_size: int, context_tokens: float, new_tokens: float = 1.0) -> tuple[float, StepTime]:
+        """Seconds between successive tokens of one sequence with ``batch_size`` in flight.
+
+        The sequences are split into ``n = min(B, stages)`` micro-batches of ``m = ceil(B/n)``;
+        a token waits for its micro-batch's pass, and a stage serves the n micro-batches in turn:
+        ``cycle = max(pass(m), n * pass(m) / stages)``. With one stage (a GPU), ``cycle = pass(B)``.
+
+        Returns
+        -------
+        (cycle seconds, StepTime of one micro-batch pass)
+        """
+        stages = self.pipeline_stages
+        n = max(1, min(batch_size, stages))
+        m = math.ceil(batch_size / n)
+        step = self.pass_time(np.full(m, new_tokens), np.full(m, context_tokens))
+        cycle = max(step.total_s, n * step.total_s / stages)
+        return cycle, step

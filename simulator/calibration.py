@@ -1,0 +1,143 @@
+"""Fit a hardware profile's achievable efficiencies and latency terms to measured rows.
+
+Only physically meaningful parameters are fitted, each within bounds (efficiencies in
+(0, 1], latencies >= 0): the fitted profile still predicts every model on that hardware.
+The objective is the sum of squared log-ratios ``log(predicted / measured)`` over the rows,
+so a 2x over- and a 2x under-prediction weigh the same. Fitted values are written with
+``confidence: derived`` and the ids of the rows they were fitted on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from simulator.config.base import Sourced, Spec
+from simulator.config.hardware import HardwareProfile
+from simulator.config.loading import Catalog
+from simulator.validation import MeasurementRow, RowResult, predict_row
+
+#: Parameters a fit may move, with their bounds (SI units).
+FITTABLE: dict[str, tuple[float, float]] = {
+    "compute.efficiency": (0.05, 1.0),
+    "memory.*.efficiency": (0.05, 1.0),
+    "interconnect.latency": (0.0, 1e-3),
+    "interconnect.efficiency": (0.05, 1.0),
+    "execution.layer_latency": (0.0, 1e-3),
+    "execution.step_overhead": (0.0, 0.05),
+    "fabric.hop_latency": (0.0, 1e-5),
+}
+
+
+class CalibrationError(ValueError):
+    """A fit that cannot be set up: unknown parameter, no rows for this hardware."""
+
+
+def _bounds_for(path: str) -> tuple[float, float]:
+    parts = path.split(".")
+    key = f"memory.*.{parts[2]}" if parts[0] == "memory" and len(parts) == 3 else path
+    if key not in FITTABLE:
+        raise CalibrationError(f"cannot fit {path!r}; fittable: {', '.join(FITTABLE)} (memory.<tier>.efficiency)")
+    return FITTABLE[key]
+
+
+def get_sourced(profile: HardwareProfile, path: str) -> Sourced[float]:
+    node: object = profile
+    for part in path.split("."):
+        node = (
+            next((t for t in node if t.name == part), None) if isinstance(node, list) else getattr(node, part, None)
+        )
+        if node is None:
+            raise CalibrationError(f"{profile.id}: {path!r} does not resolve (no {part!r})")
+    if not isinstance(node, Sourced):
+        raise CalibrationError(f"{profile.id}: {path!r} is not a sourced number")
+    return node
+
+
+def with_value(spec: Spec, path: str, value: float, **sourced_updates: str) -> Spec:
+    """A copy of ``spec`` with the sourced number at dotted ``path`` set to ``value``.
+
+    List items (memory tiers) are addressed by their ``name``.
+    """
+    head, _, rest = path.partition(".")
+    child = getattr(spec, head)
+    if not rest:
+        return spec.model_copy(update={head: child.model_copy(update={"value": value, **sourced_updates})})
+    if isinstance(child, list):
+        name, _, deeper = rest.partition(".")
+        items = [with_value(item, deeper, value, **sourced_updates) if item.name == name else item for item in child]
+        return spec.model_copy(update={head: items})
+    return spec.model_copy(update={head: with_value(child, rest, value, **sourced_updates)})
+
+
+class _PatchedCatalog(Catalog):
+    def __init__(self, base: Catalog, profile: HardwareProfile) -> None:
+        super().__init__(base.hardware_dir, base.model_dir)
+        self._models = base._models
+        self._hardware = {profile.id: profile}
+
+
+@dataclass(frozen=True)
+class Fit:
+    profile: HardwareProfile
+    parameters: dict[str, float]
+    before: list[RowResult]
+    after: list[RowResult]
+    loo_abs_rel_errors: list[float]
+
+
+def _log_errors(results: Sequence[RowResult]) -> np.ndarray:
+    return np.array([np.log(r.predicted / r.row.value) for r in results if r.predicted])
+
+
+def _apply(profile: HardwareProfile, paths: Sequence[str], x: np.ndarray) -> HardwareProfile:
+    for path, value in zip(paths, x, strict=True):
+        profile = with_value(profile, path, float(value))  # type: ignore[assignment]
+    return profile
+
+
+def _fit_once(
+    profile: HardwareProfile, paths: Sequence[str], rows: Sequence[MeasurementRow], catalog: Catalog
+) -> np.ndarray:
+    lower, upper = np.array([_bounds_for(p) for p in paths]).T
+    x0 = np.clip([get_sourced(profile, p).value for p in paths], lower, upper)
+    scale = np.maximum(np.abs(x0), upper * 1e-3)
+
+    def residuals(z: np.ndarray) -> np.ndarray:
+        patched = _PatchedCatalog(catalog, _apply(profile, paths, z * scale))
+        return _log_errors([predict_row(r, patched) for r in rows])
+
+    solution = least_squares(residuals, x0 / scale, bounds=(lower / scale, upper / scale), method="trf")
+    return solution.x * scale
+
+
+def calibrate(
+    profile: HardwareProfile, paths: Sequence[str], rows: Sequence[MeasurementRow], catalog: Catalog
+) -> Fit:
+    """Fit ``paths`` of ``profile`` to ``rows`` and cross-validate by leaving one row out."""
+    rows = [r for r in rows if r.hardware == profile.id]
+    if not rows:
+        raise CalibrationError(f"no rows for hardware {profile.id!r} in the table")
+    x = _fit_once(profile, paths, rows, catalog)
+    fitted = _apply(profile, paths, x)
+    provenance = f"fitted to rows {', '.join(r.id for r in rows)}"
+    for path, value in zip(paths, x, strict=True):
+        fitted = with_value(fitted, path, float(value), confidence="derived", source="fit", note=provenance)  # type: ignore[assignment]
+    fitted = fitted.model_copy(update={"sources": fitted.sources | {"fit": "infersim calibrate (scipy least squares on log error)"}})
+    loo: list[float] = []
+    if len(rows) > len(paths):
+        for i, held_out in enumerate(rows):
+            x_i = _fit_once(profile, paths, rows[:i] + rows[i + 1 :], catalog)
+            result = predict_row(held_out, _PatchedCatalog(catalog, _apply(profile, paths, x_i)))
+            if result.rel_error is not None:
+                loo.append(abs(result.rel_error))
+    return Fit(
+        profile=fitted,
+        parameters=dict(zip(paths, map(float, x), strict=True)),
+        before=[predict_row(r, _PatchedCatalog(catalog, profile)) for r in rows],
+        after=[predict_row(r, _PatchedCatalog(catalog, fitted)) for r in rows],
+        loo_abs_rel_errors=loo,
+    )

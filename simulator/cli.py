@@ -1,0 +1,334 @@
+"""The ``infersim`` command: the only module that writes files.
+
+Bad input (a profile, a field, a table row, a model that does not fit) prints one clear
+message naming the file and field path or the ids, and exits with status 2, no traceback.
+A results folder is written to a temporary sibling and renamed into place, so an
+interrupted command leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import get_args
+
+import yaml
+
+from simulator import __version__
+from simulator.analytic.estimate import Estimate, estimate, saturation_concurrency
+from simulator.analytic.placement import Deployment, PlacementError, plan
+from simulator.analytic.step_time import COMPONENTS
+from simulator.config.base import Precision
+from simulator.config.deployment import DeploymentSpec
+from simulator.config.loading import Catalog, ConfigError
+from simulator.tables import format_table
+from simulator.validation import BUNDLED_TABLE, read_table, summarize, validate
+
+EXIT_BAD_INPUT = 2
+GB = 1e9
+
+#: The speed-gap demo: the article's open model and our frontier stand-in on every profile.
+DEMO_MODELS = (("gpt-oss-120b", "mxfp4"), ("llama-3.3-70b", None), ("frontier-moe", None))
+DEMO_INPUT_TOKENS = 1000
+DEMO_OUTPUT_TOKENS = 1000
+#: Concurrency of the "under load" column: a typical batch on one serving replica.
+DEMO_LOADED_USERS = 64
+
+
+def _catalog(args: argparse.Namespace) -> Catalog:
+    return Catalog(args.hardware_dir, args.model_dir)
+
+
+def _deployment(args: argparse.Namespace, catalog: Catalog) -> Deployment:
+    spec = DeploymentSpec(
+        hardware=args.hardware,
+        model=args.model,
+        chips=args.chips,
+        tensor_parallel=args.tensor_parallel,
+        pipeline_parallel=args.pipeline_parallel,
+        weights=args.weights,
+        kv_cache=args.kv_cache,
+    )
+    return plan(catalog.hardware(args.hardware), catalog.model(args.model), spec)
+
+
+def deployment_dict(d: Deployment) -> dict[str, object]:
+    return {
+        "hardware": d.hardware.id,
+        "model": d.model.id,
+        "chips": d.chips,
+        "tensor_parallel": d.tensor_parallel,
+        "pipeline_parallel": d.pipeline_parallel,
+        "expert_parallel": d.expert_parallel,
+        "weights": d.weights,
+        "kv_cache": d.kv_cache,
+        "activations": d.activations,
+        "weights_tier": d.weights_tier.name,
+        "kv_tier": d.weights_tier.name,
+        "weight_bytes": d.weight_bytes,
+        "kv_budget_bytes": d.kv_budget_bytes,
+        "max_kv_tokens": d.max_kv_tokens,
+        "resident_models_capacity_bytes": d.resident_models_capacity_bytes,
+    }
+
+
+def estimate_dict(e: Estimate) -> dict[str, object]:
+    d = e.deployment
+    return {
+        "ttft_s": e.ttft_s,
+        "itl_s": e.itl_s,
+        "e2e_s": e.e2e_s,
+        "per_user_output_tok_s": e.per_user_output_tok_s,
+        "aggregate_output_tok_s": e.aggregate_output_tok_s,
+        "concurrency": e.concurrency,
+        "max_concurrency": saturation_concurrency(d, e.input_tokens, e.output_tokens),
+        "input_tokens": e.input_tokens,
+        "output_tokens": e.output_tokens,
+        "chips": d.chips,
+        "deployment": deployment_dict(d),
+        "breakdown": {k: e.decode_step.components_s[k] for k in COMPONENTS},
+        "bottleneck": e.bottleneck,
+        "explanation": e.explanation(),
+    }
+
+
+# -- commands ---------------------------------------------------------------------------------
+def cmd_profiles(args: argparse.Namespace) -> int:
+    catalog = _catalog(args)
+    hardware = [catalog.hardware(i) for i in catalog.hardware_ids()]
+    models = [catalog.model(i) for i in catalog.model_ids()]
+    if args.json:
+        print(json.dumps({
+            "hardware": [h.model_dump(mode="json") for h in hardware],
+            "models": [m.model_dump(mode="json") for m in models],
+        }, indent=2))  # fmt: skip
+        return 0
+    rows = []
+    for h in hardware:
+        tiers = ", ".join(
+            f"{t.name} {t.capacity.value / GB:.3g} GB @ {t.bandwidth.value / 1e12:.3g} TB/s" for t in h.memory
+        )
+        peak = max(h.compute.peak.values(), key=lambda q: q.value).value
+        rows.append([h.id, h.family, f"{peak / 1e12:,.0f}", tiers, h.interconnect.domain_chips.value])
+    print(format_table(["hardware", "family", "peak TFLOP/s", "memory per chip", "domain"], rows))
+    print()
+    from simulator.analytic.architecture import active_params, total_params
+
+    rows = [
+        [m.id, f"{total_params(m) / 1e9:.1f}", f"{active_params(m) / 1e9:.1f}", m.num_layers, m.hidden_size,
+         m.attention.kind, m.native_precision]
+        for m in models
+    ]  # fmt: skip
+    print(format_table(["model", "params B", "active B", "layers", "hidden", "attention", "native"], rows))
+    return 0
+
+
+def _estimate_text(e: Estimate) -> str:
+    d = e.deployment
+    info = estimate_dict(e)
+    lines = [
+        f"{d.model.id} on {d.chips} x {d.hardware.id}  (tp {d.tensor_parallel}, pp {d.pipeline_parallel}, "
+        f"ep {d.expert_parallel}; weights {d.weights}, KV {d.kv_cache})",
+        f"  weights {d.weight_bytes / GB:.1f} GB and KV in {d.weights_tier.name}; KV budget "
+        f"{d.kv_budget_bytes / GB:.1f} GB = {d.max_kv_tokens:,} tokens; "
+        f"max concurrency {info['max_concurrency']} at {e.input_tokens}+{e.output_tokens} tokens",
+    ]
+    if d.resident_tiers:
+        lines.append(
+            f"  slower tiers ({', '.join(t.name for t in d.resident_tiers)}) hold "
+            f"{d.resident_models_capacity_bytes / GB:,.0f} GB of further resident models"
+        )
+    lines += [
+        f"  TTFT {e.ttft_s * 1e3:.1f} ms   ITL {e.itl_s * 1e3:.2f} ms   per-user {e.per_user_output_tok_s:,.0f} tok/s"
+        f"   aggregate {e.aggregate_output_tok_s:,.0f} tok/s at concurrency {e.concurrency}",
+        "  decode pass breakdown:",
+    ]
+    total = e.decode_step.total_s
+    for key in COMPONENTS:
+        value = e.decode_step.components_s[key]
+        if value > 0:
+            lines.append(f"    {key:<15} {value * 1e3:9.3f} ms  {value / total:5.1%}")
+    lines.append(f"  bottleneck: {e.explanation()}")
+    return "\n".join(lines)
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    deployment = _deployment(args, _catalog(args))
+    if args.concurrency == "max":
+        concurrency = saturation_concurrency(deployment, args.input_tokens, args.output_tokens)
+    else:
+        concurrency = int(args.concurrency)
+    result = estimate(deployment, args.input_tokens, args.output_tokens, concurrency)
+    print(json.dumps(estimate_dict(result), indent=2) if args.json else _estimate_text(result))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    table = args.table or BUNDLED_TABLE
+    results = validate(read_table(table), _catalog(args))
+    summary = summarize(results)
+    if args.json:
+        rows = [
+            {"id": r.row.id, "predicted": r.predicted, "measured": r.row.value, "rel_error": r.rel_error,
+             "metric": r.row.metric, "hardware": r.row.hardware, "model": r.row.model,
+             "bottleneck": r.bottleneck, "flag": r.flag, "reason": r.reason}
+            for r in results
+        ]  # fmt: skip
+        print(json.dumps({"rows": rows, "summary": summary}, indent=2))
+        return 0
+    rows = []
+    for r in results:
+        conc = "max" if r.row.concurrency is None else r.row.concurrency
+        pred = "-" if r.predicted is None else f"{r.predicted:.4g}"
+        err = r.reason if r.rel_error is None else f"{r.rel_error:+.0%}"
+        rows.append([r.row.id, r.row.hardware, r.row.model, r.row.weights, conc, r.row.metric,
+                     f"{r.row.value:.4g}", pred, err, r.bottleneck, "flagged" if r.flag else ""])  # fmt: skip
+    headers = ["id", "hardware", "model", "w", "C", "metric", "measured", "predicted", "error", "bottleneck", ""]
+    print(format_table(headers, rows))
+    for item in summary["flagged"]:  # type: ignore[attr-defined]
+        print(f"  flagged {item['id']}: {item['flag']}")
+    for item in summary["unpredicted"]:  # type: ignore[attr-defined]
+        print(f"  not predicted {item['id']}: {item['reason']}")
+    print()
+    stats = [["all rows", *_stat_cells(summary["overall"])]]  # type: ignore[arg-type]
+    stats += [["unflagged rows", *_stat_cells(summary["unflagged"])]]  # type: ignore[arg-type]
+    stats += [[fam, *_stat_cells(s)] for fam, s in summary["by_architecture"].items()]  # type: ignore[attr-defined]
+    print(format_table(["architecture", "rows", "median |err|", "p90 |err|"], stats))
+    return 0
+
+
+def _stat_cells(stats: dict[str, float]) -> list[object]:
+    return [stats["rows"], f"{stats['median_abs_rel_error']:.1%}", f"{stats['p90_abs_rel_error']:.1%}"]
+
+
+def speed_gap(catalog: Catalog) -> list[dict[str, object]]:
+    """Single-stream estimates of the demo models on every hardware profile (skipping misfits)."""
+    out = []
+    for model_id, weights in DEMO_MODELS:
+        for hardware_id in catalog.hardware_ids():
+            spec = DeploymentSpec(hardware=hardware_id, model=model_id, weights=weights)
+            try:
+                d = plan(catalog.hardware(hardware_id), catalog.model(model_id), spec)
+            except PlacementError as exc:
+                out.append({"model": model_id, "hardware": hardware_id, "error": str(exc)})
+                continue
+            single = estimate(d, DEMO_INPUT_TOKENS, DEMO_OUTPUT_TOKENS, 1)
+            loaded = estimate(d, DEMO_INPUT_TOKENS, DEMO_OUTPUT_TOKENS, DEMO_LOADED_USERS)
+            out.append(estimate_dict(single) | {"model": model_id, "hardware": hardware_id,
+                                                "loaded": estimate_dict(loaded)})  # fmt: skip
+    return out
+
+
+def speed_gap_text(rows: list[dict[str, object]]) -> str:
+    table = []
+    for r in rows:
+        if "error" in r:
+            table.append([r["model"], r["hardware"], "-", "-", "-", "-", "-", "does not fit"])
+            continue
+        loaded: dict[str, object] = r["loaded"]  # type: ignore[assignment]
+        table.append([r["model"], r["hardware"], r["chips"], f"{r['per_user_output_tok_s']:,.0f}",
+                      f"{r['ttft_s'] * 1e3:.0f}", f"{loaded['per_user_output_tok_s']:,.0f}",
+                      f"{loaded['aggregate_output_tok_s']:,.0f}", r["bottleneck"]])  # fmt: skip
+    users = DEMO_LOADED_USERS
+    headers = ["model", "hardware", "chips", "tok/s/user @1", "TTFT ms @1", f"tok/s/user @{users}",
+               f"aggregate tok/s @{users}", "bottleneck @1"]  # fmt: skip
+    return format_table(headers, table)
+
+
+def write_results(out_dir: Path, files: dict[str, str]) -> None:
+    """Write ``files`` into ``out_dir`` all at once: a temporary sibling renamed into place."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        for name, text in files.items():
+            (staging / name).write_text(text)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(staging, out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    rows = speed_gap(_catalog(args))
+    text = speed_gap_text(rows)
+    scenario = {
+        "kind": "speed-gap",
+        "models": [{"model": m, "weights": w} for m, w in DEMO_MODELS],
+        "input_tokens": DEMO_INPUT_TOKENS,
+        "output_tokens": DEMO_OUTPUT_TOKENS,
+        "concurrency": [1, DEMO_LOADED_USERS],
+        "seed": None,
+        "version": __version__,
+        "deployments": [r.get("deployment") for r in rows if "deployment" in r],
+    }
+    write_results(args.out, {
+        "speed_gap.txt": text + "\n",
+        "speed_gap.json": json.dumps(rows, indent=2) + "\n",
+        "scenario.resolved.yaml": yaml.safe_dump(scenario, sort_keys=False),
+    })  # fmt: skip
+    print(f"The speed gap: per-user output tok/s alone and with {DEMO_LOADED_USERS} users "
+          f"({DEMO_INPUT_TOKENS}-token prompts, {DEMO_OUTPUT_TOKENS}-token answers, smallest deployment that fits):\n")
+    print(text)
+    print(f"\nwrote {args.out}/speed_gap.txt, speed_gap.json, scenario.resolved.yaml")
+    return 0
+
+
+# -- parser -----------------------------------------------------------------------------------
+def _concurrency(text: str) -> str:
+    if text != "max" and not (text.isdigit() and int(text) >= 1):
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'max', got {text!r}")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="infersim", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"infersim {__version__}")
+    parser.add_argument("--hardware-dir", type=Path, help="directory of hardware profile YAMLs")
+    parser.add_argument("--model-dir", type=Path, help="directory of model profile YAMLs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("profiles", help="list hardware and model profiles with their key numbers")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_profiles)
+
+    p = sub.add_parser("estimate", help="deployment, TTFT, ITL, per-user and aggregate speed, breakdown")
+    p.add_argument("--hardware", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--chips", type=int)
+    p.add_argument("--tensor-parallel", type=int)
+    p.add_argument("--pipeline-parallel", type=int)
+    p.add_argument("--weights", choices=get_args(Precision))
+    p.add_argument("--kv-cache", choices=get_args(Precision))
+    p.add_argument("--input-tokens", type=int, default=DEMO_INPUT_TOKENS)
+    p.add_argument("--output-tokens", type=int, default=DEMO_OUTPUT_TOKENS)
+    p.add_argument("--concurrency", type=_concurrency, default="1", help="an integer or 'max'")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_estimate)
+
+    p = sub.add_parser("validate", help="predict every row of a measurement table and report the error")
+    p.add_argument("table", nargs="?", type=Path, help="CSV (default: the bundled measurements)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("demo", help="the speed-gap table, written to a results folder and printed")
+    p.add_argument("-o", "--out", type=Path, default=Path("results/demo"))
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except (ConfigError, PlacementError) as exc:
+        print(f"infersim: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,32 @@
+"""Shared building blocks for every config model: frozen specs and sourced numbers."""
+
+from __future__ import annotations
+
+from typing import Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+T = TypeVar("T")
+
+Confidence = Literal["datasheet", "measured", "vendor-claim", "derived", "assumed"]
+
+#: Numeric precisions a weight, KV cache or activation can be stored in.
+Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "mxfp4"]
+
+
+class Spec(BaseModel):
+    """A frozen config model that rejects unknown keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Sourced(Spec, Generic[T]):
+    """A number with where it comes from and how far to trust it.
+
+    ``source`` names an entry of the enclosing profile's ``sources`` map.
+    """
+
+    value: T
+    source: str = Field(description="key into the profile's `sources` map")
+    confidence: Confidence
+    note: str = ""

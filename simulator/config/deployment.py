@@ -1,0 +1,46 @@
+"""A deployment: one model on one hardware profile, with a layout and precisions.
+
+Fields left empty (chips, layout) are filled by the automatic placement in
+:mod:`simulator.analytic.placement`; the config itself stays pure data.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from simulator.config.base import Precision, Spec
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class SpeculativeSpec(Spec):
+    """Draft-then-verify decoding.
+
+    Each step the draft proposes ``tokens_proposed`` (gamma) tokens, each accepted with
+    probability ``acceptance_rate`` (alpha, independent); the target verifies all in one pass.
+    """
+
+    tokens_proposed: PositiveInt
+    acceptance_rate: Annotated[float, Field(ge=0.0, lt=1.0)]
+    draft_step_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
+        description="time of one draft decode step / time of one target decode step"
+    )
+
+
+class DeploymentSpec(Spec):
+    hardware: str = Field(description="hardware profile id")
+    model: str = Field(description="model profile id")
+    chips: PositiveInt | None = Field(None, description="total chips; empty: smallest that fits")
+    tensor_parallel: PositiveInt | None = None
+    pipeline_parallel: PositiveInt | None = None
+    expert_parallel: PositiveInt | None = Field(
+        None, description="chips the experts of one MoE layer are spread over (<= tensor_parallel)"
+    )
+    weights: Precision | None = Field(None, description="empty: the model's native precision")
+    kv_cache: Precision | None = Field(
+        None, description="empty: fp8 when weights are 8-bit or narrower, else the activations'"
+    )
+    activations: Precision = "bf16"
+    speculative: SpeculativeSpec | None = None

@@ -1,0 +1,162 @@
+"""Hardware profiles: one parameterised template for wafer-scale, LPU, dataflow and GPU systems.
+
+A new device is a new YAML file, never a new class. Numbers are *per chip* (a chip is one
+GPU, one LPU, one SN40L socket, one CS-3 wafer) unless the field says otherwise. Peaks
+(datasheet) and achievable efficiencies (derived or assumed) are separate sourced numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from simulator.config.base import Precision, Sourced, Spec
+from simulator.units import Bytes, BytesPerSecond, FlopsPerSecond, Seconds, Watts
+
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+PositiveInt = Annotated[int, Field(ge=1)]
+PositiveBytes = Annotated[Bytes, Field(gt=0.0)]
+PositiveBandwidth = Annotated[BytesPerSecond, Field(gt=0.0)]
+PositiveFlops = Annotated[FlopsPerSecond, Field(gt=0.0)]
+NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
+
+
+class ComputeSpec(Spec):
+    """Matrix-engine peaks per precision (dense, no sparsity) and the achievable fraction."""
+
+    peak: dict[Precision, Sourced[PositiveFlops]] = Field(
+        description="dense peak FLOP/s per chip for each precision the chip computes in"
+    )
+    efficiency: Sourced[Fraction] = Field(description="achievable / peak for large matmuls")
+    cores: Sourced[PositiveInt] = Field(description="cores / SMs / PEs per chip")
+
+
+class MemoryTier(Spec):
+    """One level of the memory hierarchy, per chip."""
+
+    name: str = Field(description="e.g. sram, hbm, ddr, l2")
+    capacity: Sourced[PositiveBytes]
+    bandwidth: Sourced[PositiveBandwidth] = Field(description="peak bandwidth per chip")
+    efficiency: Sourced[Fraction] = Field(description="achievable / peak bandwidth")
+    usable_fraction: Sourced[Fraction] = Field(
+        description="share of capacity the serving stack can plan with (rest: runtime, activations)"
+    )
+    holds_weights: bool = Field(
+        True, description="False for caches and scratchpads that cannot hold resident weights or KV"
+    )
+
+
+class InterconnectSpec(Spec):
+    """Chip-to-chip links inside the scale-up domain (NVLink, RDU links, LPU C2C, SwarmX)."""
+
+    bandwidth: Sourced[PositiveBandwidth] = Field(description="per chip, one direction")
+    latency: Sourced[NonNegativeSeconds] = Field(description="per message step (alpha)")
+    efficiency: Sourced[Fraction]
+    domain_chips: Sourced[PositiveInt] = Field(description="chips in one scale-up domain")
+
+
+class FabricSpec(Spec):
+    """On-chip 2D mesh of a spatial architecture (wafer-scale): where traversal time is set."""
+
+    hop_latency: Sourced[NonNegativeSeconds] = Field(
+        description="time per core-to-core hop on the on-chip mesh, including the compute "
+        "pipelined behind it"
+    )
+
+
+class ExecutionSpec(Spec):
+    """How the serving stack runs a step on this hardware."""
+
+    layer_pipelined: bool = Field(
+        description="True: layers are mapped spatially, each layer a pipeline stage, several "
+        "micro-batches in flight (wafer-scale, LPU). False: a step runs layer after layer "
+        "on all chips of a stage (GPU, RDU)."
+    )
+    layer_latency: Sourced[NonNegativeSeconds] = Field(
+        description="fixed time per layer per step: kernel launches and syncs, or the "
+        "deterministic schedule's per-layer slot"
+    )
+    step_overhead: Sourced[NonNegativeSeconds] = Field(
+        description="fixed time per iteration: scheduling, sampling, host round trip"
+    )
+    max_batch_size: Sourced[PositiveInt] = Field(description="sequences per iteration, at most")
+    max_batched_tokens: Sourced[PositiveInt] = Field(description="tokens per iteration, at most")
+    deployment_unit_chips: Sourced[PositiveInt] | None = Field(
+        None, description="chips are deployed in multiples of this (e.g. a rack sold as a unit)"
+    )
+
+
+class PowerSpec(Spec):
+    chip: Sourced[Annotated[Watts, Field(gt=0.0)]] = Field(description="power per chip")
+
+
+class PriceSpec(Spec):
+    """Published price per chip: hourly rental, capex, or both."""
+
+    rental_usd_per_chip_hour: Sourced[Annotated[float, Field(gt=0.0)]] | None = None
+    capex_usd_per_chip: Sourced[Annotated[float, Field(gt=0.0)]] | None = None
+
+    @model_validator(mode="after")
+    def _one_price(self) -> PriceSpec:
+        if self.rental_usd_per_chip_hour is None and self.capex_usd_per_chip is None:
+            raise ValueError("give rental_usd_per_chip_hour or capex_usd_per_chip (or both)")
+        return self
+
+
+class HardwareProfile(Spec):
+    """A chip and the system it is sold or rented in."""
+
+    schema_version: Literal[1] = 1
+    id: str
+    name: str
+    family: Literal["gpu", "wafer-scale", "lpu", "dataflow", "other"] = Field(
+        description="descriptive only: the physics never branches on it"
+    )
+    sources: dict[str, str] = Field(description="source key -> citation (URL, paper, fit)")
+    compute: ComputeSpec
+    memory: list[MemoryTier] = Field(min_length=1, description="ordered fastest -> largest")
+    interconnect: InterconnectSpec
+    fabric: FabricSpec | None = None
+    execution: ExecutionSpec
+    power: PowerSpec
+    price: PriceSpec
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> HardwareProfile:
+        bandwidths = [tier.bandwidth.value for tier in self.memory]
+        if bandwidths != sorted(bandwidths, reverse=True):
+            raise ValueError("memory tiers must be ordered fastest first (bandwidth non-increasing)")
+        if not any(tier.holds_weights for tier in self.memory):
+            raise ValueError("at least one memory tier must hold weights (holds_weights: true)")
+        names = [tier.name for tier in self.memory]
+        if len(set(names)) != len(names):
+            raise ValueError(f"memory tier names must be unique, got {names}")
+        used = {q.source for q in _sourced_values(self)}
+        missing = sorted(used - self.sources.keys())
+        if missing:
+            raise ValueError(f"source keys {missing} are used but not defined under `sources`")
+        return self
+
+    def tier(self, name: str) -> MemoryTier:
+        return next(tier for tier in self.memory if tier.name == name)
+
+    @property
+    def weight_tiers(self) -> list[MemoryTier]:
+        """Tiers that can hold weights and KV, fastest first."""
+        return [tier for tier in self.memory if tier.holds_weights]
+
+
+def _sourced_values(spec: Spec) -> list[Sourced[object]]:
+    """Every Sourced number anywhere inside a spec (for the provenance checks)."""
+    found: list[Sourced[object]] = []
+    for name in type(spec).model_fields:
+        value = getattr(spec, name)
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+        for item in items:
+            if isinstance(item, Sourced):
+                found.append(item)
+            elif isinstance(item, Spec):
+                found.extend(_sourced_values(item))
+    return found

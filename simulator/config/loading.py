@@ -1,0 +1,111 @@
+"""YAML -> dict -> validated model, with errors that name the file and the field path.
+
+Bundled profiles are found beside the package (``hardware_profiles/``, ``model_profiles/``
+in a source checkout, or ``simulator/_bundled/`` in an installed wheel).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from simulator.config.hardware import HardwareProfile
+from simulator.config.model import ModelSpec
+
+M = TypeVar("M", bound=BaseModel)
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+class ConfigError(ValueError):
+    """Bad input: a file, a field path and what was expected. The CLI exits 2 on it."""
+
+
+def bundled_dir(name: str) -> Path:
+    """Directory of a bundled profile collection (``hardware_profiles`` or ``model_profiles``)."""
+    for candidate in (_PACKAGE_DIR / "_bundled" / name, _PACKAGE_DIR.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise ConfigError(f"bundled directory {name!r} not found next to {_PACKAGE_DIR}")
+
+
+def format_validation_error(source: str, error: ValidationError) -> str:
+    """One line per problem: ``file: field.path: message``."""
+    lines = []
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (not part of the schema; check its spelling)"
+        lines.append(f"{source}: {path}: {message}")
+    return "\n".join(lines)
+
+
+def read_yaml(path: Path) -> object:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def validate_data(model: type[M], data: object, source: str) -> M:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of fields at the top level")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(source, exc)) from None
+
+
+def load_file(model: type[M], path: Path) -> M:
+    return validate_data(model, read_yaml(path), str(path))
+
+
+class Catalog:
+    """Hardware and model profiles by id, loaded lazily from two directories."""
+
+    def __init__(self, hardware_dir: Path | None = None, model_dir: Path | None = None) -> None:
+        self.hardware_dir = hardware_dir or bundled_dir("hardware_profiles")
+        self.model_dir = model_dir or bundled_dir("model_profiles")
+        self._hardware: dict[str, HardwareProfile] = {}
+        self._models: dict[str, ModelSpec] = {}
+
+    def hardware_ids(self) -> list[str]:
+        return sorted(path.stem for path in self.hardware_dir.glob("*.yaml"))
+
+    def model_ids(self) -> list[str]:
+        return sorted(path.stem for path in self.model_dir.glob("*.yaml"))
+
+    def hardware(self, profile_id: str) -> HardwareProfile:
+        if profile_id not in self._hardware:
+            self._hardware[profile_id] = self._load(
+                HardwareProfile, self.hardware_dir, profile_id, self.hardware_ids(), "hardware"
+            )
+        return self._hardware[profile_id]
+
+    def model(self, profile_id: str) -> ModelSpec:
+        if profile_id not in self._models:
+            self._models[profile_id] = self._load(
+                ModelSpec, self.model_dir, profile_id, self.model_ids(), "model"
+            )
+        return self._models[profile_id]
+
+    @staticmethod
+    def _load(model: type[M], directory: Path, profile_id: str, known: list[str], kind: str) -> M:
+        path = directory / f"{profile_id}.yaml"
+        if not path.is_file():
+            raise ConfigError(
+                f"unknown {kind} profile {profile_id!r}; known: {', '.join(known)} (in {directory})"
+            )
+        loaded = load_file(model, path)
+        loaded_id = getattr(loaded, "id")
+        if loaded_id != profile_id:
+            raise ConfigError(f"{path}: id: is {loaded_id!r} but the file name says {profile_id!r}")
+        return loaded

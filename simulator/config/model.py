@@ -1,0 +1,108 @@
+"""Model profiles: architecture facts from each model's published config.json.
+
+Dense and MoE (routed + shared experts, experts per token, dense layers interleaved), GQA and
+MLA attention (DeepSeek's compressed KV), sliding-window layers (gpt-oss). Parameter counts are
+*derived* from these facts by :mod:`simulator.analytic.architecture`; the published totals
+are kept beside them so a test can check the derivation.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from simulator.config.base import Precision, Sourced, Spec
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class MLASpec(Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3): KV cached as a compressed latent."""
+
+    q_lora_rank: PositiveInt | None = None
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+
+
+class AttentionSpec(Spec):
+    kind: Literal["gqa", "mla"] = "gqa"
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    sliding_window: PositiveInt | None = Field(None, description="tokens, for windowed layers")
+    sliding_window_layers: Annotated[int, Field(ge=0)] = Field(
+        0, description="how many layers use the sliding window (the rest attend to everything)"
+    )
+    mla: MLASpec | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AttentionSpec:
+        if (self.kind == "mla") != (self.mla is not None):
+            raise ValueError("give `mla` exactly when kind is 'mla'")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        if self.sliding_window_layers and self.sliding_window is None:
+            raise ValueError("sliding_window_layers > 0 needs sliding_window")
+        return self
+
+
+class MoESpec(Spec):
+    num_routed_experts: PositiveInt
+    num_shared_experts: Annotated[int, Field(ge=0)] = 0
+    experts_per_token: PositiveInt
+    expert_intermediate_size: PositiveInt
+    num_moe_layers: PositiveInt = Field(description="MoE layers; the other layers are dense")
+
+    @model_validator(mode="after")
+    def _k_le_e(self) -> MoESpec:
+        if self.experts_per_token > self.num_routed_experts:
+            raise ValueError("experts_per_token cannot exceed num_routed_experts")
+        return self
+
+
+class PublishedSize(Spec):
+    params_total: Sourced[Annotated[float, Field(gt=0)]] = Field(description="parameters")
+    params_active: Sourced[Annotated[float, Field(gt=0)]] = Field(description="per token")
+
+
+class ModelSpec(Spec):
+    schema_version: Literal[1] = 1
+    id: str
+    name: str
+    hf_repo: str | None = None
+    sources: dict[str, str]
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    intermediate_size: PositiveInt | None = Field(
+        None, description="dense (gated) FFN width; needed when some layers are dense"
+    )
+    vocab_size: PositiveInt
+    tie_word_embeddings: bool = False
+    max_context_tokens: PositiveInt
+    native_precision: Precision
+    attention: AttentionSpec
+    moe: MoESpec | None = None
+    published: PublishedSize
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        moe_layers = self.moe.num_moe_layers if self.moe else 0
+        if moe_layers > self.num_layers:
+            raise ValueError("moe.num_moe_layers cannot exceed num_layers")
+        if moe_layers < self.num_layers and self.intermediate_size is None:
+            raise ValueError("dense layers need intermediate_size")
+        if self.attention.sliding_window_layers > self.num_layers:
+            raise ValueError("attention.sliding_window_layers cannot exceed num_layers")
+        sources = {self.published.params_total.source, self.published.params_active.source}
+        missing = sorted(sources - self.sources.keys())
+        if missing:
+            raise ValueError(f"source keys {missing} are used but not defined under `sources`")
+        return self
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - (self.moe.num_moe_layers if self.moe else 0)

@@ -1,0 +1,35 @@
+"""Plain-text tables for the terminal (no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned text, right-aligned numbers, one header rule.
+
+    >>> print(format_table(["a", "b"], [["x", 1.5], ["yy", 10]]))
+    a   b
+    --  ---
+    x   1.5
+    yy   10
+    """
+    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    numeric = [all(isinstance(row[i], int | float) for row in rows) and rows for i in range(len(headers))]
+    lines = []
+    for index, row in enumerate(cells):
+        parts = [
+            cell.rjust(widths[i]) if numeric[i] and index > 0 else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append("  ".join(parts).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)

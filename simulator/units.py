@@ -1,0 +1,127 @@
+"""Unit-bearing strings at the boundary, SI floats inside.
+
+Dimensional YAML fields *require* a unit: ``"3.35 TB/s"``, ``"44 GB"``, ``"10 us"``,
+``"989 TFLOP/s"``. Decimal prefixes apply to ``B`` (1 GB = 1e9 B); binary ones to ``iB``
+(1 GiB = 2**30 B); a lowercase ``b`` means bits (1 Gb/s = 1.25e8 B/s). Inside Python every
+quantity is a float in seconds, bytes, bytes/s, FLOP/s, watts or US dollars.
+
+Examples
+--------
+>>> parse_quantity("3.35 TB/s", "bandwidth")
+3350000000000.0
+>>> parse_quantity("1 GiB", "bytes")
+1073741824.0
+>>> parse_quantity("10 us", "time")
+1e-05
+>>> parse_quantity("400 Gb/s", "bandwidth")
+50000000000.0
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, PlainSerializer
+
+Dimension = Literal["bytes", "bandwidth", "flops", "time", "power"]
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
+BITS_PER_BYTE = 8.0
+
+_NUMBER = r"(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_PATTERN = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[^\d\s.+-]\S*)\s*$")
+
+#: Canonical unit written back when a model is dumped (round-trips through the parser).
+CANONICAL_UNIT: dict[Dimension, str] = {
+    "bytes": "B",
+    "bandwidth": "B/s",
+    "flops": "FLOP/s",
+    "time": "s",
+    "power": "W",
+}
+
+EXAMPLES: dict[Dimension, str] = {
+    "bytes": "'80 GB', '230 MB', '1 GiB'",
+    "bandwidth": "'3.35 TB/s', '900 GB/s', '400 Gb/s'",
+    "flops": "'989 TFLOP/s', '2 PFLOP/s', '750 TOP/s'",
+    "time": "'10 us', '1.5 ms', '2 s'",
+    "power": "'700 W', '23 kW'",
+}
+
+
+def _byte_scale(unit: str) -> float | None:
+    """Scale of a byte or bit unit such as ``GB``, ``GiB`` or ``Gb``; None if not one."""
+    for suffix, per_unit in (("B", 1.0), ("b", 1.0 / BITS_PER_BYTE)):
+        if unit.endswith(suffix):
+            prefix = unit[: -len(suffix)]
+            if prefix.endswith("i") and prefix in _BINARY:
+                return _BINARY[prefix] * per_unit
+            if prefix in _DECIMAL:
+                return _DECIMAL[prefix] * per_unit
+    return None
+
+
+def _prefixed(unit: str, base_names: tuple[str, ...]) -> float | None:
+    for base in base_names:
+        if unit.endswith(base) and unit[: -len(base)] in _DECIMAL:
+            return _DECIMAL[unit[: -len(base)]]
+    return None
+
+
+def _unit_scale(unit: str, dimension: Dimension) -> float | None:
+    if dimension == "bytes":
+        return _byte_scale(unit)
+    if dimension == "bandwidth":
+        return _byte_scale(unit[:-2]) if unit.endswith("/s") else None
+    if dimension == "flops":
+        return _prefixed(unit, ("FLOP/s", "FLOPS", "OP/s", "OPS"))
+    if dimension == "time":
+        return _TIME.get(unit)
+    return _prefixed(unit, ("W",))
+
+
+def parse_quantity(text: str, dimension: Dimension) -> float:
+    """Parse a unit-bearing string to an SI float.
+
+    Raises
+    ------
+    ValueError
+        If the text is not ``<number> <unit>`` or the unit does not fit ``dimension``.
+    """
+    match = _PATTERN.match(text)
+    if match is None:
+        raise ValueError(f"expected a number with a unit, e.g. {EXAMPLES[dimension]}; got {text!r}")
+    scale = _unit_scale(match["unit"], dimension)
+    if scale is None:
+        raise ValueError(
+            f"unit {match['unit']!r} is not a {dimension} unit; expected e.g. {EXAMPLES[dimension]}"
+        )
+    return float(Decimal(match["num"]) * Decimal(repr(scale)))  # exact decimal scaling
+
+
+def _parser(dimension: Dimension) -> BeforeValidator:
+    def parse(value: object) -> float:
+        if isinstance(value, str):
+            return parse_quantity(value, dimension)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"expected a string with a unit, e.g. {EXAMPLES[dimension]}")
+        raise ValueError(
+            f"a bare number ({value}) has no unit; write it with one, e.g. {EXAMPLES[dimension]}"
+        )
+
+    return BeforeValidator(parse)
+
+
+def _dumper(dimension: Dimension) -> PlainSerializer:
+    return PlainSerializer(lambda v: f"{v:.12g} {CANONICAL_UNIT[dimension]}", return_type=str)
+
+
+Bytes = Annotated[float, _parser("bytes"), _dumper("bytes")]
+BytesPerSecond = Annotated[float, _parser("bandwidth"), _dumper("bandwidth")]
+FlopsPerSecond = Annotated[float, _parser("flops"), _dumper("flops")]
+Seconds = Annotated[float, _parser("time"), _dumper("time")]
+Watts = Annotated[float, _parser("power"), _dumper("power")]

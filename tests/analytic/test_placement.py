@@ -1,0 +1,71 @@
+"""Capacity arithmetic of the memory plan, and placement that matches published deployments."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simulator.analytic.architecture import total_params
+from simulator.analytic.placement import MIN_KV_TOKENS, PlacementError
+from simulator.config.loading import Catalog
+from tests.conftest import deploy
+
+
+def test_kv_bytes_per_token_by_hand(h100_70b_tp4) -> None:  # noqa: ANN001
+    """Llama 3.1 70B, bf16 KV: 80 layers x 2 (K,V) x 8 heads x 128 dims x 2 B = 327,680 B."""
+    assert h100_70b_tp4.kv_bytes_per_token == 80 * 2 * 8 * 128 * 2
+
+
+def test_kv_budget_is_capacity_minus_weights(h100_70b_tp4) -> None:  # noqa: ANN001
+    """kv_budget = chips * capacity * usable - weights; max tokens = floor(budget / per token)."""
+    d = h100_70b_tp4
+    hbm = d.hardware.tier("hbm")
+    budget = 4 * hbm.capacity.value * hbm.usable_fraction.value - total_params(d.model) * 2
+    assert d.kv_budget_bytes == pytest.approx(budget, rel=1e-12)
+    assert d.max_kv_tokens == math.floor(budget / d.kv_bytes_per_token)
+
+
+def test_max_sequences_is_budget_over_sequence_kv_capped_by_batch(h100_70b_tp4) -> None:  # noqa: ANN001
+    d = h100_70b_tp4
+    for context in (128, 2_000, 20_000):
+        fit = math.floor(d.kv_budget_bytes / (d.kv_bytes_per_token * context))
+        assert d.max_sequences(context) == min(fit, d.hardware.execution.max_batch_size.value)
+
+
+def test_mla_latent_is_replicated_across_tensor_parallel_chips(catalog: Catalog) -> None:
+    d = deploy(catalog, "nvidia-h200", "deepseek-r1", chips=8)
+    assert d.kv_bytes_per_token == pytest.approx(61 * (512 + 64) * 1.0 * 8, rel=1e-12)
+
+
+def test_cerebras_needs_four_wafers_for_70b_bf16_as_published(catalog: Catalog) -> None:
+    d = deploy(catalog, "cerebras-cs3", "llama-3.1-70b")
+    assert d.chips == 4 and d.weights_tier.name == "sram" and d.pipeline_parallel == 4
+
+
+def test_groq_spreads_70b_over_hundreds_of_sram_chips(catalog: Catalog) -> None:
+    d = deploy(catalog, "groq-lpu", "llama-3.3-70b", weights="fp8")
+    assert 300 <= d.chips <= 700 and d.weights_tier.name == "sram"
+
+
+def test_sambanova_serves_from_hbm_and_keeps_ddr_for_resident_models(catalog: Catalog) -> None:
+    d = deploy(catalog, "sambanova-sn40l", "llama-3.1-70b")
+    assert d.weights_tier.name == "hbm" and d.chips == 16
+    assert [t.name for t in d.resident_tiers] == ["ddr"] and d.resident_models_capacity_bytes > 10e12
+
+
+@pytest.mark.parametrize(("hardware_id", "model_id"), [("groq-lpu", "llama-3.1-8b"), ("groq-lpu", "llama-3.3-70b"),
+                                                   ("cerebras-cs3", "llama-3.1-405b")])
+def test_automatic_placement_is_the_smallest_layout_that_fits(catalog: Catalog, hardware_id: str, model_id: str) -> None:
+    """Weights plus the KV floor fit, and one pipeline stage fewer (tp chips fewer) would not."""
+    d = deploy(catalog, hardware_id, model_id, weights="fp8")
+    tier = d.weights_tier
+    per_chip = tier.capacity.value * tier.usable_fraction.value
+    need = d.weight_bytes + MIN_KV_TOKENS * d.kv_bytes_per_token
+    assert d.chips * per_chip >= need
+    assert (d.chips - d.tensor_parallel) * per_chip < need
+
+
+def test_a_model_that_does_not_fit_says_how_many_chips_it_needs(catalog: Catalog) -> None:
+    with pytest.raises(PlacementError, match=r"needs at least \d+ chips"):
+        deploy(catalog, "nvidia-h100-sxm", "llama-3.1-405b", chips=2)

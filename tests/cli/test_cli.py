@@ -1,0 +1,106 @@
+"""The command line: JSON contracts, the validation targets, and bad input (exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.config.loading import bundled_dir
+
+ESTIMATE_KEYS = {"ttft_s", "itl_s", "per_user_output_tok_s", "aggregate_output_tok_s", "chips", "breakdown"}
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True, check=False)
+
+
+def test_estimate_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", "--hardware", "groq-lpu", "--model", "gpt-oss-120b", "--weights", "mxfp4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert ESTIMATE_KEYS <= out.keys()
+    assert out["per_user_output_tok_s"] == pytest.approx(1.0 / out["itl_s"], rel=1e-12)
+    assert sum(out["breakdown"].values()) > 0 and out["bottleneck"] in out["breakdown"]
+
+
+def test_estimate_text_names_the_bottleneck(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", "--hardware", "cerebras-cs3", "--model", "llama-3.1-70b"]) == 0
+    out = capsys.readouterr().out
+    assert "4 x cerebras-cs3" in out and "bottleneck:" in out and "sram" in out
+
+
+def test_validate_meets_the_error_targets_on_the_bundled_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """Median |error| <= 20 % and p90 <= 40 % on the rows consistent with the hardware."""
+    assert main(["validate", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rows"]) == 29 and all({"id", "predicted", "measured", "rel_error"} <= r.keys() for r in out["rows"])
+    unflagged = out["summary"]["unflagged"]
+    assert unflagged["median_abs_rel_error"] <= 0.20 and unflagged["p90_abs_rel_error"] <= 0.40
+    assert {f["id"] for f in out["summary"]["flagged"]} == {"M035", "M036", "M110"}
+
+
+def test_validate_lists_rows_it_cannot_predict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = tmp_path / "t.csv"
+    header = "id,hardware,chips,model,weights,spec_decoding,input_tokens,output_tokens,concurrency,metric,value\n"
+    table.write_text(header + "X1,tpu-v9,,llama-3.1-8b,bf16,none,,,1,per_user_output_tok_s,100\n")
+    assert main(["validate", str(table), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rows"][0]["predicted"] is None and "unknown hardware profile 'tpu-v9'" in out["rows"][0]["reason"]
+
+
+def test_demo_writes_a_complete_results_folder(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    assert main(["demo", "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["scenario.resolved.yaml", "speed_gap.json", "speed_gap.txt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def _profiles_copy(tmp_path: Path) -> Path:
+    target = tmp_path / "hw"
+    shutil.copytree(bundled_dir("hardware_profiles"), target)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("  layer_pipelined: false", "  layer_pipelined: false\n  turbo: true", "execution.turbo: unknown key"),
+        ("value: 3.35 TB/s", "value: 3.35", "memory.1.bandwidth.value"),
+        ("value: 80 GB,", "value: -80 GB,", "memory.1.capacity.value"),
+        ("value: 80 GB,", "value: 0 GB,", "greater than 0"),
+    ],
+)
+def test_bad_profile_names_the_file_and_field(tmp_path: Path, old: str, new: str, expected: str) -> None:
+    hw = _profiles_copy(tmp_path)
+    path = hw / "nvidia-h100-sxm.yaml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    result = run_cli("--hardware-dir", str(hw), "estimate", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b")
+    assert result.returncode == 2
+    assert str(path) in result.stderr and expected in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_unknown_profile_id_lists_the_known_ones() -> None:
+    result = run_cli("estimate", "--hardware", "nvidia-h900", "--model", "llama-3.1-8b")
+    assert result.returncode == 2 and "unknown hardware profile 'nvidia-h900'" in result.stderr
+    assert "nvidia-h100-sxm" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_model_that_does_not_fit_exits_2_with_the_chips_it_needs() -> None:
+    result = run_cli("estimate", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-405b", "--chips", "2")
+    assert result.returncode == 2 and "needs at least" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_malformed_measurement_row_names_file_and_line(tmp_path: Path) -> None:
+    table = tmp_path / "t.csv"
+    header = "id,hardware,chips,model,weights,spec_decoding,input_tokens,output_tokens,concurrency,metric,value\n"
+    table.write_text(header + "X1,groq-lpu,,llama-3.1-8b,fp8,none,,,1,tokens_per_minute,100\n")
+    result = run_cli("validate", str(table))
+    assert result.returncode == 2 and f"{table}:2: metric" in result.stderr and "Traceback" not in result.stderr

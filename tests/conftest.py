@@ -1,0 +1,35 @@
+"""Shared fixtures: the bundled catalog and named deployments."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from simulator.analytic.placement import Deployment, plan
+from simulator.config.deployment import DeploymentSpec
+from simulator.config.loading import Catalog
+
+settings.register_profile(
+    "ci", derandomize=True, max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("ci")
+
+
+@pytest.fixture(scope="session")
+def catalog() -> Catalog:
+    return Catalog()
+
+
+def deploy(catalog: Catalog, hardware: str, model: str, **fields: object) -> Deployment:
+    spec = DeploymentSpec(hardware=hardware, model=model, **fields)  # type: ignore[arg-type]
+    return plan(catalog.hardware(hardware), catalog.model(model), spec)
+
+
+@pytest.fixture(scope="session")
+def h100_70b_tp4(catalog: Catalog) -> Deployment:
+    return deploy(catalog, "nvidia-h100-sxm", "llama-3.1-70b", chips=4)
+
+
+@pytest.fixture(scope="session")
+def cs3_70b(catalog: Catalog) -> Deployment:
+    return deploy(catalog, "cerebras-cs3", "llama-3.1-70b")
