@@ -44,12 +44,19 @@ def _bounds_for(path: str) -> tuple[float, float]:
     return FITTABLE[key]
 
 
+def _child(node: object, key: str) -> object:
+    if isinstance(node, list):
+        return next((item for item in node if item.name == key), None)
+    if isinstance(node, dict):
+        return node.get(key)
+    return getattr(node, key, None)
+
+
 def get_sourced(profile: HardwareProfile, path: str) -> Sourced[float]:
+    """The sourced number at a dotted path (tiers by name, peaks by precision)."""
     node: object = profile
     for part in path.split("."):
-        node = (
-            next((t for t in node if t.name == part), None) if isinstance(node, list) else getattr(node, part, None)
-        )
+        node = _child(node, part)
         if node is None:
             raise CalibrationError(f"{profile.id}: {path!r} does not resolve (no {part!r})")
     if not isinstance(node, Sourced):
@@ -57,20 +64,28 @@ def get_sourced(profile: HardwareProfile, path: str) -> Sourced[float]:
     return node
 
 
+def _replaced(node: object, path: str, updates: dict[str, object]) -> object:
+    if not path:
+        assert isinstance(node, Sourced)
+        return node.model_copy(update=updates)
+    key, _, rest = path.partition(".")
+    if isinstance(node, list):
+        return [_replaced(item, rest, updates) if item.name == key else item for item in node]
+    if isinstance(node, dict):
+        return node | {key: _replaced(node[key], rest, updates)}
+    assert isinstance(node, Spec)
+    return node.model_copy(update={key: _replaced(getattr(node, key), rest, updates)})
+
+
 def with_value(spec: Spec, path: str, value: float, **sourced_updates: str) -> Spec:
     """A copy of ``spec`` with the sourced number at dotted ``path`` set to ``value``.
 
-    List items (memory tiers) are addressed by their ``name``.
+    Memory tiers are addressed by ``name`` (``memory.hbm.efficiency``), peaks by precision
+    (``compute.peak.bf16``).
     """
-    head, _, rest = path.partition(".")
-    child = getattr(spec, head)
-    if not rest:
-        return spec.model_copy(update={head: child.model_copy(update={"value": value, **sourced_updates})})
-    if isinstance(child, list):
-        name, _, deeper = rest.partition(".")
-        items = [with_value(item, deeper, value, **sourced_updates) if item.name == name else item for item in child]
-        return spec.model_copy(update={head: items})
-    return spec.model_copy(update={head: with_value(child, rest, value, **sourced_updates)})
+    result = _replaced(spec, path, {"value": value, **sourced_updates})
+    assert isinstance(result, Spec)
+    return result
 
 
 class _PatchedCatalog(Catalog):
@@ -111,12 +126,11 @@ def _fit_once(
         return _log_errors([predict_row(r, patched) for r in rows])
 
     solution = least_squares(residuals, x0 / scale, bounds=(lower / scale, upper / scale), method="trf")
-    return solution.x * scale
+    fitted: np.ndarray = solution.x * scale
+    return fitted
 
 
-def calibrate(
-    profile: HardwareProfile, paths: Sequence[str], rows: Sequence[MeasurementRow], catalog: Catalog
-) -> Fit:
+def calibrate(profile: HardwareProfile, paths: Sequence[str], rows: Sequence[MeasurementRow], catalog: Catalog) -> Fit:
     """Fit ``paths`` of ``profile`` to ``rows`` and cross-validate by leaving one row out."""
     rows = [r for r in rows if r.hardware == profile.id]
     if not rows:
@@ -126,7 +140,9 @@ def calibrate(
     provenance = f"fitted to rows {', '.join(r.id for r in rows)}"
     for path, value in zip(paths, x, strict=True):
         fitted = with_value(fitted, path, float(value), confidence="derived", source="fit", note=provenance)  # type: ignore[assignment]
-    fitted = fitted.model_copy(update={"sources": fitted.sources | {"fit": "infersim calibrate (scipy least squares on log error)"}})
+    fitted = fitted.model_copy(
+        update={"sources": fitted.sources | {"fit": "infersim calibrate (scipy least squares on log error)"}}
+    )
     loo: list[float] = []
     if len(rows) > len(paths):
         for i, held_out in enumerate(rows):

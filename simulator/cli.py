@@ -15,6 +15,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
@@ -170,8 +171,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    table = args.table or BUNDLED_TABLE
-    results = validate(read_table(table), _catalog(args))
+    results = validate(read_table(args.table or BUNDLED_TABLE), _catalog(args))
     summary = summarize(results)
     if args.json:
         rows = [
@@ -182,15 +182,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
         ]  # fmt: skip
         print(json.dumps({"rows": rows, "summary": summary}, indent=2))
         return 0
-    rows = []
+    table: list[list[object]] = []
     for r in results:
         conc = "max" if r.row.concurrency is None else r.row.concurrency
         pred = "-" if r.predicted is None else f"{r.predicted:.4g}"
         err = r.reason if r.rel_error is None else f"{r.rel_error:+.0%}"
-        rows.append([r.row.id, r.row.hardware, r.row.model, r.row.weights, conc, r.row.metric,
+        table.append([r.row.id, r.row.hardware, r.row.model, r.row.weights, conc, r.row.metric,
                      f"{r.row.value:.4g}", pred, err, r.bottleneck, "flagged" if r.flag else ""])  # fmt: skip
     headers = ["id", "hardware", "model", "w", "C", "metric", "measured", "predicted", "error", "bottleneck", ""]
-    print(format_table(headers, rows))
+    print(format_table(headers, table))
     for item in summary["flagged"]:  # type: ignore[attr-defined]
         print(f"  flagged {item['id']}: {item['flag']}")
     for item in summary["unpredicted"]:  # type: ignore[attr-defined]
@@ -207,8 +207,25 @@ def _stat_cells(stats: dict[str, float]) -> list[object]:
     return [stats["rows"], f"{stats['median_abs_rel_error']:.1%}", f"{stats['p90_abs_rel_error']:.1%}"]
 
 
-def speed_gap(catalog: Catalog) -> list[dict[str, object]]:
-    """Single-stream estimates of the demo models on every hardware profile (skipping misfits)."""
+@dataclass(frozen=True)
+class GapRow:
+    """One model on one hardware profile: alone and under load, or why it does not fit."""
+
+    model: str
+    hardware: str
+    single: Estimate | None = None
+    loaded: Estimate | None = None
+    error: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        if self.single is None or self.loaded is None:
+            return {"model": self.model, "hardware": self.hardware, "error": self.error}
+        return {"model": self.model, "hardware": self.hardware, "single_stream": estimate_dict(self.single),
+                "loaded": estimate_dict(self.loaded)}  # fmt: skip
+
+
+def speed_gap(catalog: Catalog) -> list[GapRow]:
+    """The demo models on every hardware profile, alone and with DEMO_LOADED_USERS users."""
     out = []
     for model_id, weights in DEMO_MODELS:
         for hardware_id in catalog.hardware_ids():
@@ -216,25 +233,23 @@ def speed_gap(catalog: Catalog) -> list[dict[str, object]]:
             try:
                 d = plan(catalog.hardware(hardware_id), catalog.model(model_id), spec)
             except PlacementError as exc:
-                out.append({"model": model_id, "hardware": hardware_id, "error": str(exc)})
+                out.append(GapRow(model_id, hardware_id, error=str(exc)))
                 continue
             single = estimate(d, DEMO_INPUT_TOKENS, DEMO_OUTPUT_TOKENS, 1)
             loaded = estimate(d, DEMO_INPUT_TOKENS, DEMO_OUTPUT_TOKENS, DEMO_LOADED_USERS)
-            out.append(estimate_dict(single) | {"model": model_id, "hardware": hardware_id,
-                                                "loaded": estimate_dict(loaded)})  # fmt: skip
+            out.append(GapRow(model_id, hardware_id, single, loaded))
     return out
 
 
-def speed_gap_text(rows: list[dict[str, object]]) -> str:
-    table = []
+def speed_gap_text(rows: Sequence[GapRow]) -> str:
+    table: list[list[object]] = []
     for r in rows:
-        if "error" in r:
-            table.append([r["model"], r["hardware"], "-", "-", "-", "-", "-", "does not fit"])
+        if r.single is None or r.loaded is None:
+            table.append([r.model, r.hardware, "-", "-", "-", "-", "-", "does not fit"])
             continue
-        loaded: dict[str, object] = r["loaded"]  # type: ignore[assignment]
-        table.append([r["model"], r["hardware"], r["chips"], f"{r['per_user_output_tok_s']:,.0f}",
-                      f"{r['ttft_s'] * 1e3:.0f}", f"{loaded['per_user_output_tok_s']:,.0f}",
-                      f"{loaded['aggregate_output_tok_s']:,.0f}", r["bottleneck"]])  # fmt: skip
+        table.append([r.model, r.hardware, r.single.deployment.chips, f"{r.single.per_user_output_tok_s:,.0f}",
+                      f"{r.single.ttft_s * 1e3:.0f}", f"{r.loaded.per_user_output_tok_s:,.0f}",
+                      f"{r.loaded.aggregate_output_tok_s:,.0f}", r.single.bottleneck])  # fmt: skip
     users = DEMO_LOADED_USERS
     headers = ["model", "hardware", "chips", "tok/s/user @1", "TTFT ms @1", f"tok/s/user @{users}",
                f"aggregate tok/s @{users}", "bottleneck @1"]  # fmt: skip
@@ -267,15 +282,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "concurrency": [1, DEMO_LOADED_USERS],
         "seed": None,
         "version": __version__,
-        "deployments": [r.get("deployment") for r in rows if "deployment" in r],
+        "deployments": [deployment_dict(r.single.deployment) for r in rows if r.single],
     }
     write_results(args.out, {
         "speed_gap.txt": text + "\n",
-        "speed_gap.json": json.dumps(rows, indent=2) + "\n",
+        "speed_gap.json": json.dumps([r.to_dict() for r in rows], indent=2) + "\n",
         "scenario.resolved.yaml": yaml.safe_dump(scenario, sort_keys=False),
     })  # fmt: skip
-    print(f"The speed gap: per-user output tok/s alone and with {DEMO_LOADED_USERS} users "
-          f"({DEMO_INPUT_TOKENS}-token prompts, {DEMO_OUTPUT_TOKENS}-token answers, smallest deployment that fits):\n")
+    print(
+        f"The speed gap: per-user output tok/s alone and with {DEMO_LOADED_USERS} users "
+        f"({DEMO_INPUT_TOKENS}-token prompts, {DEMO_OUTPUT_TOKENS}-token answers, smallest deployment that fits):\n"
+    )
     print(text)
     print(f"\nwrote {args.out}/speed_gap.txt, speed_gap.json, scenario.resolved.yaml")
     return 0

@@ -20,8 +20,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     lines = []
     for index, row in enumerate(cells):
         parts = [
-            cell.rjust(widths[i]) if numeric[i] and index > 0 else cell.ljust(widths[i])
-            for i, cell in enumerate(row)
+            cell.rjust(widths[i]) if numeric[i] and index > 0 else cell.ljust(widths[i]) for i, cell in enumerate(row)
         ]
         lines.append("  ".join(parts).rstrip())
         if index == 0:

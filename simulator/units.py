@@ -97,9 +97,7 @@ def parse_quantity(text: str, dimension: Dimension) -> float:
         raise ValueError(f"expected a number with a unit, e.g. {EXAMPLES[dimension]}; got {text!r}")
     scale = _unit_scale(match["unit"], dimension)
     if scale is None:
-        raise ValueError(
-            f"unit {match['unit']!r} is not a {dimension} unit; expected e.g. {EXAMPLES[dimension]}"
-        )
+        raise ValueError(f"unit {match['unit']!r} is not a {dimension} unit; expected e.g. {EXAMPLES[dimension]}")
     return float(Decimal(match["num"]) * Decimal(repr(scale)))  # exact decimal scaling
 
 
@@ -109,9 +107,7 @@ def _parser(dimension: Dimension) -> BeforeValidator:
             return parse_quantity(value, dimension)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"expected a string with a unit, e.g. {EXAMPLES[dimension]}")
-        raise ValueError(
-            f"a bare number ({value}) has no unit; write it with one, e.g. {EXAMPLES[dimension]}"
-        )
+        raise ValueError(f"a bare number ({value}) has no unit; write it with one, e.g. {EXAMPLES[dimension]}")
 
     return BeforeValidator(parse)
 

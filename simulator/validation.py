@@ -127,8 +127,7 @@ def read_table(path: Path) -> list[MeasurementRow]:
                     weights=raw["weights"],  # type: ignore[arg-type]
                     spec_decoding=raw["spec_decoding"],
                     input_tokens=_int_or_none(raw["input_tokens"], "input_tokens", where) or DEFAULT_INPUT_TOKENS,
-                    output_tokens=_int_or_none(raw["output_tokens"], "output_tokens", where)
-                    or DEFAULT_OUTPUT_TOKENS,
+                    output_tokens=_int_or_none(raw["output_tokens"], "output_tokens", where) or DEFAULT_OUTPUT_TOKENS,
                     concurrency=None if conc == "max" else _int_or_none(conc, "concurrency", where),
                     metric=raw["metric"],
                     value=value,
@@ -158,6 +157,7 @@ def _ceiling_flag(row: MeasurementRow, deployment: Deployment) -> str:
 
 def consistency_flags(rows: Sequence[MeasurementRow]) -> dict[str, str]:
     """Aggregate rows above ``C / ITL`` of a matching ITL row, by row id."""
+
     def key(r: MeasurementRow) -> tuple[object, ...]:
         return (r.hardware, r.model, r.chips, r.weights, r.input_tokens, r.output_tokens, r.concurrency)
 

@@ -109,11 +109,7 @@ def active_params(model: ModelSpec) -> float:
     """Parameters one token multiplies by: attention, dense FFNs, k + shared experts, LM head."""
     s = layer_shapes(model)
     moe = model.moe
-    per_moe_layer = (
-        (moe.experts_per_token + moe.num_shared_experts) * s.expert_params + s.router_params
-        if moe
-        else 0.0
-    )
+    per_moe_layer = (moe.experts_per_token + moe.num_shared_experts) * s.expert_params + s.router_params if moe else 0.0
     moe_layers = moe.num_moe_layers if moe else 0
     return (
         model.num_layers * s.attention_params

@@ -158,9 +158,7 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec) -> D
     kv: Precision = spec.kv_cache or default_kv_precision(weights, spec.activations)
     bytes_per_weight = BYTES_PER_ELEMENT[weights]
     weight_bytes = total_params(model) * bytes_per_weight
-    kv_per_token_unreplicated = (
-        layer_shapes(model).kv_elements_per_token * model.num_layers * BYTES_PER_ELEMENT[kv]
-    )
+    kv_per_token_unreplicated = layer_shapes(model).kv_elements_per_token * model.num_layers * BYTES_PER_ELEMENT[kv]
     kv_floor = kv_per_token_unreplicated * MIN_KV_TOKENS
     domain = hardware.interconnect.domain_chips.value
     max_chips = domain * MAX_DOMAINS
@@ -190,9 +188,7 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec) -> D
         tp = spec.tensor_parallel or max(1, chips // (spec.pipeline_parallel or 1))
         pp = spec.pipeline_parallel or max(1, chips // tp)
         if tp * pp != chips:
-            raise PlacementError(
-                f"tensor_parallel {tp} x pipeline_parallel {pp} = {tp * pp} != chips {chips}"
-            )
+            raise PlacementError(f"tensor_parallel {tp} x pipeline_parallel {pp} = {tp * pp} != chips {chips}")
     else:
         tp, pp = _auto_layout(hardware, model, chips, tier, bytes_per_weight)
         chips = tp * pp

@@ -30,3 +30,12 @@ class Sourced(Spec, Generic[T]):
     source: str = Field(description="key into the profile's `sources` map")
     confidence: Confidence
     note: str = ""
+
+
+class Profile(Spec):
+    """A bundled profile, found by ``id`` (its file name without ``.yaml``)."""
+
+    schema_version: Literal[1] = 1
+    id: str
+    name: str
+    sources: dict[str, str] = Field(description="source key -> citation (URL, paper, fit)")

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from simulator.config.base import Precision, Sourced, Spec
+from simulator.config.base import Precision, Profile, Sourced, Spec
 from simulator.units import Bytes, BytesPerSecond, FlopsPerSecond, Seconds, Watts
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
@@ -60,8 +60,7 @@ class FabricSpec(Spec):
     """On-chip 2D mesh of a spatial architecture (wafer-scale): where traversal time is set."""
 
     hop_latency: Sourced[NonNegativeSeconds] = Field(
-        description="time per core-to-core hop on the on-chip mesh, including the compute "
-        "pipelined behind it"
+        description="time per core-to-core hop on the on-chip mesh, including the compute pipelined behind it"
     )
 
 
@@ -104,16 +103,12 @@ class PriceSpec(Spec):
         return self
 
 
-class HardwareProfile(Spec):
+class HardwareProfile(Profile):
     """A chip and the system it is sold or rented in."""
 
-    schema_version: Literal[1] = 1
-    id: str
-    name: str
     family: Literal["gpu", "wafer-scale", "lpu", "dataflow", "other"] = Field(
         description="descriptive only: the physics never branches on it"
     )
-    sources: dict[str, str] = Field(description="source key -> citation (URL, paper, fit)")
     compute: ComputeSpec
     memory: list[MemoryTier] = Field(min_length=1, description="ordered fastest -> largest")
     interconnect: InterconnectSpec

@@ -12,10 +12,12 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from simulator.config.base import Profile
 from simulator.config.hardware import HardwareProfile
 from simulator.config.model import ModelSpec
 
 M = TypeVar("M", bound=BaseModel)
+P = TypeVar("P", bound=Profile)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
@@ -92,20 +94,16 @@ class Catalog:
 
     def model(self, profile_id: str) -> ModelSpec:
         if profile_id not in self._models:
-            self._models[profile_id] = self._load(
-                ModelSpec, self.model_dir, profile_id, self.model_ids(), "model"
-            )
+            self._models[profile_id] = self._load(ModelSpec, self.model_dir, profile_id, self.model_ids(), "model")
         return self._models[profile_id]
 
     @staticmethod
-    def _load(model: type[M], directory: Path, profile_id: str, known: list[str], kind: str) -> M:
+    def _load(model: type[P], directory: Path, profile_id: str, known: list[str], kind: str) -> P:
         path = directory / f"{profile_id}.yaml"
         if not path.is_file():
-            raise ConfigError(
-                f"unknown {kind} profile {profile_id!r}; known: {', '.join(known)} (in {directory})"
-            )
+            raise ConfigError(f"unknown {kind} profile {profile_id!r}; known: {', '.join(known)} (in {directory})")
         loaded = load_file(model, path)
-        loaded_id = getattr(loaded, "id")
+        loaded_id = loaded.id
         if loaded_id != profile_id:
             raise ConfigError(f"{path}: id: is {loaded_id!r} but the file name says {profile_id!r}")
         return loaded

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from simulator.config.base import Precision, Sourced, Spec
+from simulator.config.base import Precision, Profile, Sourced, Spec
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -68,12 +68,8 @@ class PublishedSize(Spec):
     params_active: Sourced[Annotated[float, Field(gt=0)]] = Field(description="per token")
 
 
-class ModelSpec(Spec):
-    schema_version: Literal[1] = 1
-    id: str
-    name: str
+class ModelSpec(Profile):
     hf_repo: str | None = None
-    sources: dict[str, str]
     num_layers: PositiveInt
     hidden_size: PositiveInt
     intermediate_size: PositiveInt | None = Field(

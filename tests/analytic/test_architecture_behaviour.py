@@ -34,6 +34,7 @@ def test_the_article_speed_gap_on_gpt_oss_120b(catalog: Catalog) -> None:
     Single-stream, one H100 streams gpt-oss-120b's ~5B active parameters fast; at 16 users each
     decode step reads most of the 128 experts, while SRAM pipelines keep their per-user speed.
     """
+
     def speed(hw: str, users: int) -> float:
         d = deploy(catalog, hw, "gpt-oss-120b", weights="mxfp4")
         return estimate(d, INPUT, OUTPUT, users).per_user_output_tok_s
@@ -59,8 +60,8 @@ def test_speculative_tokens_per_step_law() -> None:
 
 def test_speculative_decoding_speeds_a_memory_bound_gpu(catalog: Catalog) -> None:
     plain = deploy(catalog, "nvidia-h100-sxm", "llama-3.1-70b", chips=4)
-    spec = deploy(catalog, "nvidia-h100-sxm", "llama-3.1-70b", chips=4,
-                  speculative=SpeculativeSpec(tokens_proposed=4, acceptance_rate=0.7, draft_step_fraction=0.1))  # fmt: skip
+    draft = SpeculativeSpec(tokens_proposed=4, acceptance_rate=0.7, draft_step_fraction=0.1)
+    spec = deploy(catalog, "nvidia-h100-sxm", "llama-3.1-70b", chips=4, speculative=draft)
     base, fast = estimate(plain, INPUT, OUTPUT, 1), estimate(spec, INPUT, OUTPUT, 1)
     tau = speculative_tokens_per_step(4, 0.7)
     # a verify pass of 5 tokens costs about one decode pass when memory-bound

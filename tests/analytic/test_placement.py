@@ -12,12 +12,12 @@ from simulator.config.loading import Catalog
 from tests.conftest import deploy
 
 
-def test_kv_bytes_per_token_by_hand(h100_70b_tp4) -> None:  # noqa: ANN001
+def test_kv_bytes_per_token_by_hand(h100_70b_tp4) -> None:
     """Llama 3.1 70B, bf16 KV: 80 layers x 2 (K,V) x 8 heads x 128 dims x 2 B = 327,680 B."""
     assert h100_70b_tp4.kv_bytes_per_token == 80 * 2 * 8 * 128 * 2
 
 
-def test_kv_budget_is_capacity_minus_weights(h100_70b_tp4) -> None:  # noqa: ANN001
+def test_kv_budget_is_capacity_minus_weights(h100_70b_tp4) -> None:
     """kv_budget = chips * capacity * usable - weights; max tokens = floor(budget / per token)."""
     d = h100_70b_tp4
     hbm = d.hardware.tier("hbm")
@@ -26,7 +26,7 @@ def test_kv_budget_is_capacity_minus_weights(h100_70b_tp4) -> None:  # noqa: ANN
     assert d.max_kv_tokens == math.floor(budget / d.kv_bytes_per_token)
 
 
-def test_max_sequences_is_budget_over_sequence_kv_capped_by_batch(h100_70b_tp4) -> None:  # noqa: ANN001
+def test_max_sequences_is_budget_over_sequence_kv_capped_by_batch(h100_70b_tp4) -> None:
     d = h100_70b_tp4
     for context in (128, 2_000, 20_000):
         fit = math.floor(d.kv_budget_bytes / (d.kv_bytes_per_token * context))
@@ -54,9 +54,13 @@ def test_sambanova_serves_from_hbm_and_keeps_ddr_for_resident_models(catalog: Ca
     assert [t.name for t in d.resident_tiers] == ["ddr"] and d.resident_models_capacity_bytes > 10e12
 
 
-@pytest.mark.parametrize(("hardware_id", "model_id"), [("groq-lpu", "llama-3.1-8b"), ("groq-lpu", "llama-3.3-70b"),
-                                                   ("cerebras-cs3", "llama-3.1-405b")])
-def test_automatic_placement_is_the_smallest_layout_that_fits(catalog: Catalog, hardware_id: str, model_id: str) -> None:
+@pytest.mark.parametrize(
+    ("hardware_id", "model_id"),
+    [("groq-lpu", "llama-3.1-8b"), ("groq-lpu", "llama-3.3-70b"), ("cerebras-cs3", "llama-3.1-405b")],
+)
+def test_automatic_placement_is_the_smallest_layout_that_fits(
+    catalog: Catalog, hardware_id: str, model_id: str
+) -> None:
     """Weights plus the KV floor fit, and one pipeline stage fewer (tp chips fewer) would not."""
     d = deploy(catalog, hardware_id, model_id, weights="fp8")
     tier = d.weights_tier

@@ -18,7 +18,9 @@ MODELS = ("llama-3.1-8b", "gpt-oss-120b", "mixtral-8x7b")
 @pytest.mark.parametrize("hardware_id", HARDWARE)
 @pytest.mark.parametrize("model_id", MODELS)
 @pytest.mark.parametrize("batch", [1, 8, 64])
-def test_pass_time_is_at_least_both_roofline_bounds(catalog: Catalog, hardware_id: str, model_id: str, batch: int) -> None:
+def test_pass_time_is_at_least_both_roofline_bounds(
+    catalog: Catalog, hardware_id: str, model_id: str, batch: int
+) -> None:
     """t_pass >= active bytes / (tp bw eff) and t_pass >= 2 P_active B / (tp peak eff)."""
     d = deploy(catalog, hardware_id, model_id)
     step = StepCostModel(d).pass_time(np.ones(batch), np.full(batch, 512.0))
@@ -29,7 +31,9 @@ def test_pass_time_is_at_least_both_roofline_bounds(catalog: Catalog, hardware_i
 
 @pytest.mark.parametrize("hardware_id", HARDWARE)
 @pytest.mark.parametrize("model_id", MODELS)
-def test_single_stream_speed_never_exceeds_the_bandwidth_ceiling(catalog: Catalog, hardware_id: str, model_id: str) -> None:
+def test_single_stream_speed_never_exceeds_the_bandwidth_ceiling(
+    catalog: Catalog, hardware_id: str, model_id: str
+) -> None:
     """Batch-1 tok/s <= chips * peak bandwidth / active weight bytes."""
     d = deploy(catalog, hardware_id, model_id)
     assert estimate(d, 1000, 1000, 1).per_user_output_tok_s <= deployment_ceiling_tok_s(d)
@@ -42,7 +46,7 @@ def test_h100_ridge_point_is_about_295_flop_per_byte(catalog: Catalog) -> None:
     )
 
 
-def test_decode_turns_compute_bound_past_the_ridge_point(h100_70b_tp4) -> None:  # noqa: ANN001
+def test_decode_turns_compute_bound_past_the_ridge_point(h100_70b_tp4) -> None:
     """At batch 1 the weight stream dominates; at batches far past B* the matmuls do."""
     cost = StepCostModel(h100_70b_tp4)
     assert cost.pass_time([1.0], [0.0]).bottleneck == "weights_memory"
@@ -50,7 +54,7 @@ def test_decode_turns_compute_bound_past_the_ridge_point(h100_70b_tp4) -> None: 
     assert cost.pass_time(np.ones(big), np.zeros(big)).bottleneck == "compute"
 
 
-def test_longer_context_lowers_arithmetic_intensity(h100_70b_tp4) -> None:  # noqa: ANN001
+def test_longer_context_lowers_arithmetic_intensity(h100_70b_tp4) -> None:
     """More KV bytes per FLOP: the KV share of the pass grows monotonically with context."""
     cost = StepCostModel(h100_70b_tp4)
     shares = []

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -9,8 +12,7 @@ from hypothesis import strategies as st
 
 from simulator.analytic.placement import Deployment
 from simulator.analytic.step_time import StepCostModel
-from simulator.calibration import with_value
-from simulator.config.hardware import HardwareProfile
+from simulator.calibration import get_sourced, with_value
 from simulator.config.loading import Catalog
 from tests.conftest import deploy
 
@@ -20,35 +22,31 @@ BASE = {
     "wafer": deploy(CATALOG, "cerebras-cs3", "gpt-oss-120b", weights="mxfp4"),
     "lpu": deploy(CATALOG, "groq-lpu", "llama-3.1-8b", weights="fp8"),
 }
-RATES = ["interconnect.bandwidth", "compute.peak.{p}"]
-LATENCIES = ["interconnect.latency", "execution.layer_latency", "execution.step_overhead"]
 
 
 def _scaled(d: Deployment, rate_factor: float, latency_factor: float) -> Deployment:
-    hw: HardwareProfile = d.hardware
-    for tier in hw.memory:
-        hw = with_value(hw, f"memory.{tier.name}.bandwidth", tier.bandwidth.value * rate_factor)  # type: ignore[assignment]
-    for precision, peak in hw.compute.peak.items():
-        hw = hw.model_copy(update={"compute": hw.compute.model_copy(update={
-            "peak": hw.compute.peak | {precision: peak.model_copy(update={"value": peak.value * rate_factor})}})})  # fmt: skip
-    hw = with_value(hw, "interconnect.bandwidth", hw.interconnect.bandwidth.value * rate_factor)  # type: ignore[assignment]
-    for path in LATENCIES:
-        head, field = path.split(".")
-        hw = with_value(hw, path, getattr(getattr(hw, head), field).value * latency_factor)  # type: ignore[assignment]
+    """The deployment on hardware whose bandwidths and FLOP/s are x rate, latencies x latency."""
+    hw = d.hardware
+    rates = [f"memory.{t.name}.bandwidth" for t in hw.memory] + [f"compute.peak.{p}" for p in hw.compute.peak]
+    rates.append("interconnect.bandwidth")
+    latencies = ["interconnect.latency", "execution.layer_latency", "execution.step_overhead"]
     if hw.fabric is not None:
-        hw = with_value(hw, "fabric.hop_latency", hw.fabric.hop_latency.value * latency_factor)  # type: ignore[assignment]
+        latencies.append("fabric.hop_latency")
+    for paths, factor in ((rates, rate_factor), (latencies, latency_factor)):
+        for path in paths:
+            hw = with_value(hw, path, get_sourced(hw, path).value * factor)  # type: ignore[assignment]
     tier = next(t for t in hw.memory if t.name == d.weights_tier.name)
-    return Deployment(**{**d.__dict__, "hardware": hw, "weights_tier": tier})
+    return dataclasses.replace(d, hardware=hw, weights_tier=tier)
 
 
-batches = st.lists(
-    st.tuples(st.integers(1, 2048), st.integers(0, 32_000)), min_size=1, max_size=12
-).map(lambda pairs: (np.array([q for q, _ in pairs], float), np.array([c for _, c in pairs], float)))
+batches = st.lists(st.tuples(st.integers(1, 2048), st.integers(0, 32_000)), min_size=1, max_size=12).map(
+    lambda pairs: (np.array([q for q, _ in pairs], float), np.array([c for _, c in pairs], float))
+)
 
 
 @pytest.mark.parametrize("kind", BASE)
 @given(batch=batches, k=st.floats(0.25, 8.0))
-def test_scaling_rates_by_k_and_latencies_by_1_over_k_scales_time_by_1_over_k(kind: str, batch, k: float) -> None:  # noqa: ANN001
+def test_scaling_rates_by_k_and_latencies_by_1_over_k_scales_time_by_1_over_k(kind: str, batch, k: float) -> None:
     """Every term is bytes/bandwidth, FLOPs/peak or a latency: t(k*rates, lat/k) = t/k exactly."""
     q, c = batch
     base = StepCostModel(BASE[kind]).pass_time(q, c).total_s
@@ -58,7 +56,7 @@ def test_scaling_rates_by_k_and_latencies_by_1_over_k_scales_time_by_1_over_k(ki
 
 @pytest.mark.parametrize("kind", BASE)
 @given(batch=batches, k=st.floats(1.0, 8.0))
-def test_more_bandwidth_and_flops_never_slow_a_step(kind: str, batch, k: float) -> None:  # noqa: ANN001
+def test_more_bandwidth_and_flops_never_slow_a_step(kind: str, batch, k: float) -> None:
     q, c = batch
     base = StepCostModel(BASE[kind]).pass_time(q, c).total_s
     assert StepCostModel(_scaled(BASE[kind], k, 1.0)).pass_time(q, c).total_s <= base * (1 + 1e-12)
@@ -66,7 +64,9 @@ def test_more_bandwidth_and_flops_never_slow_a_step(kind: str, batch, k: float) 
 
 @pytest.mark.parametrize("kind", BASE)
 @given(batch=batches, extra_tokens=st.integers(1, 512), extra_context=st.integers(1, 8192))
-def test_step_time_is_non_decreasing_in_batch_and_context(kind: str, batch, extra_tokens: int, extra_context: int) -> None:  # noqa: ANN001
+def test_step_time_is_non_decreasing_in_batch_and_context(
+    kind: str, batch, extra_tokens: int, extra_context: int
+) -> None:
     q, c = batch
     cost = StepCostModel(BASE[kind])
     base = cost.pass_time(q, c).total_s
@@ -80,7 +80,7 @@ def test_gpu_decode_throughput_is_non_decreasing_in_batch(context: int) -> None:
     cost = StepCostModel(BASE["gpu"])
     batch_sizes = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
     throughput = [b / cost.cycle_time(int(b), float(context))[0] for b in batch_sizes]
-    assert all(a <= b * (1 + 1e-12) for a, b in zip(throughput, throughput[1:], strict=False))
+    assert all(a <= b * (1 + 1e-12) for a, b in itertools.pairwise(throughput))
 
 
 def test_components_add_up_to_the_total() -> None:

@@ -23,7 +23,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_estimate_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", "--hardware", "groq-lpu", "--model", "gpt-oss-120b", "--weights", "mxfp4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert ESTIMATE_KEYS <= out.keys()
+    assert out.keys() >= ESTIMATE_KEYS
     assert out["per_user_output_tok_s"] == pytest.approx(1.0 / out["itl_s"], rel=1e-12)
     assert sum(out["breakdown"].values()) > 0 and out["bottleneck"] in out["breakdown"]
 
