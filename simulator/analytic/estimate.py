@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.analytic.placement import Deployment
-from simulator.analytic.step_time import StepCostModel, StepTime
+from simulator.analytic.step_time import BatchAggregates, StepCostModel, StepTime
 
 _WHY = {
     "weights_memory": "memory-bound: every step streams the weights from {tier}",
@@ -104,40 +104,32 @@ def _prefill_s(cost: StepCostModel, input_tokens: int, riding_decodes: int, cont
 def estimate(deployment: Deployment, input_tokens: int, output_tokens: int, concurrency: int = 1) -> Estimate:
     """TTFT, ITL and throughputs of ``deployment`` at ``concurrency`` (closed loop)."""
     cost = StepCostModel(deployment)
+    window = deployment.model.attention.sliding_window
     users = max(1, concurrency)
     context = input_tokens + output_tokens / 2.0
-    stages = cost.pipeline_stages
-    micro_batches = max(1, min(users, stages))
-    riding = math.ceil((users - 1) / micro_batches) if users > 1 else 0
+    micro_batches = max(1, min(users, cost.pipeline_stages))
+    riding = math.ceil((users - 1) / micro_batches)
     prefill_s = _prefill_s(cost, input_tokens, riding, context)
 
     spec = deployment.speculative
-    new_tokens = spec.tokens_proposed + 1 if spec else 1
-    cycle_s, step = cost.cycle_time(users, context, new_tokens)
-    if users > 1 and output_tokens > 0:
-        interfering = (users - 1) * input_tokens / output_tokens / micro_batches
-        m = math.ceil(users / micro_batches)
-        mixed = cost.pass_time(
-            np.concatenate([np.full(m, float(new_tokens)), [interfering]]),
-            np.concatenate([np.full(m, context), [input_tokens / 2.0]]),
-        )
-        cycle_s *= mixed.total_s / step.total_s
-        step = mixed
+    new_tokens = np.full(users, spec.tokens_proposed + 1.0 if spec else 1.0)
+    cached = np.full(users, context)
+    interfering = (users - 1) * input_tokens / output_tokens if output_tokens else 0.0
+    if interfering:
+        new_tokens, cached = np.append(new_tokens, interfering), np.append(cached, input_tokens / 2.0)
+    step = cost.iteration_times(BatchAggregates.of(new_tokens, cached, window)).step()
     tokens_per_step = 1.0
     if spec:
-        draft_cycle, draft = cost.cycle_time(users, context, 1.0)
-        draft_s = spec.tokens_proposed * spec.draft_step_fraction * draft_cycle
+        _, draft = cost.cycle_time(users, context, 1.0)
         step = step.plus(draft.scaled(spec.tokens_proposed * spec.draft_step_fraction))
-        cycle_s += draft_s
         tokens_per_step = speculative_tokens_per_step(spec.tokens_proposed, spec.acceptance_rate)
-    itl_s = cycle_s / tokens_per_step
     return Estimate(
         deployment=deployment,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         concurrency=users,
         ttft_s=prefill_s,
-        itl_s=itl_s,
+        itl_s=step.total_s / tokens_per_step,
         decode_step=step,
         prefill_s=prefill_s,
     )

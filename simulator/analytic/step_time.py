@@ -80,18 +80,86 @@ class StepTime:
         return StepTime({k: self.components_s.get(k, 0.0) + other.components_s.get(k, 0.0) for k in keys})
 
 
-@dataclass
-class _Accumulator:
-    parts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COMPONENTS, 0.0))
+@dataclass(frozen=True)
+class BatchAggregates:
+    """Sufficient statistics of batches for the step-time model: arrays, one entry per pass.
 
-    def roofline(self, count: float, weight_s: float, kv_s: float, compute_s: float) -> None:
-        """Add ``count`` operators, each bound by the larger of its memory and compute time."""
-        memory_s = weight_s + kv_s
-        if memory_s >= compute_s and memory_s > 0:
-            self.parts["weights_memory"] += count * weight_s
-            self.parts["kv_memory"] += count * kv_s
-        else:
-            self.parts["compute"] += count * compute_s
+    With ``q`` new and ``c`` cached tokens per sequence and window ``W``:
+    ``tokens = sum q``; ``held_full = sum (c + q)``; ``held_window = sum min(c + q, W)``;
+    ``pairs_full = sum q (c + (q + 1) / 2)`` (causal query-key pairs);
+    ``pairs_window = sum q min(c + (q + 1) / 2, W)``.
+    """
+
+    tokens: FloatArray
+    sequences: FloatArray
+    held_full: FloatArray
+    held_window: FloatArray
+    pairs_full: FloatArray
+    pairs_window: FloatArray
+
+    @classmethod
+    def of(cls, new_tokens: npt.ArrayLike, context_tokens: npt.ArrayLike, window: int | None) -> BatchAggregates:
+        """Aggregates of one batch given per-sequence new and cached tokens."""
+        q = np.asarray(new_tokens, dtype=np.float64)
+        c = np.asarray(context_tokens, dtype=np.float64)
+        causal = c + (q + 1.0) / 2.0
+        w = np.inf if window is None else float(window)
+        return cls(
+            tokens=np.array([q.sum()]),
+            sequences=np.array([float(q.size)]),
+            held_full=np.array([(c + q).sum()]),
+            held_window=np.array([np.minimum(c + q, w).sum()]),
+            pairs_full=np.array([(q * causal).sum()]),
+            pairs_window=np.array([(q * np.minimum(causal, w)).sum()]),
+        )
+
+    def scaled(self, factor: FloatArray | float) -> BatchAggregates:
+        """Every statistic times ``factor`` (one micro-batch of an evenly split batch)."""
+        return BatchAggregates(*(getattr(self, f) * factor for f in self.__dataclass_fields__))
+
+
+@dataclass
+class PassTimes:
+    """Per-pass seconds by component, and the FLOPs and bytes all chips did (arrays)."""
+
+    components_s: dict[str, FloatArray]
+    flops: FloatArray
+    bytes_moved: FloatArray
+
+    @property
+    def total_s(self) -> FloatArray:
+        return np.sum(list(self.components_s.values()), axis=0)
+
+    def step(self, index: int = 0) -> StepTime:
+        return StepTime({k: float(v[index]) for k, v in self.components_s.items()})
+
+
+class _Accumulator:
+    def __init__(self, size: int, chips_per_op: int) -> None:
+        self.parts = {k: np.zeros(size) for k in COMPONENTS}
+        self.flops = np.zeros(size)
+        self.bytes_moved = np.zeros(size)
+        self.chips_per_op = chips_per_op
+
+    def roofline(
+        self,
+        count: float,
+        weight_bytes: FloatArray | float,
+        kv_bytes: FloatArray | float,
+        flops: FloatArray | float,
+        bandwidth: float,
+        flop_rate: float,
+    ) -> None:
+        """Add ``count`` operators (per-chip bytes and FLOPs), each at its own roofline."""
+        weight_s = np.asarray(weight_bytes) / bandwidth
+        kv_s = np.asarray(kv_bytes) / bandwidth
+        compute_s = np.asarray(flops) / flop_rate
+        memory_bound = weight_s + kv_s >= compute_s
+        self.parts["weights_memory"] += count * np.where(memory_bound, weight_s, 0.0)
+        self.parts["kv_memory"] += count * np.where(memory_bound, kv_s, 0.0)
+        self.parts["compute"] += count * np.where(memory_bound, 0.0, compute_s)
+        self.flops += count * self.chips_per_op * np.asarray(flops)
+        self.bytes_moved += count * self.chips_per_op * (np.asarray(weight_bytes) + np.asarray(kv_bytes))
 
 
 class StepCostModel:
@@ -148,20 +216,67 @@ class StepCostModel:
 
         return traversal(s.dense_ffn_params), traversal(active_expert_params)
 
-    def _allreduce_s(self, tokens: float, tp: int) -> float:
+    def _allreduce_s(self, tokens: FloatArray, tp: int) -> FloatArray:
         if tp == 1:
-            return 0.0
+            return np.zeros_like(tokens)
         msg = tokens * self.deployment.model.hidden_size * self.act_bytes
         return 2 * math.ceil(math.log2(tp)) * self.alpha + 2 * (tp - 1) / tp * msg / self.link_bw
 
-    def _alltoall_s(self, tokens: float, ep: int) -> float:
-        if ep == 1:
-            return 0.0
+    def _alltoall_s(self, tokens: FloatArray, ep: int) -> FloatArray:
         k = self.deployment.model.moe.experts_per_token  # type: ignore[union-attr]
         msg = tokens * k * self.deployment.model.hidden_size * self.act_bytes
         return math.ceil(math.log2(ep)) * self.alpha + (ep - 1) / ep * msg / self.link_bw
 
     # -- public API ----------------------------------------------------------------------------
+    def pass_times(self, batch: BatchAggregates) -> PassTimes:
+        """Seconds of one pass through every layer, for each entry of ``batch`` (vectorised)."""
+        d, model, s = self.deployment, self.deployment.model, self.shapes
+        tp, ep, pp = d.tensor_parallel, d.expert_parallel, d.pipeline_parallel
+        layers = model.num_layers
+        tokens = batch.tokens
+        acc = _Accumulator(tokens.size, tp)
+        bw, mm, at = self.bandwidth, self.matmul_flops, self.attention_flops
+
+        # attention projections
+        acc.roofline(layers, self.attn_weight_bytes, 0.0, FLOPS_PER_MAC * tokens * s.attention_params / tp, bw, mm)
+        # attention core: read the cached KV (window-capped) and write the new KV
+        flops_per_pair = FLOPS_PER_MAC * s.num_heads * (s.attention_score_dim + s.attention_value_dim) / tp
+        full_layers = layers - self.window_layers
+        for count, held, pairs in (
+            (full_layers, batch.held_full, batch.pairs_full),
+            (self.window_layers, batch.held_window, batch.pairs_window),
+        ):
+            if count:
+                kv_bytes = (held + tokens) * self.kv_bytes_per_token_layer
+                acc.roofline(count, 0.0, kv_bytes, flops_per_pair * pairs, bw, at)
+        # FFN: dense layers, then MoE layers with the experts this batch is expected to touch
+        dense_layers = layers - self.moe_layers
+        if dense_layers:
+            flops = FLOPS_PER_MAC * tokens * s.dense_ffn_params / tp
+            acc.roofline(dense_layers, self.dense_weight_bytes, 0.0, flops, bw, mm)
+        if self.moe_layers:
+            moe = model.moe
+            assert moe is not None
+            touched = expected_distinct_experts(moe.num_routed_experts, moe.experts_per_token, tokens)
+            active = moe.experts_per_token + moe.num_shared_experts
+            weight_bytes = (touched + moe.num_shared_experts) * self.expert_weight_bytes
+            flops = FLOPS_PER_MAC * tokens * (active * s.expert_params + s.router_params) / tp
+            acc.roofline(self.moe_layers, weight_bytes, 0.0, flops, bw, mm)
+        # LM head: one row of logits per sequence in the batch
+        acc.roofline(1, self.lm_head_bytes, 0.0, FLOPS_PER_MAC * batch.sequences * s.lm_head_params / tp, bw, mm)
+
+        parts = acc.parts
+        allreduce = self._allreduce_s(tokens, tp)
+        moe_comm = 2 * self._alltoall_s(tokens, ep) if ep > 1 else allreduce
+        parts["communication"] = (layers + dense_layers) * allreduce + self.moe_layers * moe_comm
+        msg = tokens * model.hidden_size * self.act_bytes
+        parts["pipeline_hops"] = (pp - 1) * (self.alpha + msg / self.link_bw)
+        dense_fabric, moe_fabric = self.fabric_per_layer_s
+        parts["fabric"] = np.full(tokens.size, dense_layers * dense_fabric + self.moe_layers * moe_fabric)
+        fixed = layers * d.hardware.execution.layer_latency.value + d.hardware.execution.step_overhead.value
+        parts["fixed_latency"] = np.full(tokens.size, fixed)
+        return PassTimes(parts, acc.flops, acc.bytes_moved)
+
     def pass_time(self, new_tokens: npt.ArrayLike, context_tokens: npt.ArrayLike) -> StepTime:
         """One pass of a batch through every layer: the latency one micro-batch sees.
 
@@ -172,76 +287,25 @@ class StepCostModel:
         context_tokens
             Tokens already in each sequence's KV cache, shape (B,).
         """
-        q = np.asarray(new_tokens, dtype=np.float64)
-        c = np.asarray(context_tokens, dtype=np.float64)
-        d, model, s = self.deployment, self.deployment.model, self.shapes
-        hw = d.hardware
-        tp, ep, pp = d.tensor_parallel, d.expert_parallel, d.pipeline_parallel
-        layers = model.num_layers
-        tokens = float(q.sum())
-        acc = _Accumulator()
+        window = self.deployment.model.attention.sliding_window
+        return self.pass_times(BatchAggregates.of(new_tokens, context_tokens, window)).step()
 
-        # attention projections
-        acc.roofline(
-            layers,
-            self.attn_weight_bytes / self.bandwidth,
-            0.0,
-            FLOPS_PER_MAC * tokens * s.attention_params / tp / self.matmul_flops,
-        )
-        # attention core: read the cached KV (window-capped), write the new KV
-        flops_per_pair = FLOPS_PER_MAC * s.num_heads * (s.attention_score_dim + s.attention_value_dim) / tp
-        causal_ctx = c + (q + 1.0) / 2.0
-        full_layers = layers - self.window_layers
-        for count, window in ((full_layers, None), (self.window_layers, model.attention.sliding_window)):
-            if count == 0:
-                continue
-            ctx = causal_ctx if window is None else np.minimum(causal_ctx, window)
-            held = c + q if window is None else np.minimum(c + q, window)
-            kv_bytes = (float(held.sum()) + tokens) * self.kv_bytes_per_token_layer
-            acc.roofline(
-                count, 0.0, kv_bytes / self.bandwidth, flops_per_pair * float((q * ctx).sum()) / self.attention_flops
-            )
-        # FFN: dense layers, then MoE layers with the experts this batch is expected to touch
-        dense_layers = layers - self.moe_layers
-        if dense_layers:
-            acc.roofline(
-                dense_layers,
-                self.dense_weight_bytes / self.bandwidth,
-                0.0,
-                FLOPS_PER_MAC * tokens * s.dense_ffn_params / tp / self.matmul_flops,
-            )
-        if self.moe_layers:
-            moe = model.moe
-            assert moe is not None
-            touched = float(expected_distinct_experts(moe.num_routed_experts, moe.experts_per_token, tokens))
-            active = moe.experts_per_token + moe.num_shared_experts
-            acc.roofline(
-                self.moe_layers,
-                (touched + moe.num_shared_experts) * self.expert_weight_bytes / self.bandwidth,
-                0.0,
-                FLOPS_PER_MAC * tokens * (active * s.expert_params + s.router_params) / tp / self.matmul_flops,
-            )
-        # LM head: one row of logits per sequence in the batch
-        acc.roofline(
-            1,
-            self.lm_head_bytes / self.bandwidth,
-            0.0,
-            FLOPS_PER_MAC * float(q.size) * s.lm_head_params / tp / self.matmul_flops,
-        )
+    def iteration_times(self, batch: BatchAggregates) -> PassTimes:
+        """Seconds between iterations when ``batch`` is split over the pipeline's stages.
 
-        parts = acc.parts
-        moe_comm = self._alltoall_s(tokens, ep) * 2 if ep > 1 else self._allreduce_s(tokens, tp)
-        parts["communication"] = (
-            layers * self._allreduce_s(tokens, tp)
-            + dense_layers * self._allreduce_s(tokens, tp)
-            + self.moe_layers * moe_comm
+        ``n = min(sequences, stages)`` micro-batches of ``1/n`` of the batch each; every
+        sequence advances once per ``max(pass(batch/n), n * pass(batch/n) / stages)``.
+        With one stage (a GPU) this is ``pass(batch)``.
+        """
+        stages = self.pipeline_stages
+        micro_batches = np.clip(batch.sequences, 1.0, stages)
+        micro = self.pass_times(batch.scaled(1.0 / micro_batches))
+        stretch = np.maximum(1.0, micro_batches / stages)
+        return PassTimes(
+            {k: v * stretch for k, v in micro.components_s.items()},
+            micro.flops * micro_batches,
+            micro.bytes_moved * micro_batches,
         )
-        msg = tokens * model.hidden_size * self.act_bytes
-        parts["pipeline_hops"] = (pp - 1) * (self.alpha + msg / self.link_bw)
-        dense_fabric, moe_fabric = self.fabric_per_layer_s
-        parts["fabric"] = dense_layers * dense_fabric + self.moe_layers * moe_fabric
-        parts["fixed_latency"] = layers * hw.execution.layer_latency.value + hw.execution.step_overhead.value
-        return StepTime(parts)
 
     @property
     def pipeline_stages(self) -> int:
@@ -250,19 +314,13 @@ class StepCostModel:
         return d.model.num_layers if d.hardware.execution.layer_pipelined else d.pipeline_parallel
 
     def cycle_time(self, batch_size: int, context_tokens: float, new_tokens: float = 1.0) -> tuple[float, StepTime]:
-        """Seconds between successive tokens of one sequence with ``batch_size`` in flight.
-
-        The sequences are split into ``n = min(B, stages)`` micro-batches of ``m = ceil(B/n)``;
-        a token waits for its micro-batch's pass, and a stage serves the n micro-batches in turn:
-        ``cycle = max(pass(m), n * pass(m) / stages)``. With one stage (a GPU), ``cycle = pass(B)``.
+        """Seconds between successive tokens of each of ``batch_size`` identical sequences.
 
         Returns
         -------
-        (cycle seconds, StepTime of one micro-batch pass)
+        (iteration seconds, its StepTime)
         """
-        stages = self.pipeline_stages
-        n = max(1, min(batch_size, stages))
-        m = math.ceil(batch_size / n)
-        step = self.pass_time(np.full(m, new_tokens), np.full(m, context_tokens))
-        cycle = max(step.total_s, n * step.total_s / stages)
-        return cycle, step
+        window = self.deployment.model.attention.sliding_window
+        batch = BatchAggregates.of(np.full(batch_size, new_tokens), np.full(batch_size, context_tokens), window)
+        step = self.iteration_times(batch).step()
+        return step.total_s, step
