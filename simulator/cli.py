@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import yaml
 
@@ -27,7 +27,9 @@ from simulator.analytic.placement import Deployment, PlacementError, plan
 from simulator.analytic.step_time import COMPONENTS
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
-from simulator.config.loading import Catalog, ConfigError
+from simulator.config.loading import Catalog, ConfigError, parse_override
+from simulator.engine.build import ScenarioError
+from simulator.runner import RunResult, load_scenario_data, scenario_from, simulate
 from simulator.tables import format_table
 from simulator.validation import BUNDLED_TABLE, read_table, summarize, validate
 
@@ -256,12 +258,82 @@ def speed_gap_text(rows: Sequence[GapRow]) -> str:
     return format_table(headers, table)
 
 
+SUMMARY_COLUMNS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "per_user_output_tok_s")
+
+
+def _sweep_values(overrides: Sequence[str]) -> list[dict[str, object]]:
+    """Every combination of ``--set`` values (a list of values sweeps that field)."""
+    combos: list[dict[str, object]] = [{}]
+    for text in overrides:
+        path, values = parse_override(text)
+        combos = [combo | {path: value} for combo in combos for value in values]
+    return combos
+
+
+def _resolved_yaml(result: RunResult) -> str:
+    data = result.scenario.model_dump(mode="json", by_alias=True)
+    data["provenance"] = {"version": __version__, "seed": result.scenario.run.seed}
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _run_files(result: RunResult) -> dict[str, str]:
+    return {
+        "summary.json": json.dumps(result.summary, indent=2) + "\n",
+        "requests.csv": result.records.to_csv(),
+        "scenario.resolved.yaml": _resolved_yaml(result),
+    }
+
+
+def _summary_row(label: str, summary: dict[str, Any]) -> list[object]:
+    return [
+        label, summary["requests_completed"], f"{summary['ttft_s']['p50'] * 1e3:.1f}",
+        f"{summary['ttft_s']['p99'] * 1e3:.1f}", f"{summary['tpot_s']['mean'] * 1e3:.2f}",
+        f"{summary['itl_s']['p99'] * 1e3:.2f}", f"{summary['per_user_output_tok_s']['p50']:,.0f}",
+        f"{summary['output_tok_s']:,.0f}", f"{summary['requests_per_s']:.3g}", f"{summary['mean_batch_size']:.1f}",
+    ]  # fmt: skip
+
+
+SUMMARY_HEADERS = [
+    "run", "requests", "TTFT p50 ms", "TTFT p99 ms", "TPOT ms", "ITL p99 ms", "tok/s/user p50",
+    "output tok/s", "req/s", "batch",
+]  # fmt: skip
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    catalog = _catalog(args)
+    data = load_scenario_data(args.scenario)
+    combos = _sweep_values(args.set or [])
+    results = []
+    for combo in combos:
+        scenario = scenario_from(data, combo, str(args.scenario))
+        results.append((combo, simulate(scenario, catalog)))
+    out = args.out or Path("runs") / results[0][1].scenario.name
+    if len(results) == 1:
+        files = _run_files(results[0][1])
+    else:
+        files = {
+            f"run-{i:03d}/{name}": text for i, (_, r) in enumerate(results) for name, text in _run_files(r).items()
+        }
+        files["sweep.json"] = json.dumps([{"set": c, "summary": r.summary} for c, r in results], indent=2) + "\n"
+    write_results(out, files)
+    if args.json:
+        payload: object = results[0][1].summary if len(results) == 1 else [
+            {"set": c, "summary": r.summary} for c, r in results]  # fmt: skip
+        print(json.dumps(payload, indent=2))
+        return 0
+    rows = [_summary_row(", ".join(f"{k}={v}" for k, v in c.items()) or r.scenario.name, r.summary) for c, r in results]
+    print(format_table(SUMMARY_HEADERS, rows))
+    print(f"\nwrote {out}")
+    return 0
+
+
 def write_results(out_dir: Path, files: dict[str, str]) -> None:
     """Write ``files`` into ``out_dir`` all at once: a temporary sibling renamed into place."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         for name, text in files.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
             (staging / name).write_text(text)
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -335,6 +407,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
 
+    p = sub.add_parser("run", help="simulate a scenario under load and write a results folder")
+    p.add_argument("scenario", type=Path)
+    p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field; a,b,c sweeps it")
+    p.add_argument("-o", "--out", type=Path, help="results folder (default: runs/<scenario name>)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_run)
+
     p = sub.add_parser("demo", help="the speed-gap table, written to a results folder and printed")
     p.add_argument("-o", "--out", type=Path, default=Path("results/demo"))
     p.set_defaults(func=cmd_demo)
@@ -346,6 +425,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except (ConfigError, PlacementError) as exc:
+    except (ConfigError, PlacementError, ScenarioError) as exc:
         print(f"infersim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -36,6 +36,8 @@ from simulator.analytic.roofline import deployment_ceiling_tok_s
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog, ConfigError
+from simulator.config.scenario import Scenario
+from simulator.runner import simulate
 
 METRICS = ("per_user_output_tok_s", "ttft_s", "itl_s", "aggregate_output_tok_s", "e2e_s")
 REQUIRED_COLUMNS = (
@@ -172,8 +174,53 @@ def consistency_flags(rows: Sequence[MeasurementRow]) -> dict[str, str]:
     return flags
 
 
+#: Engine runs for loaded rows, in request durations: two to warm up, then four measured.
+WARMUP_REQUEST_DURATIONS = 2.0
+MEASURED_REQUEST_DURATIONS = 4.0
+
+_SUMMARY_KEY = {
+    "ttft_s": ("ttft_s", "mean"),
+    "itl_s": ("itl_s", "mean"),
+    "e2e_s": ("e2e_s", "mean"),
+    "per_user_output_tok_s": ("per_user_output_tok_s", "mean"),
+    "aggregate_output_tok_s": ("output_tok_s", None),
+}
+
+
+def loaded_scenario(row: MeasurementRow, users: int, request_s: float) -> Scenario:
+    """The closed loop that reproduces a loaded measurement: C users, the row's lengths.
+
+    Users start spread over one request duration (as a benchmark's clients drift apart); the
+    run lasts six request durations, the first two of them warm-up, without drain.
+    """
+    return Scenario.model_validate({
+        "name": f"validate-{row.id}",
+        "deployment": {"hardware": row.hardware, "model": row.model, "chips": row.chips, "weights": row.weights},
+        "load": {"kind": "closed", "users": users, "start_spread": f"{request_s} s"},
+        "requests": {
+            "input_tokens": {"dist": "constant", "value": row.input_tokens},
+            "output_tokens": {"dist": "constant", "value": row.output_tokens},
+        },
+        "run": {
+            "seed": 0,
+            "duration": f"{(WARMUP_REQUEST_DURATIONS + MEASURED_REQUEST_DURATIONS) * request_s} s",
+            "warmup": f"{WARMUP_REQUEST_DURATIONS * request_s} s",
+            "drain": False,
+        },
+    })  # fmt: skip
+
+
+def _engine_value(row: MeasurementRow, users: int, request_s: float, catalog: Catalog) -> float:
+    summary = simulate(loaded_scenario(row, users, request_s), catalog).summary
+    key, stat = _SUMMARY_KEY[row.metric]
+    return float(summary[key] if stat is None else summary[key][stat])
+
+
 def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
-    """The model's prediction for one row, or the reason it has none."""
+    """The model's prediction for one row, or the reason it has none.
+
+    Concurrency 1: the closed-form estimate. Higher or ``max``: an engine run (closed loop).
+    """
     try:
         hardware = catalog.hardware(row.hardware)
         model = catalog.model(row.model)
@@ -183,9 +230,12 @@ def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
         return RowResult(row, None, reason=str(exc).splitlines()[0])
     concurrency = row.concurrency or saturation_concurrency(deployment, row.input_tokens, row.output_tokens)
     result = estimate(deployment, row.input_tokens, row.output_tokens, concurrency)
+    predicted = metric_value(result, row.metric)
+    if concurrency > 1:
+        predicted = _engine_value(row, concurrency, result.e2e_s, catalog)
     return RowResult(
         row,
-        metric_value(result, row.metric),
+        predicted,
         family=hardware.family,
         bottleneck=result.bottleneck,
         flag=_ceiling_flag(row, deployment),

@@ -107,3 +107,43 @@ class Catalog:
         if loaded_id != profile_id:
             raise ConfigError(f"{path}: id: is {loaded_id!r} but the file name says {profile_id!r}")
         return loaded
+
+
+def parse_override(text: str) -> tuple[str, list[object]]:
+    """``path.to.field=value`` (value parsed as YAML); ``a,b,c`` gives several values (a sweep)."""
+    path, sep, raw = text.partition("=")
+    if not sep or not path:
+        raise ConfigError(f"--set {text!r}: expected path=value, e.g. load.users=16")
+    values = [yaml.safe_load(part) for part in raw.split(",")] if "," in raw else [yaml.safe_load(raw)]
+    return path.strip(), values
+
+
+def apply_override(data: dict[str, object], path: str, value: object, source: str) -> dict[str, object]:
+    """A copy of ``data`` with ``path`` (dots; integers index lists) set to ``value``.
+
+    Intermediate mappings must exist (or be creatable inside a mapping); a path through a
+    scalar names the part that does not resolve.
+    """
+    import copy
+
+    root = copy.deepcopy(data)
+    node: object = root
+    parts = path.split(".")
+    for depth, part in enumerate(parts[:-1]):
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"{source}: --set {path}: {where} is not an index of a list of {len(node)}")
+            node = node[int(part)]
+        elif isinstance(node, dict):
+            node = node.setdefault(part, {})
+        else:
+            raise ConfigError(f"{source}: --set {path}: {'.'.join(parts[:depth])} is a value, not a mapping")
+    last = parts[-1]
+    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+        node[int(last)] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ConfigError(f"{source}: --set {path}: {'.'.join(parts[:-1]) or path} does not resolve to a mapping")
+    return root

@@ -1,0 +1,181 @@
+"""Distribution specs that know their moments (Ciw's idea): mean, variance, and sampling.
+
+Each spec is a tagged union member (``dist: ...``) with ``.mean``, ``.variance`` and
+``.sample(rng, n)``. Lengths (token counts) are rounded to integers >= 1 by the caller;
+the moments here are of the continuous distribution as written.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field, model_validator
+
+from simulator.config.base import Spec
+
+Positive = Annotated[float, Field(gt=0.0)]
+NonNegative = Annotated[float, Field(ge=0.0)]
+FloatArray = npt.NDArray[np.float64]
+
+
+class Constant(Spec):
+    dist: Literal["constant"] = "constant"
+    value: NonNegative
+
+    @property
+    def mean(self) -> float:
+        return self.value
+
+    @property
+    def variance(self) -> float:
+        return 0.0
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        return np.full(n, self.value)
+
+
+class Uniform(Spec):
+    dist: Literal["uniform"] = "uniform"
+    low: NonNegative
+    high: NonNegative
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Uniform:
+        if self.high < self.low:
+            raise ValueError("high must be >= low")
+        return self
+
+    @property
+    def mean(self) -> float:
+        return (self.low + self.high) / 2
+
+    @property
+    def variance(self) -> float:
+        return (self.high - self.low) ** 2 / 12
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        return rng.uniform(self.low, self.high, n)
+
+
+class Normal(Spec):
+    """Normal, truncated at zero by the caller's rounding (keep ``mean >> std``)."""
+
+    dist: Literal["normal"] = "normal"
+    mean_value: NonNegative = Field(alias="mean")
+    std: NonNegative
+
+    @property
+    def mean(self) -> float:
+        return self.mean_value
+
+    @property
+    def variance(self) -> float:
+        return self.std**2
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        return np.maximum(rng.normal(self.mean_value, self.std, n), 0.0)
+
+
+class LogNormal(Spec):
+    """``exp(N(log median, sigma^2))``: mean ``median e^(s^2/2)``, variance ``(e^(s^2) - 1) mean^2``."""
+
+    dist: Literal["lognormal"] = "lognormal"
+    median: Positive
+    sigma: NonNegative
+
+    @property
+    def mean(self) -> float:
+        return self.median * math.exp(self.sigma**2 / 2)
+
+    @property
+    def variance(self) -> float:
+        return (math.exp(self.sigma**2) - 1) * self.mean**2
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        return rng.lognormal(math.log(self.median), self.sigma, n)
+
+
+class Exponential(Spec):
+    dist: Literal["exponential"] = "exponential"
+    mean_value: Positive = Field(alias="mean")
+
+    @property
+    def mean(self) -> float:
+        return self.mean_value
+
+    @property
+    def variance(self) -> float:
+        return self.mean_value**2
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        return rng.exponential(self.mean_value, n)
+
+
+class Geometric(Spec):
+    """Number of trials to the first success, support 1, 2, ...: mean ``1/p``, var ``(1-p)/p^2``."""
+
+    dist: Literal["geometric"] = "geometric"
+    mean_value: Annotated[float, Field(ge=1.0)] = Field(alias="mean")
+
+    @property
+    def p(self) -> float:
+        return 1.0 / self.mean_value
+
+    @property
+    def mean(self) -> float:
+        return self.mean_value
+
+    @property
+    def variance(self) -> float:
+        return (1 - self.p) / self.p**2
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        return rng.geometric(self.p, n).astype(np.float64)
+
+
+class Empirical(Spec):
+    """Values from a file (one number per line, or a CSV column), resampled with replacement."""
+
+    dist: Literal["empirical"] = "empirical"
+    path: Path
+    column: str | None = Field(None, description="CSV column; empty: one number per line")
+
+    def values(self) -> FloatArray:
+        return _read_values(self.path, self.column)
+
+    @property
+    def mean(self) -> float:
+        return float(self.values().mean())
+
+    @property
+    def variance(self) -> float:
+        return float(self.values().var())
+
+    def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
+        return rng.choice(self.values(), n, replace=True)
+
+
+_CACHE: dict[tuple[Path, str | None], FloatArray] = {}
+
+
+def _read_values(path: Path, column: str | None) -> FloatArray:
+    key = (path.resolve(), column)
+    if key not in _CACHE:
+        if column is None:
+            _CACHE[key] = np.loadtxt(path, dtype=np.float64, ndmin=1)
+        else:
+            import csv
+
+            with path.open(newline="") as handle:
+                _CACHE[key] = np.array([float(row[column]) for row in csv.DictReader(handle)])
+    return _CACHE[key]
+
+
+Distribution = Annotated[
+    Constant | Uniform | Normal | LogNormal | Exponential | Geometric | Empirical,
+    Field(discriminator="dist"),
+]

@@ -1,0 +1,117 @@
+"""Append-only records of a run: requests, time-weighted levels, an inter-token histogram.
+
+Nothing here computes metrics; :mod:`simulator.results` derives them after the run.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+#: Inter-token latency histogram: log-spaced bins from 1 us to 1000 s, 200 per decade.
+ITL_BIN_EDGES_S = np.logspace(-6, 3, 9 * 200 + 1)
+
+REQUEST_FIELDS = (
+    "id", "replica", "user", "arrival_s", "admitted_s", "first_token_s", "done_s",
+    "input_tokens", "output_tokens", "preemptions", "dropped",
+)  # fmt: skip
+
+
+class LevelMonitor:
+    """A piecewise-constant level ``(t, value)``: value holds from t until the next record."""
+
+    def __init__(self, t0: float = 0.0, value: float = 0.0) -> None:
+        self.times = array("d", [t0])
+        self.values = array("d", [value])
+
+    def record(self, t: float, value: float) -> None:
+        if value != self.values[-1]:
+            if t == self.times[-1]:
+                self.values[-1] = value
+            else:
+                self.times.append(t)
+                self.values.append(value)
+
+    def integral(self, t0: float, t1: float) -> float:
+        """Exact area under the level over ``[t0, t1]``."""
+        times = np.frombuffer(self.times, dtype=np.float64)
+        values = np.frombuffer(self.values, dtype=np.float64)
+        starts = np.clip(times, t0, t1)
+        ends = np.clip(np.append(times[1:], np.inf), t0, t1)
+        return float(np.sum(values * (ends - starts)))
+
+    def time_mean(self, t0: float, t1: float) -> float:
+        return self.integral(t0, t1) / (t1 - t0) if t1 > t0 else float("nan")
+
+    def maximum(self) -> float:
+        return float(max(self.values))
+
+
+@dataclass
+class ReplicaTotals:
+    busy_s: float = 0.0
+    iterations: int = 0
+    flops: float = 0.0
+    bytes_moved: float = 0.0
+
+
+class Recorder:
+    """Collects everything a run produces, per replica and globally."""
+
+    def __init__(self, replicas: int) -> None:
+        self.requests: list[tuple[float, ...]] = []
+        self.in_system = LevelMonitor()
+        self.queue = [LevelMonitor() for _ in range(replicas)]
+        self.batch = [LevelMonitor() for _ in range(replicas)]
+        self.kv_blocks = [LevelMonitor() for _ in range(replicas)]
+        self.totals = [ReplicaTotals() for _ in range(replicas)]
+        self.itl_counts = np.zeros(ITL_BIN_EDGES_S.size - 1)
+        self.token_times = array("d", [0.0])
+        self.output_tokens_cumulative = array("d", [0.0])
+        self.input_tokens_cumulative = array("d", [0.0])
+        self._in_system = 0
+
+    def arrival(self, t: float) -> None:
+        self._in_system += 1
+        self.in_system.record(t, self._in_system)
+
+    def departure(self, t: float, fields: tuple[float, ...]) -> None:
+        self._in_system -= 1
+        self.in_system.record(t, self._in_system)
+        self.requests.append(fields)
+
+    def tokens(self, start_s: float, end_s: float, output_tokens: float, input_tokens: float) -> None:
+        """Tokens emitted (output) and prefilled (input) over an iteration or jump, taken as
+        linear in time from ``start_s`` to ``end_s`` (planned; see :meth:`amend_tokens`)."""
+        if start_s > self.token_times[-1]:
+            self.token_times.append(start_s)
+            self.output_tokens_cumulative.append(self.output_tokens_cumulative[-1])
+            self.input_tokens_cumulative.append(self.input_tokens_cumulative[-1])
+        self.token_times.append(end_s)
+        self.output_tokens_cumulative.append(self.output_tokens_cumulative[-1] + output_tokens)
+        self.input_tokens_cumulative.append(self.input_tokens_cumulative[-1] + input_tokens)
+
+    def amend_tokens(self, end_s: float, output_tokens: float) -> None:
+        """Correct the last span when a jump stopped early."""
+        self.token_times[-1] = end_s
+        self.output_tokens_cumulative[-1] = self.output_tokens_cumulative[-2] + output_tokens
+
+    def dropped(self, fields: tuple[float, ...]) -> None:
+        self.requests.append(fields)
+
+    def inter_token(self, durations_s: FloatArray, weights: FloatArray | float) -> None:
+        """Add inter-token gaps (one per decoding sequence per step) to the histogram."""
+        index = np.clip(np.searchsorted(ITL_BIN_EDGES_S, durations_s, side="right") - 1, 0, self.itl_counts.size - 1)
+        np.add.at(self.itl_counts, index, weights)
+
+    def iteration(self, replica: int, duration_s: FloatArray, flops: FloatArray, bytes_moved: FloatArray) -> None:
+        totals = self.totals[replica]
+        totals.busy_s += float(np.sum(duration_s))
+        totals.iterations += int(np.size(duration_s))
+        totals.flops += float(np.sum(flops))
+        totals.bytes_moved += float(np.sum(bytes_moved))

@@ -1,0 +1,264 @@
+"""Batch formation: which sequences run in the next iteration, and with how many tokens.
+
+Pure Python and numpy (no SimPy). Assumptions:
+
+- **Paged KV.** The budget is ``floor(kv_budget / (block_tokens * kv bytes per token))``
+  blocks; a sequence holding ``n`` tokens of KV owns ``ceil(n / block_tokens)`` blocks.
+  (Sliding-window layers are charged like full ones: conservative for gpt-oss.)
+- **Continuous batching** (Orca, vLLM). Each iteration has a token budget
+  (``max_batched_tokens``) and a sequence cap (``max_batch_size``). *decode-first*: every
+  running decode takes one token (``gamma + 1`` with speculation), then unfinished prefills
+  and new admissions (FCFS) fill the budget with chunks (Sarathi-Serve). *prefill-first*: if
+  any prefill can run, the iteration holds only prefill chunks and decodes wait (vLLM V0).
+- **Preemption by recompute.** A decode that needs a block when none is free evicts the
+  latest-admitted sequence: its blocks are freed and it returns to the front of the queue,
+  to re-prefill its prompt and the tokens it had generated.
+- **Static batching.** Admission only into an empty replica, with the whole
+  ``input + output`` KV reserved, so the batch runs to completion without preemption.
+- A prefill pass emits the sequence's next token; a decode pass emits one (or the accepted
+  speculative tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from simulator.analytic.step_time import BatchAggregates
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+class Request:
+    """One model call and its timestamps (seconds). ``generated`` counts emitted tokens."""
+
+    __slots__ = (
+        "admitted_s", "arrival_s", "done", "first_token_s", "generated", "id", "input_tokens",
+        "output_tokens", "preemptions", "replica", "user",
+    )  # fmt: skip
+
+    def __init__(self, request_id: int, arrival_s: float, input_tokens: int, output_tokens: int, user: int) -> None:
+        self.id = request_id
+        self.arrival_s = arrival_s
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.user = user
+        self.generated = 0
+        self.admitted_s = math.nan
+        self.first_token_s = math.nan
+        self.preemptions = 0
+        self.replica = -1
+        self.done: object | None = None  # a simpy Event when somebody waits on the request
+
+
+class BlockManager:
+    def __init__(self, total_blocks: int, block_tokens: int) -> None:
+        self.total = total_blocks
+        self.free = total_blocks
+        self.block_tokens = block_tokens
+
+    def blocks_for(self, tokens: FloatArray | float) -> FloatArray:
+        return np.ceil(np.asarray(tokens, dtype=np.float64) / self.block_tokens)
+
+    @property
+    def used(self) -> int:
+        return self.total - self.free
+
+
+@dataclass
+class Plan:
+    """New tokens per slot for one iteration (0: not scheduled)."""
+
+    new_tokens: FloatArray
+    decode_step_tokens: float
+
+    @property
+    def scheduled(self) -> npt.NDArray[np.bool_]:
+        return self.new_tokens > 0
+
+
+class Slots:
+    """The running set of one replica as fixed arrays, one entry per batch slot."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.context = np.zeros(capacity)  # tokens whose KV is cached
+        self.prompt_left = np.zeros(capacity)  # prefill tokens still to process
+        self.out_left = np.zeros(capacity)  # tokens still to emit
+        self.blocks = np.zeros(capacity)
+        self.order = np.zeros(capacity, dtype=np.int64)  # admission sequence number
+        self.active = np.zeros(capacity, dtype=bool)
+        self.requests: list[Request | None] = [None] * capacity
+        self._free = list(range(capacity - 1, -1, -1))
+        self._admissions = 0
+
+    @property
+    def count(self) -> int:
+        return self.capacity - len(self._free)
+
+    def admit(self, request: Request) -> int:
+        slot = self._free.pop()
+        self.requests[slot] = request
+        self.context[slot] = 0.0
+        self.prompt_left[slot] = request.input_tokens + request.generated
+        self.out_left[slot] = request.output_tokens - request.generated
+        self.blocks[slot] = 0.0
+        self._admissions += 1
+        self.order[slot] = self._admissions
+        self.active[slot] = True
+        return slot
+
+    def release(self, slot: int) -> Request:
+        request = self.requests[slot]
+        assert request is not None
+        self.requests[slot] = None
+        self.active[slot] = False
+        self.blocks[slot] = 0.0
+        self._free.append(slot)
+        return request
+
+
+class BatchPolicy:
+    """Shared machinery of the batching policies: budgets, block allocation, preemption."""
+
+    def __init__(
+        self,
+        slots: Slots,
+        blocks: BlockManager,
+        max_batched_tokens: int,
+        decode_step_tokens: float,
+        window: int | None,
+    ) -> None:
+        self.slots = slots
+        self.kv = blocks
+        self.max_batched_tokens = max_batched_tokens
+        self.decode_step_tokens = decode_step_tokens
+        self.window = window
+        self.waiting: deque[Request] = deque()
+        self.preempted: list[Request] = []
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _grow(self, slot_ids: IntArray, new_tokens: FloatArray) -> bool:
+        """Allocate the blocks these slots need for ``new_tokens`` more; False if not enough."""
+        s = self.slots
+        need = np.maximum(self.kv.blocks_for(s.context[slot_ids] + new_tokens) - s.blocks[slot_ids], 0.0)
+        total = float(need.sum())
+        if total > self.kv.free:
+            return False
+        s.blocks[slot_ids] += need
+        self.kv.free -= int(total)
+        return True
+
+    def _preempt_latest(self) -> bool:
+        s = self.slots
+        if not s.active.any():
+            return False
+        slot = int(np.argmax(np.where(s.active, s.order, -1)))
+        self.kv.free += int(s.blocks[slot])
+        request = s.release(slot)
+        request.generated = int(request.output_tokens - s.out_left[slot])
+        request.preemptions += 1
+        self.waiting.appendleft(request)
+        self.preempted.append(request)
+        return True
+
+    def _admissible(self, budget: int) -> bool:
+        if not self.waiting or budget <= 0 or self.slots.count >= self.slots.capacity:
+            return False
+        head = self.waiting[0]
+        chunk = min(head.input_tokens + head.generated, budget)
+        return float(self.kv.blocks_for(chunk)) <= self.kv.free
+
+    def _schedule_prefills(self, q: FloatArray, budget: int, now: float) -> int:
+        """Continue unfinished prefills (admission order), then admit new requests (FCFS)."""
+        s = self.slots
+        pending = np.flatnonzero(s.active & (s.prompt_left > 0) & (q == 0))
+        for slot in pending[np.argsort(s.order[pending])]:
+            if budget <= 0:
+                return budget
+            chunk = min(float(s.prompt_left[slot]), float(budget))
+            if not self._grow(np.array([slot]), np.array([chunk])):
+                return budget
+            q[slot] = chunk
+            budget -= int(chunk)
+        while self._admissible(budget):
+            request = self.waiting.popleft()
+            slot = s.admit(request)
+            if math.isnan(request.admitted_s):
+                request.admitted_s = now
+            chunk = min(float(s.prompt_left[slot]), float(budget))
+            self._grow(np.array([slot]), np.array([chunk]))
+            q[slot] = chunk
+            budget -= int(chunk)
+        return budget
+
+    def prefill_pending(self) -> bool:
+        s = self.slots
+        return bool((s.active & (s.prompt_left > 0)).any()) or self._admissible(self.max_batched_tokens)
+
+    def aggregates(self, plan: Plan) -> BatchAggregates:
+        s = self.slots
+        on = plan.scheduled
+        return BatchAggregates.of(plan.new_tokens[on], s.context[on], self.window)
+
+    def plan(self, now: float) -> Plan:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class ContinuousBatchingPolicy(BatchPolicy):
+    def __init__(self, *args: object, prefill_first: bool, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.prefill_first = prefill_first
+
+    def _schedule_decodes(self, q: FloatArray, budget: int) -> int:
+        s = self.slots
+        step = self.decode_step_tokens
+        while True:
+            decoding = np.flatnonzero(s.active & (s.prompt_left == 0))
+            decoding = decoding[np.argsort(s.order[decoding])][: int(budget // step)]
+            if decoding.size == 0 or self._grow(decoding, np.full(decoding.size, step)):
+                break
+            if not self._preempt_latest():
+                break
+        q[decoding] = step
+        return budget - int(step * decoding.size)
+
+    def plan(self, now: float) -> Plan:
+        q = np.zeros(self.slots.capacity)
+        budget = self.max_batched_tokens
+        if not (self.prefill_first and self.prefill_pending()):
+            budget = self._schedule_decodes(q, budget)
+        self._schedule_prefills(q, budget, now)
+        return Plan(q, self.decode_step_tokens)
+
+
+class StaticBatchingPolicy(BatchPolicy):
+    def plan(self, now: float) -> Plan:
+        s = self.slots
+        if s.count == 0:
+            while self.waiting and s.count < s.capacity:
+                head = self.waiting[0]
+                need = int(self.kv.blocks_for(head.input_tokens + head.output_tokens))
+                if need > self.kv.free:
+                    break
+                self.waiting.popleft()
+                slot = s.admit(head)
+                head.admitted_s = now
+                s.blocks[slot] = need
+                self.kv.free -= need
+        q = np.zeros(s.capacity)
+        budget = self.max_batched_tokens
+        prefilling = np.flatnonzero(s.active & (s.prompt_left > 0))
+        for slot in prefilling[np.argsort(s.order[prefilling])]:
+            if budget <= 0:
+                break
+            q[slot] = min(float(s.prompt_left[slot]), float(budget))
+            budget -= int(q[slot])
+        if prefilling.size == 0:
+            q[s.active] = 1.0
+        return Plan(q, 1.0)
