@@ -134,34 +134,6 @@ class PassTimes:
         return StepTime({k: float(v[index]) for k, v in self.components_s.items()})
 
 
-class _Accumulator:
-    def __init__(self, size: int, chips_per_op: int) -> None:
-        self.parts = {k: np.zeros(size) for k in COMPONENTS}
-        self.flops = np.zeros(size)
-        self.bytes_moved = np.zeros(size)
-        self.chips_per_op = chips_per_op
-
-    def roofline(
-        self,
-        count: float,
-        weight_bytes: FloatArray | float,
-        kv_bytes: FloatArray | float,
-        flops: FloatArray | float,
-        bandwidth: float,
-        flop_rate: float,
-    ) -> None:
-        """Add ``count`` operators (per-chip bytes and FLOPs), each at its own roofline."""
-        weight_s = np.asarray(weight_bytes) / bandwidth
-        kv_s = np.asarray(kv_bytes) / bandwidth
-        compute_s = np.asarray(flops) / flop_rate
-        memory_bound = weight_s + kv_s >= compute_s
-        self.parts["weights_memory"] += count * np.where(memory_bound, weight_s, 0.0)
-        self.parts["kv_memory"] += count * np.where(memory_bound, kv_s, 0.0)
-        self.parts["compute"] += count * np.where(memory_bound, 0.0, compute_s)
-        self.flops += count * self.chips_per_op * np.asarray(flops)
-        self.bytes_moved += count * self.chips_per_op * (np.asarray(weight_bytes) + np.asarray(kv_bytes))
-
-
 class StepCostModel:
     """Pure step-time model of one deployment: batch state in, seconds out.
 
@@ -198,6 +170,35 @@ class StepCostModel:
         self.link_bw = hw.interconnect.bandwidth.value * hw.interconnect.efficiency.value
         self.alpha = hw.interconnect.latency.value
         self.fabric_per_layer_s = self._fabric_per_layer(bpw)
+        # Operator table, one row each: attention projections, attention core over full and
+        # windowed layers, dense FFN, MoE FFN, LM head. ``count`` is how often a pass runs it.
+        layers = model.num_layers
+        self.dense_layers = layers - self.moe_layers
+        self.op_count = np.array(
+            [layers, layers - self.window_layers, self.window_layers, self.dense_layers, self.moe_layers, 1.0]
+        )[:, None]
+        self.op_weight_bytes = np.array(
+            [self.attn_weight_bytes, 0.0, 0.0, self.dense_weight_bytes, 0.0, self.lm_head_bytes]
+        )[:, None]
+        self.op_flop_rate = np.array(
+            [self.matmul_flops, self.attention_flops, self.attention_flops] + [self.matmul_flops] * 3
+        )[:, None]
+        self.flops_per_pair = FLOPS_PER_MAC * s.num_heads * (s.attention_score_dim + s.attention_value_dim) / tp
+        self.flops_per_token = (
+            FLOPS_PER_MAC
+            / tp
+            * np.array(
+                [
+                    s.attention_params,
+                    s.dense_ffn_params,
+                    (moe.experts_per_token + moe.num_shared_experts) * s.expert_params + s.router_params
+                    if moe
+                    else 0.0,
+                    s.lm_head_params,
+                ]
+            )
+        )
+        self.fixed_s = layers * hw.execution.layer_latency.value + hw.execution.step_overhead.value
 
     # -- terms ---------------------------------------------------------------------------------
     def _fabric_per_layer(self, bpw: float) -> tuple[float, float]:
@@ -229,53 +230,50 @@ class StepCostModel:
 
     # -- public API ----------------------------------------------------------------------------
     def pass_times(self, batch: BatchAggregates) -> PassTimes:
-        """Seconds of one pass through every layer, for each entry of ``batch`` (vectorised)."""
-        d, model, s = self.deployment, self.deployment.model, self.shapes
-        tp, ep, pp = d.tensor_parallel, d.expert_parallel, d.pipeline_parallel
-        layers = model.num_layers
-        tokens = batch.tokens
-        acc = _Accumulator(tokens.size, tp)
-        bw, mm, at = self.bandwidth, self.matmul_flops, self.attention_flops
+        """Seconds of one pass through every layer, for each entry of ``batch`` (vectorised).
 
-        # attention projections
-        acc.roofline(layers, self.attn_weight_bytes, 0.0, FLOPS_PER_MAC * tokens * s.attention_params / tp, bw, mm)
-        # attention core: read the cached KV (window-capped) and write the new KV
-        flops_per_pair = FLOPS_PER_MAC * s.num_heads * (s.attention_score_dim + s.attention_value_dim) / tp
-        full_layers = layers - self.window_layers
-        for count, held, pairs in (
-            (full_layers, batch.held_full, batch.pairs_full),
-            (self.window_layers, batch.held_window, batch.pairs_window),
-        ):
-            if count:
-                kv_bytes = (held + tokens) * self.kv_bytes_per_token_layer
-                acc.roofline(count, 0.0, kv_bytes, flops_per_pair * pairs, bw, at)
-        # FFN: dense layers, then MoE layers with the experts this batch is expected to touch
-        dense_layers = layers - self.moe_layers
-        if dense_layers:
-            flops = FLOPS_PER_MAC * tokens * s.dense_ffn_params / tp
-            acc.roofline(dense_layers, self.dense_weight_bytes, 0.0, flops, bw, mm)
+        Each operator row is bound by ``max(bytes / bandwidth, FLOPs / FLOP rate)``; its time
+        goes to the memory components (weights and KV by their bytes) or to compute.
+        """
+        d, model = self.deployment, self.deployment.model
+        tp, ep, pp = d.tensor_parallel, d.expert_parallel, d.pipeline_parallel
+        tokens = batch.tokens
+        n = tokens.size
+        weight_bytes = np.repeat(self.op_weight_bytes, n, axis=1)
         if self.moe_layers:
             moe = model.moe
             assert moe is not None
             touched = expected_distinct_experts(moe.num_routed_experts, moe.experts_per_token, tokens)
-            active = moe.experts_per_token + moe.num_shared_experts
-            weight_bytes = (touched + moe.num_shared_experts) * self.expert_weight_bytes
-            flops = FLOPS_PER_MAC * tokens * (active * s.expert_params + s.router_params) / tp
-            acc.roofline(self.moe_layers, weight_bytes, 0.0, flops, bw, mm)
-        # LM head: one row of logits per sequence in the batch
-        acc.roofline(1, self.lm_head_bytes, 0.0, FLOPS_PER_MAC * batch.sequences * s.lm_head_params / tp, bw, mm)
-
-        parts = acc.parts
+            weight_bytes[4] = (touched + moe.num_shared_experts) * self.expert_weight_bytes
+        kv_bytes = np.zeros((6, n))
+        kv_bytes[1] = (batch.held_full + tokens) * self.kv_bytes_per_token_layer
+        kv_bytes[2] = (batch.held_window + tokens) * self.kv_bytes_per_token_layer
+        per_token = self.flops_per_token
+        flops = np.stack([
+            per_token[0] * tokens, self.flops_per_pair * batch.pairs_full, self.flops_per_pair * batch.pairs_window,
+            per_token[1] * tokens, per_token[2] * tokens, per_token[3] * batch.sequences,
+        ])  # fmt: skip
+        weight_s = weight_bytes / self.bandwidth
+        kv_s = kv_bytes / self.bandwidth
+        compute_s = flops / self.op_flop_rate
+        memory_bound = weight_s + kv_s >= compute_s
+        count = self.op_count
+        parts = {
+            "weights_memory": (count * np.where(memory_bound, weight_s, 0.0)).sum(axis=0),
+            "kv_memory": (count * np.where(memory_bound, kv_s, 0.0)).sum(axis=0),
+            "compute": (count * np.where(memory_bound, 0.0, compute_s)).sum(axis=0),
+        }
         allreduce = self._allreduce_s(tokens, tp)
         moe_comm = 2 * self._alltoall_s(tokens, ep) if ep > 1 else allreduce
-        parts["communication"] = (layers + dense_layers) * allreduce + self.moe_layers * moe_comm
+        parts["communication"] = (model.num_layers + self.dense_layers) * allreduce + self.moe_layers * moe_comm
         msg = tokens * model.hidden_size * self.act_bytes
         parts["pipeline_hops"] = (pp - 1) * (self.alpha + msg / self.link_bw)
         dense_fabric, moe_fabric = self.fabric_per_layer_s
-        parts["fabric"] = np.full(tokens.size, dense_layers * dense_fabric + self.moe_layers * moe_fabric)
-        fixed = layers * d.hardware.execution.layer_latency.value + d.hardware.execution.step_overhead.value
-        parts["fixed_latency"] = np.full(tokens.size, fixed)
-        return PassTimes(parts, acc.flops, acc.bytes_moved)
+        parts["fabric"] = np.full(n, self.dense_layers * dense_fabric + self.moe_layers * moe_fabric)
+        parts["fixed_latency"] = np.full(n, self.fixed_s)
+        total_flops = tp * (count * flops).sum(axis=0)
+        total_bytes = tp * (count * (weight_bytes + kv_bytes)).sum(axis=0)
+        return PassTimes(parts, total_flops, total_bytes)
 
     def pass_time(self, new_tokens: npt.ArrayLike, context_tokens: npt.ArrayLike) -> StepTime:
         """One pass of a batch through every layer: the latency one micro-batch sees.
@@ -298,6 +296,8 @@ class StepCostModel:
         With one stage (a GPU) this is ``pass(batch)``.
         """
         stages = self.pipeline_stages
+        if stages == 1:
+            return self.pass_times(batch)
         micro_batches = np.clip(batch.sequences, 1.0, stages)
         micro = self.pass_times(batch.scaled(1.0 / micro_batches))
         stretch = np.maximum(1.0, micro_batches / stages)

@@ -52,6 +52,39 @@ class LevelMonitor:
         return float(max(self.values))
 
 
+class TokenCounter:
+    """Cumulative output (emitted) and input (prefilled) tokens of one replica over time.
+
+    An iteration or jump is a span from its start to its (planned) end, linear in between;
+    a jump that stops early amends its span.
+    """
+
+    def __init__(self) -> None:
+        self.times = array("d", [0.0])
+        self.output = array("d", [0.0])
+        self.input = array("d", [0.0])
+
+    def span(self, start_s: float, end_s: float, output_tokens: float, input_tokens: float) -> None:
+        if start_s > self.times[-1]:
+            self.times.append(start_s)
+            self.output.append(self.output[-1])
+            self.input.append(self.input[-1])
+        self.times.append(end_s)
+        self.output.append(self.output[-1] + output_tokens)
+        self.input.append(self.input[-1] + input_tokens)
+
+    def amend(self, end_s: float, output_tokens: float) -> None:
+        self.times[-1] = end_s
+        self.output[-1] = self.output[-2] + output_tokens
+
+    def in_window(self, t0: float, t1: float) -> tuple[float, float]:
+        """(output, input) tokens over ``[t0, t1]``."""
+        times = np.frombuffer(self.times, dtype=np.float64)
+        counts = [np.frombuffer(series, dtype=np.float64) for series in (self.output, self.input)]
+        out, inp = (float(np.interp(t1, times, c) - np.interp(t0, times, c)) for c in counts)
+        return out, inp
+
+
 @dataclass
 class ReplicaTotals:
     busy_s: float = 0.0
@@ -71,9 +104,7 @@ class Recorder:
         self.kv_blocks = [LevelMonitor() for _ in range(replicas)]
         self.totals = [ReplicaTotals() for _ in range(replicas)]
         self.itl_counts = np.zeros(ITL_BIN_EDGES_S.size - 1)
-        self.token_times = array("d", [0.0])
-        self.output_tokens_cumulative = array("d", [0.0])
-        self.input_tokens_cumulative = array("d", [0.0])
+        self.tokens = [TokenCounter() for _ in range(replicas)]
         self._in_system = 0
 
     def arrival(self, t: float) -> None:
@@ -84,22 +115,6 @@ class Recorder:
         self._in_system -= 1
         self.in_system.record(t, self._in_system)
         self.requests.append(fields)
-
-    def tokens(self, start_s: float, end_s: float, output_tokens: float, input_tokens: float) -> None:
-        """Tokens emitted (output) and prefilled (input) over an iteration or jump, taken as
-        linear in time from ``start_s`` to ``end_s`` (planned; see :meth:`amend_tokens`)."""
-        if start_s > self.token_times[-1]:
-            self.token_times.append(start_s)
-            self.output_tokens_cumulative.append(self.output_tokens_cumulative[-1])
-            self.input_tokens_cumulative.append(self.input_tokens_cumulative[-1])
-        self.token_times.append(end_s)
-        self.output_tokens_cumulative.append(self.output_tokens_cumulative[-1] + output_tokens)
-        self.input_tokens_cumulative.append(self.input_tokens_cumulative[-1] + input_tokens)
-
-    def amend_tokens(self, end_s: float, output_tokens: float) -> None:
-        """Correct the last span when a jump stopped early."""
-        self.token_times[-1] = end_s
-        self.output_tokens_cumulative[-1] = self.output_tokens_cumulative[-2] + output_tokens
 
     def dropped(self, fields: tuple[float, ...]) -> None:
         self.requests.append(fields)

@@ -113,7 +113,7 @@ class Replica:
         prefill_tokens = float(np.where(on & ~decoding, plan.new_tokens, 0.0).sum())
         first_tokens = float((on & ~decoding & (s.prompt_left <= plan.new_tokens)).sum())
         expected_output = first_tokens + (float(decoding.sum()) * (self._mean_emitted() if spec else 1.0))
-        self.recorder.tokens(start, start + duration, expected_output, prefill_tokens)
+        self.recorder.tokens[self.index].span(start, start + duration, expected_output, prefill_tokens)
         yield self.env.timeout(duration)
         self._apply_iteration(plan, duration, decoding)
 
@@ -148,7 +148,7 @@ class Replica:
         if n_decoding:
             per_token = emitted[decoding]
             self.recorder.inter_token(duration / per_token, per_token)
-        self.recorder.amend_tokens(now, float(emitted.sum()))
+        self.recorder.tokens[self.index].amend(now, float(emitted.sum()))
         self._complete(on)
 
     def _jump_steps(self, plan: Plan) -> int:
@@ -158,8 +158,7 @@ class Replica:
         if (
             self.speculative is not None
             or not np.all(s.prompt_left[on] == 0)
-            or (policy.waiting
-            and policy._admissible(policy.max_batched_tokens - int(on.sum())))
+            or (policy.waiting and policy._admissible(policy.max_batched_tokens - int(on.sum())))
         ):
             return 1
         k_done = int(s.out_left[on].min())
@@ -212,7 +211,7 @@ class Replica:
         self.recorder.batch[self.index].record(start, float(s.count))
         self.recorder.kv_blocks[self.index].record(start, policy.kv.used)
         batch = float(on.sum())
-        self.recorder.tokens(start, start + float(cumulative[-1]), steps * batch, 0.0)
+        self.recorder.tokens[self.index].span(start, start + float(cumulative[-1]), steps * batch, 0.0)
         interruptible = not policy.waiting and s.count < s.capacity and policy.kv.free > 0
         if interruptible:
             yield env.timeout(float(cumulative[-1])) | self._sleep()
@@ -221,7 +220,7 @@ class Replica:
             done = min(done, steps)
             remaining = start + float(cumulative[done - 1]) - env.now
             if done < steps:
-                self.recorder.amend_tokens(start + float(cumulative[done - 1]), done * batch)
+                self.recorder.tokens[self.index].amend(start + float(cumulative[done - 1]), done * batch)
             if remaining > 0:
                 yield env.timeout(remaining)
         else:

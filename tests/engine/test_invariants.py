@@ -1,0 +1,109 @@
+"""Invariants that hold on every run, whatever the policy or hardware; determinism by seed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from simulator.runner import RunResult
+from tests.engine.conftest import run
+
+CHAT = {"input_tokens": {"dist": "lognormal", "median": 400, "sigma": 1.0},
+        "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.8}}  # fmt: skip
+OPEN = {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 30.0}}
+CASES: dict[str, dict[str, Any]] = {
+    "decode-first": {"load": OPEN},
+    "prefill-first": {"load": OPEN, "scheduler": {"policy": "continuous", "priority": "prefill-first"}},
+    "small-token-budget": {"load": OPEN, "scheduler": {"policy": "continuous", "max_batched_tokens": 256}},
+    "static": {"load": OPEN, "scheduler": {"policy": "static", "max_batch_size": 16}},
+    "kv-pressure": {
+        "load": {"kind": "closed", "users": 96},
+        "deployment": {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-70b", "chips": 1, "weights": "fp8"},
+    },
+    "speculative": {
+        "load": OPEN,
+        "deployment": {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1,
+                       "speculative": {"tokens_proposed": 4, "acceptance_rate": 0.7, "draft_step_fraction": 0.1}},
+    },  # fmt: skip
+    "wafer-pipelined": {"load": OPEN, "deployment": {"hardware": "cerebras-cs3", "model": "llama-3.1-8b"}},
+    "lpu-pipelined-moe": {"load": OPEN, "deployment": {"hardware": "groq-lpu", "model": "gpt-oss-20b", "weights": "mxfp4"}},
+    "two-replicas": {"load": OPEN, "replicas": 2},
+    "gamma-burst": {"load": {"kind": "open", "arrivals": {"process": "gamma", "rate_per_s": 30.0, "burstiness": 8.0}}},
+    "rate-steps": {"load": {"kind": "open", "arrivals": {"process": "steps", "steps": [
+        {"at": "0 s", "rate_per_s": 5.0}, {"at": "5 s", "rate_per_s": 60.0}, {"at": "10 s", "rate_per_s": 5.0}]}}},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request: pytest.FixtureRequest) -> tuple[str, RunResult]:
+    parts = {"requests": CHAT, "run": {"seed": 7, "max_requests": 400}} | CASES[request.param]
+    return request.param, run(**parts)
+
+
+def test_requests_are_conserved(case: tuple[str, RunResult]) -> None:
+    """Every submitted request completes or is reported dropped (runs drain)."""
+    _, result = case
+    r = result.records.requests
+    assert r["id"].tolist() == list(range(400))
+    assert result.summary["requests_in_flight"] == 0
+    completed = r["dropped"] == 0
+    assert np.all(np.isfinite(r["done_s"][completed]))
+
+
+def test_timestamps_are_ordered(case: tuple[str, RunResult]) -> None:
+    """arrival <= admission <= first token <= completion; no token before admission."""
+    _, result = case
+    r = result.records.requests
+    ok = r["dropped"] == 0
+    a, s, f, c = (r[k][ok] for k in ("arrival_s", "admitted_s", "first_token_s", "done_s"))
+    assert np.all(a <= s) and np.all(s < f) and np.all(f <= c)
+
+
+def test_tokens_emitted_equal_tokens_requested(case: tuple[str, RunResult]) -> None:
+    _, result = case
+    rec = result.records
+    ok = rec.requests["dropped"] == 0
+    emitted, _ = rec.tokens_in_window(0.0, rec.end_s)
+    assert emitted == pytest.approx(rec.requests["output_tokens"][ok].sum(), rel=1e-12)
+
+
+def test_kv_and_batch_stay_within_their_budgets(case: tuple[str, RunResult]) -> None:
+    _, result = case
+    rec = result.records
+    for kv, batch in zip(rec.kv_blocks, rec.batch, strict=True):
+        assert min(kv.values) >= 0 and kv.maximum() <= rec.kv_blocks_per_replica
+        assert batch.maximum() <= rec.max_batch_size
+
+
+def test_busy_time_never_exceeds_the_horizon(case: tuple[str, RunResult]) -> None:
+    _, result = case
+    for totals in result.records.totals:
+        assert totals.busy_s <= result.records.end_s * (1 + 1e-12)
+
+
+def test_kv_pressure_preempts_and_still_completes_everything() -> None:
+    result = run(requests=CHAT, run={"seed": 7, "max_requests": 400}, **CASES["kv-pressure"])
+    assert result.summary["preemptions"] > 0
+    assert result.summary["requests_completed"] + result.summary["requests_dropped"] == 400
+
+
+def test_same_seed_same_records_other_seed_other_records() -> None:
+    parts = {"requests": CHAT, "load": OPEN}
+    first = run(run={"seed": 3, "max_requests": 300}, **parts).records.requests
+    again = run(run={"seed": 3, "max_requests": 300}, **parts).records.requests
+    other = run(run={"seed": 4, "max_requests": 300}, **parts).records.requests
+    assert all(np.array_equal(first[k], again[k], equal_nan=True) for k in first)
+    assert not np.array_equal(first["arrival_s"], other["arrival_s"])
+
+
+def test_adding_a_user_leaves_the_other_users_streams_alone() -> None:
+    """Common random numbers: user 0's request lengths do not depend on how many users there are."""
+
+    def lengths_of_user_zero(users: int) -> list[float]:
+        r = run(requests=CHAT, load={"kind": "closed", "users": users}, run={"seed": 5, "max_requests": 60}).records
+        mine = r.requests["user"] == 0
+        return r.requests["input_tokens"][mine][:3].tolist()
+
+    assert lengths_of_user_zero(3) == lengths_of_user_zero(4)
