@@ -128,7 +128,8 @@ class PassTimes:
 
     @property
     def total_s(self) -> FloatArray:
-        return np.sum(list(self.components_s.values()), axis=0)
+        total: FloatArray = np.sum(list(self.components_s.values()), axis=0)
+        return total
 
     def step(self, index: int = 0) -> StepTime:
         return StepTime({k: float(v[index]) for k, v in self.components_s.items()})

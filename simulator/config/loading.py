@@ -34,11 +34,26 @@ def bundled_dir(name: str) -> Path:
     raise ConfigError(f"bundled directory {name!r} not found next to {_PACKAGE_DIR}")
 
 
-def format_validation_error(source: str, error: ValidationError) -> str:
+def _user_path(data: object, loc: tuple[int | str, ...]) -> str:
+    """The field path as the user wrote it: union tags pydantic inserts are dropped."""
+    parts, node = [], data
+    for index, part in enumerate(loc):
+        in_dict = isinstance(node, dict) and part in node
+        if in_dict or (isinstance(node, list) and isinstance(part, int) and part < len(node)):
+            node = node[part]  # type: ignore[index]
+        elif index < len(loc) - 1 and isinstance(node, dict):
+            continue  # a discriminator tag, not a key of the input
+        else:
+            node = None
+        parts.append(str(part))
+    return ".".join(parts) or "(top level)"
+
+
+def format_validation_error(source: str, error: ValidationError, data: object = None) -> str:
     """One line per problem: ``file: field.path: message``."""
     lines = []
     for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        path = _user_path(data, item["loc"])
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key (not part of the schema; check its spelling)"
@@ -63,7 +78,7 @@ def validate_data(model: type[M], data: object, source: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(source, exc)) from None
+        raise ConfigError(format_validation_error(source, exc, data)) from None
 
 
 def load_file(model: type[M], path: Path) -> M:

@@ -97,7 +97,7 @@ class RequestFactory:
     def complete(self, request: Request) -> None:
         self.recorder.departure(self.env.now, record_fields(request, dropped=False, done_s=self.env.now))
         if request.done is not None:
-            request.done.succeed()  # type: ignore[attr-defined]
+            request.done.succeed()
 
 
 def record_fields(request: Request, dropped: bool, done_s: float = math.nan) -> tuple[float, ...]:

@@ -22,12 +22,12 @@ from simulator.config.scenario import (
     RateRamp,
     RateSteps,
 )
+from simulator.engine import ProcessGenerator
 
 if TYPE_CHECKING:
     from simulator.engine.build import RequestFactory
 
 CHUNK = 4096
-ProcessGenerator = Iterator[simpy.Event]
 
 
 def _rate_function(spec: RateSteps | RateRamp) -> tuple[Callable[[np.ndarray], np.ndarray], float]:

@@ -12,17 +12,17 @@ progress when the arrival lands, exactly as iteration-level batching would.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import simpy
 
 from simulator.analytic.step_time import BatchAggregates, StepCostModel
 from simulator.config.deployment import SpeculativeSpec
+from simulator.engine import ProcessGenerator
 from simulator.engine.recorder import Recorder
 from simulator.engine.scheduler import BatchPolicy, Plan, Request, Slots
 
-ProcessGenerator = Iterator[simpy.Event]
 FloatArray = np.ndarray
 
 
@@ -177,7 +177,7 @@ class Replica:
             low, high = (mid, high) if extra_blocks(mid) <= policy.kv.free else (low, mid)
         return low
 
-    def _decode_times(self, context: np.ndarray, steps: int) -> FloatArray:
+    def _decode_times(self, context: np.ndarray, steps: int) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Per-step seconds of ``steps`` decode steps of a fixed batch (step j: context + j)."""
         n = float(context.size)
         j = np.arange(steps, dtype=np.float64)

@@ -24,11 +24,15 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from simulator.analytic.step_time import BatchAggregates
+
+if TYPE_CHECKING:
+    import simpy
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -53,7 +57,7 @@ class Request:
         self.first_token_s = math.nan
         self.preemptions = 0
         self.replica = -1
-        self.done: object | None = None  # a simpy Event when somebody waits on the request
+        self.done: simpy.Event | None = None  # when somebody waits on the request
 
 
 class BlockManager:

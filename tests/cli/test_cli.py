@@ -104,3 +104,58 @@ def test_malformed_measurement_row_names_file_and_line(tmp_path: Path) -> None:
     table.write_text(header + "X1,groq-lpu,,llama-3.1-8b,fp8,none,,,1,tokens_per_minute,100\n")
     result = run_cli("validate", str(table))
     assert result.returncode == 2 and f"{table}:2: metric" in result.stderr and "Traceback" not in result.stderr
+
+
+SCENARIO = """\
+name: cli-test
+deployment: {hardware: nvidia-h100-sxm, model: llama-3.1-8b, chips: 1}
+load: {kind: closed, users: 4}
+requests: {input_tokens: {dist: constant, value: 128}, output_tokens: {dist: constant, value: 32}}
+run: {seed: 3, max_requests: 40}
+"""
+
+
+def test_run_writes_summary_records_and_the_resolved_scenario(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "-o", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "per_user_output_tok_s"):
+        assert set(summary[key]) == {"mean", "p50", "p90", "p95", "p99"}
+    for key in ("requests_completed", "requests_dropped", "output_tok_s", "input_tok_s", "requests_per_s",
+                "goodput_requests_per_s"):  # fmt: skip
+        assert key in summary
+    assert summary["requests_completed"] == 40
+    resolved = (out / "scenario.resolved.yaml").read_text()
+    assert "seed: 3" in resolved and "version:" in resolved
+    assert (out / "requests.csv").read_text().count("\n") == 41
+
+
+def test_run_sweeps_a_field_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    assert main(["run", str(path), "-o", str(tmp_path / "o"), "--set", "load.users=1,2,8", "--json"]) == 0
+    sweep = json.loads(capsys.readouterr().out)
+    assert [row["set"]["load.users"] for row in sweep] == [1, 2, 8]
+    throughputs = [row["summary"]["output_tok_s"] for row in sweep]
+    assert throughputs == sorted(throughputs)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--set", "load.thinktime=1"], "load.thinktime: unknown key"),
+        (["--set", "load.users=0"], "load.users: Input should be greater than or equal to 1"),
+        (["--set", "load.users.max=3"], "load.users does not resolve to a mapping"),
+        (["--set", "requests.input_tokens.value=900000"], "holds at most"),
+        (["--set", "deployment.hardware=tpu-v9"], "unknown hardware profile 'tpu-v9'"),
+    ],
+)
+def test_bad_scenarios_exit_2_and_leave_no_results(tmp_path: Path, args: list[str], expected: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    out = tmp_path / "out"
+    result = run_cli("run", str(path), "-o", str(out), *args)
+    assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists() and not list(tmp_path.glob(".out*"))

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from simulator.runner import RunResult
-from tests.engine.conftest import run
+from tests.engine.conftest import SMALL, run
 
 CHAT = {"input_tokens": {"dist": "lognormal", "median": 400, "sigma": 1.0},
         "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.8}}  # fmt: skip
+DRAFT = {"tokens_proposed": 4, "acceptance_rate": 0.7, "draft_step_fraction": 0.1}
 OPEN = {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 30.0}}
 CASES: dict[str, dict[str, Any]] = {
     "decode-first": {"load": OPEN},
@@ -22,13 +23,9 @@ CASES: dict[str, dict[str, Any]] = {
         "load": {"kind": "closed", "users": 96},
         "deployment": {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-70b", "chips": 1, "weights": "fp8"},
     },
-    "speculative": {
-        "load": OPEN,
-        "deployment": {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1,
-                       "speculative": {"tokens_proposed": 4, "acceptance_rate": 0.7, "draft_step_fraction": 0.1}},
-    },  # fmt: skip
+    "speculative": {"load": OPEN, "deployment": {**SMALL, "speculative": DRAFT}},
     "wafer-pipelined": {"load": OPEN, "deployment": {"hardware": "cerebras-cs3", "model": "llama-3.1-8b"}},
-    "lpu-pipelined-moe": {"load": OPEN, "deployment": {"hardware": "groq-lpu", "model": "gpt-oss-20b", "weights": "mxfp4"}},
+    "lpu-pipelined-moe": {"load": OPEN, "deployment": {"hardware": "groq-lpu", "model": "gpt-oss-20b"}},
     "two-replicas": {"load": OPEN, "replicas": 2},
     "gamma-burst": {"load": {"kind": "open", "arrivals": {"process": "gamma", "rate_per_s": 30.0, "burstiness": 8.0}}},
     "rate-steps": {"load": {"kind": "open", "arrivals": {"process": "steps", "steps": [

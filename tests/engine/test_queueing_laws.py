@@ -38,7 +38,7 @@ def test_waits_equal_the_lindley_recursion() -> None:
         requests={
             "input_tokens": {"dist": "uniform", "low": 16, "high": 512},
             "output_tokens": {"dist": "uniform", "low": 2, "high": 64},
-        },  # fmt: skip
+        },
         run={"seed": 5, "max_requests": 400},
     )
     r = result.records.requests
@@ -110,7 +110,7 @@ def test_littles_law_holds_exactly_on_the_sample_path(policy: dict) -> None:
         requests={
             "input_tokens": {"dist": "lognormal", "median": 300, "sigma": 0.8},
             "output_tokens": {"dist": "lognormal", "median": 60, "sigma": 0.8},
-        },  # fmt: skip
+        },
         run={"seed": 3, "max_requests": 600},
     )
     rec = result.records
@@ -133,7 +133,7 @@ def test_interactive_response_time_law() -> None:
         requests={
             "input_tokens": {"dist": "uniform", "low": 64, "high": 1024},
             "output_tokens": {"dist": "uniform", "low": 16, "high": 256},
-        },  # fmt: skip
+        },
         run={"seed": 11, "duration": "600 s", "warmup": "60 s", "drain": False},
     )
     s = result.summary
@@ -150,7 +150,7 @@ def test_saturated_throughput_converges_to_the_batch_ceiling() -> None:
         requests={
             "input_tokens": {"dist": "constant", "value": prompt},
             "output_tokens": {"dist": "constant", "value": answer},
-        },  # fmt: skip
+        },
         run={"seed": 2, "duration": "120 s", "warmup": "20 s", "drain": False},
     )
     step, _ = COST.cycle_time(batch, prompt + answer / 2)
