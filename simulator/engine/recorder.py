@@ -97,7 +97,7 @@ class Recorder:
     """Collects everything a run produces, per replica and globally."""
 
     def __init__(self, replicas: int) -> None:
-        self.requests: list[tuple[float, ...]] = []
+        self.requests = array("d")  # REQUEST_FIELDS per request, flat: 88 bytes a request
         self.in_system = LevelMonitor()
         self.queue = [LevelMonitor() for _ in range(replicas)]
         self.batch = [LevelMonitor() for _ in range(replicas)]
@@ -114,10 +114,14 @@ class Recorder:
     def departure(self, t: float, fields: tuple[float, ...]) -> None:
         self._in_system -= 1
         self.in_system.record(t, self._in_system)
-        self.requests.append(fields)
+        self.requests.extend(fields)
 
     def dropped(self, fields: tuple[float, ...]) -> None:
-        self.requests.append(fields)
+        self.requests.extend(fields)
+
+    @property
+    def request_count(self) -> int:
+        return len(self.requests) // len(REQUEST_FIELDS)
 
     def inter_token(self, durations_s: FloatArray, weights: FloatArray | float) -> None:
         """Add inter-token gaps (one per decoding sequence per step) to the histogram."""
