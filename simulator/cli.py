@@ -29,6 +29,7 @@ from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog, ConfigError, parse_override
 from simulator.engine.build import ScenarioError
+from simulator.results.metrics import overload_message
 from simulator.runner import RunResult, load_scenario_data, scenario_from, simulate
 from simulator.tables import format_table
 from simulator.validation import BUNDLED_TABLE, read_table, summarize, validate
@@ -321,6 +322,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             {"set": c, "summary": r.summary} for c, r in results]  # fmt: skip
         print(json.dumps(payload, indent=2))
         return 0
+    for combo, result in results:
+        if message := overload_message(result.summary):
+            label = ", ".join(f"{k}={v}" for k, v in combo.items())
+            print(f"infersim: warning: {label + ': ' if label else ''}{message}", file=sys.stderr)
     rows = [_summary_row(", ".join(f"{k}={v}" for k, v in c.items()) or r.scenario.name, r.summary) for c, r in results]
     print(format_table(SUMMARY_HEADERS, rows))
     print(f"\nwrote {out}")

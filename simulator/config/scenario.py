@@ -28,8 +28,10 @@ class ContinuousBatching(Spec):
     max_batch_size: PositiveInt | None = Field(None, description="empty: the hardware's")
     max_batched_tokens: PositiveInt | None = Field(None, description="empty: the hardware's")
     kv_block_tokens: PositiveInt = 16
-    preemption: Literal["recompute"] = Field(
-        "recompute", description="when KV runs out the latest-admitted sequence is evicted and later re-prefilled"
+    preemption: Literal["recompute", "swap"] = Field(
+        "recompute",
+        description="when KV runs out the latest-admitted sequence is evicted: recompute re-prefills it later; "
+        "swap moves its KV to the next slower memory tier and back",
     )
 
 

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment, plan
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.distributions import Distribution
 from simulator.config.loading import Catalog
-from simulator.config.scenario import ClosedLoop, ContinuousBatching, OpenLoop, Scenario
+from simulator.config.scenario import Arrivals, ClosedLoop, ContinuousBatching, OpenLoop, RateRamp, RateSteps, Scenario
 from simulator.engine.load import closed_loop_user, open_loop
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
@@ -119,6 +120,8 @@ class Simulation:
     factory: RequestFactory
     kv_blocks_per_replica: int
     max_batch_size: int
+    capacity_requests_per_s: float
+    offered_requests_per_s: float | None
 
     def run(self) -> float:
         """Run to the end the scenario asks for; returns the simulated end time (s)."""
@@ -130,6 +133,22 @@ class Simulation:
         return float(self.env.now)
 
 
+def swap_bandwidth(deployment: Deployment) -> float:
+    """Bytes/s a replica moves KV to and from the next tier slower than its serving tier.
+
+    Every chip moves its own shard in parallel: ``chips * bandwidth * efficiency``.
+    """
+    serving = deployment.weights_tier.bandwidth.value
+    slower = [t for t in deployment.hardware.memory if t.bandwidth.value < serving]
+    if not slower:
+        raise ScenarioError(
+            f"swap preemption needs a memory tier slower than {deployment.weights_tier.name} on "
+            f"{deployment.hardware.id}, and the profile has none; use preemption: recompute"
+        )
+    tier = slower[0]
+    return deployment.chips * tier.bandwidth.value * tier.efficiency.value
+
+
 def _policy(scenario: Scenario, deployment: Deployment, blocks: BlockManager, batch_cap: int) -> BatchPolicy:
     sched = scenario.scheduler
     hw = deployment.hardware.execution
@@ -139,9 +158,8 @@ def _policy(scenario: Scenario, deployment: Deployment, blocks: BlockManager, ba
     window = deployment.model.attention.sliding_window
     slots = Slots(batch_cap)
     if isinstance(sched, ContinuousBatching):
-        return ContinuousBatchingPolicy(
-            slots, blocks, tokens, step, window, prefill_first=sched.priority == "prefill-first"
-        )
+        prefill_first, swap = sched.priority == "prefill-first", sched.preemption == "swap"
+        return ContinuousBatchingPolicy(slots, blocks, tokens, step, window, prefill_first=prefill_first, swap=swap)
     return StaticBatchingPolicy(slots, blocks, tokens, 1.0, window)
 
 
@@ -163,6 +181,9 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
             f"{deployment.model.id} KV (or context); use more chips or shorter requests"
         )
 
+    swap_s_per_block = 0.0
+    if isinstance(sched, ContinuousBatching) and sched.preemption == "swap":
+        swap_s_per_block = block_tokens * deployment.kv_bytes_per_token / swap_bandwidth(deployment)
     env = simpy.Environment()
     recorder = Recorder(scenario.replicas)
     root = np.random.SeedSequence(scenario.run.seed)
@@ -179,7 +200,9 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     factory = RequestFactory(env, scenario, replicas, recorder, samplers, max_tokens, closed)
     for index, ss in enumerate(replicas_ss.spawn(scenario.replicas)):
         policy = _policy(scenario, deployment, BlockManager(kv_blocks, block_tokens), batch_cap)
-        replica = Replica(env, index, cost, policy, recorder, np.random.default_rng(ss), factory.complete)
+        replica = Replica(
+            env, index, cost, policy, recorder, np.random.default_rng(ss), factory.complete, swap_s_per_block
+        )
         replicas.append(replica)
         env.process(replica.run())
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
@@ -193,4 +216,22 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
                 LengthSampler(lengths.output_tokens, np.random.default_rng(out_u)),
             )
             env.process(closed_loop_user(env, load, user, np.random.default_rng(think_ss), factory, stop_s))
-    return Simulation(scenario, deployment, env, recorder, replicas, factory, kv_blocks, batch_cap)
+    capacity = scenario.replicas * _capacity_requests_per_s(deployment, scenario, batch_cap)
+    offered = _peak_rate(load.arrivals) if isinstance(load, OpenLoop) else None
+    return Simulation(scenario, deployment, env, recorder, replicas, factory, kv_blocks, batch_cap, capacity, offered)
+
+
+def _capacity_requests_per_s(deployment: Deployment, scenario: Scenario, batch_cap: int) -> float:
+    """Analytic saturation throughput of one replica at the mean request lengths."""
+    lengths = scenario.requests
+    prompt, answer = max(1, round(lengths.input_tokens.mean)), max(1, round(lengths.output_tokens.mean))
+    users = min(batch_cap, saturation_concurrency(deployment, prompt, answer))
+    return estimate(deployment, prompt, answer, users).aggregate_output_tok_s / answer
+
+
+def _peak_rate(arrivals: Arrivals) -> float:
+    if isinstance(arrivals, RateSteps):
+        return max(step.rate_per_s for step in arrivals.steps)
+    if isinstance(arrivals, RateRamp):
+        return max(arrivals.start_rate_per_s, arrivals.end_rate_per_s)
+    return arrivals.rate_per_s

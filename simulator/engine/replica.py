@@ -46,11 +46,13 @@ class Replica:
         recorder: Recorder,
         rng: np.random.Generator,
         on_complete: Callable[[Request], None],
+        swap_s_per_block: float = 0.0,
     ) -> None:
         self.env, self.index, self.cost, self.policy, self.recorder = env, index, cost, policy, recorder
         self.slots: Slots = policy.slots
         self.rng = rng
         self.on_complete = on_complete
+        self.swap_s_per_block = swap_s_per_block
         self.speculative = cost.deployment.speculative
         self.window = cost.deployment.model.attention.sliding_window
         self._wake: simpy.Event | None = None
@@ -85,7 +87,7 @@ class Replica:
                 if self.slots.count == 0 or not self.policy._preempt_latest():
                     yield self._sleep()
                 continue
-            steps = self._jump_steps(plan)
+            steps = self._jump_steps(plan) if self.policy.swapped_blocks == 0 else 1
             if steps > 1:
                 yield from self._jump(plan, steps)
             else:
@@ -100,7 +102,7 @@ class Replica:
         s = self.slots
         on = plan.scheduled
         times = self.cost.iteration_times(self.policy.aggregates(plan))
-        duration = float(times.total_s[0])
+        duration = float(times.total_s[0]) + self._take_swap_s()
         decoding = on & (s.prompt_left == 0)
         spec = self.speculative
         if spec is not None and decoding.any():
@@ -116,6 +118,11 @@ class Replica:
         self.recorder.tokens[self.index].span(start, start + duration, expected_output, prefill_tokens)
         yield self.env.timeout(duration)
         self._apply_iteration(plan, duration, decoding)
+
+    def _take_swap_s(self) -> float:
+        """Seconds of KV swapped out and in by the plan just made (it blocks the iteration)."""
+        blocks, self.policy.swapped_blocks = self.policy.swapped_blocks, 0.0
+        return blocks * self.swap_s_per_block
 
     def _mean_emitted(self) -> float:
         spec = self.speculative

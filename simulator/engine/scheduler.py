@@ -10,9 +10,10 @@ Pure Python and numpy (no SimPy). Assumptions:
   running decode takes one token (``gamma + 1`` with speculation), then unfinished prefills
   and new admissions (FCFS) fill the budget with chunks (Sarathi-Serve). *prefill-first*: if
   any prefill can run, the iteration holds only prefill chunks and decodes wait (vLLM V0).
-- **Preemption by recompute.** A decode that needs a block when none is free evicts the
-  latest-admitted sequence: its blocks are freed and it returns to the front of the queue,
-  to re-prefill its prompt and the tokens it had generated.
+- **Preemption.** A decode that needs a block when none is free evicts the latest-admitted
+  sequence, which returns to the front of the queue. *recompute*: its blocks are freed and it
+  later re-prefills its prompt and the tokens it had generated. *swap*: its KV bytes move to a
+  slower tier and move back when it is re-admitted; the replica charges both transfers.
 - **Static batching.** Admission only into an empty replica, with the whole
   ``input + output`` KV reserved, so the batch runs to completion without preemption.
 - A prefill pass emits the sequence's next token; a decode pass emits one (or the accepted
@@ -43,7 +44,7 @@ class Request:
 
     __slots__ = (
         "admitted_s", "arrival_s", "done", "first_token_s", "generated", "id", "input_tokens",
-        "output_tokens", "preemptions", "replica", "user",
+        "output_tokens", "preemptions", "replica", "swapped", "user",
     )  # fmt: skip
 
     def __init__(self, request_id: int, arrival_s: float, input_tokens: int, output_tokens: int, user: int) -> None:
@@ -58,6 +59,7 @@ class Request:
         self.preemptions = 0
         self.replica = -1
         self.done: simpy.Event | None = None  # when somebody waits on the request
+        self.swapped: tuple[float, float] | None = None  # (context, prompt_left) while swapped out
 
 
 class BlockManager:
@@ -108,8 +110,12 @@ class Slots:
     def admit(self, request: Request) -> int:
         slot = self._free.pop()
         self.requests[slot] = request
-        self.context[slot] = 0.0
-        self.prompt_left[slot] = request.input_tokens + request.generated
+        if request.swapped is None:
+            self.context[slot] = 0.0
+            self.prompt_left[slot] = request.input_tokens + request.generated
+        else:
+            self.context[slot], self.prompt_left[slot] = request.swapped
+            request.swapped = None
         self.out_left[slot] = request.output_tokens - request.generated
         self.blocks[slot] = 0.0
         self._admissions += 1
@@ -137,14 +143,16 @@ class BatchPolicy:
         max_batched_tokens: int,
         decode_step_tokens: float,
         window: int | None,
+        swap: bool = False,
     ) -> None:
         self.slots = slots
         self.kv = blocks
         self.max_batched_tokens = max_batched_tokens
         self.decode_step_tokens = decode_step_tokens
         self.window = window
+        self.swap = swap
+        self.swapped_blocks = 0.0  # blocks moved out or in by the current plan (the replica charges them)
         self.waiting: deque[Request] = deque()
-        self.preempted: list[Request] = []
 
     # -- helpers --------------------------------------------------------------------------------
     def _grow(self, slot_ids: IntArray, new_tokens: FloatArray) -> bool:
@@ -163,20 +171,32 @@ class BatchPolicy:
         if not s.active.any():
             return False
         slot = int(np.argmax(np.where(s.active, s.order, -1)))
+        if self.swap:
+            request_state = (float(s.context[slot]), float(s.prompt_left[slot]))
+            self.swapped_blocks += float(self.kv.blocks_for(s.context[slot]))
         self.kv.free += int(s.blocks[slot])
         request = s.release(slot)
         request.generated = int(request.output_tokens - s.out_left[slot])
         request.preemptions += 1
+        if self.swap:
+            request.swapped = request_state
         self.waiting.appendleft(request)
-        self.preempted.append(request)
         return True
+
+    def _admission_tokens(self, request: Request, budget: int) -> tuple[float, float]:
+        """(KV tokens to hold after admission, new tokens this iteration) for a waiting request."""
+        if request.swapped is not None:
+            context, prompt_left = request.swapped
+            new = min(prompt_left, budget) if prompt_left else min(self.decode_step_tokens, budget)
+            return context + new, new
+        chunk = float(min(request.input_tokens + request.generated, budget))
+        return chunk, chunk
 
     def _admissible(self, budget: int) -> bool:
         if not self.waiting or budget <= 0 or self.slots.count >= self.slots.capacity:
             return False
-        head = self.waiting[0]
-        chunk = min(head.input_tokens + head.generated, budget)
-        return float(self.kv.blocks_for(chunk)) <= self.kv.free
+        held, _ = self._admission_tokens(self.waiting[0], budget)
+        return float(self.kv.blocks_for(held)) <= self.kv.free
 
     def _schedule_prefills(self, q: FloatArray, budget: int, now: float) -> int:
         """Continue unfinished prefills (admission order), then admit new requests (FCFS)."""
@@ -192,13 +212,15 @@ class BatchPolicy:
             budget -= int(chunk)
         while self._admissible(budget):
             request = self.waiting.popleft()
+            _, new = self._admission_tokens(request, budget)
+            if request.swapped is not None:
+                self.swapped_blocks += float(self.kv.blocks_for(request.swapped[0]))
             slot = s.admit(request)
             if math.isnan(request.admitted_s):
                 request.admitted_s = now
-            chunk = min(float(s.prompt_left[slot]), float(budget))
-            self._grow(np.array([slot]), np.array([chunk]))
-            q[slot] = chunk
-            budget -= int(chunk)
+            self._grow(np.array([slot]), np.array([new]))
+            q[slot] = new
+            budget -= int(new)
         return budget
 
     def prefill_pending(self) -> bool:

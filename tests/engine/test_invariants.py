@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from simulator.engine.build import ScenarioError
 from simulator.runner import RunResult
 from tests.engine.conftest import SMALL, run
 
@@ -22,6 +23,11 @@ CASES: dict[str, dict[str, Any]] = {
     "kv-pressure": {
         "load": {"kind": "closed", "users": 96},
         "deployment": {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-70b", "chips": 1, "weights": "fp8"},
+    },
+    "kv-pressure-swap": {
+        "load": {"kind": "closed", "users": 96},
+        "deployment": {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-70b", "chips": 1, "weights": "fp8"},
+        "scheduler": {"policy": "continuous", "preemption": "swap"},
     },
     "speculative": {"load": OPEN, "deployment": {**SMALL, "speculative": DRAFT}},
     "wafer-pipelined": {"load": OPEN, "deployment": {"hardware": "cerebras-cs3", "model": "llama-3.1-8b"}},
@@ -84,6 +90,26 @@ def test_kv_pressure_preempts_and_still_completes_everything() -> None:
     result = run(requests=CHAT, run={"seed": 7, "max_requests": 400}, **CASES["kv-pressure"])
     assert result.summary["preemptions"] > 0
     assert result.summary["requests_completed"] + result.summary["requests_dropped"] == 400
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_prefilled_tokens_are_the_prompts_plus_what_recompute_redoes(mode: str) -> None:
+    """Swap prefills every prompt exactly once; recompute also re-prefills evicted context."""
+    parts = CASES["kv-pressure"] | {"scheduler": {"policy": "continuous", "preemption": mode}}
+    rec = run(requests=CHAT, run={"seed": 7, "max_requests": 400}, **parts).records
+    _, prefilled = rec.tokens_in_window(0.0, rec.end_s)
+    prompts = rec.requests["input_tokens"][rec.requests["dropped"] == 0].sum()
+    assert rec.requests["preemptions"].sum() > 0
+    if mode == "swap":
+        assert prefilled == prompts
+    else:
+        assert prefilled > prompts
+
+
+def test_swap_needs_a_slower_tier() -> None:
+    with pytest.raises(ScenarioError, match="needs a memory tier slower than sram"):
+        run(deployment={"hardware": "cerebras-cs3", "model": "llama-3.1-8b"},
+            scheduler={"policy": "continuous", "preemption": "swap"})  # fmt: skip
 
 
 def test_same_seed_same_records_other_seed_other_records() -> None:
