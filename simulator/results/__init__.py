@@ -1,0 +1,1 @@
+"""Downstream of the engine: frozen records and the metrics derived from them."""

@@ -1,0 +1,140 @@
+"""Metrics derived from recorded timestamps (definitions after vLLM's serving benchmark and
+inference-perf, so simulated and measured runs compare directly).
+
+Per request r with arrival a, admission s, first token f, completion c and n output tokens:
+
+- ``ttft_s = f - a`` (time to first token, queueing included);
+- ``e2e_s = c - a`` (end-to-end latency);
+- ``tpot_s = (c - f) / (n - 1)`` (time per output token after the first; n > 1 only);
+- ``per_user_output_tok_s = (n - 1) / (c - f) = 1 / tpot`` (decode speed one user sees);
+- ``normalized_tpot_s = e2e / n`` (inference-perf's normalised time per output token);
+- ``queueing_delay_s = s - a`` (waiting before the first scheduled iteration);
+- ``itl_s``: every gap between consecutive tokens of a request, pooled over requests
+  (a log-binned histogram, 0.5 % resolution).
+
+Measured requests are the completed ones that arrived at or after the warm-up. Rates use
+the window ``[warmup, end]``: ``output_tok_s`` and ``input_tok_s`` are the tokens emitted
+and prefilled *inside* the window (a cumulative counter kept per iteration, linear within a
+jump), so a drain tail or in-flight requests do not bias them; ``requests_per_s`` counts
+completions in the window; ``goodput_requests_per_s`` counts those meeting every SLO given
+(TTFT and TPOT bounds). Levels (batch, queue, KV)
+are time-weighted means over the same window; utilisation is achieved / peak FLOP/s and
+bytes/s of a replica's chips over the window.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from simulator.config.scenario import SLOSpec
+from simulator.results.records import FloatArray, RunRecords
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def distribution_stats(values: FloatArray) -> dict[str, float]:
+    """Mean and p50/p90/p95/p99 of finite values (NaN when there are none)."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return {"mean": float("nan"), **{f"p{p}": float("nan") for p in PERCENTILES}}
+    stats = {"mean": float(finite.mean())}
+    stats.update({f"p{p}": float(v) for p, v in zip(PERCENTILES, np.percentile(finite, PERCENTILES), strict=True)})
+    return stats
+
+
+def histogram_stats(counts: FloatArray, edges: FloatArray) -> dict[str, float]:
+    """Mean and percentiles of a histogram, at the geometric midpoints of its bins."""
+    total = counts.sum()
+    if total == 0:
+        return distribution_stats(np.array([]))
+    mids = np.sqrt(edges[:-1] * edges[1:])
+    cumulative = np.cumsum(counts) / total
+    stats = {"mean": float((counts * mids).sum() / total)}
+    for p in PERCENTILES:
+        stats[f"p{p}"] = float(mids[np.searchsorted(cumulative, p / 100.0)])
+    return stats
+
+
+def request_metrics(records: RunRecords) -> dict[str, FloatArray]:
+    r = records.requests
+    measured = (r["dropped"] == 0) & np.isfinite(r["done_s"]) & (r["arrival_s"] >= records.warmup_s)
+    a, s, f, c, n = (r[k][measured] for k in ("arrival_s", "admitted_s", "first_token_s", "done_s", "output_tokens"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(n > 1, (c - f) / (n - 1), np.nan)
+        per_user = np.where((n > 1) & (c > f), (n - 1) / (c - f), np.nan)
+    return {
+        "ttft_s": f - a,
+        "e2e_s": c - a,
+        "tpot_s": tpot,
+        "per_user_output_tok_s": per_user,
+        "normalized_tpot_s": (c - a) / n,
+        "queueing_delay_s": s - a,
+        "input_tokens": r["input_tokens"][measured],
+        "output_tokens": n,
+    }
+
+
+def summarize(records: RunRecords, slo: SLOSpec) -> dict[str, Any]:
+    """The run summary: distributions, rates, goodput, levels and utilisation."""
+    m = request_metrics(records)
+    window = max(records.end_s - records.warmup_s, 1e-12)
+    ok = np.ones(m["ttft_s"].size, dtype=bool)
+    if slo.ttft is not None:
+        ok &= m["ttft_s"] <= slo.ttft
+    if slo.tpot is not None:
+        ok &= ~(m["tpot_s"] > slo.tpot)
+    replicas = len(records.totals)
+    t0, t1 = records.warmup_s, records.end_s
+    chips = records.chips_per_replica
+    output_tokens, input_tokens = records.tokens_in_window(t0, t1)
+    summary: dict[str, Any] = {
+        name: distribution_stats(m[name])
+        for name in ("ttft_s", "tpot_s", "e2e_s", "per_user_output_tok_s", "normalized_tpot_s", "queueing_delay_s")
+    }
+    summary["itl_s"] = histogram_stats(records.itl_counts, records.itl_bin_edges_s)
+    summary |= {
+        "requests_completed": int(m["ttft_s"].size),
+        "requests_dropped": int((records.requests["dropped"] == 1).sum()),
+        "requests_in_flight": records.in_flight,
+        "window_s": window,
+        "requests_per_s": m["ttft_s"].size / window,
+        "output_tok_s": output_tokens / window,
+        "input_tok_s": input_tokens / window,
+        "goodput_requests_per_s": float(ok.sum()) / window,
+        "preemptions": int(records.requests["preemptions"].sum()),
+        "mean_batch_size": float(np.mean([b.time_mean(t0, t1) for b in records.batch])),
+        "mean_queue_length": float(np.mean([q.time_mean(t0, t1) for q in records.queue])),
+        "mean_kv_occupancy": float(np.mean([k.time_mean(t0, t1) for k in records.kv_blocks]))
+        / max(records.kv_blocks_per_replica, 1),
+        "replicas": [
+            {
+                "busy_fraction": t.busy_s / max(t1, 1e-12),
+                "compute_utilisation": t.flops / (chips * records.peak_flops_per_chip * max(t1, 1e-12)),
+                "memory_bandwidth_utilisation": t.bytes_moved
+                / (chips * records.peak_bandwidth_per_chip * max(t1, 1e-12)),
+                "iterations": t.iterations,
+            }
+            for t in records.totals
+        ],
+    }
+    summary["replica_count"] = replicas
+    summary["capacity_requests_per_s"] = records.capacity_requests_per_s
+    summary["offered_requests_per_s"] = records.offered_requests_per_s
+    summary["overloaded"] = bool(
+        records.offered_requests_per_s is not None and records.offered_requests_per_s > records.capacity_requests_per_s
+    )
+    return summary
+
+
+def overload_message(summary: dict[str, Any]) -> str:
+    """Why a run's queue never drains, in words (empty when it does)."""
+    if not summary["overloaded"]:
+        return ""
+    offered, capacity = summary["offered_requests_per_s"], summary["capacity_requests_per_s"]
+    return (
+        f"offered load {offered:.3g} req/s is {offered / capacity:.1f}x the fleet's capacity (about "
+        f"{capacity:.3g} req/s at saturation for these lengths): the queue grows without bound, so latencies "
+        f"depend on how long the run lasts; add replicas or lower the rate"
+    )

@@ -1,0 +1,83 @@
+"""RunRecords: the frozen, numpy form of everything a run recorded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from simulator.engine.build import Simulation
+from simulator.engine.recorder import ITL_BIN_EDGES_S, REQUEST_FIELDS, LevelMonitor, ReplicaTotals, TokenCounter
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    requests: dict[str, FloatArray]  # one array per field of REQUEST_FIELDS
+    in_system: LevelMonitor
+    queue: list[LevelMonitor]
+    batch: list[LevelMonitor]
+    kv_blocks: list[LevelMonitor]
+    totals: list[ReplicaTotals]
+    itl_counts: FloatArray
+    tokens: list[TokenCounter]
+    end_s: float
+    warmup_s: float
+    kv_blocks_per_replica: int
+    max_batch_size: int
+    chips_per_replica: int
+    peak_flops_per_chip: float
+    peak_bandwidth_per_chip: float
+    in_flight: int
+    capacity_requests_per_s: float
+    offered_requests_per_s: float | None
+
+    def tokens_in_window(self, t0: float, t1: float) -> tuple[float, float]:
+        """(output, input) tokens all replicas processed over ``[t0, t1]``."""
+        pairs = [counter.in_window(t0, t1) for counter in self.tokens]
+        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+    @property
+    def itl_bin_edges_s(self) -> FloatArray:
+        return ITL_BIN_EDGES_S
+
+    def to_csv(self) -> str:
+        rows = [",".join(REQUEST_FIELDS)]
+        columns = [self.requests[f] for f in REQUEST_FIELDS]
+        rows += [",".join(f"{v:.9g}" for v in values) for values in zip(*columns, strict=True)]
+        return "\n".join(rows) + "\n"
+
+
+def freeze(simulation: Simulation, end_s: float) -> RunRecords:
+    """Convert the recorder's lists to arrays, once, after the run."""
+    from simulator.analytic.precision import matmul_precision
+
+    rec = simulation.recorder
+    table = np.frombuffer(rec.requests, dtype=np.float64).reshape(-1, len(REQUEST_FIELDS)).copy()
+    order = np.argsort(table[:, 0], kind="stable")
+    requests = {name: table[order, i] for i, name in enumerate(REQUEST_FIELDS)}
+    d = simulation.deployment
+    hw = d.hardware
+    peak = hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value
+    return RunRecords(
+        requests=requests,
+        in_system=rec.in_system,
+        queue=rec.queue,
+        batch=rec.batch,
+        kv_blocks=rec.kv_blocks,
+        totals=rec.totals,
+        itl_counts=rec.itl_counts.copy(),
+        tokens=rec.tokens,
+        end_s=end_s,
+        warmup_s=simulation.scenario.run.warmup,
+        kv_blocks_per_replica=simulation.kv_blocks_per_replica,
+        max_batch_size=simulation.max_batch_size,
+        chips_per_replica=d.chips,
+        peak_flops_per_chip=peak,
+        peak_bandwidth_per_chip=d.weights_tier.bandwidth.value,
+        in_flight=simulation.factory.count - rec.request_count,
+        capacity_requests_per_s=simulation.capacity_requests_per_s,
+        offered_requests_per_s=simulation.offered_requests_per_s,
+    )
