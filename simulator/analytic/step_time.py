@@ -200,6 +200,15 @@ class StepCostModel:
             )
         )
         self.fixed_s = layers * hw.execution.layer_latency.value + hw.execution.step_overhead.value
+        # Batch-independent parts of the operator terms, in seconds per unit of their driver.
+        self.op_weight_s = self.op_weight_bytes / self.bandwidth
+        self.op_compute_s_per_unit = (
+            np.array([self.flops_per_token[0], self.flops_per_pair, self.flops_per_pair, *self.flops_per_token[1:]])[
+                :, None
+            ]
+            / self.op_flop_rate
+        )
+        self.kv_s_per_token = self.kv_bytes_per_token_layer / self.bandwidth
 
     # -- terms ---------------------------------------------------------------------------------
     def _fabric_per_layer(self, bpw: float) -> tuple[float, float]:
@@ -240,29 +249,26 @@ class StepCostModel:
         tp, ep, pp = d.tensor_parallel, d.expert_parallel, d.pipeline_parallel
         tokens = batch.tokens
         n = tokens.size
-        weight_bytes = np.repeat(self.op_weight_bytes, n, axis=1)
+        weight_s = np.repeat(self.op_weight_s, n, axis=1)
         if self.moe_layers:
             moe = model.moe
             assert moe is not None
             touched = expected_distinct_experts(moe.num_routed_experts, moe.experts_per_token, tokens)
-            weight_bytes[4] = (touched + moe.num_shared_experts) * self.expert_weight_bytes
-        kv_bytes = np.zeros((6, n))
-        kv_bytes[1] = (batch.held_full + tokens) * self.kv_bytes_per_token_layer
-        kv_bytes[2] = (batch.held_window + tokens) * self.kv_bytes_per_token_layer
-        per_token = self.flops_per_token
-        flops = np.stack([
-            per_token[0] * tokens, self.flops_per_pair * batch.pairs_full, self.flops_per_pair * batch.pairs_window,
-            per_token[1] * tokens, per_token[2] * tokens, per_token[3] * batch.sequences,
-        ])  # fmt: skip
-        weight_s = weight_bytes / self.bandwidth
-        kv_s = kv_bytes / self.bandwidth
-        compute_s = flops / self.op_flop_rate
-        memory_bound = weight_s + kv_s >= compute_s
+            weight_s[4] = (touched + moe.num_shared_experts) * self.expert_weight_bytes / self.bandwidth
+        kv_s = np.zeros((6, n))
+        kv_s[1] = (batch.held_full + tokens) * self.kv_s_per_token
+        kv_s[2] = (batch.held_window + tokens) * self.kv_s_per_token
+        drivers = np.empty((6, n))
+        drivers[0] = drivers[3] = drivers[4] = tokens
+        drivers[1], drivers[2], drivers[5] = batch.pairs_full, batch.pairs_window, batch.sequences
+        compute_s = drivers * self.op_compute_s_per_unit
         count = self.op_count
+        memory_bound = (weight_s + kv_s >= compute_s) * count
+        compute_bound = count - memory_bound
         parts = {
-            "weights_memory": (count * np.where(memory_bound, weight_s, 0.0)).sum(axis=0),
-            "kv_memory": (count * np.where(memory_bound, kv_s, 0.0)).sum(axis=0),
-            "compute": (count * np.where(memory_bound, 0.0, compute_s)).sum(axis=0),
+            "weights_memory": (memory_bound * weight_s).sum(axis=0),
+            "kv_memory": (memory_bound * kv_s).sum(axis=0),
+            "compute": (compute_bound * compute_s).sum(axis=0),
         }
         allreduce = self._allreduce_s(tokens, tp)
         moe_comm = 2 * self._alltoall_s(tokens, ep) if ep > 1 else allreduce
@@ -272,8 +278,8 @@ class StepCostModel:
         dense_fabric, moe_fabric = self.fabric_per_layer_s
         parts["fabric"] = np.full(n, self.dense_layers * dense_fabric + self.moe_layers * moe_fabric)
         parts["fixed_latency"] = np.full(n, self.fixed_s)
-        total_flops = tp * (count * flops).sum(axis=0)
-        total_bytes = tp * (count * (weight_bytes + kv_bytes)).sum(axis=0)
+        total_flops = tp * (count * compute_s * self.op_flop_rate).sum(axis=0)
+        total_bytes = tp * self.bandwidth * (count * (weight_s + kv_s)).sum(axis=0)
         return PassTimes(parts, total_flops, total_bytes)
 
     def pass_time(self, new_tokens: npt.ArrayLike, context_tokens: npt.ArrayLike) -> StepTime:

@@ -16,6 +16,8 @@ FloatArray = npt.NDArray[np.float64]
 #: Inter-token latency histogram: log-spaced bins from 1 us to 1000 s, 200 per decade.
 ITL_BIN_EDGES_S = np.logspace(-6, 3, 9 * 200 + 1)
 
+ITL_BUFFER = 8192
+
 REQUEST_FIELDS = (
     "id", "replica", "user", "arrival_s", "admitted_s", "first_token_s", "done_s",
     "input_tokens", "output_tokens", "preemptions", "dropped",
@@ -104,6 +106,7 @@ class Recorder:
         self.kv_blocks = [LevelMonitor() for _ in range(replicas)]
         self.totals = [ReplicaTotals() for _ in range(replicas)]
         self.itl_counts = np.zeros(ITL_BIN_EDGES_S.size - 1)
+        self._itl_durations, self._itl_weights = array("d"), array("d")
         self.tokens = [TokenCounter() for _ in range(replicas)]
         self._in_system = 0
 
@@ -124,13 +127,25 @@ class Recorder:
         return len(self.requests) // len(REQUEST_FIELDS)
 
     def inter_token(self, durations_s: FloatArray, weights: FloatArray | float) -> None:
-        """Add inter-token gaps (one per decoding sequence per step) to the histogram."""
-        index = np.clip(np.searchsorted(ITL_BIN_EDGES_S, durations_s, side="right") - 1, 0, self.itl_counts.size - 1)
-        np.add.at(self.itl_counts, index, weights)
+        """Add inter-token gaps (one per decoding sequence per step) to the histogram.
+
+        Samples are buffered and binned in bulk, so memory stays flat in simulated time.
+        """
+        self._itl_durations.extend(np.ravel(durations_s).tolist())
+        self._itl_weights.extend(np.broadcast_to(weights, np.shape(durations_s)).ravel().tolist())
+        if len(self._itl_durations) >= ITL_BUFFER:
+            self.flush_inter_tokens()
+
+    def flush_inter_tokens(self) -> None:
+        if self._itl_durations:
+            durations = np.frombuffer(self._itl_durations, dtype=np.float64)
+            index = np.searchsorted(ITL_BIN_EDGES_S, durations, side="right") - 1
+            np.add.at(self.itl_counts, np.clip(index, 0, self.itl_counts.size - 1), self._itl_weights)
+            self._itl_durations, self._itl_weights = array("d"), array("d")
 
     def iteration(self, replica: int, duration_s: FloatArray, flops: FloatArray, bytes_moved: FloatArray) -> None:
         totals = self.totals[replica]
-        totals.busy_s += float(np.sum(duration_s))
-        totals.iterations += int(np.size(duration_s))
-        totals.flops += float(np.sum(flops))
-        totals.bytes_moved += float(np.sum(bytes_moved))
+        totals.busy_s += float(duration_s.sum())
+        totals.iterations += duration_s.size
+        totals.flops += float(flops.sum())
+        totals.bytes_moved += float(bytes_moved.sum())

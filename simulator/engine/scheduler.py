@@ -78,14 +78,13 @@ class BlockManager:
 
 @dataclass
 class Plan:
-    """New tokens per slot for one iteration (0: not scheduled)."""
+    """New tokens per slot for one iteration (0: not scheduled) and the mask of scheduled slots."""
 
     new_tokens: FloatArray
     decode_step_tokens: float
 
-    @property
-    def scheduled(self) -> npt.NDArray[np.bool_]:
-        return self.new_tokens > 0
+    def __post_init__(self) -> None:
+        self.scheduled: npt.NDArray[np.bool_] = self.new_tokens > 0
 
 
 class Slots:

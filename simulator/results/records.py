@@ -55,6 +55,7 @@ def freeze(simulation: Simulation, end_s: float) -> RunRecords:
     from simulator.analytic.precision import matmul_precision
 
     rec = simulation.recorder
+    rec.flush_inter_tokens()
     table = np.frombuffer(rec.requests, dtype=np.float64).reshape(-1, len(REQUEST_FIELDS)).copy()
     order = np.argsort(table[:, 0], kind="stable")
     requests = {name: table[order, i] for i, name in enumerate(REQUEST_FIELDS)}
