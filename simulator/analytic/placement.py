@@ -3,7 +3,7 @@
 Assumptions:
 
 - Weights and KV are served from one tier: the fastest tier with ``holds_weights`` in
-  which weights plus a KV floor (``MIN_KV_TOKENS`` tokens of context) fit within
+  which weights plus a KV floor (``min_kv_tokens`` of the deployment, default 4,096) fit within
   ``usable_fraction`` of capacity, on at most ``max_chips`` chips. Slower weight-holding tiers
   beneath it hold further *resident* models (SambaNova's DDR); they are reported, not read.
 - Automatic layout. Spatial (``layer_pipelined``) machines pipeline over layers and split a
@@ -34,10 +34,12 @@ from simulator.config.deployment import DeploymentSpec, SpeculativeSpec
 from simulator.config.hardware import HardwareProfile, MemoryTier
 from simulator.config.model import ModelSpec
 
-#: Tokens of KV the automatic placement reserves beside the weights (one long-ish request).
+#: Default tokens of KV the automatic placement reserves beside the weights (one long-ish request).
 MIN_KV_TOKENS = 4096
 #: Largest system the automatic placement will consider, in scale-up domains.
 MAX_DOMAINS = 64
+#: Re-layouts allowed while growing a deployment whose replicated KV does not fit.
+MAX_LAYOUT_ATTEMPTS = 8
 
 
 class PlacementError(ValueError):
@@ -146,6 +148,19 @@ def _round_chips(hardware: HardwareProfile, chips: int) -> int:
     return _round_up(chips, domain)
 
 
+def _layout(
+    hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, chips: int, tier: MemoryTier, bpw: float
+) -> tuple[int, int]:
+    """(tensor_parallel, pipeline_parallel): as the spec pins them, or automatic."""
+    if not (spec.tensor_parallel or spec.pipeline_parallel):
+        return _auto_layout(hardware, model, chips, tier, bpw)
+    tp = spec.tensor_parallel or max(1, chips // (spec.pipeline_parallel or 1))
+    pp = spec.pipeline_parallel or max(1, chips // tp)
+    if tp * pp != chips:
+        raise PlacementError(f"tensor_parallel {tp} x pipeline_parallel {pp} = {tp * pp} != chips {chips}")
+    return tp, pp
+
+
 def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec) -> Deployment:
     """Resolve a deployment: precisions, tier, chips, layout and KV budget.
 
@@ -159,7 +174,7 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec) -> D
     bytes_per_weight = BYTES_PER_ELEMENT[weights]
     weight_bytes = total_params(model) * bytes_per_weight
     kv_per_token_unreplicated = layer_shapes(model).kv_elements_per_token * model.num_layers * BYTES_PER_ELEMENT[kv]
-    kv_floor = kv_per_token_unreplicated * MIN_KV_TOKENS
+    kv_floor = kv_per_token_unreplicated * spec.min_kv_tokens
     domain = hardware.interconnect.domain_chips.value
     max_chips = domain * MAX_DOMAINS
 
@@ -184,29 +199,27 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec) -> D
         )
     assert chips is not None
 
-    if spec.tensor_parallel or spec.pipeline_parallel:
-        tp = spec.tensor_parallel or max(1, chips // (spec.pipeline_parallel or 1))
-        pp = spec.pipeline_parallel or max(1, chips // tp)
-        if tp * pp != chips:
-            raise PlacementError(f"tensor_parallel {tp} x pipeline_parallel {pp} = {tp * pp} != chips {chips}")
-    else:
-        tp, pp = _auto_layout(hardware, model, chips, tier, bytes_per_weight)
+    for _ in range(MAX_LAYOUT_ATTEMPTS):
+        tp, pp = _layout(hardware, model, spec, chips, tier, bytes_per_weight)
         chips = tp * pp
+        kv_per_token = kv_per_token_unreplicated * kv_replication(model, tp)
+        kv_budget = chips * tier.capacity.value * tier.usable_fraction.value - weight_bytes
+        floor = kv_per_token * spec.min_kv_tokens
+        if kv_budget >= floor:
+            break
+        if spec.chips is not None or spec.tensor_parallel or spec.pipeline_parallel:
+            raise PlacementError(
+                f"{model.id} on {chips} x {hardware.id}: {weight_bytes / 1e9:.1f} GB of weights leave "
+                f"{max(kv_budget, 0) / 1e9:.2f} GB for KV in {tier.name}, less than {spec.min_kv_tokens} "
+                f"tokens need; use at least {_chips_needed(weight_bytes, floor, tier)} chips"
+            )
+        # KV replicated across a wider tensor split needs more room: grow and lay out again.
+        chips = _round_chips(hardware, _chips_needed(weight_bytes, floor, tier))
     if pp > model.num_layers:
         raise PlacementError(f"pipeline_parallel {pp} exceeds the model's {model.num_layers} layers")
     ep = spec.expert_parallel or (tp if model.moe else 1)
     if ep > tp or tp % ep:
         raise PlacementError(f"expert_parallel {ep} must divide tensor_parallel {tp}")
-
-    kv_per_token = kv_per_token_unreplicated * kv_replication(model, tp)
-    capacity = chips * tier.capacity.value * tier.usable_fraction.value
-    kv_budget = capacity - weight_bytes
-    if kv_budget < kv_per_token * MIN_KV_TOKENS:
-        raise PlacementError(
-            f"{model.id} on {chips} x {hardware.id}: {weight_bytes / 1e9:.1f} GB of weights leave "
-            f"{max(kv_budget, 0) / 1e9:.2f} GB for KV in {tier.name}, less than {MIN_KV_TOKENS} "
-            f"tokens need; use at least {_chips_needed(weight_bytes, kv_per_token * MIN_KV_TOKENS, tier)} chips"
-        )
     slower = tuple(t for t in tiers if t.bandwidth.value < tier.bandwidth.value)
     return Deployment(
         hardware=hardware,

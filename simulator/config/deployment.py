@@ -43,4 +43,7 @@ class DeploymentSpec(Spec):
         None, description="empty: fp8 when weights are 8-bit or narrower, else the activations'"
     )
     activations: Precision = "bf16"
+    min_kv_tokens: Annotated[int, Field(ge=1)] = Field(
+        4096, description="tokens of KV the automatic placement must leave room for beside the weights"
+    )
     speculative: SpeculativeSpec | None = None
