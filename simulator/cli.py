@@ -294,6 +294,23 @@ def _summary_row(label: str, summary: dict[str, Any]) -> list[object]:
     ]  # fmt: skip
 
 
+TASK_HEADERS = [
+    "run", "tasks", "task p50 s", "task p90 s", "model s", "tool s", "queue s", "calls/task", "tok/s/user p50",
+    "cache hit", "tasks/h",
+]  # fmt: skip
+
+
+def _task_row(label: str, summary: dict[str, Any]) -> list[object]:
+    t = summary["tasks"]
+    part = t["mean_seconds"]
+    return [
+        label, t["tasks_completed"], f"{t['task_time_s']['p50']:.1f}", f"{t['task_time_s']['p90']:.1f}",
+        f"{part['model']:.1f}", f"{part['tool']:.1f}", f"{part['queue']:.1f}", f"{t['calls_per_task']:.0f}",
+        f"{summary['per_user_output_tok_s']['p50']:,.0f}", f"{summary['prefix_cache_hit_rate']:.0%}",
+        f"{t['tasks_per_hour']:,.1f}",
+    ]  # fmt: skip
+
+
 SUMMARY_HEADERS = [
     "run", "requests", "TTFT p50 ms", "TTFT p99 ms", "TPOT ms", "ITL p99 ms", "tok/s/user p50",
     "output tok/s", "req/s", "batch",
@@ -326,8 +343,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         if message := overload_message(result.summary):
             label = ", ".join(f"{k}={v}" for k, v in combo.items())
             print(f"infersim: warning: {label + ': ' if label else ''}{message}", file=sys.stderr)
-    rows = [_summary_row(", ".join(f"{k}={v}" for k, v in c.items()) or r.scenario.name, r.summary) for c, r in results]
+    labels = [", ".join(f"{k}={v}" for k, v in c.items()) or r.scenario.name for c, r in results]
+    rows = [_summary_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True)]
     print(format_table(SUMMARY_HEADERS, rows))
+    task_rows = [
+        _task_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True) if "tasks" in r.summary
+    ]
+    if task_rows:
+        print()
+        print(format_table(TASK_HEADERS, task_rows))
     print(f"\nwrote {out}")
     return 0
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from simulator.config.base import Profile
 from simulator.config.hardware import HardwareProfile
 from simulator.config.model import ModelSpec
+from simulator.config.workload import WorkloadSpec
 
 M = TypeVar("M", bound=BaseModel)
 P = TypeVar("P", bound=Profile)
@@ -88,11 +89,15 @@ def load_file(model: type[M], path: Path) -> M:
 class Catalog:
     """Hardware and model profiles by id, loaded lazily from two directories."""
 
-    def __init__(self, hardware_dir: Path | None = None, model_dir: Path | None = None) -> None:
+    def __init__(
+        self, hardware_dir: Path | None = None, model_dir: Path | None = None, workload_dir: Path | None = None
+    ) -> None:
         self.hardware_dir = hardware_dir or bundled_dir("hardware_profiles")
         self.model_dir = model_dir or bundled_dir("model_profiles")
+        self.workload_dir = workload_dir or bundled_dir("workloads")
         self._hardware: dict[str, HardwareProfile] = {}
         self._models: dict[str, ModelSpec] = {}
+        self._workloads: dict[str, WorkloadSpec] = {}
 
     def hardware_ids(self) -> list[str]:
         return sorted(path.stem for path in self.hardware_dir.glob("*.yaml"))
@@ -112,6 +117,16 @@ class Catalog:
             self._models[profile_id] = self._load(ModelSpec, self.model_dir, profile_id, self.model_ids(), "model")
         return self._models[profile_id]
 
+    def workload_ids(self) -> list[str]:
+        return sorted(path.stem for path in self.workload_dir.glob("*.yaml"))
+
+    def workload(self, workload_id: str) -> WorkloadSpec:
+        if workload_id not in self._workloads:
+            self._workloads[workload_id] = self._load(
+                WorkloadSpec, self.workload_dir, workload_id, self.workload_ids(), "workload"
+            )
+        return self._workloads[workload_id]
+
     @staticmethod
     def _load(model: type[P], directory: Path, profile_id: str, known: list[str], kind: str) -> P:
         path = directory / f"{profile_id}.yaml"
@@ -125,11 +140,19 @@ class Catalog:
 
 
 def parse_override(text: str) -> tuple[str, list[object]]:
-    """``path.to.field=value`` (value parsed as YAML); ``a,b,c`` gives several values (a sweep)."""
+    """``path.to.field=value`` (value parsed as YAML); ``a,b,c`` gives several values (a sweep).
+
+    A YAML flow value (``{...}`` or ``[...]``) is one value, commas and all.
+    """
     path, sep, raw = text.partition("=")
     if not sep or not path:
         raise ConfigError(f"--set {text!r}: expected path=value, e.g. load.users=16")
-    values = [yaml.safe_load(part) for part in raw.split(",")] if "," in raw else [yaml.safe_load(raw)]
+    flow = raw.strip().startswith(("{", "["))
+    parts = [raw] if flow or "," not in raw else raw.split(",")
+    try:
+        values = [yaml.safe_load(part) for part in parts]
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML: {exc}") from None
     return path.strip(), values
 
 

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from simulator.config.base import Spec
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.distributions import Constant, Distribution
+from simulator.config.workload import AgentsLoad
 from simulator.units import Seconds
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -112,7 +113,7 @@ class ClosedLoop(Spec):
     )
 
 
-Load = Annotated[OpenLoop | ClosedLoop, Field(discriminator="kind")]
+Load = Annotated[OpenLoop | ClosedLoop | AgentsLoad, Field(discriminator="kind")]
 
 
 class RequestLengths(Spec):
@@ -150,6 +151,15 @@ class Scenario(Spec):
     replicas: PositiveInt = 1
     scheduler: Scheduler = Field(default_factory=ContinuousBatching)
     load: Load
-    requests: RequestLengths
+    requests: RequestLengths | None = Field(None, description="lengths of independent requests (not for agents)")
     slo: SLOSpec = Field(default_factory=SLOSpec)
     run: RunSpec
+    prefix_caching: bool = Field(
+        True, description="reuse the KV of a session's earlier calls while it is resident on the replica"
+    )
+
+    @model_validator(mode="after")
+    def _lengths_for_requests(self) -> Scenario:
+        if (self.requests is None) != isinstance(self.load, AgentsLoad):
+            raise ValueError("requests (lengths) are needed for open and closed request loads, and only for them")
+        return self

@@ -8,7 +8,9 @@ others (common random numbers for what-if comparisons).
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +21,8 @@ from simulator.analytic.placement import Deployment, plan
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.distributions import Distribution
 from simulator.config.loading import Catalog
-from simulator.config.scenario import Arrivals, ClosedLoop, ContinuousBatching, OpenLoop, RateRamp, RateSteps, Scenario
+from simulator.config.scenario import Arrivals, ContinuousBatching, OpenLoop, RateRamp, RateSteps, Scenario
+from simulator.config.workload import AgentsLoad, AgentTaskSpec
 from simulator.engine.load import closed_loop_user, open_loop
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
@@ -74,14 +77,21 @@ class RequestFactory:
         self.count = 0
         self.dropped = 0
         self._next_replica = 0
+        self._affinity: dict[Hashable, int] = {}
 
     @property
     def exhausted(self) -> bool:
         return self.count >= self.max_requests
 
-    def submit(self, user: int) -> Request | None:
-        input_sampler, output_sampler = self.samplers.get(user, self.samplers[-1])
-        request = Request(self.count, self.env.now, input_sampler.draw(), output_sampler.draw(), user)
+    def submit(
+        self, user: int, lengths: tuple[int, int] | None = None, session: int | None = None, task: int = -1
+    ) -> Request | None:
+        """A request now: lengths drawn for ``user`` unless given; a session sticks to one replica."""
+        if lengths is None:
+            input_sampler, output_sampler = self.samplers.get(user, self.samplers[-1])
+            lengths = (input_sampler.draw(), output_sampler.draw())
+        request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session=session)
+        request.task = task
         self.count += 1
         if request.input_tokens + request.output_tokens > self.max_tokens_per_request:
             self.dropped += 1
@@ -90,10 +100,18 @@ class RequestFactory:
         if self.closed:
             request.done = self.env.event()
         self.recorder.arrival(self.env.now)
-        replica = self.replicas[self._next_replica]
-        self._next_replica = (self._next_replica + 1) % len(self.replicas)
-        replica.submit(request)
+        self._route(request).submit(request)
         return request
+
+    def _route(self, request: Request) -> Replica:
+        """Round robin; a session's later calls go where its prefix KV lives (affinity)."""
+        if request.session is not None and request.session in self._affinity:
+            return self.replicas[self._affinity[request.session]]
+        index = self._next_replica
+        self._next_replica = (self._next_replica + 1) % len(self.replicas)
+        if request.session is not None:
+            self._affinity[request.session] = index
+        return self.replicas[index]
 
     def complete(self, request: Request) -> None:
         self.recorder.departure(self.env.now, record_fields(request, dropped=False, done_s=self.env.now))
@@ -105,6 +123,7 @@ def record_fields(request: Request, dropped: bool, done_s: float = math.nan) -> 
     return (
         request.id, request.replica, request.user, request.arrival_s, request.admitted_s, request.first_token_s,
         done_s, request.input_tokens, request.output_tokens, request.preemptions, float(dropped),
+        request.cached_tokens, request.task,
     )  # fmt: skip
 
 
@@ -173,12 +192,18 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     block_tokens = sched.kv_block_tokens
     kv_blocks = int(deployment.kv_budget_bytes // (block_tokens * deployment.kv_bytes_per_token))
     max_tokens = min(kv_blocks * block_tokens, deployment.model.max_context_tokens)
-    lengths = scenario.requests
-    if lengths.input_tokens.mean + lengths.output_tokens.mean > max_tokens:
+    load = scenario.load
+    task = catalog.workload(load.workload).task if isinstance(load, AgentsLoad) else None
+    if task is not None:
+        typical = task.system_prompt_tokens.mean + task.first_input_tokens.mean + task.output_tokens.mean
+    else:
+        assert scenario.requests is not None
+        typical = scenario.requests.input_tokens.mean + scenario.requests.output_tokens.mean
+    if typical > max_tokens:
         raise ScenarioError(
-            f"requests average {lengths.input_tokens.mean + lengths.output_tokens.mean:.0f} tokens but a replica "
-            f"of {deployment.chips} x {deployment.hardware.id} holds at most {max_tokens} tokens of "
-            f"{deployment.model.id} KV (or context); use more chips or shorter requests"
+            f"requests average {typical:.0f} tokens but a replica of {deployment.chips} x "
+            f"{deployment.hardware.id} holds at most {max_tokens} tokens of {deployment.model.id} KV "
+            f"(or context); use more chips (deployment.min_kv_tokens) or shorter requests"
         )
 
     swap_s_per_block = 0.0
@@ -189,17 +214,19 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     root = np.random.SeedSequence(scenario.run.seed)
     arrivals_ss, lengths_ss, replicas_ss, users_ss = root.spawn(4)
     replicas: list[Replica] = []
-    load = scenario.load
-    closed = isinstance(load, ClosedLoop)
+    closed = not isinstance(load, OpenLoop)
     samplers: dict[int, tuple[LengthSampler, LengthSampler]] = {}
+    lengths = scenario.requests
     in_ss, out_ss = lengths_ss.spawn(2)
-    samplers[-1] = (
-        LengthSampler(lengths.input_tokens, np.random.default_rng(in_ss)),
-        LengthSampler(lengths.output_tokens, np.random.default_rng(out_ss)),
-    )
+    if lengths is not None:
+        samplers[-1] = (
+            LengthSampler(lengths.input_tokens, np.random.default_rng(in_ss)),
+            LengthSampler(lengths.output_tokens, np.random.default_rng(out_ss)),
+        )
     factory = RequestFactory(env, scenario, replicas, recorder, samplers, max_tokens, closed)
     for index, ss in enumerate(replicas_ss.spawn(scenario.replicas)):
-        policy = _policy(scenario, deployment, BlockManager(kv_blocks, block_tokens), batch_cap)
+        blocks = BlockManager(kv_blocks, block_tokens, caching=scenario.prefix_caching)
+        policy = _policy(scenario, deployment, blocks, batch_cap)
         replica = Replica(
             env, index, cost, policy, recorder, np.random.default_rng(ss), factory.complete, swap_s_per_block
         )
@@ -208,7 +235,11 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
     if isinstance(load, OpenLoop):
         env.process(open_loop(env, load.arrivals, np.random.default_rng(arrivals_ss), factory, stop_s))
+    elif isinstance(load, AgentsLoad):
+        assert task is not None
+        _start_agents(env, load, task, factory, recorder, max_tokens, stop_s, arrivals_ss, users_ss)
     else:
+        assert lengths is not None
         for user, ss in enumerate(users_ss.spawn(load.users)):
             think_ss, in_u, out_u = ss.spawn(3)
             samplers[user] = (
@@ -216,14 +247,38 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
                 LengthSampler(lengths.output_tokens, np.random.default_rng(out_u)),
             )
             env.process(closed_loop_user(env, load, user, np.random.default_rng(think_ss), factory, stop_s))
-    capacity = scenario.replicas * _capacity_requests_per_s(deployment, scenario, batch_cap)
+    capacity = scenario.replicas * _capacity_requests_per_s(deployment, scenario, batch_cap) if lengths else math.nan
     offered = _peak_rate(load.arrivals) if isinstance(load, OpenLoop) else None
     return Simulation(scenario, deployment, env, recorder, replicas, factory, kv_blocks, batch_cap, capacity, offered)
+
+
+def _start_agents(
+    env: simpy.Environment,
+    load: AgentsLoad,
+    task: AgentTaskSpec,
+    factory: RequestFactory,
+    recorder: Recorder,
+    max_tokens: int,
+    stop_s: float,
+    arrivals_ss: np.random.SeedSequence,
+    agents_ss: np.random.SeedSequence,
+) -> None:
+    from simulator.engine.agents import TaskCounter, closed_loop_agent, open_loop_tasks
+
+    counter = TaskCounter(itertools.count(), itertools.count())
+    if load.agents is None:
+        rng = np.random.default_rng(arrivals_ss)
+        env.process(open_loop_tasks(env, load, task, rng, factory, recorder, counter, max_tokens, stop_s))
+        return
+    for agent, ss in enumerate(agents_ss.spawn(load.agents)):
+        rng = np.random.default_rng(ss)
+        env.process(closed_loop_agent(env, load, task, agent, rng, factory, recorder, counter, max_tokens, stop_s))
 
 
 def _capacity_requests_per_s(deployment: Deployment, scenario: Scenario, batch_cap: int) -> float:
     """Analytic saturation throughput of one replica at the mean request lengths."""
     lengths = scenario.requests
+    assert lengths is not None
     prompt, answer = max(1, round(lengths.input_tokens.mean)), max(1, round(lengths.output_tokens.mean))
     users = min(batch_cap, saturation_concurrency(deployment, prompt, answer))
     return estimate(deployment, prompt, answer, users).aggregate_output_tok_s / answer

@@ -20,7 +20,12 @@ ITL_BUFFER = 8192
 
 REQUEST_FIELDS = (
     "id", "replica", "user", "arrival_s", "admitted_s", "first_token_s", "done_s",
-    "input_tokens", "output_tokens", "preemptions", "dropped",
+    "input_tokens", "output_tokens", "preemptions", "dropped", "cached_tokens", "task",
+)  # fmt: skip
+
+TASK_FIELDS = (
+    "task", "agent", "start_s", "end_s", "calls", "model_s", "queue_s", "tool_s",
+    "input_tokens", "output_tokens", "cached_tokens", "failed",
 )  # fmt: skip
 
 
@@ -108,6 +113,7 @@ class Recorder:
         self.itl_counts = np.zeros(ITL_BIN_EDGES_S.size - 1)
         self._itl_durations, self._itl_weights = array("d"), array("d")
         self.tokens = [TokenCounter() for _ in range(replicas)]
+        self.tasks = array("d")  # TASK_FIELDS per finished task, flat
         self._in_system = 0
 
     def arrival(self, t: float) -> None:
@@ -121,6 +127,9 @@ class Recorder:
 
     def dropped(self, fields: tuple[float, ...]) -> None:
         self.requests.extend(fields)
+
+    def task(self, fields: tuple[float, ...]) -> None:
+        self.tasks.extend(fields)
 
     @property
     def request_count(self) -> int:

@@ -176,12 +176,12 @@ class Replica:
         def extra_blocks(k: int) -> float:
             return float(np.maximum(policy.kv.blocks_for(context + k) - blocks, 0.0).sum())
 
-        if extra_blocks(k_done) <= policy.kv.free:
+        if extra_blocks(k_done) <= policy.kv.available:
             return k_done
         low, high = 1, k_done  # extra_blocks(low) <= free < extra_blocks(high)
         while high - low > 1:
             mid = (low + high) // 2
-            low, high = (mid, high) if extra_blocks(mid) <= policy.kv.free else (low, mid)
+            low, high = (mid, high) if extra_blocks(mid) <= policy.kv.available else (low, mid)
         return low
 
     def _decode_times(self, context: np.ndarray, steps: int) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -213,13 +213,14 @@ class Replica:
         durations, flops, bytes_moved = self._decode_times(s.context[on], steps)
         cumulative = np.cumsum(durations)
         need = np.maximum(policy.kv.blocks_for(s.context[on] + steps) - s.blocks[on], 0.0)
+        allocated = policy.kv.allocate(int(need.sum()))
+        assert allocated, "a jump is sized to the blocks available"
         s.blocks[on] += need
-        policy.kv.free -= int(need.sum())
         self.recorder.batch[self.index].record(start, float(s.count))
         self.recorder.kv_blocks[self.index].record(start, policy.kv.used)
         batch = float(on.sum())
         self.recorder.tokens[self.index].span(start, start + float(cumulative[-1]), steps * batch, 0.0)
-        interruptible = not policy.waiting and s.count < s.capacity and policy.kv.free > 0
+        interruptible = not policy.waiting and s.count < s.capacity and policy.kv.available > 0
         if interruptible:
             yield env.timeout(float(cumulative[-1])) | self._sleep()
             self._wake = None
@@ -242,8 +243,7 @@ class Replica:
     def _complete(self, candidates: np.ndarray) -> None:
         s, now = self.slots, self.env.now
         for slot in np.flatnonzero(candidates & s.active & (s.out_left <= 0)):
-            self.policy.kv.free += int(s.blocks[slot])
-            request = s.release(int(slot))
+            request = self.policy.release(int(slot))
             request.generated = request.output_tokens
             self.on_complete(request)
         self.recorder.kv_blocks[self.index].record(now, self.policy.kv.used)

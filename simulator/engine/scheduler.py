@@ -23,7 +23,8 @@ Pure Python and numpy (no SimPy). Assumptions:
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,11 +44,20 @@ class Request:
     """One model call and its timestamps (seconds). ``generated`` counts emitted tokens."""
 
     __slots__ = (
-        "admitted_s", "arrival_s", "done", "first_token_s", "generated", "id", "input_tokens",
-        "output_tokens", "preemptions", "replica", "swapped", "user",
+        "admitted_s", "arrival_s", "block_hashes", "cached_tokens", "done", "first_token_s", "generated", "id",
+        "input_tokens", "output_tokens", "preemptions", "replica", "session", "shared", "swapped", "task", "user",
     )  # fmt: skip
 
-    def __init__(self, request_id: int, arrival_s: float, input_tokens: int, output_tokens: int, user: int) -> None:
+    def __init__(
+        self,
+        request_id: int,
+        arrival_s: float,
+        input_tokens: int,
+        output_tokens: int,
+        user: int,
+        session: Hashable | None = None,
+        block_hashes: Sequence[Hashable] | None = None,
+    ) -> None:
         self.id = request_id
         self.arrival_s = arrival_s
         self.input_tokens = input_tokens
@@ -60,20 +70,97 @@ class Request:
         self.replica = -1
         self.done: simpy.Event | None = None  # when somebody waits on the request
         self.swapped: tuple[float, float] | None = None  # (context, prompt_left) while swapped out
+        self.session = session  # conversation id: block i of its context is (session, i)
+        self.block_hashes = block_hashes  # explicit prompt block hashes (traces), first
+        self.cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
+        self.shared: list[Hashable] = []  # cached blocks this request references while running
+        self.task = -1  # the agent task this call belongs to
+
+    def block_key(self, index: int) -> Hashable | None:
+        """Key of the KV block covering tokens [index * bs, (index + 1) * bs) of this context."""
+        if self.block_hashes is not None and index < len(self.block_hashes):
+            return self.block_hashes[index]
+        return None if self.session is None else (self.session, index)
+
+
+BlockKey = Hashable
 
 
 class BlockManager:
-    def __init__(self, total_blocks: int, block_tokens: int) -> None:
+    """Paged KV: free blocks, blocks in use, and a prefix cache of reusable full blocks.
+
+    A cached block is identified by its key (a block hash, or ``(session, index)``); blocks in
+    use by running sequences are reference-counted, so sequences sharing a prefix share its
+    blocks. Unreferenced cached blocks are kept in LRU order and are reclaimed, oldest first,
+    only when an allocation finds no free block.
+    """
+
+    def __init__(self, total_blocks: int, block_tokens: int, caching: bool = False) -> None:
         self.total = total_blocks
         self.free = total_blocks
         self.block_tokens = block_tokens
+        self.caching = caching
+        self.evictable: OrderedDict[BlockKey, None] = OrderedDict()
+        self.in_use: dict[BlockKey, int] = {}
 
     def blocks_for(self, tokens: FloatArray | float) -> FloatArray:
         return np.ceil(np.asarray(tokens, dtype=np.float64) / self.block_tokens)
 
     @property
     def used(self) -> int:
-        return self.total - self.free
+        """Blocks holding KV of running sequences (cached, unreferenced blocks excluded)."""
+        return self.total - self.free - len(self.evictable)
+
+    @property
+    def available(self) -> int:
+        return self.free + len(self.evictable)
+
+    def allocate(self, blocks: int) -> bool:
+        """Take ``blocks`` free blocks, reclaiming LRU cached ones if needed."""
+        if blocks > self.available:
+            return False
+        while self.free < blocks:
+            self.evictable.popitem(last=False)
+            self.free += 1
+        self.free -= blocks
+        return True
+
+    def match(self, keys: Sequence[BlockKey]) -> int:
+        """How many leading ``keys`` are resident (cached or in use)."""
+        hits = 0
+        for key in keys:
+            if key not in self.evictable and key not in self.in_use:
+                break
+            hits += 1
+        return hits
+
+    def acquire(self, keys: Sequence[BlockKey]) -> None:
+        """Reference resident blocks for a sequence that reuses them."""
+        for key in keys:
+            if key in self.evictable:
+                del self.evictable[key]
+            self.in_use[key] = self.in_use.get(key, 0) + 1
+
+    def release(self, shared: Sequence[BlockKey], owned: int, keys: Sequence[BlockKey | None]) -> None:
+        """A sequence leaves: drop its references, cache its full ``keys`` blocks, free the rest.
+
+        ``keys`` names the owned full blocks in order (None: not cacheable); owned blocks beyond
+        them (a partial last block) are freed.
+        """
+        for key in shared:
+            count = self.in_use[key] - 1
+            if count:
+                self.in_use[key] = count
+            else:
+                del self.in_use[key]
+                self.evictable[key] = None
+        cached = 0
+        if self.caching:
+            for key in keys[:owned]:
+                if key is not None and key not in self.evictable and key not in self.in_use:
+                    self.evictable[key] = None
+                    cached += 1
+        self.free += owned - cached
 
 
 @dataclass
@@ -106,17 +193,18 @@ class Slots:
     def count(self) -> int:
         return self.capacity - len(self._free)
 
-    def admit(self, request: Request) -> int:
+    def admit(self, request: Request, cached_tokens: float = 0.0, cached_blocks: int = 0) -> int:
+        """Put a request in a free slot; ``cached_tokens`` of its prompt are already in KV."""
         slot = self._free.pop()
         self.requests[slot] = request
         if request.swapped is None:
-            self.context[slot] = 0.0
-            self.prompt_left[slot] = request.input_tokens + request.generated
+            self.context[slot] = cached_tokens
+            self.prompt_left[slot] = request.input_tokens + request.generated - cached_tokens
         else:
             self.context[slot], self.prompt_left[slot] = request.swapped
             request.swapped = None
         self.out_left[slot] = request.output_tokens - request.generated
-        self.blocks[slot] = 0.0
+        self.blocks[slot] = float(cached_blocks)
         self._admissions += 1
         self.order[slot] = self._admissions
         self.active[slot] = True
@@ -158,12 +246,23 @@ class BatchPolicy:
         """Allocate the blocks these slots need for ``new_tokens`` more; False if not enough."""
         s = self.slots
         need = np.maximum(self.kv.blocks_for(s.context[slot_ids] + new_tokens) - s.blocks[slot_ids], 0.0)
-        total = float(need.sum())
-        if total > self.kv.free:
+        if not self.kv.allocate(int(need.sum())):
             return False
         s.blocks[slot_ids] += need
-        self.kv.free -= int(total)
         return True
+
+    def release(self, slot: int, cache: bool = True) -> Request:
+        """Free a slot's KV: shared blocks lose a reference, full owned blocks enter the prefix cache."""
+        s = self.slots
+        request = s.requests[slot]
+        assert request is not None
+        owned = int(s.blocks[slot]) - len(request.shared)
+        first = len(request.shared)
+        full = int(s.context[slot] // self.kv.block_tokens)
+        keys = [request.block_key(i) for i in range(first, full)] if cache else []
+        self.kv.release(request.shared, owned, keys)
+        request.shared = []
+        return s.release(slot)
 
     def _preempt_latest(self) -> bool:
         s = self.slots
@@ -173,8 +272,7 @@ class BatchPolicy:
         if self.swap:
             request_state = (float(s.context[slot]), float(s.prompt_left[slot]))
             self.swapped_blocks += float(self.kv.blocks_for(s.context[slot]))
-        self.kv.free += int(s.blocks[slot])
-        request = s.release(slot)
+        request = self.release(slot, cache=not self.swap)
         request.generated = int(request.output_tokens - s.out_left[slot])
         request.preemptions += 1
         if self.swap:
@@ -182,20 +280,31 @@ class BatchPolicy:
         self.waiting.appendleft(request)
         return True
 
-    def _admission_tokens(self, request: Request, budget: int) -> tuple[float, float]:
-        """(KV tokens to hold after admission, new tokens this iteration) for a waiting request."""
+    def _prefix_hit(self, request: Request) -> list[Hashable]:
+        """Keys of the leading prompt blocks already resident (at least one token is left to prefill)."""
+        if not self.kv.caching or request.swapped is not None:
+            return []
+        prompt = request.input_tokens + request.generated
+        candidates = [request.block_key(i) for i in range(int((prompt - 1) // self.kv.block_tokens))]
+        keys = [k for k in candidates if k is not None]
+        return keys[: self.kv.match(keys)] if len(keys) == len(candidates) else []
+
+    def _admission_tokens(self, request: Request, budget: int) -> tuple[float, float, list[Hashable]]:
+        """(KV tokens held after admission, new tokens this iteration, reused block keys)."""
         if request.swapped is not None:
             context, prompt_left = request.swapped
             new = min(prompt_left, budget) if prompt_left else min(self.decode_step_tokens, budget)
-            return context + new, new
-        chunk = float(min(request.input_tokens + request.generated, budget))
-        return chunk, chunk
+            return context + new, new, []
+        hit = self._prefix_hit(request)
+        cached = float(len(hit) * self.kv.block_tokens)
+        chunk = float(min(request.input_tokens + request.generated - cached, budget))
+        return cached + chunk, chunk, hit
 
     def _admissible(self, budget: int) -> bool:
         if not self.waiting or budget <= 0 or self.slots.count >= self.slots.capacity:
             return False
-        held, _ = self._admission_tokens(self.waiting[0], budget)
-        return float(self.kv.blocks_for(held)) <= self.kv.free
+        held, _, hit = self._admission_tokens(self.waiting[0], budget)
+        return float(self.kv.blocks_for(held)) - len(hit) <= self.kv.available
 
     def _schedule_prefills(self, q: FloatArray, budget: int, now: float) -> int:
         """Continue unfinished prefills (admission order), then admit new requests (FCFS)."""
@@ -211,12 +320,16 @@ class BatchPolicy:
             budget -= int(chunk)
         while self._admissible(budget):
             request = self.waiting.popleft()
-            _, new = self._admission_tokens(request, budget)
+            _, new, hit = self._admission_tokens(request, budget)
             if request.swapped is not None:
                 self.swapped_blocks += float(self.kv.blocks_for(request.swapped[0]))
-            slot = s.admit(request)
+            self.kv.acquire(hit)
+            request.shared = hit
+            cached = float(len(hit) * self.kv.block_tokens)
+            slot = s.admit(request, cached, len(hit))
             if math.isnan(request.admitted_s):
                 request.admitted_s = now
+                request.cached_tokens = int(cached)
             self._grow(np.array([slot]), np.array([new]))
             q[slot] = new
             budget -= int(new)
@@ -269,13 +382,12 @@ class StaticBatchingPolicy(BatchPolicy):
             while self.waiting and s.count < s.capacity:
                 head = self.waiting[0]
                 need = int(self.kv.blocks_for(head.input_tokens + head.output_tokens))
-                if need > self.kv.free:
+                if not self.kv.allocate(need):
                     break
                 self.waiting.popleft()
                 slot = s.admit(head)
                 head.admitted_s = now
                 s.blocks[slot] = need
-                self.kv.free -= need
         q = np.zeros(s.capacity)
         budget = self.max_batched_tokens
         prefilling = np.flatnonzero(s.active & (s.prompt_left > 0))

@@ -12,6 +12,12 @@ Per request r with arrival a, admission s, first token f, completion c and n out
 - ``itl_s``: every gap between consecutive tokens of a request, pooled over requests
   (a log-binned histogram, 0.5 % resolution).
 
+Agent tasks (when the run has them), per task t started at ``s_t`` and ended at ``e_t``:
+``task_time_s = e_t - s_t`` split into ``model_s`` (admission to last token of each call),
+``queue_s`` (arrival to admission of each call) and ``tool_s``; ``tasks_per_hour`` counts
+tasks started after the warm-up and finished in the window; ``prefix_cache_hit_rate`` is
+prompt tokens served from cached KV over all prompt tokens of measured calls.
+
 Measured requests are the completed ones that arrived at or after the warm-up. Rates use
 the window ``[warmup, end]``: ``output_tok_s`` and ``input_tok_s`` are the tokens emitted
 and prefilled *inside* the window (a cumulative counter kept per iteration, linear within a
@@ -120,12 +126,43 @@ def summarize(records: RunRecords, slo: SLOSpec) -> dict[str, Any]:
         ],
     }
     summary["replica_count"] = replicas
+    r = records.requests
+    measured = (r["dropped"] == 0) & np.isfinite(r["done_s"]) & (r["arrival_s"] >= records.warmup_s)
+    prompts = float(r["input_tokens"][measured].sum())
+    summary["prefix_cache_hit_rate"] = float(r["cached_tokens"][measured].sum()) / prompts if prompts else 0.0
+    if records.tasks["task"].size:
+        summary["tasks"] = task_summary(records)
     summary["capacity_requests_per_s"] = records.capacity_requests_per_s
     summary["offered_requests_per_s"] = records.offered_requests_per_s
-    summary["overloaded"] = bool(
-        records.offered_requests_per_s is not None and records.offered_requests_per_s > records.capacity_requests_per_s
-    )
+    offered, capacity = records.offered_requests_per_s, records.capacity_requests_per_s
+    summary["overloaded"] = bool(offered is not None and capacity == capacity and offered > capacity)
     return summary
+
+
+def task_summary(records: RunRecords) -> dict[str, Any]:
+    """Task completion time, where it went, calls and tokens per task, tasks per hour."""
+    t = records.tasks
+    keep = (t["start_s"] >= records.warmup_s) & (t["failed"] == 0)
+    duration = t["end_s"][keep] - t["start_s"][keep]
+    window = max(records.end_s - records.warmup_s, 1e-12)
+    total = duration.sum() if duration.size else 0.0
+    return {
+        "task_time_s": distribution_stats(duration),
+        "tasks_completed": int(keep.sum()),
+        "tasks_failed": int((t["failed"] == 1).sum()),
+        "tasks_per_hour": float(keep.sum()) / window * 3600.0,
+        "calls_per_task": float(t["calls"][keep].mean()) if keep.any() else float("nan"),
+        "input_tokens_per_task": float(t["input_tokens"][keep].mean()) if keep.any() else float("nan"),
+        "output_tokens_per_task": float(t["output_tokens"][keep].mean()) if keep.any() else float("nan"),
+        "time_share": {
+            part: float(t[f"{part}_s"][keep].sum() / total) if total else float("nan")
+            for part in ("model", "queue", "tool")
+        },
+        "mean_seconds": {
+            part: float(t[f"{part}_s"][keep].mean()) if keep.any() else float("nan")
+            for part in ("model", "queue", "tool")
+        },
+    }
 
 
 def overload_message(summary: dict[str, Any]) -> str:

@@ -8,7 +8,14 @@ import numpy as np
 import numpy.typing as npt
 
 from simulator.engine.build import Simulation
-from simulator.engine.recorder import ITL_BIN_EDGES_S, REQUEST_FIELDS, LevelMonitor, ReplicaTotals, TokenCounter
+from simulator.engine.recorder import (
+    ITL_BIN_EDGES_S,
+    REQUEST_FIELDS,
+    TASK_FIELDS,
+    LevelMonitor,
+    ReplicaTotals,
+    TokenCounter,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -16,6 +23,7 @@ FloatArray = npt.NDArray[np.float64]
 @dataclass(frozen=True)
 class RunRecords:
     requests: dict[str, FloatArray]  # one array per field of REQUEST_FIELDS
+    tasks: dict[str, FloatArray]  # one array per field of TASK_FIELDS (agent runs)
     in_system: LevelMonitor
     queue: list[LevelMonitor]
     batch: list[LevelMonitor]
@@ -59,11 +67,15 @@ def freeze(simulation: Simulation, end_s: float) -> RunRecords:
     table = np.frombuffer(rec.requests, dtype=np.float64).reshape(-1, len(REQUEST_FIELDS)).copy()
     order = np.argsort(table[:, 0], kind="stable")
     requests = {name: table[order, i] for i, name in enumerate(REQUEST_FIELDS)}
+    task_table = np.frombuffer(rec.tasks, dtype=np.float64).reshape(-1, len(TASK_FIELDS)).copy()
+    task_order = np.argsort(task_table[:, 0], kind="stable")
+    tasks = {name: task_table[task_order, i] for i, name in enumerate(TASK_FIELDS)}
     d = simulation.deployment
     hw = d.hardware
     peak = hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value
     return RunRecords(
         requests=requests,
+        tasks=tasks,
         in_system=rec.in_system,
         queue=rec.queue,
         batch=rec.batch,

@@ -159,3 +159,37 @@ def test_bad_scenarios_exit_2_and_leave_no_results(tmp_path: Path, args: list[st
     result = run_cli("run", str(path), "-o", str(out), *args)
     assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr
     assert not out.exists() and not list(tmp_path.glob(".out*"))
+
+
+AGENTS = """\
+name: agents-test
+deployment: {hardware: nvidia-h100-sxm, model: llama-3.1-8b, chips: 1}
+load: {kind: agents, workload: coding-agent, agents: 2}
+run: {seed: 3, max_requests: 20}
+"""
+
+
+def test_agent_run_prints_the_task_table(tmp_path: Path) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(AGENTS)
+    result = run_cli("run", str(path), "-o", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "task p50 s" in result.stdout and "cache hit" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--set", "load.workload=coding-agnet"], "unknown workload profile 'coding-agnet'"),
+        (["--set", "load.agents=null"], "give exactly one of agents (closed loop) or tasks_per_s"),
+        (
+            ["--set", "requests={input_tokens: {dist: constant, value: 9}, output_tokens: {dist: constant, value: 9}}"],
+            "requests (lengths) are needed for open and closed",
+        ),
+    ],
+)
+def test_bad_agent_scenarios_exit_2(tmp_path: Path, args: list[str], expected: str) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(AGENTS)
+    result = run_cli("run", str(path), "-o", str(tmp_path / "out"), *args)
+    assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr

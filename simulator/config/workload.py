@@ -1,0 +1,71 @@
+"""Agentic workloads: a task is a chain of model calls with tool calls in between.
+
+Each call re-sends the conversation so far (system prompt, user turn, every earlier output and
+tool result), so the prompt grows call after call up to the context limit, where a
+``truncate`` policy keeps the newest tokens and a ``compact`` policy replaces the history by a
+summary of ``compact_to_tokens``. Either way the cached prefix is lost at that point.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from simulator.config.base import Profile, Spec
+from simulator.config.distributions import Constant, Distribution
+
+Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
+class ToolSpec(Spec):
+    kind: str = Field(description="code-execution, web-search, file-read, ...")
+    latency_s: Distribution
+
+
+class ContextPolicy(Spec):
+    policy: Literal["truncate", "compact"] = "truncate"
+    max_tokens: Annotated[int, Field(ge=1)] | None = Field(None, description="empty: the model's context window")
+    compact_to_tokens: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _compact_size(self) -> ContextPolicy:
+        if self.policy == "compact" and self.compact_to_tokens is None:
+            raise ValueError("compact needs compact_to_tokens")
+        return self
+
+
+class AgentTaskSpec(Spec):
+    steps: Distribution = Field(description="model calls per task (rounded, at least 1)")
+    system_prompt_tokens: Distribution
+    first_input_tokens: Distribution = Field(description="the user's turn that starts the task")
+    step_input_tokens: Distribution = Field(description="tool result appended before each later call")
+    output_tokens: Distribution = Field(description="reasoning plus a tool call, or the answer, per call")
+    tool: ToolSpec
+    retry_probability: Probability = Field(0.0, description="a call is sent again (same prompt) with this chance")
+    context: ContextPolicy = Field(default_factory=ContextPolicy)
+
+
+class WorkloadSpec(Profile):
+    """A named, documented workload (``workloads/<id>.yaml``); ``sources`` say where its numbers come from."""
+
+    description: str
+    task: AgentTaskSpec
+
+
+class AgentsLoad(Spec):
+    """Agents running tasks: closed loop (``agents`` concurrent) or open loop (``tasks_per_s``)."""
+
+    kind: Literal["agents"] = "agents"
+    workload: str = Field(description="workload id in workloads/")
+    agents: Annotated[int, Field(ge=1)] | None = None
+    tasks_per_s: Annotated[float, Field(gt=0.0)] | None = None
+    think_time_s: Distribution = Field(
+        default_factory=lambda: Constant(value=0.0), description="closed loop: pause between an agent's tasks"
+    )
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> AgentsLoad:
+        if (self.agents is None) == (self.tasks_per_s is None):
+            raise ValueError("give exactly one of agents (closed loop) or tasks_per_s (open loop)")
+        return self

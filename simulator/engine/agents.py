@@ -1,0 +1,138 @@
+"""Agent tasks as SimPy processes: a chain of model calls with tool calls in between.
+
+Call k sends the whole conversation so far: ``context_k = system + first input +
+sum_{j<k} (output_j + tool result_j)``, and waits for its last token; a tool call then takes a
+sampled latency. A call is retried (same prompt) with ``retry_probability``. At the context
+limit the policy truncates (keep the newest tokens) or compacts (replace the history by a
+summary); either starts a new session, so the prefix cache misses once. Each task's
+conversation is one session: its calls reuse their own earlier KV on the replica they stick to.
+
+Task time splits into model time (admission to last token of each call), queueing (arrival
+to admission of each call) and tool time; closed-loop agents think between tasks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from simulator.config.distributions import Distribution
+from simulator.config.workload import AgentsLoad, AgentTaskSpec
+from simulator.engine import ProcessGenerator
+from simulator.engine.build import RequestFactory
+from simulator.engine.recorder import Recorder
+
+
+def _draw(spec: Distribution, rng: np.random.Generator, minimum: float = 0.0) -> float:
+    return max(minimum, float(spec.sample(rng, 1)[0]))
+
+
+def _tokens(spec: Distribution, rng: np.random.Generator) -> int:
+    return max(1, round(_draw(spec, rng)))
+
+
+@dataclass
+class TaskCounter:
+    """Global task and session ids (one per conversation), shared by every agent of a run."""
+
+    tasks: itertools.count[int]
+    sessions: itertools.count[int]
+
+
+def run_task(
+    env: simpy.Environment,
+    spec: AgentTaskSpec,
+    agent: int,
+    rng: np.random.Generator,
+    factory: RequestFactory,
+    recorder: Recorder,
+    counter: TaskCounter,
+    max_context_tokens: int,
+) -> ProcessGenerator:
+    """One task from its first call to its answer; records the task when it ends."""
+    task_id, start = next(counter.tasks), env.now
+    session = next(counter.sessions)
+    steps = _tokens(spec.steps, rng)
+    context = _tokens(spec.system_prompt_tokens, rng) + _tokens(spec.first_input_tokens, rng)
+    limit = min(spec.context.max_tokens or max_context_tokens, max_context_tokens)
+    calls, model_s, queue_s, tool_s, tokens_in, tokens_out, cached, failed = 0, 0.0, 0.0, 0.0, 0, 0, 0, 0.0
+    for step in range(steps):
+        output = _tokens(spec.output_tokens, rng)
+        if context + output > limit:
+            compact = spec.context.compact_to_tokens if spec.context.policy == "compact" else None
+            context = max(1, min(compact or limit - output, limit - output))
+            session = next(counter.sessions)
+        attempts = 1
+        while rng.random() < spec.retry_probability:
+            attempts += 1
+        for _ in range(attempts):
+            request = factory.submit(agent, (int(context), output), session=session, task=task_id)
+            if request is None or request.done is None:
+                failed = 1.0
+                break
+            yield request.done
+            calls += 1
+            model_s += env.now - request.admitted_s
+            queue_s += request.admitted_s - request.arrival_s
+            tokens_in, tokens_out, cached = (
+                tokens_in + int(context),
+                tokens_out + output,
+                cached + request.cached_tokens,
+            )
+        if failed:
+            break
+        context += output
+        if step < steps - 1:
+            latency = _draw(spec.tool.latency_s, rng)
+            tool_s += latency
+            if latency > 0:
+                yield env.timeout(latency)
+            context += _tokens(spec.step_input_tokens, rng)
+    recorder.task((task_id, agent, start, env.now, calls, model_s, queue_s, tool_s, tokens_in, tokens_out, cached,
+                   failed))  # fmt: skip
+
+
+def closed_loop_agent(
+    env: simpy.Environment,
+    load: AgentsLoad,
+    spec: AgentTaskSpec,
+    agent: int,
+    rng: np.random.Generator,
+    factory: RequestFactory,
+    recorder: Recorder,
+    counter: TaskCounter,
+    max_context_tokens: int,
+    stop_s: float,
+) -> ProcessGenerator:
+    """Think, run a task, repeat (the interactive response-time loop, one task per cycle)."""
+    while True:
+        think = _draw(load.think_time_s, rng)
+        if think > 0:
+            yield env.timeout(think)
+        if env.now >= stop_s or factory.exhausted:
+            return
+        yield env.process(run_task(env, spec, agent, rng, factory, recorder, counter, max_context_tokens))
+
+
+def open_loop_tasks(
+    env: simpy.Environment,
+    load: AgentsLoad,
+    spec: AgentTaskSpec,
+    rng: np.random.Generator,
+    factory: RequestFactory,
+    recorder: Recorder,
+    counter: TaskCounter,
+    max_context_tokens: int,
+    stop_s: float,
+) -> ProcessGenerator:
+    """Tasks arrive as a Poisson process at ``tasks_per_s``; each is its own process and agent."""
+    assert load.tasks_per_s is not None
+    for agent in itertools.count():
+        yield env.timeout(rng.exponential(1.0 / load.tasks_per_s))
+        if env.now >= stop_s or factory.exhausted:
+            return
+        task_rng = np.random.default_rng(rng.integers(2**63))
+        env.process(run_task(env, spec, agent, task_rng, factory, recorder, counter, max_context_tokens))
