@@ -291,6 +291,7 @@ def _summary_row(label: str, summary: dict[str, Any]) -> list[object]:
         f"{summary['ttft_s']['p99'] * 1e3:.1f}", f"{summary['tpot_s']['mean'] * 1e3:.2f}",
         f"{summary['itl_s']['p99'] * 1e3:.2f}", f"{summary['per_user_output_tok_s']['p50']:,.0f}",
         f"{summary['output_tok_s']:,.0f}", f"{summary['requests_per_s']:.3g}", f"{summary['mean_batch_size']:.1f}",
+        f"{summary['prefix_cache_hit_rate']:.0%}",
     ]  # fmt: skip
 
 
@@ -313,7 +314,7 @@ def _task_row(label: str, summary: dict[str, Any]) -> list[object]:
 
 SUMMARY_HEADERS = [
     "run", "requests", "TTFT p50 ms", "TTFT p99 ms", "TPOT ms", "ITL p99 ms", "tok/s/user p50",
-    "output tok/s", "req/s", "batch",
+    "output tok/s", "req/s", "batch", "cache hit",
 ]  # fmt: skip
 
 

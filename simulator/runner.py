@@ -8,6 +8,7 @@ from typing import Any
 
 from simulator.config.loading import Catalog, ConfigError, apply_override, read_yaml, validate_data
 from simulator.config.scenario import Scenario
+from simulator.config.workload import TraceLoad
 from simulator.engine.build import build
 from simulator.results.metrics import summarize
 from simulator.results.records import RunRecords, freeze
@@ -28,10 +29,20 @@ def load_scenario_data(path: Path) -> dict[str, object]:
 
 
 def scenario_from(data: dict[str, object], overrides: dict[str, object], source: str) -> Scenario:
-    """Apply dotted overrides to raw scenario data, then validate (errors name the path)."""
+    """Apply dotted overrides to raw scenario data, then validate (errors name the path).
+
+    A relative trace path is taken relative to the scenario file, and must exist.
+    """
     for path, value in overrides.items():
         data = apply_override(data, path, value, source)
-    return validate_data(Scenario, data, source)
+    scenario = validate_data(Scenario, data, source)
+    load = scenario.load
+    if isinstance(load, TraceLoad):
+        trace = load.path if load.path.is_absolute() else (Path(source).parent / load.path).resolve()
+        if not trace.exists():
+            raise ConfigError(f"{source}: load.path: {trace} does not exist")
+        scenario = scenario.model_copy(update={"load": load.model_copy(update={"path": trace})})
+    return scenario
 
 
 def simulate(scenario: Scenario, catalog: Catalog) -> RunResult:

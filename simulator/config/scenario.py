@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from simulator.config.base import Spec
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.distributions import Constant, Distribution
-from simulator.config.workload import AgentsLoad
+from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.units import Seconds
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -113,7 +113,7 @@ class ClosedLoop(Spec):
     )
 
 
-Load = Annotated[OpenLoop | ClosedLoop | AgentsLoad, Field(discriminator="kind")]
+Load = Annotated[OpenLoop | ClosedLoop | AgentsLoad | TraceLoad, Field(discriminator="kind")]
 
 
 class RequestLengths(Spec):
@@ -160,6 +160,6 @@ class Scenario(Spec):
 
     @model_validator(mode="after")
     def _lengths_for_requests(self) -> Scenario:
-        if (self.requests is None) != isinstance(self.load, AgentsLoad):
+        if (self.requests is None) != isinstance(self.load, AgentsLoad | TraceLoad):
             raise ValueError("requests (lengths) are needed for open and closed request loads, and only for them")
         return self

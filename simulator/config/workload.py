@@ -8,12 +8,14 @@ summary of ``compact_to_tokens``. Either way the cached prefix is lost at that p
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from simulator.config.base import Profile, Spec
 from simulator.config.distributions import Constant, Distribution
+from simulator.units import Seconds
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
@@ -69,3 +71,20 @@ class AgentsLoad(Spec):
         if (self.agents is None) == (self.tasks_per_s is None):
             raise ValueError("give exactly one of agents (closed loop) or tasks_per_s (open loop)")
         return self
+
+
+class TraceLoad(Spec):
+    """Replay a recorded trace: requests at their arrival times, or agent sessions closed loop."""
+
+    kind: Literal["trace"] = "trace"
+    format: Literal["azure", "mooncake", "weka"]
+    path: Path = Field(description="trace file; for weka a session file or a directory of them")
+    rate_scale: Annotated[float, Field(gt=0.0)] = Field(1.0, description="replay at k times the recorded rate")
+    window: tuple[Seconds, Seconds] | None = Field(None, description="[start, end) of the trace to replay")
+    sample: Annotated[float, Field(gt=0.0, le=1.0)] = Field(1.0, description="keep each request/session w.p.")
+    session_spread: Annotated[Seconds, Field(ge=0.0)] = Field(
+        0.0, description="weka: sessions start evenly over [0, session_spread] (no absolute times exist)"
+    )
+    think_time_scale: Annotated[float, Field(ge=0.0)] = Field(
+        1.0, description="weka: multiply recorded think times (0 replays back-to-back)"
+    )

@@ -24,6 +24,7 @@ from simulator.config.workload import AgentsLoad, AgentTaskSpec
 from simulator.engine import ProcessGenerator
 from simulator.engine.build import RequestFactory
 from simulator.engine.recorder import Recorder
+from simulator.engine.scheduler import Request
 
 
 def _draw(spec: Distribution, rng: np.random.Generator, minimum: float = 0.0) -> float:
@@ -32,6 +33,38 @@ def _draw(spec: Distribution, rng: np.random.Generator, minimum: float = 0.0) ->
 
 def _tokens(spec: Distribution, rng: np.random.Generator) -> int:
     return max(1, round(_draw(spec, rng)))
+
+
+@dataclass
+class TaskTally:
+    """Where one task's time went, call by call."""
+
+    task_id: int
+    agent: int
+    start_s: float
+    calls: int = 0
+    model_s: float = 0.0
+    queue_s: float = 0.0
+    tool_s: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    failed: bool = False
+
+    def call(self, request: Request, now: float) -> None:
+        """Account a finished call."""
+        self.calls += 1
+        self.model_s += now - request.admitted_s
+        self.queue_s += request.admitted_s - request.arrival_s
+        self.input_tokens += request.input_tokens
+        self.output_tokens += request.output_tokens
+        self.cached_tokens += request.cached_tokens
+
+    def record(self, recorder: Recorder, end_s: float) -> None:
+        recorder.task((
+            self.task_id, self.agent, self.start_s, end_s, self.calls, self.model_s, self.queue_s, self.tool_s,
+            self.input_tokens, self.output_tokens, self.cached_tokens, float(self.failed),
+        ))  # fmt: skip
 
 
 @dataclass
@@ -53,12 +86,11 @@ def run_task(
     max_context_tokens: int,
 ) -> ProcessGenerator:
     """One task from its first call to its answer; records the task when it ends."""
-    task_id, start = next(counter.tasks), env.now
+    tally = TaskTally(next(counter.tasks), agent, env.now)
     session = next(counter.sessions)
     steps = _tokens(spec.steps, rng)
     context = _tokens(spec.system_prompt_tokens, rng) + _tokens(spec.first_input_tokens, rng)
     limit = min(spec.context.max_tokens or max_context_tokens, max_context_tokens)
-    calls, model_s, queue_s, tool_s, tokens_in, tokens_out, cached, failed = 0, 0.0, 0.0, 0.0, 0, 0, 0, 0.0
     for step in range(steps):
         output = _tokens(spec.output_tokens, rng)
         if context + output > limit:
@@ -69,30 +101,22 @@ def run_task(
         while rng.random() < spec.retry_probability:
             attempts += 1
         for _ in range(attempts):
-            request = factory.submit(agent, (int(context), output), session=session, task=task_id)
+            request = factory.submit(agent, (int(context), output), session=session, task=tally.task_id)
             if request is None or request.done is None:
-                failed = 1.0
+                tally.failed = True
                 break
             yield request.done
-            calls += 1
-            model_s += env.now - request.admitted_s
-            queue_s += request.admitted_s - request.arrival_s
-            tokens_in, tokens_out, cached = (
-                tokens_in + int(context),
-                tokens_out + output,
-                cached + request.cached_tokens,
-            )
-        if failed:
+            tally.call(request, env.now)
+        if tally.failed:
             break
         context += output
         if step < steps - 1:
             latency = _draw(spec.tool.latency_s, rng)
-            tool_s += latency
+            tally.tool_s += latency
             if latency > 0:
                 yield env.timeout(latency)
             context += _tokens(spec.step_input_tokens, rng)
-    recorder.task((task_id, agent, start, env.now, calls, model_s, queue_s, tool_s, tokens_in, tokens_out, cached,
-                   failed))  # fmt: skip
+    tally.record(recorder, env.now)
 
 
 def closed_loop_agent(

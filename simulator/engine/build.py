@@ -22,7 +22,7 @@ from simulator.analytic.step_time import StepCostModel
 from simulator.config.distributions import Distribution
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Arrivals, ContinuousBatching, OpenLoop, RateRamp, RateSteps, Scenario
-from simulator.config.workload import AgentsLoad, AgentTaskSpec
+from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
 from simulator.engine.load import closed_loop_user, open_loop
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
@@ -68,8 +68,10 @@ class RequestFactory:
         samplers: dict[int, tuple[LengthSampler, LengthSampler]],
         max_tokens_per_request: int,
         closed: bool,
+        block_tokens: int = 16,
     ) -> None:
         self.env, self.replicas, self.recorder = env, replicas, recorder
+        self.block_tokens = block_tokens
         self.samplers = samplers
         self.max_requests = scenario.run.max_requests or math.inf
         self.max_tokens_per_request = max_tokens_per_request
@@ -84,13 +86,23 @@ class RequestFactory:
         return self.count >= self.max_requests
 
     def submit(
-        self, user: int, lengths: tuple[int, int] | None = None, session: int | None = None, task: int = -1
+        self,
+        user: int,
+        lengths: tuple[int, int] | None = None,
+        session: Hashable | None = None,
+        task: int = -1,
+        block_hashes: tuple[int, ...] | None = None,
+        hash_block_tokens: int = 0,
     ) -> Request | None:
-        """A request now: lengths drawn for ``user`` unless given; a session sticks to one replica."""
+        """A request now: lengths drawn for ``user`` unless given; a session sticks to one replica.
+
+        ``block_hashes`` (traces) name the prompt's KV blocks of ``hash_block_tokens`` each.
+        """
         if lengths is None:
             input_sampler, output_sampler = self.samplers.get(user, self.samplers[-1])
             lengths = (input_sampler.draw(), output_sampler.draw())
-        request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session=session)
+        ratio = max(1, hash_block_tokens // self.block_tokens) if block_hashes is not None else 1
+        request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes, ratio)
         request.task = task
         self.count += 1
         if request.input_tokens + request.output_tokens > self.max_tokens_per_request:
@@ -194,7 +206,9 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     max_tokens = min(kv_blocks * block_tokens, deployment.model.max_context_tokens)
     load = scenario.load
     task = catalog.workload(load.workload).task if isinstance(load, AgentsLoad) else None
-    if task is not None:
+    if isinstance(load, TraceLoad):
+        typical = 0.0  # each trace request is checked on arrival (too long: dropped and reported)
+    elif task is not None:
         typical = task.system_prompt_tokens.mean + task.first_input_tokens.mean + task.output_tokens.mean
     else:
         assert scenario.requests is not None
@@ -214,7 +228,7 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     root = np.random.SeedSequence(scenario.run.seed)
     arrivals_ss, lengths_ss, replicas_ss, users_ss = root.spawn(4)
     replicas: list[Replica] = []
-    closed = not isinstance(load, OpenLoop)
+    closed = not isinstance(load, OpenLoop) and not (isinstance(load, TraceLoad) and load.format != "weka")
     samplers: dict[int, tuple[LengthSampler, LengthSampler]] = {}
     lengths = scenario.requests
     in_ss, out_ss = lengths_ss.spawn(2)
@@ -223,7 +237,7 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
             LengthSampler(lengths.input_tokens, np.random.default_rng(in_ss)),
             LengthSampler(lengths.output_tokens, np.random.default_rng(out_ss)),
         )
-    factory = RequestFactory(env, scenario, replicas, recorder, samplers, max_tokens, closed)
+    factory = RequestFactory(env, scenario, replicas, recorder, samplers, max_tokens, closed, block_tokens)
     for index, ss in enumerate(replicas_ss.spawn(scenario.replicas)):
         blocks = BlockManager(kv_blocks, block_tokens, caching=scenario.prefix_caching)
         policy = _policy(scenario, deployment, blocks, batch_cap)
@@ -238,6 +252,10 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     elif isinstance(load, AgentsLoad):
         assert task is not None
         _start_agents(env, load, task, factory, recorder, max_tokens, stop_s, arrivals_ss, users_ss)
+    elif isinstance(load, TraceLoad):
+        from simulator.engine.replay import start_replay
+
+        start_replay(env, load, factory, recorder, np.random.default_rng(arrivals_ss), stop_s)
     else:
         assert lengths is not None
         for user, ss in enumerate(users_ss.spawn(load.users)):

@@ -136,6 +136,7 @@ class Replica:
         prefilled = np.where(on & ~decoding, plan.new_tokens, 0.0)
         s.prompt_left -= prefilled
         s.context += prefilled
+        self.policy.publish_prefilled(np.flatnonzero(prefilled > 0))
         finished_prefill = on & ~decoding & (s.prompt_left == 0)
         emitted = np.zeros(s.capacity)
         emitted[finished_prefill] = 1.0

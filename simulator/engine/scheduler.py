@@ -44,8 +44,25 @@ class Request:
     """One model call and its timestamps (seconds). ``generated`` counts emitted tokens."""
 
     __slots__ = (
-        "admitted_s", "arrival_s", "block_hashes", "cached_tokens", "done", "first_token_s", "generated", "id",
-        "input_tokens", "output_tokens", "preemptions", "replica", "session", "shared", "swapped", "task", "user",
+        "admitted_s",
+        "arrival_s",
+        "block_hashes",
+        "cached_tokens",
+        "done",
+        "first_token_s",
+        "generated",
+        "hash_ratio",
+        "id",
+        "input_tokens",
+        "output_tokens",
+        "preemptions",
+        "published_upto",
+        "replica",
+        "session",
+        "shared",
+        "swapped",
+        "task",
+        "user",
     )  # fmt: skip
 
     def __init__(
@@ -57,6 +74,7 @@ class Request:
         user: int,
         session: Hashable | None = None,
         block_hashes: Sequence[Hashable] | None = None,
+        hash_ratio: int = 1,
     ) -> None:
         self.id = request_id
         self.arrival_s = arrival_s
@@ -72,14 +90,19 @@ class Request:
         self.swapped: tuple[float, float] | None = None  # (context, prompt_left) while swapped out
         self.session = session  # conversation id: block i of its context is (session, i)
         self.block_hashes = block_hashes  # explicit prompt block hashes (traces), first
+        self.hash_ratio = hash_ratio  # our KV blocks per trace hash block
         self.cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
         self.shared: list[Hashable] = []  # cached blocks this request references while running
         self.task = -1  # the agent task this call belongs to
+        self.published_upto = 0  # leading blocks of this request that are shared prefix KV
 
     def block_key(self, index: int) -> Hashable | None:
         """Key of the KV block covering tokens [index * bs, (index + 1) * bs) of this context."""
-        if self.block_hashes is not None and index < len(self.block_hashes):
-            return self.block_hashes[index]
+        if self.block_hashes is not None:
+            trace_block, part = divmod(index, self.hash_ratio)
+            if trace_block < len(self.block_hashes):
+                return (self.session, self.block_hashes[trace_block], part)
+            return None
         return None if self.session is None else (self.session, index)
 
 
@@ -140,6 +163,20 @@ class BlockManager:
             if key in self.evictable:
                 del self.evictable[key]
             self.in_use[key] = self.in_use.get(key, 0) + 1
+
+    def publish(self, keys: Sequence[BlockKey | None]) -> list[BlockKey]:
+        """Make freshly computed full blocks shareable; returns the keys now referenced.
+
+        A key another sequence already published stays that sequence's; this copy remains a
+        private block of its owner (it was computed twice).
+        """
+        published = []
+        for key in keys:
+            if key is None or key in self.in_use or key in self.evictable:
+                break
+            self.in_use[key] = 1
+            published.append(key)
+        return published
 
     def release(self, shared: Sequence[BlockKey], owned: int, keys: Sequence[BlockKey | None]) -> None:
         """A sequence leaves: drop its references, cache its full ``keys`` blocks, free the rest.
@@ -251,6 +288,21 @@ class BatchPolicy:
         s.blocks[slot_ids] += need
         return True
 
+    def publish_prefilled(self, slots: IntArray) -> None:
+        """After a prefill chunk: the slot's newly full prompt blocks become shareable prefix KV."""
+        if not self.kv.caching:
+            return
+        s = self.slots
+        for slot in slots:
+            request = s.requests[slot]
+            assert request is not None
+            first = len(request.shared)
+            full = int(s.context[slot] // self.kv.block_tokens)
+            if full > first and first == request.published_upto:
+                keys = self.kv.publish([request.block_key(i) for i in range(first, full)])
+                request.shared.extend(keys)
+                request.published_upto = len(request.shared)
+
     def release(self, slot: int, cache: bool = True) -> Request:
         """Free a slot's KV: shared blocks lose a reference, full owned blocks enter the prefix cache."""
         s = self.slots
@@ -273,6 +325,7 @@ class BatchPolicy:
             request_state = (float(s.context[slot]), float(s.prompt_left[slot]))
             self.swapped_blocks += float(self.kv.blocks_for(s.context[slot]))
         request = self.release(slot, cache=not self.swap)
+        request.published_upto = 0
         request.generated = int(request.output_tokens - s.out_left[slot])
         request.preemptions += 1
         if self.swap:
@@ -285,9 +338,13 @@ class BatchPolicy:
         if not self.kv.caching or request.swapped is not None:
             return []
         prompt = request.input_tokens + request.generated
-        candidates = [request.block_key(i) for i in range(int((prompt - 1) // self.kv.block_tokens))]
-        keys = [k for k in candidates if k is not None]
-        return keys[: self.kv.match(keys)] if len(keys) == len(candidates) else []
+        keys = []
+        for index in range(int((prompt - 1) // self.kv.block_tokens)):
+            key = request.block_key(index)
+            if key is None:  # blocks without a key (past a trace's hashes) cannot be matched
+                break
+            keys.append(key)
+        return keys[: self.kv.match(keys)]
 
     def _admission_tokens(self, request: Request, budget: int) -> tuple[float, float, list[Hashable]]:
         """(KV tokens held after admission, new tokens this iteration, reused block keys)."""
@@ -325,6 +382,7 @@ class BatchPolicy:
                 self.swapped_blocks += float(self.kv.blocks_for(request.swapped[0]))
             self.kv.acquire(hit)
             request.shared = hit
+            request.published_upto = len(hit)
             cached = float(len(hit) * self.kv.block_tokens)
             slot = s.admit(request, cached, len(hit))
             if math.isnan(request.admitted_s):

@@ -1,0 +1,111 @@
+"""Trace replay processes: recorded requests at their arrival times, or agent sessions.
+
+Request traces (Azure, Mooncake) are open loop: each row arrives at its (windowed, scaled)
+time with its lengths and, for Mooncake, its prompt block hashes, which drive prefix reuse.
+Agent sessions (WEKA) are closed loop, one task per session: each call is sent
+``think_time`` after the previous call's last token; sub-agents attached to a call run in
+parallel first and the call waits for the slowest (fan-out, then join).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import simpy
+
+from simulator.config.workload import TraceLoad
+from simulator.engine import ProcessGenerator
+from simulator.engine.agents import TaskCounter, TaskTally
+from simulator.engine.build import RequestFactory
+from simulator.engine.recorder import Recorder
+from simulator.traces import Session, TraceRequest, load_azure, load_mooncake, load_weka_dir, sample, scale_rate
+from simulator.traces import window as clip_window
+
+
+def start_replay(
+    env: simpy.Environment,
+    load: TraceLoad,
+    factory: RequestFactory,
+    recorder: Recorder,
+    rng: np.random.Generator,
+    stop_s: float,
+) -> None:
+    if load.format == "weka":
+        sessions = load_weka_dir(load.path)
+        if load.sample < 1.0:
+            sessions = sample(sessions, load.sample, rng)
+        counter = TaskCounter(itertools.count(), itertools.count())
+        for index, session in enumerate(sessions):
+            start = load.session_spread * index / max(1, len(sessions))
+            env.process(_session_task(env, session, index, start, load.think_time_scale, factory, recorder, counter))
+        return
+    rows = load_azure(load.path) if load.format == "azure" else load_mooncake(load.path)
+    if load.window is not None:
+        rows = clip_window(rows, *load.window)
+    rows = scale_rate(rows, load.rate_scale)
+    if load.sample < 1.0:
+        rows = sample(rows, load.sample, rng)
+    env.process(_requests(env, rows, factory, stop_s))
+
+
+def _requests(
+    env: simpy.Environment, rows: list[TraceRequest], factory: RequestFactory, stop_s: float
+) -> ProcessGenerator:
+    for row in rows:
+        if row.arrival_s >= stop_s or factory.exhausted:
+            return
+        if row.arrival_s > env.now:
+            yield env.timeout(row.arrival_s - env.now)
+        factory.submit(-1, (row.input_tokens, row.output_tokens), block_hashes=row.block_hashes,
+                       hash_block_tokens=row.hash_block_tokens)  # fmt: skip
+
+
+def _session_task(
+    env: simpy.Environment,
+    session: Session,
+    index: int,
+    start_s: float,
+    think_scale: float,
+    factory: RequestFactory,
+    recorder: Recorder,
+    counter: TaskCounter,
+) -> ProcessGenerator:
+    if start_s > 0:
+        yield env.timeout(start_s)
+    yield from _run_session(env, session, ("session", index), think_scale, factory, recorder, counter)
+
+
+def _run_session(
+    env: simpy.Environment,
+    session: Session,
+    scope: tuple[object, ...],
+    think_scale: float,
+    factory: RequestFactory,
+    recorder: Recorder,
+    counter: TaskCounter,
+) -> ProcessGenerator:
+    """One session (or sub-agent) as a task; its hash ids are scoped to this session."""
+    tally = TaskTally(next(counter.tasks), hash(scope) % 2**31, env.now)
+    for number, call in enumerate(session.calls):
+        if call.subagents:
+            branches = [
+                env.process(_run_session(env, sub, (*scope, number, i), think_scale, factory, recorder, counter))
+                for i, sub in enumerate(call.subagents)
+            ]
+            yield simpy.AllOf(env, branches)
+        think = call.think_s * think_scale if number else 0.0
+        if think > 0:
+            tally.tool_s += think
+            yield env.timeout(think)
+        if factory.exhausted:
+            break
+        request = factory.submit(tally.agent, (call.input_tokens, call.output_tokens), session=scope,
+                                 task=tally.task_id, block_hashes=call.block_hashes,
+                                 hash_block_tokens=session.hash_block_tokens)  # fmt: skip
+        if request is None or request.done is None:
+            tally.failed = True
+            break
+        yield request.done
+        tally.call(request, env.now)
+    tally.record(recorder, env.now)
