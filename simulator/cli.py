@@ -296,7 +296,8 @@ def _summary_row(label: str, summary: dict[str, Any]) -> list[object]:
 
 
 TASK_HEADERS = [
-    "run", "tasks", "task p50 s", "task p90 s", "model s", "tool s", "queue s", "calls/task", "tok/s/user p50",
+    "run", "tasks", "task p50 s", "task p90 s", "model s", "tool s", "sub-agents s", "queue s", "calls/task",
+    "tok/s/user p50",
     "cache hit", "tasks/h",
 ]  # fmt: skip
 
@@ -306,7 +307,8 @@ def _task_row(label: str, summary: dict[str, Any]) -> list[object]:
     part = t["mean_seconds"]
     return [
         label, t["tasks_completed"], f"{t['task_time_s']['p50']:.1f}", f"{t['task_time_s']['p90']:.1f}",
-        f"{part['model']:.1f}", f"{part['tool']:.1f}", f"{part['queue']:.1f}", f"{t['calls_per_task']:.0f}",
+        f"{part['model']:.1f}", f"{part['tool']:.1f}", f"{part['subagent']:.1f}", f"{part['queue']:.1f}",
+        f"{t['calls_per_task']:.0f}",
         f"{summary['per_user_output_tok_s']['p50']:,.0f}", f"{summary['prefix_cache_hit_rate']:.0%}",
         f"{t['tasks_per_hour']:,.1f}",
     ]  # fmt: skip

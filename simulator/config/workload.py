@@ -37,6 +37,19 @@ class ContextPolicy(Spec):
         return self
 
 
+class FanOutSpec(Spec):
+    """Sub-agents the lead spawns after one of its calls; its next call waits for all of them.
+
+    Each sub-agent is a task of its own with its own context; each adds ``result_tokens`` of
+    findings to the lead's context at the join.
+    """
+
+    after_step: Annotated[int, Field(ge=1)] = Field(description="fan out after this call (1 = the first)")
+    branches: Distribution = Field(description="sub-agents spawned (rounded, at least 1)")
+    subagent: AgentTaskSpec
+    result_tokens: Distribution
+
+
 class AgentTaskSpec(Spec):
     steps: Distribution = Field(description="model calls per task (rounded, at least 1)")
     system_prompt_tokens: Distribution
@@ -44,8 +57,13 @@ class AgentTaskSpec(Spec):
     step_input_tokens: Distribution = Field(description="tool result appended before each later call")
     output_tokens: Distribution = Field(description="reasoning plus a tool call, or the answer, per call")
     tool: ToolSpec
+    parallel_tools: Distribution = Field(
+        default_factory=lambda: Constant(value=1.0),
+        description="tool calls issued together after a call; the step waits for the slowest",
+    )
     retry_probability: Probability = Field(0.0, description="a call is sent again (same prompt) with this chance")
     context: ContextPolicy = Field(default_factory=ContextPolicy)
+    fanout: FanOutSpec | None = None
 
 
 class WorkloadSpec(Profile):
@@ -88,3 +106,6 @@ class TraceLoad(Spec):
     think_time_scale: Annotated[float, Field(ge=0.0)] = Field(
         1.0, description="weka: multiply recorded think times (0 replays back-to-back)"
     )
+
+
+FanOutSpec.model_rebuild()

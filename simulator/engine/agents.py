@@ -46,6 +46,8 @@ class TaskTally:
     model_s: float = 0.0
     queue_s: float = 0.0
     tool_s: float = 0.0
+    subagent_s: float = 0.0  # waiting at a join for sub-agents
+    parent: int = -1  # the task that spawned this one (-1: a top-level task)
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -63,7 +65,8 @@ class TaskTally:
     def record(self, recorder: Recorder, end_s: float) -> None:
         recorder.task((
             self.task_id, self.agent, self.start_s, end_s, self.calls, self.model_s, self.queue_s, self.tool_s,
-            self.input_tokens, self.output_tokens, self.cached_tokens, float(self.failed),
+            self.subagent_s, self.input_tokens, self.output_tokens, self.cached_tokens, float(self.failed),
+            self.parent,
         ))  # fmt: skip
 
 
@@ -84,9 +87,10 @@ def run_task(
     recorder: Recorder,
     counter: TaskCounter,
     max_context_tokens: int,
+    parent: int = -1,
 ) -> ProcessGenerator:
     """One task from its first call to its answer; records the task when it ends."""
-    tally = TaskTally(next(counter.tasks), agent, env.now)
+    tally = TaskTally(next(counter.tasks), agent, env.now, parent=parent)
     session = next(counter.sessions)
     steps = _tokens(spec.steps, rng)
     context = _tokens(spec.system_prompt_tokens, rng) + _tokens(spec.first_input_tokens, rng)
@@ -110,12 +114,26 @@ def run_task(
         if tally.failed:
             break
         context += output
-        if step < steps - 1:
-            latency = _draw(spec.tool.latency_s, rng)
-            tally.tool_s += latency
-            if latency > 0:
-                yield env.timeout(latency)
-            context += _tokens(spec.step_input_tokens, rng)
+        if step == steps - 1:
+            break
+        fanout = spec.fanout
+        if fanout is not None and step + 1 == fanout.after_step:
+            start = env.now
+            branches = [
+                env.process(run_task(env, fanout.subagent, agent, np.random.default_rng(rng.integers(2**63)),
+                                     factory, recorder, counter, max_context_tokens, parent=tally.task_id))
+                for _ in range(_tokens(fanout.branches, rng))
+            ]  # fmt: skip
+            yield simpy.AllOf(env, branches)
+            tally.subagent_s += env.now - start
+            context += sum(_tokens(fanout.result_tokens, rng) for _ in branches)
+            continue
+        calls_at_once = _tokens(spec.parallel_tools, rng)
+        latency = max(_draw(spec.tool.latency_s, rng) for _ in range(calls_at_once))
+        tally.tool_s += latency
+        if latency > 0:
+            yield env.timeout(latency)
+        context += sum(_tokens(spec.step_input_tokens, rng) for _ in range(calls_at_once))
     tally.record(recorder, env.now)
 
 

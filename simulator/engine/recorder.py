@@ -24,8 +24,8 @@ REQUEST_FIELDS = (
 )  # fmt: skip
 
 TASK_FIELDS = (
-    "task", "agent", "start_s", "end_s", "calls", "model_s", "queue_s", "tool_s",
-    "input_tokens", "output_tokens", "cached_tokens", "failed",
+    "task", "agent", "start_s", "end_s", "calls", "model_s", "queue_s", "tool_s", "subagent_s",
+    "input_tokens", "output_tokens", "cached_tokens", "failed", "parent",
 )  # fmt: skip
 
 

@@ -73,7 +73,7 @@ def _session_task(
 ) -> ProcessGenerator:
     if start_s > 0:
         yield env.timeout(start_s)
-    yield from _run_session(env, session, ("session", index), think_scale, factory, recorder, counter)
+    yield from _run_session(env, session, ("session", index), think_scale, factory, recorder, counter, -1)
 
 
 def _run_session(
@@ -84,16 +84,21 @@ def _run_session(
     factory: RequestFactory,
     recorder: Recorder,
     counter: TaskCounter,
+    parent: int,
 ) -> ProcessGenerator:
     """One session (or sub-agent) as a task; its hash ids are scoped to this session."""
-    tally = TaskTally(next(counter.tasks), hash(scope) % 2**31, env.now)
+    tally = TaskTally(next(counter.tasks), hash(scope) % 2**31, env.now, parent=parent)
     for number, call in enumerate(session.calls):
         if call.subagents:
             branches = [
-                env.process(_run_session(env, sub, (*scope, number, i), think_scale, factory, recorder, counter))
+                env.process(
+                    _run_session(env, sub, (*scope, number, i), think_scale, factory, recorder, counter, tally.task_id)
+                )
                 for i, sub in enumerate(call.subagents)
             ]
+            start = env.now
             yield simpy.AllOf(env, branches)
+            tally.subagent_s += env.now - start
         think = call.think_s * think_scale if number else 0.0
         if think > 0:
             tally.tool_s += think

@@ -14,7 +14,9 @@ Per request r with arrival a, admission s, first token f, completion c and n out
 
 Agent tasks (when the run has them), per task t started at ``s_t`` and ended at ``e_t``:
 ``task_time_s = e_t - s_t`` split into ``model_s`` (admission to last token of each call),
-``queue_s`` (arrival to admission of each call) and ``tool_s``; ``tasks_per_hour`` counts
+``queue_s`` (arrival to admission of each call), ``tool_s`` and ``subagent_s`` (waiting at a
+fan-out's join); only top-level tasks count (sub-agents are tasks of their own, reported as
+``subagent_tasks``); ``tasks_per_hour`` counts
 tasks started after the warm-up and finished in the window; ``prefix_cache_hit_rate`` is
 prompt tokens served from cached KV over all prompt tokens of measured calls.
 
@@ -38,6 +40,8 @@ from simulator.config.scenario import SLOSpec
 from simulator.results.records import FloatArray, RunRecords
 
 PERCENTILES = (50, 90, 95, 99)
+#: Where a task's time goes (the columns ``<part>_s`` of the task records).
+TASK_PARTS = ("model", "queue", "tool", "subagent")
 
 
 def distribution_stats(values: FloatArray) -> dict[str, float]:
@@ -142,25 +146,24 @@ def summarize(records: RunRecords, slo: SLOSpec) -> dict[str, Any]:
 def task_summary(records: RunRecords) -> dict[str, Any]:
     """Task completion time, where it went, calls and tokens per task, tasks per hour."""
     t = records.tasks
-    keep = (t["start_s"] >= records.warmup_s) & (t["failed"] == 0)
+    keep = (t["start_s"] >= records.warmup_s) & (t["failed"] == 0) & (t["parent"] == -1)
     duration = t["end_s"][keep] - t["start_s"][keep]
     window = max(records.end_s - records.warmup_s, 1e-12)
     total = duration.sum() if duration.size else 0.0
     return {
         "task_time_s": distribution_stats(duration),
         "tasks_completed": int(keep.sum()),
-        "tasks_failed": int((t["failed"] == 1).sum()),
+        "tasks_failed": int(((t["failed"] == 1) & (t["parent"] == -1)).sum()),
+        "subagent_tasks": int((t["parent"] != -1).sum()),
         "tasks_per_hour": float(keep.sum()) / window * 3600.0,
         "calls_per_task": float(t["calls"][keep].mean()) if keep.any() else float("nan"),
         "input_tokens_per_task": float(t["input_tokens"][keep].mean()) if keep.any() else float("nan"),
         "output_tokens_per_task": float(t["output_tokens"][keep].mean()) if keep.any() else float("nan"),
         "time_share": {
-            part: float(t[f"{part}_s"][keep].sum() / total) if total else float("nan")
-            for part in ("model", "queue", "tool")
+            part: float(t[f"{part}_s"][keep].sum() / total) if total else float("nan") for part in TASK_PARTS
         },
         "mean_seconds": {
-            part: float(t[f"{part}_s"][keep].mean()) if keep.any() else float("nan")
-            for part in ("model", "queue", "tool")
+            part: float(t[f"{part}_s"][keep].mean()) if keep.any() else float("nan") for part in TASK_PARTS
         },
     }
 

@@ -116,3 +116,25 @@ def test_bundled_workloads_load(catalog: Any) -> None:
     for wid in catalog.workload_ids():
         spec = catalog.workload(wid)
         assert spec.sources and spec.description and math.isfinite(spec.task.output_tokens.mean)
+
+
+def test_a_fan_out_waits_for_its_slowest_branch(workload: dict) -> None:
+    """The lead's call after a fan-out starts when the last sub-agent ends; only the lead is a task."""
+    sub = chain(1) | {"steps": {"dist": "uniform", "low": 1, "high": 6}}
+    fanout = {"after_step": 1, "branches": {"dist": "constant", "value": 4}, "subagent": sub,
+              "result_tokens": {"dist": "constant", "value": 100}}  # fmt: skip
+    _register(workload, "lead", chain(3, fanout=fanout))
+    result = _agents("lead", 1, caching=True, max_requests=10_000)
+    t, r = result.records.tasks, result.records.requests
+    lead = t["parent"] == -1
+    first_lead = int(t["task"][lead][0])
+    branches = t["parent"] == first_lead
+    assert branches.sum() == 4 and len(set(t["calls"][branches])) > 1  # branches of different lengths
+    lead_calls = np.sort(r["arrival_s"][r["task"] == first_lead])
+    assert lead_calls[1] == pytest.approx(t["end_s"][branches].max(), rel=1e-12)
+    assert t["subagent_s"][lead][0] == pytest.approx(t["end_s"][branches].max() - t["start_s"][branches].min())
+    summary = result.summary["tasks"]
+    assert summary["tasks_completed"] == lead.sum() and summary["subagent_tasks"] == (~lead).sum()
+    # the join appends every branch's findings: the lead's next prompt grew by its output + 4 x 100
+    lead_prompts = r["input_tokens"][r["task"] == first_lead]
+    assert lead_prompts[1] - lead_prompts[0] == 40 + 4 * 100
