@@ -36,17 +36,28 @@ def scenario_from(data: dict[str, object], overrides: dict[str, object], source:
     for path, value in overrides.items():
         data = apply_override(data, path, value, source)
     scenario = validate_data(Scenario, data, source)
-    load = scenario.load
-    if isinstance(load, TraceLoad):
-        trace = load.path if load.path.is_absolute() else (Path(source).parent / load.path).resolve()
-        if not trace.exists():
-            raise ConfigError(f"{source}: load.path: {trace} does not exist")
-        scenario = scenario.model_copy(update={"load": load.model_copy(update={"path": trace})})
+    base = Path(source).parent
+    if isinstance(scenario.load, TraceLoad):
+        scenario = scenario.model_copy(update={"load": _resolved(scenario.load, base, source, "load")})
+    if scenario.classes is not None:
+        classes = [
+            c.model_copy(update={"load": _resolved(c.load, base, source, f"classes.{i}.load")})
+            if isinstance(c.load, TraceLoad) else c
+            for i, c in enumerate(scenario.classes)
+        ]  # fmt: skip
+        scenario = scenario.model_copy(update={"classes": classes})
     return scenario
+
+
+def _resolved(load: TraceLoad, base: Path, source: str, where: str) -> TraceLoad:
+    trace = load.path if load.path.is_absolute() else (base / load.path).resolve()
+    if not trace.exists():
+        raise ConfigError(f"{source}: {where}.path: {trace} does not exist")
+    return load.model_copy(update={"path": trace})
 
 
 def simulate(scenario: Scenario, catalog: Catalog) -> RunResult:
     simulation = build(scenario, catalog)
     end_s = simulation.run()
     records = freeze(simulation, end_s)
-    return RunResult(scenario, records, summarize(records, scenario.slo))
+    return RunResult(scenario, records, summarize(records, scenario.slo, scenario.workload_classes))

@@ -143,6 +143,22 @@ class RunSpec(Spec):
         return self
 
 
+class WorkloadClass(Spec):
+    """One class of traffic: its load, its lengths, its priority in the queue, its SLOs."""
+
+    name: str
+    priority: int = Field(0, description="higher is admitted first; FCFS within a priority")
+    load: Load
+    requests: RequestLengths | None = Field(None, description="lengths of independent requests (not for agents)")
+    slo: SLOSpec = Field(default_factory=SLOSpec)
+
+    @model_validator(mode="after")
+    def _lengths_for_requests(self) -> WorkloadClass:
+        if (self.requests is None) != isinstance(self.load, AgentsLoad | TraceLoad):
+            raise ValueError("requests (lengths) are needed for open and closed request loads, and only for them")
+        return self
+
+
 class Scenario(Spec):
     schema_version: Literal[1] = 1
     name: str
@@ -150,16 +166,30 @@ class Scenario(Spec):
     deployment: DeploymentSpec
     replicas: PositiveInt = 1
     scheduler: Scheduler = Field(default_factory=ContinuousBatching)
-    load: Load
+    load: Load | None = Field(None, description="one class of traffic (or give classes)")
     requests: RequestLengths | None = Field(None, description="lengths of independent requests (not for agents)")
     slo: SLOSpec = Field(default_factory=SLOSpec)
+    classes: list[WorkloadClass] | None = Field(None, min_length=1, description="several classes mixed in one run")
     run: RunSpec
     prefix_caching: bool = Field(
         True, description="reuse the KV of a session's earlier calls while it is resident on the replica"
     )
 
     @model_validator(mode="after")
-    def _lengths_for_requests(self) -> Scenario:
-        if (self.requests is None) != isinstance(self.load, AgentsLoad | TraceLoad):
-            raise ValueError("requests (lengths) are needed for open and closed request loads, and only for them")
+    def _one_way_to_give_the_load(self) -> Scenario:
+        if (self.load is None) == (self.classes is None):
+            raise ValueError("give load (one class) or classes (several), not both")
+        if self.load is not None:
+            WorkloadClass(name=self.name, load=self.load, requests=self.requests, slo=self.slo)
+        else:
+            names = [c.name for c in self.classes or []]
+            if len(set(names)) != len(names):
+                raise ValueError(f"class names must be unique, got {names}")
         return self
+
+    @property
+    def workload_classes(self) -> list[WorkloadClass]:
+        if self.classes is not None:
+            return self.classes
+        assert self.load is not None
+        return [WorkloadClass(name=self.name, load=self.load, requests=self.requests, slo=self.slo)]

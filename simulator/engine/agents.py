@@ -22,7 +22,7 @@ import simpy
 from simulator.config.distributions import Distribution
 from simulator.config.workload import AgentsLoad, AgentTaskSpec
 from simulator.engine import ProcessGenerator
-from simulator.engine.build import RequestFactory
+from simulator.engine.build import ClassSource, TaskCounter
 from simulator.engine.recorder import Recorder
 from simulator.engine.scheduler import Request
 
@@ -48,6 +48,7 @@ class TaskTally:
     tool_s: float = 0.0
     subagent_s: float = 0.0  # waiting at a join for sub-agents
     parent: int = -1  # the task that spawned this one (-1: a top-level task)
+    klass: int = 0  # the workload class
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -66,16 +67,8 @@ class TaskTally:
         recorder.task((
             self.task_id, self.agent, self.start_s, end_s, self.calls, self.model_s, self.queue_s, self.tool_s,
             self.subagent_s, self.input_tokens, self.output_tokens, self.cached_tokens, float(self.failed),
-            self.parent,
+            self.parent, self.klass,
         ))  # fmt: skip
-
-
-@dataclass
-class TaskCounter:
-    """Global task and session ids (one per conversation), shared by every agent of a run."""
-
-    tasks: itertools.count[int]
-    sessions: itertools.count[int]
 
 
 def run_task(
@@ -83,14 +76,15 @@ def run_task(
     spec: AgentTaskSpec,
     agent: int,
     rng: np.random.Generator,
-    factory: RequestFactory,
+    factory: ClassSource,
     recorder: Recorder,
     counter: TaskCounter,
     max_context_tokens: int,
     parent: int = -1,
+    klass: int = 0,
 ) -> ProcessGenerator:
     """One task from its first call to its answer; records the task when it ends."""
-    tally = TaskTally(next(counter.tasks), agent, env.now, parent=parent)
+    tally = TaskTally(next(counter.tasks), agent, env.now, parent=parent, klass=klass)
     session = next(counter.sessions)
     steps = _tokens(spec.steps, rng)
     context = _tokens(spec.system_prompt_tokens, rng) + _tokens(spec.first_input_tokens, rng)
@@ -121,7 +115,7 @@ def run_task(
             start = env.now
             branches = [
                 env.process(run_task(env, fanout.subagent, agent, np.random.default_rng(rng.integers(2**63)),
-                                     factory, recorder, counter, max_context_tokens, parent=tally.task_id))
+                                     factory, recorder, counter, max_context_tokens, tally.task_id, klass))
                 for _ in range(_tokens(fanout.branches, rng))
             ]  # fmt: skip
             yield simpy.AllOf(env, branches)
@@ -143,11 +137,12 @@ def closed_loop_agent(
     spec: AgentTaskSpec,
     agent: int,
     rng: np.random.Generator,
-    factory: RequestFactory,
+    factory: ClassSource,
     recorder: Recorder,
     counter: TaskCounter,
     max_context_tokens: int,
     stop_s: float,
+    klass: int = 0,
 ) -> ProcessGenerator:
     """Think, run a task, repeat (the interactive response-time loop, one task per cycle)."""
     while True:
@@ -156,7 +151,7 @@ def closed_loop_agent(
             yield env.timeout(think)
         if env.now >= stop_s or factory.exhausted:
             return
-        yield env.process(run_task(env, spec, agent, rng, factory, recorder, counter, max_context_tokens))
+        yield env.process(run_task(env, spec, agent, rng, factory, recorder, counter, max_context_tokens, -1, klass))
 
 
 def open_loop_tasks(
@@ -164,17 +159,18 @@ def open_loop_tasks(
     load: AgentsLoad,
     spec: AgentTaskSpec,
     rng: np.random.Generator,
-    factory: RequestFactory,
+    factory: ClassSource,
     recorder: Recorder,
     counter: TaskCounter,
     max_context_tokens: int,
     stop_s: float,
+    klass: int = 0,
 ) -> ProcessGenerator:
     """Tasks arrive as a Poisson process at ``tasks_per_s``; each is its own process and agent."""
     assert load.tasks_per_s is not None
     for agent in itertools.count():
         yield env.timeout(rng.exponential(1.0 / load.tasks_per_s))
-        if env.now >= stop_s or factory.exhausted:
+        if env.now >= stop_s or factory.exhausted:  # checked after the wait, at the arrival
             return
         task_rng = np.random.default_rng(rng.integers(2**63))
-        env.process(run_task(env, spec, agent, task_rng, factory, recorder, counter, max_context_tokens))
+        env.process(run_task(env, spec, agent, task_rng, factory, recorder, counter, max_context_tokens, -1, klass))

@@ -21,7 +21,16 @@ from simulator.analytic.placement import Deployment, plan
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.distributions import Distribution
 from simulator.config.loading import Catalog
-from simulator.config.scenario import Arrivals, ContinuousBatching, OpenLoop, RateRamp, RateSteps, Scenario
+from simulator.config.scenario import (
+    Arrivals,
+    ContinuousBatching,
+    OpenLoop,
+    RateRamp,
+    RateSteps,
+    RequestLengths,
+    Scenario,
+    WorkloadClass,
+)
 from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
 from simulator.engine.load import closed_loop_user, open_loop
 from simulator.engine.recorder import Recorder
@@ -36,6 +45,14 @@ from simulator.engine.scheduler import (
 )
 
 LENGTH_CHUNK = 1024
+
+
+@dataclass
+class TaskCounter:
+    """Global task and session ids (one per conversation), shared by every class of a run."""
+
+    tasks: itertools.count[int]
+    sessions: itertools.count[int]
 
 
 class ScenarioError(ValueError):
@@ -57,7 +74,7 @@ class LengthSampler:
 
 
 class RequestFactory:
-    """Makes requests at the current time, drops the infeasible, routes the rest."""
+    """Makes requests at the current time for every class: ids, the infeasible dropped, routing."""
 
     def __init__(
         self,
@@ -65,17 +82,13 @@ class RequestFactory:
         scenario: Scenario,
         replicas: list[Replica],
         recorder: Recorder,
-        samplers: dict[int, tuple[LengthSampler, LengthSampler]],
         max_tokens_per_request: int,
-        closed: bool,
-        block_tokens: int = 16,
+        block_tokens: int,
     ) -> None:
         self.env, self.replicas, self.recorder = env, replicas, recorder
-        self.block_tokens = block_tokens
-        self.samplers = samplers
         self.max_requests = scenario.run.max_requests or math.inf
         self.max_tokens_per_request = max_tokens_per_request
-        self.closed = closed
+        self.block_tokens = block_tokens
         self.count = 0
         self.dropped = 0
         self._next_replica = 0
@@ -85,32 +98,26 @@ class RequestFactory:
     def exhausted(self) -> bool:
         return self.count >= self.max_requests
 
-    def submit(
+    def make(
         self,
+        klass: int,
+        priority: int,
         user: int,
-        lengths: tuple[int, int] | None = None,
-        session: Hashable | None = None,
-        task: int = -1,
-        block_hashes: tuple[int, ...] | None = None,
-        hash_block_tokens: int = 0,
+        lengths: tuple[int, int],
+        session: Hashable | None,
+        task: int,
+        block_hashes: tuple[int, ...] | None,
+        hash_block_tokens: int,
     ) -> Request | None:
-        """A request now: lengths drawn for ``user`` unless given; a session sticks to one replica.
-
-        ``block_hashes`` (traces) name the prompt's KV blocks of ``hash_block_tokens`` each.
-        """
-        if lengths is None:
-            input_sampler, output_sampler = self.samplers.get(user, self.samplers[-1])
-            lengths = (input_sampler.draw(), output_sampler.draw())
         ratio = max(1, hash_block_tokens // self.block_tokens) if block_hashes is not None else 1
         request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes, ratio)
-        request.task = task
+        request.task, request.klass, request.priority = task, klass, priority
         self.count += 1
         if request.input_tokens + request.output_tokens > self.max_tokens_per_request:
             self.dropped += 1
             self.recorder.dropped(record_fields(request, dropped=True))
             return None
-        if self.closed:
-            request.done = self.env.event()
+        request.done = self.env.event()
         self.recorder.arrival(self.env.now)
         self._route(request).submit(request)
         return request
@@ -131,11 +138,49 @@ class RequestFactory:
             request.done.succeed()
 
 
+class ClassSource:
+    """One workload class's view of the factory: its lengths, its priority, its index."""
+
+    def __init__(
+        self,
+        factory: RequestFactory,
+        klass: int,
+        priority: int,
+        samplers: dict[int, tuple[LengthSampler, LengthSampler]],
+    ) -> None:
+        self.factory, self.klass, self.priority, self.samplers = factory, klass, priority, samplers
+
+    @property
+    def exhausted(self) -> bool:
+        return self.factory.exhausted
+
+    def submit(
+        self,
+        user: int,
+        lengths: tuple[int, int] | None = None,
+        session: Hashable | None = None,
+        task: int = -1,
+        block_hashes: tuple[int, ...] | None = None,
+        hash_block_tokens: int = 0,
+    ) -> Request | None:
+        """A request now: lengths drawn for ``user`` unless given; a session sticks to one replica.
+
+        ``block_hashes`` (traces) name the prompt's KV blocks of ``hash_block_tokens`` each.
+        """
+        if lengths is None:
+            input_sampler, output_sampler = self.samplers.get(user, self.samplers[-1])
+            lengths = (input_sampler.draw(), output_sampler.draw())
+        session_key = None if session is None else (self.klass, session)
+        return self.factory.make(
+            self.klass, self.priority, user, lengths, session_key, task, block_hashes, hash_block_tokens
+        )
+
+
 def record_fields(request: Request, dropped: bool, done_s: float = math.nan) -> tuple[float, ...]:
     return (
         request.id, request.replica, request.user, request.arrival_s, request.admitted_s, request.first_token_s,
         done_s, request.input_tokens, request.output_tokens, request.preemptions, float(dropped),
-        request.cached_tokens, request.task,
+        request.cached_tokens, request.task, request.klass,
     )  # fmt: skip
 
 
@@ -204,21 +249,10 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     block_tokens = sched.kv_block_tokens
     kv_blocks = int(deployment.kv_budget_bytes // (block_tokens * deployment.kv_bytes_per_token))
     max_tokens = min(kv_blocks * block_tokens, deployment.model.max_context_tokens)
-    load = scenario.load
-    task = catalog.workload(load.workload).task if isinstance(load, AgentsLoad) else None
-    if isinstance(load, TraceLoad):
-        typical = 0.0  # each trace request is checked on arrival (too long: dropped and reported)
-    elif task is not None:
-        typical = task.system_prompt_tokens.mean + task.first_input_tokens.mean + task.output_tokens.mean
-    else:
-        assert scenario.requests is not None
-        typical = scenario.requests.input_tokens.mean + scenario.requests.output_tokens.mean
-    if typical > max_tokens:
-        raise ScenarioError(
-            f"requests average {typical:.0f} tokens but a replica of {deployment.chips} x "
-            f"{deployment.hardware.id} holds at most {max_tokens} tokens of {deployment.model.id} KV "
-            f"(or context); use more chips (deployment.min_kv_tokens) or shorter requests"
-        )
+    classes = scenario.workload_classes
+    tasks = [catalog.workload(c.load.workload).task if isinstance(c.load, AgentsLoad) else None for c in classes]
+    for klass, task in zip(classes, tasks, strict=True):
+        _check_fits(klass, task, deployment, max_tokens)
 
     swap_s_per_block = 0.0
     if isinstance(sched, ContinuousBatching) and sched.preemption == "swap":
@@ -226,18 +260,9 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     env = simpy.Environment()
     recorder = Recorder(scenario.replicas)
     root = np.random.SeedSequence(scenario.run.seed)
-    arrivals_ss, lengths_ss, replicas_ss, users_ss = root.spawn(4)
+    replicas_ss, *class_seeds = root.spawn(1 + len(classes))
     replicas: list[Replica] = []
-    closed = not isinstance(load, OpenLoop) and not (isinstance(load, TraceLoad) and load.format != "weka")
-    samplers: dict[int, tuple[LengthSampler, LengthSampler]] = {}
-    lengths = scenario.requests
-    in_ss, out_ss = lengths_ss.spawn(2)
-    if lengths is not None:
-        samplers[-1] = (
-            LengthSampler(lengths.input_tokens, np.random.default_rng(in_ss)),
-            LengthSampler(lengths.output_tokens, np.random.default_rng(out_ss)),
-        )
-    factory = RequestFactory(env, scenario, replicas, recorder, samplers, max_tokens, closed, block_tokens)
+    factory = RequestFactory(env, scenario, replicas, recorder, max_tokens, block_tokens)
     for index, ss in enumerate(replicas_ss.spawn(scenario.replicas)):
         blocks = BlockManager(kv_blocks, block_tokens, caching=scenario.prefix_caching)
         policy = _policy(scenario, deployment, blocks, batch_cap)
@@ -247,15 +272,69 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
         replicas.append(replica)
         env.process(replica.run())
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
+    counter = TaskCounter(itertools.count(), itertools.count())
+    capacity, offered = 0.0, 0.0
+    for index, (klass, task, class_ss) in enumerate(zip(classes, tasks, class_seeds, strict=True)):
+        _start_class(env, klass, index, task, factory, recorder, counter, max_tokens, stop_s, class_ss)
+        if klass.requests is not None:
+            capacity += scenario.replicas * _capacity_requests_per_s(deployment, klass.requests, batch_cap)
+        offered += _peak_rate(klass.load.arrivals) if isinstance(klass.load, OpenLoop) else math.nan
+    all_open = all(isinstance(c.load, OpenLoop) for c in classes)
+    return Simulation(
+        scenario, deployment, env, recorder, replicas, factory, kv_blocks, batch_cap,
+        capacity if all_open else math.nan, offered if all_open else None,
+    )  # fmt: skip
+
+
+def _check_fits(klass: WorkloadClass, task: AgentTaskSpec | None, deployment: Deployment, max_tokens: int) -> None:
+    if isinstance(klass.load, TraceLoad):
+        return  # each trace request is checked on arrival (too long: dropped and reported)
+    if task is not None:
+        typical = task.system_prompt_tokens.mean + task.first_input_tokens.mean + task.output_tokens.mean
+    else:
+        assert klass.requests is not None
+        typical = klass.requests.input_tokens.mean + klass.requests.output_tokens.mean
+    if typical > max_tokens:
+        raise ScenarioError(
+            f"{klass.name}: requests average {typical:.0f} tokens but a replica of {deployment.chips} x "
+            f"{deployment.hardware.id} holds at most {max_tokens} tokens of {deployment.model.id} KV "
+            f"(or context); use more chips (deployment.min_kv_tokens) or shorter requests"
+        )
+
+
+def _start_class(
+    env: simpy.Environment,
+    klass: WorkloadClass,
+    index: int,
+    task: AgentTaskSpec | None,
+    factory: RequestFactory,
+    recorder: Recorder,
+    counter: TaskCounter,
+    max_tokens: int,
+    stop_s: float,
+    seeds: np.random.SeedSequence,
+) -> ClassSource:
+    """Start one class's load processes; its streams are spawned from its own seed sequence."""
+    arrivals_ss, lengths_ss, users_ss = seeds.spawn(3)
+    samplers: dict[int, tuple[LengthSampler, LengthSampler]] = {}
+    lengths = klass.requests
+    if lengths is not None:
+        in_ss, out_ss = lengths_ss.spawn(2)
+        samplers[-1] = (
+            LengthSampler(lengths.input_tokens, np.random.default_rng(in_ss)),
+            LengthSampler(lengths.output_tokens, np.random.default_rng(out_ss)),
+        )
+    source = ClassSource(factory, index, klass.priority, samplers)
+    load = klass.load
     if isinstance(load, OpenLoop):
-        env.process(open_loop(env, load.arrivals, np.random.default_rng(arrivals_ss), factory, stop_s))
+        env.process(open_loop(env, load.arrivals, np.random.default_rng(arrivals_ss), source, stop_s))
     elif isinstance(load, AgentsLoad):
         assert task is not None
-        _start_agents(env, load, task, factory, recorder, max_tokens, stop_s, arrivals_ss, users_ss)
+        _start_agents(env, load, task, source, recorder, counter, max_tokens, stop_s, arrivals_ss, users_ss, index)
     elif isinstance(load, TraceLoad):
         from simulator.engine.replay import start_replay
 
-        start_replay(env, load, factory, recorder, np.random.default_rng(arrivals_ss), stop_s)
+        start_replay(env, load, source, recorder, np.random.default_rng(arrivals_ss), stop_s, counter, index)
     else:
         assert lengths is not None
         for user, ss in enumerate(users_ss.spawn(load.users)):
@@ -264,39 +343,38 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
                 LengthSampler(lengths.input_tokens, np.random.default_rng(in_u)),
                 LengthSampler(lengths.output_tokens, np.random.default_rng(out_u)),
             )
-            env.process(closed_loop_user(env, load, user, np.random.default_rng(think_ss), factory, stop_s))
-    capacity = scenario.replicas * _capacity_requests_per_s(deployment, scenario, batch_cap) if lengths else math.nan
-    offered = _peak_rate(load.arrivals) if isinstance(load, OpenLoop) else None
-    return Simulation(scenario, deployment, env, recorder, replicas, factory, kv_blocks, batch_cap, capacity, offered)
+            env.process(closed_loop_user(env, load, user, np.random.default_rng(think_ss), source, stop_s))
+    return source
 
 
 def _start_agents(
     env: simpy.Environment,
     load: AgentsLoad,
     task: AgentTaskSpec,
-    factory: RequestFactory,
+    source: ClassSource,
     recorder: Recorder,
+    counter: TaskCounter,
     max_tokens: int,
     stop_s: float,
     arrivals_ss: np.random.SeedSequence,
     agents_ss: np.random.SeedSequence,
+    klass: int,
 ) -> None:
-    from simulator.engine.agents import TaskCounter, closed_loop_agent, open_loop_tasks
+    from simulator.engine.agents import closed_loop_agent, open_loop_tasks
 
-    counter = TaskCounter(itertools.count(), itertools.count())
     if load.agents is None:
         rng = np.random.default_rng(arrivals_ss)
-        env.process(open_loop_tasks(env, load, task, rng, factory, recorder, counter, max_tokens, stop_s))
+        env.process(open_loop_tasks(env, load, task, rng, source, recorder, counter, max_tokens, stop_s, klass))
         return
     for agent, ss in enumerate(agents_ss.spawn(load.agents)):
         rng = np.random.default_rng(ss)
-        env.process(closed_loop_agent(env, load, task, agent, rng, factory, recorder, counter, max_tokens, stop_s))
+        env.process(
+            closed_loop_agent(env, load, task, agent, rng, source, recorder, counter, max_tokens, stop_s, klass)
+        )
 
 
-def _capacity_requests_per_s(deployment: Deployment, scenario: Scenario, batch_cap: int) -> float:
+def _capacity_requests_per_s(deployment: Deployment, lengths: RequestLengths, batch_cap: int) -> float:
     """Analytic saturation throughput of one replica at the mean request lengths."""
-    lengths = scenario.requests
-    assert lengths is not None
     prompt, answer = max(1, round(lengths.input_tokens.mean)), max(1, round(lengths.output_tokens.mean))
     users = min(batch_cap, saturation_concurrency(deployment, prompt, answer))
     return estimate(deployment, prompt, answer, users).aggregate_output_tok_s / answer

@@ -25,7 +25,7 @@ from simulator.config.scenario import (
 from simulator.engine import ProcessGenerator
 
 if TYPE_CHECKING:
-    from simulator.engine.build import RequestFactory
+    from simulator.engine.build import ClassSource
 
 CHUNK = 4096
 
@@ -64,18 +64,20 @@ def arrival_times(spec: Arrivals, rng: np.random.Generator) -> Iterator[float]:
 
 
 def open_loop(
-    env: simpy.Environment, spec: Arrivals, rng: np.random.Generator, make: RequestFactory, stop_s: float
+    env: simpy.Environment, spec: Arrivals, rng: np.random.Generator, make: ClassSource, stop_s: float
 ) -> ProcessGenerator:
     """Submit a request at every arrival time before ``stop_s`` (or until the factory is spent)."""
     for t in arrival_times(spec, rng):
-        if t >= stop_s or make.exhausted:
+        if t >= stop_s:
             return
         yield env.timeout(t - env.now)
+        if make.exhausted:  # checked at submission: other classes may have used the budget meanwhile
+            return
         make.submit(user=-1)
 
 
 def closed_loop_user(
-    env: simpy.Environment, spec: ClosedLoop, user: int, rng: np.random.Generator, make: RequestFactory, stop_s: float
+    env: simpy.Environment, spec: ClosedLoop, user: int, rng: np.random.Generator, make: ClassSource, stop_s: float
 ) -> ProcessGenerator:
     """Think, send, wait for the answer's last token, repeat (the interactive response-time loop)."""
     if spec.start_spread > 0:

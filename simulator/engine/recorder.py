@@ -20,12 +20,12 @@ ITL_BUFFER = 8192
 
 REQUEST_FIELDS = (
     "id", "replica", "user", "arrival_s", "admitted_s", "first_token_s", "done_s",
-    "input_tokens", "output_tokens", "preemptions", "dropped", "cached_tokens", "task",
+    "input_tokens", "output_tokens", "preemptions", "dropped", "cached_tokens", "task", "class",
 )  # fmt: skip
 
 TASK_FIELDS = (
     "task", "agent", "start_s", "end_s", "calls", "model_s", "queue_s", "tool_s", "subagent_s",
-    "input_tokens", "output_tokens", "cached_tokens", "failed", "parent",
+    "input_tokens", "output_tokens", "cached_tokens", "failed", "parent", "class",
 )  # fmt: skip
 
 

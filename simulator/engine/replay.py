@@ -9,15 +9,13 @@ parallel first and the call waits for the slowest (fan-out, then join).
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import simpy
 
 from simulator.config.workload import TraceLoad
 from simulator.engine import ProcessGenerator
-from simulator.engine.agents import TaskCounter, TaskTally
-from simulator.engine.build import RequestFactory
+from simulator.engine.agents import TaskTally
+from simulator.engine.build import ClassSource, TaskCounter
 from simulator.engine.recorder import Recorder
 from simulator.traces import Session, TraceRequest, load_azure, load_mooncake, load_weka_dir, sample, scale_rate
 from simulator.traces import window as clip_window
@@ -26,19 +24,22 @@ from simulator.traces import window as clip_window
 def start_replay(
     env: simpy.Environment,
     load: TraceLoad,
-    factory: RequestFactory,
+    factory: ClassSource,
     recorder: Recorder,
     rng: np.random.Generator,
     stop_s: float,
+    counter: TaskCounter,
+    klass: int,
 ) -> None:
     if load.format == "weka":
         sessions = load_weka_dir(load.path)
         if load.sample < 1.0:
             sessions = sample(sessions, load.sample, rng)
-        counter = TaskCounter(itertools.count(), itertools.count())
         for index, session in enumerate(sessions):
             start = load.session_spread * index / max(1, len(sessions))
-            env.process(_session_task(env, session, index, start, load.think_time_scale, factory, recorder, counter))
+            env.process(
+                _session_task(env, session, index, start, load.think_time_scale, factory, recorder, counter, klass)
+            )
         return
     rows = load_azure(load.path) if load.format == "azure" else load_mooncake(load.path)
     if load.window is not None:
@@ -50,13 +51,15 @@ def start_replay(
 
 
 def _requests(
-    env: simpy.Environment, rows: list[TraceRequest], factory: RequestFactory, stop_s: float
+    env: simpy.Environment, rows: list[TraceRequest], factory: ClassSource, stop_s: float
 ) -> ProcessGenerator:
     for row in rows:
-        if row.arrival_s >= stop_s or factory.exhausted:
+        if row.arrival_s >= stop_s:
             return
         if row.arrival_s > env.now:
             yield env.timeout(row.arrival_s - env.now)
+        if factory.exhausted:
+            return
         factory.submit(-1, (row.input_tokens, row.output_tokens), block_hashes=row.block_hashes,
                        hash_block_tokens=row.hash_block_tokens)  # fmt: skip
 
@@ -67,13 +70,14 @@ def _session_task(
     index: int,
     start_s: float,
     think_scale: float,
-    factory: RequestFactory,
+    factory: ClassSource,
     recorder: Recorder,
     counter: TaskCounter,
+    klass: int,
 ) -> ProcessGenerator:
     if start_s > 0:
         yield env.timeout(start_s)
-    yield from _run_session(env, session, ("session", index), think_scale, factory, recorder, counter, -1)
+    yield from _run_session(env, session, ("session", index), think_scale, factory, recorder, counter, -1, klass)
 
 
 def _run_session(
@@ -81,18 +85,21 @@ def _run_session(
     session: Session,
     scope: tuple[object, ...],
     think_scale: float,
-    factory: RequestFactory,
+    factory: ClassSource,
     recorder: Recorder,
     counter: TaskCounter,
     parent: int,
+    klass: int,
 ) -> ProcessGenerator:
     """One session (or sub-agent) as a task; its hash ids are scoped to this session."""
-    tally = TaskTally(next(counter.tasks), hash(scope) % 2**31, env.now, parent=parent)
+    tally = TaskTally(next(counter.tasks), hash(scope) % 2**31, env.now, parent=parent, klass=klass)
     for number, call in enumerate(session.calls):
         if call.subagents:
             branches = [
                 env.process(
-                    _run_session(env, sub, (*scope, number, i), think_scale, factory, recorder, counter, tally.task_id)
+                    _run_session(
+                        env, sub, (*scope, number, i), think_scale, factory, recorder, counter, tally.task_id, klass
+                    )
                 )
                 for i, sub in enumerate(call.subagents)
             ]

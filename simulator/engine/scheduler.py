@@ -54,8 +54,10 @@ class Request:
         "hash_ratio",
         "id",
         "input_tokens",
+        "klass",
         "output_tokens",
         "preemptions",
+        "priority",
         "published_upto",
         "replica",
         "session",
@@ -94,6 +96,8 @@ class Request:
         self.cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
         self.shared: list[Hashable] = []  # cached blocks this request references while running
         self.task = -1  # the agent task this call belongs to
+        self.klass = 0  # workload class index
+        self.priority = 0  # higher is admitted first
         self.published_upto = 0  # leading blocks of this request that are shared prefix KV
 
     def block_key(self, index: int) -> Hashable | None:
@@ -200,6 +204,50 @@ class BlockManager:
         self.free += owned - cached
 
 
+class WaitingQueue:
+    """Requests waiting for admission: highest priority first, FCFS within a priority.
+
+    The deque operations the policies use: ``append`` (arrival), ``appendleft`` (a preempted
+    request returns to the front of its priority), ``popleft`` and ``[0]`` (the next to admit).
+    """
+
+    def __init__(self) -> None:
+        self._levels: dict[int, deque[Request]] = {}
+        self._order: list[int] = []  # priorities present, highest first
+        self._size = 0
+
+    def _level(self, priority: int) -> deque[Request]:
+        if priority not in self._levels:
+            self._levels[priority] = deque()
+            self._order = sorted(self._levels, reverse=True)
+        return self._levels[priority]
+
+    def append(self, request: Request) -> None:
+        self._level(request.priority).append(request)
+        self._size += 1
+
+    def appendleft(self, request: Request) -> None:
+        self._level(request.priority).appendleft(request)
+        self._size += 1
+
+    def _head_level(self) -> deque[Request]:
+        return next(self._levels[p] for p in self._order if self._levels[p])
+
+    def popleft(self) -> Request:
+        self._size -= 1
+        return self._head_level().popleft()
+
+    def __getitem__(self, index: int) -> Request:
+        assert index == 0, "only the head of the queue is visible"
+        return self._head_level()[0]
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._size > 0
+
+
 @dataclass
 class Plan:
     """New tokens per slot for one iteration (0: not scheduled) and the mask of scheduled slots."""
@@ -276,7 +324,7 @@ class BatchPolicy:
         self.window = window
         self.swap = swap
         self.swapped_blocks = 0.0  # blocks moved out or in by the current plan (the replica charges them)
-        self.waiting: deque[Request] = deque()
+        self.waiting = WaitingQueue()
 
     # -- helpers --------------------------------------------------------------------------------
     def _grow(self, slot_ids: IntArray, new_tokens: FloatArray) -> bool:

@@ -32,11 +32,13 @@ bytes/s of a replica's chips over the window.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from simulator.config.scenario import SLOSpec
+from simulator.config.scenario import SLOSpec, WorkloadClass
 from simulator.results.records import FloatArray, RunRecords
 
 PERCENTILES = (50, 90, 95, 99)
@@ -67,9 +69,11 @@ def histogram_stats(counts: FloatArray, edges: FloatArray) -> dict[str, float]:
     return stats
 
 
-def request_metrics(records: RunRecords) -> dict[str, FloatArray]:
+def request_metrics(records: RunRecords, klass: int | None = None) -> dict[str, FloatArray]:
     r = records.requests
     measured = (r["dropped"] == 0) & np.isfinite(r["done_s"]) & (r["arrival_s"] >= records.warmup_s)
+    if klass is not None:
+        measured &= r["class"] == klass
     a, s, f, c, n = (r[k][measured] for k in ("arrival_s", "admitted_s", "first_token_s", "done_s", "output_tokens"))
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(n > 1, (c - f) / (n - 1), np.nan)
@@ -86,23 +90,45 @@ def request_metrics(records: RunRecords) -> dict[str, FloatArray]:
     }
 
 
-def summarize(records: RunRecords, slo: SLOSpec) -> dict[str, Any]:
-    """The run summary: distributions, rates, goodput, levels and utilisation."""
-    m = request_metrics(records)
-    window = max(records.end_s - records.warmup_s, 1e-12)
+def _meets(m: dict[str, FloatArray], slo: SLOSpec) -> npt.NDArray[np.bool_]:
     ok = np.ones(m["ttft_s"].size, dtype=bool)
     if slo.ttft is not None:
         ok &= m["ttft_s"] <= slo.ttft
     if slo.tpot is not None:
         ok &= ~(m["tpot_s"] > slo.tpot)
+    return ok
+
+
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "per_user_output_tok_s", "normalized_tpot_s", "queueing_delay_s")
+
+
+def class_summary(records: RunRecords, klass: int, spec: WorkloadClass) -> dict[str, Any]:
+    """One workload class: its latencies, its goodput under its own SLOs, its tasks."""
+    m = request_metrics(records, klass)
+    window = max(records.end_s - records.warmup_s, 1e-12)
+    out: dict[str, Any] = {name: distribution_stats(m[name]) for name in LATENCIES}
+    out |= {
+        "priority": spec.priority,
+        "requests_completed": int(m["ttft_s"].size),
+        "requests_per_s": m["ttft_s"].size / window,
+        "goodput_requests_per_s": float(_meets(m, spec.slo).sum()) / window,
+        "slo_attainment": float(_meets(m, spec.slo).mean()) if m["ttft_s"].size else float("nan"),
+    }
+    if (records.tasks["class"] == klass).any():
+        out["tasks"] = task_summary(records, klass)
+    return out
+
+
+def summarize(records: RunRecords, slo: SLOSpec, classes: Sequence[WorkloadClass] = ()) -> dict[str, Any]:
+    """The run summary: distributions, rates, goodput, levels and utilisation (and per class)."""
+    m = request_metrics(records)
+    window = max(records.end_s - records.warmup_s, 1e-12)
+    ok = _meets(m, slo)
     replicas = len(records.totals)
     t0, t1 = records.warmup_s, records.end_s
     chips = records.chips_per_replica
     output_tokens, input_tokens = records.tokens_in_window(t0, t1)
-    summary: dict[str, Any] = {
-        name: distribution_stats(m[name])
-        for name in ("ttft_s", "tpot_s", "e2e_s", "per_user_output_tok_s", "normalized_tpot_s", "queueing_delay_s")
-    }
+    summary: dict[str, Any] = {name: distribution_stats(m[name]) for name in LATENCIES}
     summary["itl_s"] = histogram_stats(records.itl_counts, records.itl_bin_edges_s)
     summary |= {
         "requests_completed": int(m["ttft_s"].size),
@@ -136,6 +162,8 @@ def summarize(records: RunRecords, slo: SLOSpec) -> dict[str, Any]:
     summary["prefix_cache_hit_rate"] = float(r["cached_tokens"][measured].sum()) / prompts if prompts else 0.0
     if records.tasks["task"].size:
         summary["tasks"] = task_summary(records)
+    if len(classes) > 1:
+        summary["classes"] = {spec.name: class_summary(records, k, spec) for k, spec in enumerate(classes)}
     summary["capacity_requests_per_s"] = records.capacity_requests_per_s
     summary["offered_requests_per_s"] = records.offered_requests_per_s
     offered, capacity = records.offered_requests_per_s, records.capacity_requests_per_s
@@ -143,10 +171,12 @@ def summarize(records: RunRecords, slo: SLOSpec) -> dict[str, Any]:
     return summary
 
 
-def task_summary(records: RunRecords) -> dict[str, Any]:
+def task_summary(records: RunRecords, klass: int | None = None) -> dict[str, Any]:
     """Task completion time, where it went, calls and tokens per task, tasks per hour."""
     t = records.tasks
     keep = (t["start_s"] >= records.warmup_s) & (t["failed"] == 0) & (t["parent"] == -1)
+    if klass is not None:
+        keep &= t["class"] == klass
     duration = t["end_s"][keep] - t["start_s"][keep]
     window = max(records.end_s - records.warmup_s, 1e-12)
     total = duration.sum() if duration.size else 0.0

@@ -94,7 +94,7 @@ def test_task_level_interactive_response_time_law(workload: dict) -> None:
     agents, think = 8, 3.0
     result = run(
         load={"kind": "agents", "workload": "short", "agents": agents,
-              "think_time_s": {"dist": "exponential", "mean": think}},
+              "think_time_s": {"dist": "constant", "value": think}},
         requests=None,
         run={"seed": 9, "duration": "1500 s", "warmup": "100 s", "drain": False},
     )  # fmt: skip

@@ -51,7 +51,7 @@ def test_waits_equal_the_lindley_recursion() -> None:
         lindley.append(max(0.0, lindley[-1] + service - gap))
     waits = r["admitted_s"] - r["arrival_s"]
     assert waits == pytest.approx(np.array(lindley), rel=1e-9, abs=1e-9)
-    assert (np.array(lindley) > 0).mean() > 0.3  # the queue was really exercised
+    assert (np.array(lindley) > 0).sum() >= 50  # the queue was really exercised
 
 
 def _mean_waits(replications: int, lengths: dict, rate: float, requests: int, warmup_s: float) -> np.ndarray:
@@ -129,7 +129,7 @@ def test_interactive_response_time_law() -> None:
     """Closed loop of N users with think time Z: R = N / X - Z."""
     users, think = 24, 2.0
     result = run(
-        load={"kind": "closed", "users": users, "think_time_s": {"dist": "exponential", "mean": think}},
+        load={"kind": "closed", "users": users, "think_time_s": {"dist": "constant", "value": think}},
         requests={
             "input_tokens": {"dist": "uniform", "low": 64, "high": 1024},
             "output_tokens": {"dist": "uniform", "low": 16, "high": 256},
@@ -138,7 +138,7 @@ def test_interactive_response_time_law() -> None:
     )
     s = result.summary
     throughput = s["requests_per_s"]
-    assert s["e2e_s"]["mean"] == pytest.approx(users / throughput - think, rel=0.03)
+    assert s["e2e_s"]["mean"] == pytest.approx(users / throughput - think, rel=0.02)
 
 
 def test_saturated_throughput_converges_to_the_batch_ceiling() -> None:
