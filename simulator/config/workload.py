@@ -95,7 +95,7 @@ class TraceLoad(Spec):
     """Replay a recorded trace: requests at their arrival times, or agent sessions closed loop."""
 
     kind: Literal["trace"] = "trace"
-    format: Literal["azure", "mooncake", "weka"]
+    format: Literal["azure", "mooncake", "weka", "taskgraph"]
     path: Path = Field(description="trace file; for weka a session file or a directory of them")
     rate_scale: Annotated[float, Field(gt=0.0)] = Field(1.0, description="replay at k times the recorded rate")
     window: tuple[Seconds, Seconds] | None = Field(None, description="[start, end) of the trace to replay")

@@ -17,6 +17,7 @@ from simulator.engine import ProcessGenerator
 from simulator.engine.agents import TaskTally
 from simulator.engine.build import ClassSource, TaskCounter
 from simulator.engine.recorder import Recorder
+from simulator.taskgraph import GraphStep, TaskGraph, load_task_graphs
 from simulator.traces import Session, TraceRequest, load_azure, load_mooncake, load_weka_dir, sample, scale_rate
 from simulator.traces import window as clip_window
 
@@ -31,6 +32,12 @@ def start_replay(
     counter: TaskCounter,
     klass: int,
 ) -> None:
+    if load.format == "taskgraph":
+        graphs = load_task_graphs(load.path)
+        if load.sample < 1.0:
+            graphs = sample(graphs, load.sample, rng)
+        env.process(_graph_arrivals(env, graphs, load.rate_scale, factory, recorder, counter, klass, stop_s))
+        return
     if load.format == "weka":
         sessions = load_weka_dir(load.path)
         if load.sample < 1.0:
@@ -120,4 +127,49 @@ def _run_session(
             break
         yield request.done
         tally.call(request, env.now)
+    tally.record(recorder, env.now)
+
+
+def _graph_arrivals(
+    env: simpy.Environment,
+    graphs: list[TaskGraph],
+    rate_scale: float,
+    factory: ClassSource,
+    recorder: Recorder,
+    counter: TaskCounter,
+    klass: int,
+    stop_s: float,
+) -> ProcessGenerator:
+    for graph in graphs:
+        arrival = graph.arrival_s / rate_scale
+        if arrival >= stop_s:
+            return
+        if arrival > env.now:
+            yield env.timeout(arrival - env.now)
+        env.process(_run_graph(env, graph, factory, recorder, counter, klass))
+
+
+def _run_graph(
+    env: simpy.Environment, graph: TaskGraph, factory: ClassSource, recorder: Recorder, counter: TaskCounter, klass: int
+) -> ProcessGenerator:
+    """Each step starts when the steps it is after have finished (their call and tool time)."""
+    tally = TaskTally(next(counter.tasks), -1, env.now, klass=klass)
+    finished: dict[str, simpy.Event] = {}
+
+    def step_process(step: GraphStep) -> ProcessGenerator:
+        if step.after:
+            yield simpy.AllOf(env, [finished[a] for a in step.after])
+        request = factory.submit(-1, (step.input_tokens, step.output_tokens), session=step.session, task=tally.task_id)
+        if request is None or request.done is None:
+            tally.failed = True
+            return
+        yield request.done
+        tally.call(request, env.now)
+        if step.tool_s > 0:
+            tally.tool_s += step.tool_s
+            yield env.timeout(step.tool_s)
+
+    for step in graph.steps:  # topological: every step's prerequisites already have processes
+        finished[step.id] = env.process(step_process(step))
+    yield simpy.AllOf(env, list(finished.values()))
     tally.record(recorder, env.now)
