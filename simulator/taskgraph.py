@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.config.loading import ConfigError
+from simulator.traces import json_object
 
 
 @dataclass(frozen=True)
@@ -139,13 +140,7 @@ def load_task_graphs(path: Path) -> list[TaskGraph]:
         if not text.strip():
             continue
         where = f"{path}:{number}"
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})") from None
-        if not isinstance(record, dict):
-            raise ConfigError(f"{where}: expected a JSON object")
-        tasks.append(parse_task(record, where))
+        tasks.append(parse_task(json_object(text, where), where))
     return sorted(tasks, key=lambda t: t.arrival_s)
 
 

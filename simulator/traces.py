@@ -103,7 +103,7 @@ def load_mooncake(path: Path) -> list[TraceRequest]:
             if not text.strip():
                 continue
             where = f"{path}:{line}"
-            record = _json(text, where)
+            record = json_object(text, where)
             for key in ("timestamp", "input_length", "output_length", "hash_ids"):
                 if key not in record:
                     raise ConfigError(f"{where}: {key}: missing")
@@ -119,7 +119,7 @@ def load_mooncake(path: Path) -> list[TraceRequest]:
 def load_weka(path: Path) -> Session:
     """One WEKA agentic-coding session file (parent calls, sub-agents attached to the call they precede)."""
     with _open(path) as handle:
-        data = _json(handle.read(), f"{path}:1")
+        data = json_object(handle.read(), f"{path}:1")
     return _session(data, str(path), str(data.get("id", path.stem)))
 
 
@@ -192,7 +192,8 @@ def _open(path: Path):  # type: ignore[no-untyped-def]
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def _json(text: str, where: str) -> dict[str, object]:
+def json_object(text: str, where: str) -> dict[str, object]:
+    """One JSON object from a line or file, or a ConfigError naming ``where``."""
     try:
         record = json.loads(text)
     except json.JSONDecodeError as exc:

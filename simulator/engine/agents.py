@@ -35,6 +35,19 @@ def _tokens(spec: Distribution, rng: np.random.Generator) -> int:
     return max(1, round(_draw(spec, rng)))
 
 
+@dataclass(frozen=True)
+class AgentRuntime:
+    """What every agent process of one workload class shares."""
+
+    env: simpy.Environment
+    source: ClassSource
+    recorder: Recorder
+    counter: TaskCounter
+    max_context_tokens: int
+    stop_s: float
+    klass: int = 0
+
+
 @dataclass
 class TaskTally:
     """Where one task's time went, call by call."""
@@ -72,34 +85,26 @@ class TaskTally:
 
 
 def run_task(
-    env: simpy.Environment,
-    spec: AgentTaskSpec,
-    agent: int,
-    rng: np.random.Generator,
-    factory: ClassSource,
-    recorder: Recorder,
-    counter: TaskCounter,
-    max_context_tokens: int,
-    parent: int = -1,
-    klass: int = 0,
+    rt: AgentRuntime, spec: AgentTaskSpec, agent: int, rng: np.random.Generator, parent: int = -1
 ) -> ProcessGenerator:
     """One task from its first call to its answer; records the task when it ends."""
-    tally = TaskTally(next(counter.tasks), agent, env.now, parent=parent, klass=klass)
-    session = next(counter.sessions)
+    env = rt.env
+    tally = TaskTally(next(rt.counter.tasks), agent, env.now, parent=parent, klass=rt.klass)
+    session = next(rt.counter.sessions)
     steps = _tokens(spec.steps, rng)
     context = _tokens(spec.system_prompt_tokens, rng) + _tokens(spec.first_input_tokens, rng)
-    limit = min(spec.context.max_tokens or max_context_tokens, max_context_tokens)
+    limit = min(spec.context.max_tokens or rt.max_context_tokens, rt.max_context_tokens)
     for step in range(steps):
         output = _tokens(spec.output_tokens, rng)
         if context + output > limit:
             compact = spec.context.compact_to_tokens if spec.context.policy == "compact" else None
             context = max(1, min(compact or limit - output, limit - output))
-            session = next(counter.sessions)
+            session = next(rt.counter.sessions)
         attempts = 1
         while rng.random() < spec.retry_probability:
             attempts += 1
         for _ in range(attempts):
-            request = factory.submit(agent, (int(context), output), session=session, task=tally.task_id)
+            request = rt.source.submit(agent, (int(context), output), session=session, task=tally.task_id)
             if request is None or request.done is None:
                 tally.failed = True
                 break
@@ -114,8 +119,8 @@ def run_task(
         if fanout is not None and step + 1 == fanout.after_step:
             start = env.now
             branches = [
-                env.process(run_task(env, fanout.subagent, agent, np.random.default_rng(rng.integers(2**63)),
-                                     factory, recorder, counter, max_context_tokens, tally.task_id, klass))
+                env.process(run_task(rt, fanout.subagent, agent, np.random.default_rng(rng.integers(2**63)),
+                                     tally.task_id))
                 for _ in range(_tokens(fanout.branches, rng))
             ]  # fmt: skip
             yield simpy.AllOf(env, branches)
@@ -128,49 +133,29 @@ def run_task(
         if latency > 0:
             yield env.timeout(latency)
         context += sum(_tokens(spec.step_input_tokens, rng) for _ in range(calls_at_once))
-    tally.record(recorder, env.now)
+    tally.record(rt.recorder, env.now)
 
 
 def closed_loop_agent(
-    env: simpy.Environment,
-    load: AgentsLoad,
-    spec: AgentTaskSpec,
-    agent: int,
-    rng: np.random.Generator,
-    factory: ClassSource,
-    recorder: Recorder,
-    counter: TaskCounter,
-    max_context_tokens: int,
-    stop_s: float,
-    klass: int = 0,
+    rt: AgentRuntime, load: AgentsLoad, spec: AgentTaskSpec, agent: int, rng: np.random.Generator
 ) -> ProcessGenerator:
     """Think, run a task, repeat (the interactive response-time loop, one task per cycle)."""
     while True:
         think = _draw(load.think_time_s, rng)
         if think > 0:
-            yield env.timeout(think)
-        if env.now >= stop_s or factory.exhausted:
+            yield rt.env.timeout(think)
+        if rt.env.now >= rt.stop_s or rt.source.exhausted:
             return
-        yield env.process(run_task(env, spec, agent, rng, factory, recorder, counter, max_context_tokens, -1, klass))
+        yield rt.env.process(run_task(rt, spec, agent, rng))
 
 
 def open_loop_tasks(
-    env: simpy.Environment,
-    load: AgentsLoad,
-    spec: AgentTaskSpec,
-    rng: np.random.Generator,
-    factory: ClassSource,
-    recorder: Recorder,
-    counter: TaskCounter,
-    max_context_tokens: int,
-    stop_s: float,
-    klass: int = 0,
+    rt: AgentRuntime, load: AgentsLoad, spec: AgentTaskSpec, rng: np.random.Generator
 ) -> ProcessGenerator:
     """Tasks arrive as a Poisson process at ``tasks_per_s``; each is its own process and agent."""
     assert load.tasks_per_s is not None
     for agent in itertools.count():
-        yield env.timeout(rng.exponential(1.0 / load.tasks_per_s))
-        if env.now >= stop_s or factory.exhausted:  # checked after the wait, at the arrival
+        yield rt.env.timeout(rng.exponential(1.0 / load.tasks_per_s))
+        if rt.env.now >= rt.stop_s or rt.source.exhausted:  # checked after the wait, at the arrival
             return
-        task_rng = np.random.default_rng(rng.integers(2**63))
-        env.process(run_task(env, spec, agent, task_rng, factory, recorder, counter, max_context_tokens, -1, klass))
+        rt.env.process(run_task(rt, spec, agent, np.random.default_rng(rng.integers(2**63))))

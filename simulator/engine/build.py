@@ -12,6 +12,7 @@ import itertools
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -43,6 +44,9 @@ from simulator.engine.scheduler import (
     Slots,
     StaticBatchingPolicy,
 )
+
+if TYPE_CHECKING:
+    from simulator.engine.agents import AgentRuntime
 
 LENGTH_CHUNK = 1024
 
@@ -330,7 +334,10 @@ def _start_class(
         env.process(open_loop(env, load.arrivals, np.random.default_rng(arrivals_ss), source, stop_s))
     elif isinstance(load, AgentsLoad):
         assert task is not None
-        _start_agents(env, load, task, source, recorder, counter, max_tokens, stop_s, arrivals_ss, users_ss, index)
+        from simulator.engine.agents import AgentRuntime
+
+        runtime = AgentRuntime(env, source, recorder, counter, max_tokens, stop_s, index)
+        _start_agents(runtime, load, task, arrivals_ss, users_ss)
     elif isinstance(load, TraceLoad):
         from simulator.engine.replay import start_replay
 
@@ -348,29 +355,19 @@ def _start_class(
 
 
 def _start_agents(
-    env: simpy.Environment,
+    rt: AgentRuntime,
     load: AgentsLoad,
     task: AgentTaskSpec,
-    source: ClassSource,
-    recorder: Recorder,
-    counter: TaskCounter,
-    max_tokens: int,
-    stop_s: float,
     arrivals_ss: np.random.SeedSequence,
     agents_ss: np.random.SeedSequence,
-    klass: int,
 ) -> None:
     from simulator.engine.agents import closed_loop_agent, open_loop_tasks
 
     if load.agents is None:
-        rng = np.random.default_rng(arrivals_ss)
-        env.process(open_loop_tasks(env, load, task, rng, source, recorder, counter, max_tokens, stop_s, klass))
+        rt.env.process(open_loop_tasks(rt, load, task, np.random.default_rng(arrivals_ss)))
         return
     for agent, ss in enumerate(agents_ss.spawn(load.agents)):
-        rng = np.random.default_rng(ss)
-        env.process(
-            closed_loop_agent(env, load, task, agent, rng, source, recorder, counter, max_tokens, stop_s, klass)
-        )
+        rt.env.process(closed_loop_agent(rt, load, task, agent, np.random.default_rng(ss)))
 
 
 def _capacity_requests_per_s(deployment: Deployment, lengths: RequestLengths, batch_cap: int) -> float:
