@@ -291,14 +291,14 @@ def _summary_row(label: str, summary: dict[str, Any]) -> list[object]:
         f"{summary['ttft_s']['p99'] * 1e3:.1f}", f"{summary['tpot_s']['mean'] * 1e3:.2f}",
         f"{summary['itl_s']['p99'] * 1e3:.2f}", f"{summary['per_user_output_tok_s']['p50']:,.0f}",
         f"{summary['output_tok_s']:,.0f}", f"{summary['requests_per_s']:.3g}", f"{summary['mean_batch_size']:.1f}",
-        f"{summary['prefix_cache_hit_rate']:.0%}",
+        f"{summary['prefix_cache_hit_rate']:.0%}", _money(summary["cost"], "usd_per_million_output_tokens"),
     ]  # fmt: skip
 
 
 TASK_HEADERS = [
     "run", "tasks", "task p50 s", "task p90 s", "model s", "tool s", "sub-agents s", "queue s", "calls/task",
     "tok/s/user p50",
-    "cache hit", "tasks/h",
+    "cache hit", "tasks/h", "$/task",
 ]  # fmt: skip
 
 
@@ -310,14 +310,18 @@ def _task_row(label: str, summary: dict[str, Any]) -> list[object]:
         f"{part['model']:.1f}", f"{part['tool']:.1f}", f"{part['subagent']:.1f}", f"{part['queue']:.1f}",
         f"{t['calls_per_task']:.0f}",
         f"{summary['per_user_output_tok_s']['p50']:,.0f}", f"{summary['prefix_cache_hit_rate']:.0%}",
-        f"{t['tasks_per_hour']:,.1f}",
+        f"{t['tasks_per_hour']:,.1f}", _money(summary["cost"], "usd_per_task"),
     ]  # fmt: skip
 
 
 SUMMARY_HEADERS = [
     "run", "requests", "TTFT p50 ms", "TTFT p99 ms", "TPOT ms", "ITL p99 ms", "tok/s/user p50",
-    "output tok/s", "req/s", "batch", "cache hit",
+    "output tok/s", "req/s", "batch", "cache hit", "$/1M out",
 ]  # fmt: skip
+
+
+def _money(cost: dict[str, Any], key: str) -> str:
+    return "-" if "error" in cost else f"{cost[key]:.3g}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:

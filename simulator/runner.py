@@ -60,4 +60,4 @@ def simulate(scenario: Scenario, catalog: Catalog) -> RunResult:
     simulation = build(scenario, catalog)
     end_s = simulation.run()
     records = freeze(simulation, end_s)
-    return RunResult(scenario, records, summarize(records, scenario.slo, scenario.workload_classes))
+    return RunResult(scenario, records, summarize(records, scenario.slo, scenario.workload_classes, scenario.cost))

@@ -159,6 +159,18 @@ class WorkloadClass(Spec):
         return self
 
 
+class CostSpec(Spec):
+    """How a run's cost is counted (see :mod:`simulator.results.economics`)."""
+
+    basis: Literal["auto", "rental", "ownership"] = Field(
+        "auto", description="auto: rental when the hardware has a rental price, else ownership (capex + power)"
+    )
+    years: Annotated[float, Field(gt=0.0)] = Field(4.0, description="capex amortisation period")
+    pue: Annotated[float, Field(ge=1.0)] = Field(1.3, description="facility power usage effectiveness (assumed)")
+    usd_per_kwh: Annotated[float, Field(ge=0.0)] = Field(0.08, description="electricity price (assumed)")
+    idle_power_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = Field(0.3, description="idle / busy draw")
+
+
 class Scenario(Spec):
     schema_version: Literal[1] = 1
     name: str
@@ -174,6 +186,7 @@ class Scenario(Spec):
     prefix_caching: bool = Field(
         True, description="reuse the KV of a session's earlier calls while it is resident on the replica"
     )
+    cost: CostSpec = Field(default_factory=CostSpec)
 
     @model_validator(mode="after")
     def _one_way_to_give_the_load(self) -> Scenario:

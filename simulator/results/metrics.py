@@ -27,7 +27,8 @@ jump), so a drain tail or in-flight requests do not bias them; ``requests_per_s`
 completions in the window; ``goodput_requests_per_s`` counts those meeting every SLO given
 (TTFT and TPOT bounds). Levels (batch, queue, KV)
 are time-weighted means over the same window; utilisation is achieved / peak FLOP/s and
-bytes/s of a replica's chips over the window.
+bytes/s of a replica's chips over the window. ``cost`` holds $/h, $/1M output tokens, $/task,
+J/token and J/task of the window (:mod:`simulator.results.economics`), busy time prorated.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from simulator.config.scenario import SLOSpec, WorkloadClass
+from simulator.config.scenario import CostSpec, SLOSpec, WorkloadClass
+from simulator.results.economics import CostAssumptions, CostError, run_cost
 from simulator.results.records import FloatArray, RunRecords
 
 PERCENTILES = (50, 90, 95, 99)
@@ -119,7 +121,25 @@ def class_summary(records: RunRecords, klass: int, spec: WorkloadClass) -> dict[
     return out
 
 
-def summarize(records: RunRecords, slo: SLOSpec, classes: Sequence[WorkloadClass] = ()) -> dict[str, Any]:
+def cost_summary(records: RunRecords, spec: CostSpec, tasks: int) -> dict[str, Any]:
+    """Dollars and joules of the window (``{"error": ...}`` when a needed price is missing)."""
+    basis = spec.basis
+    if basis == "auto":
+        basis = "rental" if records.hardware.price.rental_usd_per_chip_hour is not None else "ownership"
+    assumptions = CostAssumptions(basis, spec.years, spec.pue, spec.usd_per_kwh, spec.idle_power_fraction)
+    t0, t1 = records.warmup_s, records.end_s
+    output_tokens, _ = records.tokens_in_window(t0, t1)
+    busy = [total.busy_s * (t1 - t0) / max(t1, 1e-12) for total in records.totals]  # busy share of the window
+    try:
+        cost = run_cost(records.hardware, records.chips_per_replica, busy, t1 - t0, output_tokens, tasks, assumptions)
+    except CostError as exc:
+        return {"basis": basis, "error": str(exc)}
+    return {"basis": basis} | cost.to_dict()
+
+
+def summarize(
+    records: RunRecords, slo: SLOSpec, classes: Sequence[WorkloadClass] = (), cost: CostSpec | None = None
+) -> dict[str, Any]:
     """The run summary: distributions, rates, goodput, levels and utilisation (and per class)."""
     m = request_metrics(records)
     window = max(records.end_s - records.warmup_s, 1e-12)
@@ -164,6 +184,8 @@ def summarize(records: RunRecords, slo: SLOSpec, classes: Sequence[WorkloadClass
         summary["tasks"] = task_summary(records)
     if len(classes) > 1:
         summary["classes"] = {spec.name: class_summary(records, k, spec) for k, spec in enumerate(classes)}
+    tasks_done = summary["tasks"]["tasks_completed"] if "tasks" in summary else 0
+    summary["cost"] = cost_summary(records, cost or CostSpec(), tasks_done)
     summary["capacity_requests_per_s"] = records.capacity_requests_per_s
     summary["offered_requests_per_s"] = records.offered_requests_per_s
     offered, capacity = records.offered_requests_per_s, records.capacity_requests_per_s

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from simulator.config.hardware import HardwareProfile
 from simulator.engine.build import Simulation
 from simulator.engine.recorder import (
     ITL_BIN_EDGES_S,
@@ -36,6 +37,7 @@ class RunRecords:
     kv_blocks_per_replica: int
     max_batch_size: int
     chips_per_replica: int
+    hardware: HardwareProfile
     peak_flops_per_chip: float
     peak_bandwidth_per_chip: float
     in_flight: int
@@ -88,6 +90,7 @@ def freeze(simulation: Simulation, end_s: float) -> RunRecords:
         kv_blocks_per_replica=simulation.kv_blocks_per_replica,
         max_batch_size=simulation.max_batch_size,
         chips_per_replica=d.chips,
+        hardware=d.hardware,
         peak_flops_per_chip=peak,
         peak_bandwidth_per_chip=d.weights_tier.bandwidth.value,
         in_flight=simulation.factory.count - rec.request_count,

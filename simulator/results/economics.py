@@ -1,0 +1,113 @@
+"""What a run costs: dollars and joules per token and per task.
+
+Assumptions:
+
+- **Rental** (default when the profile has it): the fleet is paid for all the time it is up,
+  ``$/h = replicas * chips * rental_usd_per_chip_hour``; idle capacity costs the same.
+- **Ownership**: capex amortised linearly over ``years`` plus energy,
+  ``$/h = replicas * chips * (capex / (years * 8766 h) + power * PUE * $/kWh / 1000)``.
+- **Energy**: each chip draws its profile power while its replica is busy and
+  ``idle_power_fraction`` of it while idle; facility overhead is ``PUE``.
+  ``J = PUE * chips * power * (busy_s + idle_fraction * (window_s - busy_s))`` per replica.
+- Per-token and per-task figures divide the window's cost by the output tokens (or completed
+  tasks) of the same window; the idle cost of an under-used fleet is therefore included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.config.hardware import HardwareProfile
+
+HOURS_PER_YEAR = 8766.0  # 365.25 days
+SECONDS_PER_HOUR = 3600.0
+JOULES_PER_KWH = 3.6e6
+TOKENS_PER_MILLION = 1e6
+
+
+@dataclass(frozen=True)
+class CostAssumptions:
+    basis: Literal["rental", "ownership"] = "rental"
+    years: float = 4.0  # amortisation period for capex
+    pue: float = 1.3  # facility power usage effectiveness (assumed; typical modern data centre)
+    usd_per_kwh: float = 0.08  # industrial electricity price (assumed)
+    idle_power_fraction: float = 0.3  # idle draw / busy draw (assumed)
+
+
+class CostError(ValueError):
+    """A price the cost basis needs is missing from the profile."""
+
+
+def usd_per_chip_hour(hardware: HardwareProfile, assumptions: CostAssumptions) -> float:
+    """Hourly cost of one chip on the chosen basis."""
+    price = hardware.price
+    if assumptions.basis == "rental":
+        if price.rental_usd_per_chip_hour is None:
+            raise CostError(f"{hardware.id} has no rental price; use the ownership basis (capex) instead")
+        return price.rental_usd_per_chip_hour.value
+    if price.capex_usd_per_chip is None:
+        raise CostError(f"{hardware.id} has no capex price; use the rental basis instead")
+    capital = price.capex_usd_per_chip.value / (assumptions.years * HOURS_PER_YEAR)
+    energy = hardware.power.chip.value * assumptions.pue * assumptions.usd_per_kwh / 1000.0
+    return capital + energy
+
+
+def energy_joules(
+    hardware: HardwareProfile, chips: int, busy_s: float, window_s: float, assumptions: CostAssumptions
+) -> float:
+    """Facility energy of one replica over a window with ``busy_s`` busy seconds."""
+    power = hardware.power.chip.value * chips
+    idle_s = max(window_s - busy_s, 0.0)
+    return assumptions.pue * power * (busy_s + assumptions.idle_power_fraction * idle_s)
+
+
+@dataclass(frozen=True)
+class RunCost:
+    usd_per_hour: float
+    usd: float
+    joules: float
+    output_tokens: float
+    tasks: int
+
+    @property
+    def usd_per_million_output_tokens(self) -> float:
+        return self.usd / self.output_tokens * TOKENS_PER_MILLION if self.output_tokens else float("nan")
+
+    @property
+    def joules_per_output_token(self) -> float:
+        return self.joules / self.output_tokens if self.output_tokens else float("nan")
+
+    @property
+    def usd_per_task(self) -> float:
+        return self.usd / self.tasks if self.tasks else float("nan")
+
+    @property
+    def joules_per_task(self) -> float:
+        return self.joules / self.tasks if self.tasks else float("nan")
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "usd_per_hour": self.usd_per_hour,
+            "usd": self.usd,
+            "usd_per_million_output_tokens": self.usd_per_million_output_tokens,
+            "usd_per_task": self.usd_per_task,
+            "joules_per_output_token": self.joules_per_output_token,
+            "joules_per_task": self.joules_per_task,
+        }
+
+
+def run_cost(
+    hardware: HardwareProfile,
+    chips_per_replica: int,
+    busy_s_per_replica: list[float],
+    window_s: float,
+    output_tokens: float,
+    tasks: int,
+    assumptions: CostAssumptions,
+) -> RunCost:
+    """Cost and energy of a fleet of identical replicas over a measurement window."""
+    replicas = len(busy_s_per_replica)
+    per_hour = replicas * chips_per_replica * usd_per_chip_hour(hardware, assumptions)
+    joules = sum(energy_joules(hardware, chips_per_replica, busy, window_s, assumptions) for busy in busy_s_per_replica)
+    return RunCost(per_hour, per_hour * window_s / SECONDS_PER_HOUR, joules, output_tokens, tasks)
