@@ -159,6 +159,22 @@ class WorkloadClass(Spec):
         return self
 
 
+class RouterSpec(Spec):
+    """How requests are spread over a fleet's replicas.
+
+    round-robin; random; join-shortest-queue (fewest requests queued or running);
+    least-outstanding-tokens (fewest prompt + output tokens still to process);
+    power-of-two (the less loaded of two random replicas, Mitzenmacher 2001);
+    kv-aware (the most free KV blocks after its queue's demand). With ``affinity`` a session's
+    later calls stick to the replica holding its prefix KV.
+    """
+
+    policy: Literal[
+        "round-robin", "random", "join-shortest-queue", "least-outstanding-tokens", "power-of-two", "kv-aware"
+    ] = "round-robin"
+    affinity: bool = True
+
+
 class CostSpec(Spec):
     """How a run's cost is counted (see :mod:`simulator.results.economics`)."""
 
@@ -187,6 +203,7 @@ class Scenario(Spec):
         True, description="reuse the KV of a session's earlier calls while it is resident on the replica"
     )
     cost: CostSpec = Field(default_factory=CostSpec)
+    router: RouterSpec = Field(default_factory=RouterSpec)
 
     @model_validator(mode="after")
     def _one_way_to_give_the_load(self) -> Scenario:

@@ -88,8 +88,11 @@ class RequestFactory:
         recorder: Recorder,
         max_tokens_per_request: int,
         block_tokens: int,
+        router_rng: np.random.Generator | None = None,
     ) -> None:
         self.env, self.replicas, self.recorder = env, replicas, recorder
+        self.router = scenario.router
+        self.router_rng = router_rng or np.random.default_rng(0)
         self.max_requests = scenario.run.max_requests or math.inf
         self.max_tokens_per_request = max_tokens_per_request
         self.block_tokens = block_tokens
@@ -127,19 +130,44 @@ class RequestFactory:
         return request
 
     def _route(self, request: Request) -> Replica:
-        """Round robin; a session's later calls go where its prefix KV lives (affinity)."""
-        if request.session is not None and request.session in self._affinity:
+        """The router's choice; with affinity a session's later calls go where its prefix KV lives."""
+        sticky = self.router.affinity and request.session is not None
+        if sticky and request.session in self._affinity:
             return self.replicas[self._affinity[request.session]]
-        index = self._next_replica
-        self._next_replica = (self._next_replica + 1) % len(self.replicas)
-        if request.session is not None:
+        index = self._choose()
+        if sticky:
             self._affinity[request.session] = index
         return self.replicas[index]
+
+    def _choose(self) -> int:
+        replicas, policy, rng = self.replicas, self.router.policy, self.router_rng
+        if policy == "round-robin":
+            index = self._next_replica
+            self._next_replica = (self._next_replica + 1) % len(replicas)
+            return index
+        if policy == "random":
+            return int(rng.integers(len(replicas)))
+        if policy == "power-of-two":
+            if len(replicas) == 1:
+                return 0
+            a, b = (int(i) for i in rng.choice(len(replicas), size=2, replace=False))
+            return a if replicas[a].outstanding <= replicas[b].outstanding else b
+        loads = [_replica_load(r, policy) for r in replicas]
+        return loads.index(min(loads))
 
     def complete(self, request: Request) -> None:
         self.recorder.departure(self.env.now, record_fields(request, dropped=False, done_s=self.env.now))
         if request.done is not None:
             request.done.succeed()
+
+
+def _replica_load(replica: Replica, policy: str) -> float:
+    """How loaded a replica looks to a load-aware router (lower is better)."""
+    if policy == "join-shortest-queue":
+        return float(replica.outstanding)
+    if policy == "least-outstanding-tokens":
+        return replica.outstanding_tokens
+    return -replica.kv_headroom  # kv-aware
 
 
 class ClassSource:
@@ -266,8 +294,10 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     root = np.random.SeedSequence(scenario.run.seed)
     replicas_ss, *class_seeds = root.spawn(1 + len(classes))
     replicas: list[Replica] = []
-    factory = RequestFactory(env, scenario, replicas, recorder, max_tokens, block_tokens)
-    for index, ss in enumerate(replicas_ss.spawn(scenario.replicas)):
+    replica_seeds = replicas_ss.spawn(scenario.replicas + 1)  # the last one drives the router
+    router_rng = np.random.default_rng(replica_seeds[-1])
+    factory = RequestFactory(env, scenario, replicas, recorder, max_tokens, block_tokens, router_rng)
+    for index, ss in enumerate(replica_seeds[:-1]):
         blocks = BlockManager(kv_blocks, block_tokens, caching=scenario.prefix_caching)
         policy = _policy(scenario, deployment, blocks, batch_cap)
         replica = Replica(

@@ -70,6 +70,20 @@ class Replica:
         """Requests queued or running here (for routing)."""
         return len(self.policy.waiting) + self.slots.count
 
+    @property
+    def outstanding_tokens(self) -> float:
+        """Prompt and output tokens still to process here: queued requests plus running slots."""
+        s = self.slots
+        running = float((s.prompt_left[s.active] + s.out_left[s.active]).sum())
+        return running + sum(r.input_tokens + r.output_tokens - r.generated for r in self.policy.waiting)
+
+    @property
+    def kv_headroom(self) -> float:
+        """Free KV blocks after the queue's prompts are admitted (negative: oversubscribed)."""
+        kv = self.policy.kv
+        demand = sum(float(kv.blocks_for(r.input_tokens + r.generated)) for r in self.policy.waiting)
+        return kv.available - demand
+
     def _sleep(self) -> simpy.Event:
         self._wake = self.env.event()
         return self._wake

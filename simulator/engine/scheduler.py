@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -246,6 +246,11 @@ class WaitingQueue:
 
     def __bool__(self) -> bool:
         return self._size > 0
+
+    def __iter__(self) -> Iterator[Request]:
+        """Every waiting request, in admission order."""
+        for priority in self._order:
+            yield from self._levels[priority]
 
 
 @dataclass

@@ -1,0 +1,68 @@
+"""Routing across replicas: queueing theory for random splits, and load-aware policies help."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.engine.conftest import run, service_time_s
+from tests.engine.test_queueing_laws import COST
+
+LENGTHS = {"input_tokens": {"dist": "constant", "value": 64}, "output_tokens": {"dist": "constant", "value": 32}}
+BATCH_ONE = {"policy": "continuous", "max_batch_size": 1}
+
+
+def _fleet(policy: str, rate: float, seed: int, requests: int, replicas: int = 4, lengths: dict = LENGTHS) -> dict:
+    return run(
+        replicas=replicas,
+        scheduler=BATCH_ONE,
+        router={"policy": policy},
+        load={"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": rate}},
+        requests=lengths,
+        run={"seed": seed, "max_requests": requests},
+    ).records.requests
+
+
+def _mean_wait(r: dict, warmup_s: float) -> float:
+    keep = r["arrival_s"] >= warmup_s
+    return float((r["admitted_s"] - r["arrival_s"])[keep].mean())
+
+
+def test_random_routing_of_poisson_makes_k_independent_md1_queues() -> None:
+    """Thinning a Poisson stream at random gives each replica Poisson(lambda / k): W = rho S / (2 (1 - rho))."""
+    service = service_time_s(COST, 64, 32)
+    k, rho = 4, 0.5
+    rate = k * rho / service
+    means = np.array([_mean_wait(_fleet("random", rate, 500 + s, 4000), 100 * service) for s in range(16)])
+    theory = rho * service / (2 * (1 - rho))
+    assert abs(means.mean() - theory) <= 3 * means.std(ddof=1) / np.sqrt(means.size)
+
+
+@pytest.mark.parametrize("policy", ["join-shortest-queue", "least-outstanding-tokens", "power-of-two"])
+def test_load_aware_routing_beats_random_on_the_same_arrivals(policy: str) -> None:
+    """Common random numbers: identical arrivals and lengths; only the router differs."""
+    service = service_time_s(COST, 64, 32)
+    rate = 4 * 0.7 / service
+    lengths = {"input_tokens": {"dist": "uniform", "low": 16, "high": 256},
+               "output_tokens": {"dist": "geometric", "mean": 32}}  # fmt: skip
+    random = _fleet("random", rate, 9, 3000, lengths=lengths)
+    smart = _fleet(policy, rate, 9, 3000, lengths=lengths)
+    assert np.array_equal(random["arrival_s"], smart["arrival_s"])
+    assert np.array_equal(random["output_tokens"], smart["output_tokens"])
+    assert _mean_wait(smart, 0.0) < 0.7 * _mean_wait(random, 0.0)
+
+
+def test_round_robin_spreads_requests_evenly() -> None:
+    r = _fleet("round-robin", 5.0, 1, 400)
+    counts = np.bincount(r["replica"].astype(int))
+    assert counts.tolist() == [100, 100, 100, 100]
+
+
+def test_kv_aware_routing_balances_kv_demand() -> None:
+    lengths = {"input_tokens": {"dist": "lognormal", "median": 2000, "sigma": 1.0},
+               "output_tokens": {"dist": "constant", "value": 16}}  # fmt: skip
+    r = run(replicas=3, router={"policy": "kv-aware"}, requests=lengths,
+            load={"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 20.0}},
+            run={"seed": 3, "max_requests": 600}).records.requests  # fmt: skip
+    per_replica = np.bincount(r["replica"].astype(int), weights=r["input_tokens"])
+    assert per_replica.min() > 0.7 * per_replica.max()
