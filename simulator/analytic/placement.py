@@ -34,8 +34,6 @@ from simulator.config.deployment import DeploymentSpec, SpeculativeSpec
 from simulator.config.hardware import HardwareProfile, MemoryTier
 from simulator.config.model import ModelSpec
 
-#: Default tokens of KV the automatic placement reserves beside the weights (one long-ish request).
-MIN_KV_TOKENS = 4096
 #: Largest system the automatic placement will consider, in scale-up domains.
 MAX_DOMAINS = 64
 #: Re-layouts allowed while growing a deployment whose replicated KV does not fit.

@@ -14,6 +14,10 @@ from simulator.config.base import Precision, Spec
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
+#: Tokens of KV the automatic placement reserves beside the weights unless told otherwise
+#: (one long-ish request).
+DEFAULT_MIN_KV_TOKENS = 4096
+
 
 class SpeculativeSpec(Spec):
     """Draft-then-verify decoding.
@@ -44,6 +48,6 @@ class DeploymentSpec(Spec):
     )
     activations: Precision = "bf16"
     min_kv_tokens: Annotated[int, Field(ge=1)] = Field(
-        4096, description="tokens of KV the automatic placement must leave room for beside the weights"
+        DEFAULT_MIN_KV_TOKENS, description="tokens of KV the automatic placement must leave room for beside the weights"
     )
     speculative: SpeculativeSpec | None = None

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from simulator.analytic.architecture import total_params
-from simulator.analytic.placement import MIN_KV_TOKENS, PlacementError
+from simulator.analytic.placement import PlacementError
+from simulator.config.deployment import DEFAULT_MIN_KV_TOKENS as MIN_KV_TOKENS
 from simulator.config.loading import Catalog
 from tests.conftest import deploy
 
