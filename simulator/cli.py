@@ -35,6 +35,7 @@ from simulator.tables import format_table
 from simulator.validation import BUNDLED_TABLE, read_table, summarize, validate
 
 EXIT_BAD_INPUT = 2
+EXIT_BROKEN_PIPE = 1  # as the Python documentation's SIGPIPE note recommends
 GB = 1e9
 
 #: The speed-gap demo: the article's open model and our frontier stand-in on every profile.
@@ -464,3 +465,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, PlacementError, ScenarioError) as exc:
         print(f"infersim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # the reader (e.g. `| head`) closed early: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE

@@ -193,3 +193,11 @@ def test_bad_agent_scenarios_exit_2(tmp_path: Path, args: list[str], expected: s
     path.write_text(AGENTS)
     result = run_cli("run", str(path), "-o", str(tmp_path / "out"), *args)
     assert result.returncode == 2 and expected in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """`infersim profiles | head -1` must not print a traceback."""
+    result = subprocess.run(
+        f"{sys.executable} -m simulator profiles | head -1", shell=True, capture_output=True, text=True, check=False
+    )
+    assert result.stdout.startswith("hardware") and "Traceback" not in result.stderr
