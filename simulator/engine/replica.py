@@ -4,9 +4,10 @@ Each iteration costs ``StepCostModel.iteration_times`` of its batch (micro-batch
 included) plus, with speculative decoding, ``gamma * draft_step_fraction`` decode passes of
 the draft. A batch of pure decodes that nothing can join (no prefill pending, nobody
 admissible) *jumps*: the per-step times of the next ``k`` steps are computed at once and the
-replica waits once, where ``k`` runs to the first completion or the first block shortage. If
-an arrival could be admitted, the jump is interruptible: it stops at the end of the step in
-progress when the arrival lands, exactly as iteration-level batching would.
+replica waits once, where ``k`` runs to the first completion or the first block shortage. The
+blocks the steps fill are allocated when the jump ends, for the steps actually run. While a
+slot and some KV are free, an arrival interrupts the jump at the end of the step in progress,
+exactly as iteration-level batching would admit it there.
 """
 
 from __future__ import annotations
@@ -227,15 +228,12 @@ class Replica:
         start = env.now
         durations, flops, bytes_moved = self._decode_times(s.context[on], steps)
         cumulative = np.cumsum(durations)
-        need = np.maximum(policy.kv.blocks_for(s.context[on] + steps) - s.blocks[on], 0.0)
-        allocated = policy.kv.allocate(int(need.sum()))
-        assert allocated, "a jump is sized to the blocks available"
-        s.blocks[on] += need
         self.recorder.batch[self.index].record(start, float(s.count))
-        self.recorder.kv_blocks[self.index].record(start, policy.kv.used)
         batch = float(on.sum())
         self.recorder.tokens[self.index].span(start, start + float(cumulative[-1]), steps * batch, 0.0)
-        interruptible = not policy.waiting and s.count < s.capacity and policy.kv.available > 0
+        # Any arrival might join at the next step boundary (a higher priority may jump the queue),
+        # so the jump stops for one whenever a slot and some KV are free, exactly as stepping would.
+        interruptible = s.count < s.capacity and policy.kv.available > 0
         if interruptible:
             yield env.timeout(float(cumulative[-1])) | self._sleep()
             self._wake = None
@@ -249,6 +247,11 @@ class Replica:
         else:
             yield env.timeout(float(cumulative[-1]))
             done = steps
+        # blocks for the steps actually run (the jump was sized so that they are available)
+        need = np.maximum(policy.kv.blocks_for(s.context[on] + done) - s.blocks[on], 0.0)
+        allocated = policy.kv.allocate(int(need.sum()))
+        assert allocated, "a jump is sized to the blocks available"
+        s.blocks[on] += need
         self.recorder.iteration(self.index, durations[:done], flops[:done], bytes_moved[:done])
         s.context[on] += done
         s.out_left[on] -= done

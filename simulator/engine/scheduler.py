@@ -414,7 +414,9 @@ class BatchPolicy:
         if not self.waiting or budget <= 0 or self.slots.count >= self.slots.capacity:
             return False
         held, _, hit = self._admission_tokens(self.waiting[0], budget)
-        return float(self.kv.blocks_for(held)) - len(hit) <= self.kv.available
+        # reusing an idle cached block takes it out of the reclaimable pool
+        reclaimable = self.kv.available - sum(key in self.kv.evictable for key in hit)
+        return float(self.kv.blocks_for(held)) - len(hit) <= reclaimable
 
     def _schedule_prefills(self, q: FloatArray, budget: int, now: float) -> int:
         """Continue unfinished prefills (admission order), then admit new requests (FCFS)."""
@@ -441,7 +443,8 @@ class BatchPolicy:
             if math.isnan(request.admitted_s):
                 request.admitted_s = now
                 request.cached_tokens = int(cached)
-            self._grow(np.array([slot]), np.array([new]))
+            grown = self._grow(np.array([slot]), np.array([new]))
+            assert grown, "admission is sized to the blocks available"
             q[slot] = new
             budget -= int(new)
         return budget
