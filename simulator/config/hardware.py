@@ -90,16 +90,30 @@ class PowerSpec(Spec):
     chip: Sourced[Annotated[Watts, Field(gt=0.0)]] = Field(description="power per chip")
 
 
-class PriceSpec(Spec):
-    """Published price per chip: hourly rental, capex, or both."""
+PositiveUsd = Annotated[float, Field(gt=0.0)]
 
-    rental_usd_per_chip_hour: Sourced[Annotated[float, Field(gt=0.0)]] | None = None
-    capex_usd_per_chip: Sourced[Annotated[float, Field(gt=0.0)]] | None = None
+
+class TokenPrice(Spec):
+    """A public per-token API price for one model served on this hardware (USD per 1M tokens)."""
+
+    provider: str = Field(description="who sells it, e.g. Cerebras Inference, GroqCloud, Together AI")
+    input_usd_per_million_tokens: Sourced[PositiveUsd]
+    output_usd_per_million_tokens: Sourced[PositiveUsd]
+
+
+class PriceSpec(Spec):
+    """Published prices: per chip (hourly rental, capex) and per token (API, by model id)."""
+
+    rental_usd_per_chip_hour: Sourced[PositiveUsd] | None = None
+    capex_usd_per_chip: Sourced[PositiveUsd] | None = None
+    api: dict[str, TokenPrice] = Field(
+        default_factory=dict, description="model id -> per-token API price of a provider serving it on this hardware"
+    )
 
     @model_validator(mode="after")
     def _one_price(self) -> PriceSpec:
-        if self.rental_usd_per_chip_hour is None and self.capex_usd_per_chip is None:
-            raise ValueError("give rental_usd_per_chip_hour or capex_usd_per_chip (or both)")
+        if self.rental_usd_per_chip_hour is None and self.capex_usd_per_chip is None and not self.api:
+            raise ValueError("give rental_usd_per_chip_hour, capex_usd_per_chip or api prices")
         return self
 
 

@@ -1,51 +1,23 @@
-"""A scenario: a deployment times replicas, a scheduler, a load, request lengths, SLOs, run controls."""
+"""A scenario: a fleet (one deployment times replicas, or named backends), a scheduler, a load,
+request lengths, SLOs, run controls, and the search space of the planner."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_serializer, field_validator, model_validator
 
 from simulator.config.base import Spec
+from simulator.config.batching import ContinuousBatching, Scheduler
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.distributions import Constant, Distribution
+from simulator.config.fleet import BackendSpec, CostSpec, RouterSpec
 from simulator.config.workload import AgentsLoad, TraceLoad
-from simulator.units import Seconds
+from simulator.units import Seconds, parse_quantity
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Rate = Annotated[float, Field(gt=0.0, description="requests per second")]
 NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
-
-
-class ContinuousBatching(Spec):
-    """Iteration-level batching (Orca, vLLM): sequences join and leave between iterations."""
-
-    policy: Literal["continuous"] = "continuous"
-    priority: Literal["decode-first", "prefill-first"] = Field(
-        "decode-first",
-        description="decode-first: running decodes go first, prefill chunks fill the token budget "
-        "(Sarathi, vLLM V1); prefill-first: any pending prefill runs alone and decodes wait (vLLM V0)",
-    )
-    max_batch_size: PositiveInt | None = Field(None, description="empty: the hardware's")
-    max_batched_tokens: PositiveInt | None = Field(None, description="empty: the hardware's")
-    kv_block_tokens: PositiveInt = 16
-    preemption: Literal["recompute", "swap"] = Field(
-        "recompute",
-        description="when KV runs out the latest-admitted sequence is evicted: recompute re-prefills it later; "
-        "swap moves its KV to the next slower memory tier and back",
-    )
-
-
-class StaticBatching(Spec):
-    """A batch forms when the replica is idle and runs to completion; arrivals wait for the next."""
-
-    policy: Literal["static"] = "static"
-    max_batch_size: PositiveInt | None = None
-    max_batched_tokens: PositiveInt | None = None
-    kv_block_tokens: PositiveInt = 16
-
-
-Scheduler = Annotated[ContinuousBatching | StaticBatching, Field(discriminator="policy")]
 
 
 class Poisson(Spec):
@@ -121,9 +93,90 @@ class RequestLengths(Spec):
     output_tokens: Distribution
 
 
+SLOMetric = Literal["ttft_s", "tpot_s", "e2e_s", "queueing_delay_s", "per_user_output_tok_s", "task_time_s"]
+_TIME_METRICS = {"ttft_s", "tpot_s", "e2e_s", "queueing_delay_s", "task_time_s"}
+
+
+class SLOTarget(Spec):
+    """A statistic of a metric over a class's measured requests (or tasks) and its bound.
+
+    e.g. ``{metric: ttft_s, stat: p99, max: 1 s}`` or ``{metric: per_user_output_tok_s, stat: p50, min: 100}``
+    (times with a unit, speeds in tokens per second).
+    """
+
+    metric: SLOMetric
+    stat: Literal["mean", "p50", "p90", "p95", "p99"] = "p99"
+    max: float | None = None
+    min: float | None = None
+
+    @field_validator("max", "min", mode="before")
+    @classmethod
+    def _in_si(cls, value: object, info: ValidationInfo) -> object:
+        metric = info.data.get("metric")
+        return value if value is None or metric is None else _bound_value(str(metric), value)
+
+    @field_serializer("max", "min")
+    def _with_unit(self, value: float | None) -> float | str | None:
+        return f"{value:.12g} s" if value is not None and self.metric in _TIME_METRICS else value
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> SLOTarget:
+        if (self.max is None) == (self.min is None):
+            raise ValueError("give max or min (one bound)")
+        return self
+
+    @property
+    def bound(self) -> float:
+        value = self.max if self.max is not None else self.min
+        assert value is not None
+        return value
+
+    @property
+    def upper(self) -> bool:
+        return self.max is not None
+
+    def describe(self) -> str:
+        unit = " s" if self.metric in _TIME_METRICS else " tok/s"
+        return f"{self.stat} {self.metric} {'<=' if self.upper else '>='} {self.bound:.4g}{unit}"
+
+
+def _bound_value(metric: str, value: object) -> float:
+    """A bound in SI: times need a unit ('1 s'); speeds are tokens per second (100 or '100 tok/s')."""
+    if metric in _TIME_METRICS:
+        if not isinstance(value, str):
+            raise ValueError(f"a bound on {metric} needs a unit, e.g. '1 s' or '200 ms'")
+        return parse_quantity(value, "time")
+    if isinstance(value, str):
+        number, _, unit = value.partition(" ")
+        try:
+            if unit.strip() not in ("tok/s", "tokens/s", ""):
+                raise ValueError
+            return float(number)
+        except ValueError:
+            raise ValueError(f"a bound on {metric} is in tokens per second, e.g. 100 or '100 tok/s'") from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"a bound on {metric} is a number of tokens per second")
+    return float(value)
+
+
 class SLOSpec(Spec):
-    ttft: NonNegativeSeconds | None = None
-    tpot: NonNegativeSeconds | None = None
+    """Per-request bounds (goodput, SLO-aware routing) and statistical targets (the planner)."""
+
+    ttft: NonNegativeSeconds | None = Field(None, description="a request meets its SLO when TTFT <= this")
+    tpot: NonNegativeSeconds | None = Field(None, description="... and TPOT <= this")
+    targets: list[SLOTarget] = Field(default_factory=list, description="what `infersim plan` must meet")
+
+    def request_bounds(self) -> tuple[float | None, float | None]:
+        """(TTFT, TPOT) a single request should meet: the explicit bounds, else the targets'."""
+        ttft, tpot = self.ttft, self.tpot
+        for t in self.targets:
+            if t.metric == "ttft_s" and t.upper and ttft is None:
+                ttft = t.bound
+            elif t.metric == "tpot_s" and t.upper and tpot is None:
+                tpot = t.bound
+            elif t.metric == "per_user_output_tok_s" and not t.upper and tpot is None:
+                tpot = 1.0 / t.bound
+        return ttft, tpot
 
 
 class RunSpec(Spec):
@@ -159,40 +212,24 @@ class WorkloadClass(Spec):
         return self
 
 
-class RouterSpec(Spec):
-    """How requests are spread over a fleet's replicas.
+class PlanSpec(Spec):
+    """The search space of `infersim plan`: replicas per backend, replications per candidate."""
 
-    round-robin; random; join-shortest-queue (fewest requests queued or running);
-    least-outstanding-tokens (fewest prompt + output tokens still to process);
-    power-of-two (the less loaded of two random replicas, Mitzenmacher 2001);
-    kv-aware (the most free KV blocks after its queue's demand). With ``affinity`` a session's
-    later calls stick to the replica holding its prefix KV.
-    """
-
-    policy: Literal[
-        "round-robin", "random", "join-shortest-queue", "least-outstanding-tokens", "power-of-two", "kv-aware"
-    ] = "round-robin"
-    affinity: bool = True
-
-
-class CostSpec(Spec):
-    """How a run's cost is counted (see :mod:`simulator.results.economics`)."""
-
-    basis: Literal["auto", "rental", "ownership"] = Field(
-        "auto", description="auto: rental when the hardware has a rental price, else ownership (capex + power)"
+    max_replicas: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict, description="backend name -> most replicas to try (others: default_max_replicas)"
     )
-    years: Annotated[float, Field(gt=0.0)] = Field(4.0, description="capex amortisation period")
-    pue: Annotated[float, Field(ge=1.0)] = Field(1.3, description="facility power usage effectiveness (assumed)")
-    usd_per_kwh: Annotated[float, Field(ge=0.0)] = Field(0.08, description="electricity price (assumed)")
-    idle_power_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = Field(0.3, description="idle / busy draw")
+    default_max_replicas: Annotated[int, Field(ge=1)] = 8
+    replications: PositiveInt = Field(2, description="seeds per candidate; a candidate must meet its SLOs in all")
+    max_usd_per_hour: Annotated[float, Field(gt=0.0)] | None = Field(None, description="budget cap on a fleet")
 
 
 class Scenario(Spec):
     schema_version: Literal[1] = 1
     name: str
     description: str = ""
-    deployment: DeploymentSpec
+    deployment: DeploymentSpec | None = Field(None, description="one backend (or give backends)")
     replicas: PositiveInt = 1
+    backends: list[BackendSpec] | None = Field(None, min_length=1, description="a fleet of named backends")
     scheduler: Scheduler = Field(default_factory=ContinuousBatching)
     load: Load | None = Field(None, description="one class of traffic (or give classes)")
     requests: RequestLengths | None = Field(None, description="lengths of independent requests (not for agents)")
@@ -204,6 +241,7 @@ class Scenario(Spec):
     )
     cost: CostSpec = Field(default_factory=CostSpec)
     router: RouterSpec = Field(default_factory=RouterSpec)
+    plan: PlanSpec = Field(default_factory=PlanSpec)
 
     @model_validator(mode="after")
     def _one_way_to_give_the_load(self) -> Scenario:
@@ -216,6 +254,35 @@ class Scenario(Spec):
             if len(set(names)) != len(names):
                 raise ValueError(f"class names must be unique, got {names}")
         return self
+
+    @model_validator(mode="after")
+    def _one_way_to_give_the_fleet(self) -> Scenario:
+        if (self.deployment is None) == (self.backends is None):
+            raise ValueError("give deployment (one backend) or backends (a fleet), not both")
+        names = [b.name for b in self.fleet]
+        if len(set(names)) != len(names):
+            raise ValueError(f"backend names must be unique, got {names}")
+        if not any(b.replicas for b in self.fleet):
+            raise ValueError("every backend has 0 replicas: nothing would serve the load")
+        classes = [c.name for c in self.workload_classes]
+        for klass, allowed in self.router.rules.items():
+            if klass not in classes:
+                raise ValueError(f"router.rules.{klass}: no workload class is named {klass!r} (classes: {classes})")
+            unknown = [name for name in allowed if name not in names]
+            if unknown:
+                raise ValueError(f"router.rules.{klass}: no backend named {unknown[0]!r} (backends: {names})")
+        for name in self.plan.max_replicas:
+            if name not in names:
+                raise ValueError(f"plan.max_replicas.{name}: no backend named {name!r} (backends: {names})")
+        return self
+
+    @property
+    def fleet(self) -> list[BackendSpec]:
+        """The backends; a single ``deployment`` is one backend named after its hardware."""
+        if self.backends is not None:
+            return self.backends
+        assert self.deployment is not None
+        return [BackendSpec(name=self.deployment.hardware, deployment=self.deployment, replicas=self.replicas)]
 
     @property
     def workload_classes(self) -> list[WorkloadClass]:

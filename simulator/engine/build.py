@@ -20,11 +20,12 @@ import simpy
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment, plan
 from simulator.analytic.step_time import StepCostModel
+from simulator.config.batching import ContinuousBatching, Scheduler
 from simulator.config.distributions import Distribution
+from simulator.config.fleet import BackendSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import (
     Arrivals,
-    ContinuousBatching,
     OpenLoop,
     RateRamp,
     RateSteps,
@@ -33,6 +34,7 @@ from simulator.config.scenario import (
     WorkloadClass,
 )
 from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
+from simulator.engine.fleet import Backend, ClassRouting, Router
 from simulator.engine.load import closed_loop_user, open_loop
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
@@ -44,6 +46,7 @@ from simulator.engine.scheduler import (
     Slots,
     StaticBatchingPolicy,
 )
+from simulator.results.economics import CostAssumptions, CostError, resolve_pricing
 
 if TYPE_CHECKING:
     from simulator.engine.agents import AgentRuntime
@@ -78,28 +81,26 @@ class LengthSampler:
 
 
 class RequestFactory:
-    """Makes requests at the current time for every class: ids, the infeasible dropped, routing."""
+    """Makes requests at the current time for every class: ids, the infeasible dropped, routing.
+
+    A request is dropped (``dropped = 1``) when no backend its class may use can hold it and
+    rejected (``dropped = 2``) when only over-budget backends could serve it. It reaches its
+    replica half a network round trip after it is sent, and the client sees its first and
+    last token half a round trip after the replica emits them.
+    """
 
     def __init__(
         self,
         env: simpy.Environment,
         scenario: Scenario,
-        replicas: list[Replica],
+        router: Router,
+        replica_backend: list[Backend],
         recorder: Recorder,
-        max_tokens_per_request: int,
-        block_tokens: int,
-        router_rng: np.random.Generator | None = None,
     ) -> None:
-        self.env, self.replicas, self.recorder = env, replicas, recorder
-        self.router = scenario.router
-        self.router_rng = router_rng or np.random.default_rng(0)
+        self.env, self.router, self.replica_backend, self.recorder = env, router, replica_backend, recorder
         self.max_requests = scenario.run.max_requests or math.inf
-        self.max_tokens_per_request = max_tokens_per_request
-        self.block_tokens = block_tokens
         self.count = 0
         self.dropped = 0
-        self._next_replica = 0
-        self._affinity: dict[Hashable, int] = {}
 
     @property
     def exhausted(self) -> bool:
@@ -116,58 +117,40 @@ class RequestFactory:
         block_hashes: tuple[int, ...] | None,
         hash_block_tokens: int,
     ) -> Request | None:
-        ratio = max(1, hash_block_tokens // self.block_tokens) if block_hashes is not None else 1
-        request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes, ratio)
+        request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes)
         request.task, request.klass, request.priority = task, klass, priority
         self.count += 1
-        if request.input_tokens + request.output_tokens > self.max_tokens_per_request:
+        fits = self.router.fits_somewhere(request)
+        replica = self.router.route(request, self.env.now) if fits else None
+        if replica is None:
             self.dropped += 1
-            self.recorder.dropped(record_fields(request, dropped=True))
+            self.recorder.dropped(record_fields(request, dropped=DROPPED_OVER_BUDGET if fits else DROPPED_TOO_LONG))
             return None
+        block_tokens = replica.policy.kv.block_tokens
+        if block_hashes is not None:
+            request.hash_ratio = max(1, hash_block_tokens // block_tokens)
+        request.one_way_s = self.replica_backend[replica.index].one_way_s
         request.done = self.env.event()
         self.recorder.arrival(self.env.now)
-        self._route(request).submit(request)
+        if request.one_way_s > 0:
+            self.env.timeout(request.one_way_s).callbacks.append(lambda _: replica.submit(request))
+        else:
+            replica.submit(request)
         return request
 
-    def _route(self, request: Request) -> Replica:
-        """The router's choice; with affinity a session's later calls go where its prefix KV lives."""
-        sticky = self.router.affinity and request.session is not None
-        if sticky and request.session in self._affinity:
-            return self.replicas[self._affinity[request.session]]
-        index = self._choose()
-        if sticky:
-            self._affinity[request.session] = index
-        return self.replicas[index]
-
-    def _choose(self) -> int:
-        replicas, policy, rng = self.replicas, self.router.policy, self.router_rng
-        if policy == "round-robin":
-            index = self._next_replica
-            self._next_replica = (self._next_replica + 1) % len(replicas)
-            return index
-        if policy == "random":
-            return int(rng.integers(len(replicas)))
-        if policy == "power-of-two":
-            if len(replicas) == 1:
-                return 0
-            a, b = (int(i) for i in rng.choice(len(replicas), size=2, replace=False))
-            return a if replicas[a].outstanding <= replicas[b].outstanding else b
-        loads = [_replica_load(r, policy) for r in replicas]
-        return loads.index(min(loads))
-
     def complete(self, request: Request) -> None:
-        self.recorder.departure(self.env.now, record_fields(request, dropped=False, done_s=self.env.now))
+        if request.one_way_s > 0:
+            self.env.timeout(request.one_way_s).callbacks.append(lambda _: self._deliver(request))
+        else:
+            self._deliver(request)
+
+    def _deliver(self, request: Request) -> None:
+        """The last token reaches the client."""
+        now = self.env.now
+        self.recorder.departure(now, record_fields(request, dropped=0, done_s=now))
+        self.router.charge(self.replica_backend[request.replica], request, now)
         if request.done is not None:
             request.done.succeed()
-
-
-def _replica_load(replica: Replica, policy: str) -> float:
-    """How loaded a replica looks to a load-aware router (lower is better)."""
-    if policy == "join-shortest-queue":
-        return float(replica.outstanding)
-    if policy == "least-outstanding-tokens":
-        return replica.outstanding_tokens
-    return -replica.kv_headroom  # kv-aware
 
 
 class ClassSource:
@@ -208,11 +191,16 @@ class ClassSource:
         )
 
 
-def record_fields(request: Request, dropped: bool, done_s: float = math.nan) -> tuple[float, ...]:
+DROPPED_TOO_LONG = 1
+DROPPED_OVER_BUDGET = 2
+
+
+def record_fields(request: Request, dropped: int, done_s: float = math.nan) -> tuple[float, ...]:
+    """The request's row; the first token is stamped when the client sees it."""
     return (
-        request.id, request.replica, request.user, request.arrival_s, request.admitted_s, request.first_token_s,
-        done_s, request.input_tokens, request.output_tokens, request.preemptions, float(dropped),
-        request.cached_tokens, request.task, request.klass,
+        request.id, request.replica, request.user, request.arrival_s, request.admitted_s,
+        request.first_token_s + request.one_way_s, done_s, request.input_tokens, request.output_tokens,
+        request.preemptions, float(dropped), request.cached_tokens, request.task, request.klass,
     )  # fmt: skip
 
 
@@ -221,13 +209,11 @@ class Simulation:
     """A built, not yet run, simulation: everything wired, processes started."""
 
     scenario: Scenario
-    deployment: Deployment
+    backends: list[Backend]
     env: simpy.Environment
     recorder: Recorder
     replicas: list[Replica]
     factory: RequestFactory
-    kv_blocks_per_replica: int
-    max_batch_size: int
     capacity_requests_per_s: float
     offered_requests_per_s: float | None
 
@@ -257,8 +243,7 @@ def swap_bandwidth(deployment: Deployment) -> float:
     return deployment.chips * tier.bandwidth.value * tier.efficiency.value
 
 
-def _policy(scenario: Scenario, deployment: Deployment, blocks: BlockManager, batch_cap: int) -> BatchPolicy:
-    sched = scenario.scheduler
+def _policy(sched: Scheduler, deployment: Deployment, blocks: BlockManager, batch_cap: int) -> BatchPolicy:
     hw = deployment.hardware.execution
     tokens = sched.max_batched_tokens or hw.max_batched_tokens.value
     spec = deployment.speculative
@@ -271,56 +256,93 @@ def _policy(scenario: Scenario, deployment: Deployment, blocks: BlockManager, ba
     return StaticBatchingPolicy(slots, blocks, tokens, 1.0, window)
 
 
+def _backend(index: int, spec: BackendSpec, scenario: Scenario, catalog: Catalog) -> tuple[Backend, Scheduler]:
+    """A backend's deployment, KV budget, limits and pricing (its replicas are added by build)."""
+    d = spec.deployment
+    deployment = plan(catalog.hardware(d.hardware), catalog.model(d.model), d)
+    sched = spec.scheduler or scenario.scheduler
+    batch_cap = sched.max_batch_size or deployment.hardware.execution.max_batch_size.value
+    kv_blocks = int(deployment.kv_budget_bytes // (sched.kv_block_tokens * deployment.kv_bytes_per_token))
+    max_tokens = min(kv_blocks * sched.kv_block_tokens, deployment.model.max_context_tokens)
+    c = scenario.cost
+    try:
+        pricing = resolve_pricing(
+            deployment.hardware, deployment.model.id, spec.cost_basis or c.basis,
+            CostAssumptions("rental", c.years, c.pue, c.usd_per_kwh, c.idle_power_fraction),
+        )  # fmt: skip
+    except CostError as exc:
+        raise ScenarioError(f"backend {spec.name}: {exc}") from None
+    backend = Backend(
+        index, spec.name, deployment, [], max_tokens, kv_blocks, batch_cap, spec.network_rtt / 2.0, pricing
+    )
+    return backend, sched
+
+
+def _class_routing(klass: WorkloadClass, task: AgentTaskSpec | None) -> ClassRouting:
+    ttft, tpot = klass.slo.request_bounds()
+    mean_output = task.output_tokens.mean if task else klass.requests.output_tokens.mean if klass.requests else None
+    return ClassRouting(klass.name, ttft, tpot, mean_output)
+
+
 def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     """Construct every component, connect them, start the processes (nothing runs yet)."""
-    spec = scenario.deployment
-    deployment = plan(catalog.hardware(spec.hardware), catalog.model(spec.model), spec)
-    cost = StepCostModel(deployment)
-    sched = scenario.scheduler
-    batch_cap = sched.max_batch_size or deployment.hardware.execution.max_batch_size.value
-    block_tokens = sched.kv_block_tokens
-    kv_blocks = int(deployment.kv_budget_bytes // (block_tokens * deployment.kv_bytes_per_token))
-    max_tokens = min(kv_blocks * block_tokens, deployment.model.max_context_tokens)
     classes = scenario.workload_classes
     tasks = [catalog.workload(c.load.workload).task if isinstance(c.load, AgentsLoad) else None for c in classes]
-    for klass, task in zip(classes, tasks, strict=True):
-        _check_fits(klass, task, deployment, max_tokens)
-
-    swap_s_per_block = 0.0
-    if isinstance(sched, ContinuousBatching) and sched.preemption == "swap":
-        swap_s_per_block = block_tokens * deployment.kv_bytes_per_token / swap_bandwidth(deployment)
     env = simpy.Environment()
-    recorder = Recorder(scenario.replicas)
+    fleet = scenario.fleet
+    total_replicas = sum(b.replicas for b in fleet)
+    recorder = Recorder(total_replicas)
     root = np.random.SeedSequence(scenario.run.seed)
     replicas_ss, *class_seeds = root.spawn(1 + len(classes))
+    replica_seeds = replicas_ss.spawn(total_replicas + 1)  # the last one drives the router
+    backends: list[Backend] = []
     replicas: list[Replica] = []
-    replica_seeds = replicas_ss.spawn(scenario.replicas + 1)  # the last one drives the router
-    router_rng = np.random.default_rng(replica_seeds[-1])
-    factory = RequestFactory(env, scenario, replicas, recorder, max_tokens, block_tokens, router_rng)
-    for index, ss in enumerate(replica_seeds[:-1]):
-        blocks = BlockManager(kv_blocks, block_tokens, caching=scenario.prefix_caching)
-        policy = _policy(scenario, deployment, blocks, batch_cap)
-        replica = Replica(
-            env, index, cost, policy, recorder, np.random.default_rng(ss), factory.complete, swap_s_per_block
-        )
-        replicas.append(replica)
-        env.process(replica.run())
+    replica_backend: list[Backend] = []
+    routing = [_class_routing(c, t) for c, t in zip(classes, tasks, strict=True)]
+    router = Router(scenario.router, routing, np.random.default_rng(replica_seeds[-1]))
+    factory = RequestFactory(env, scenario, router, replica_backend, recorder)
+    for index, spec in enumerate(fleet):
+        backend, sched = _backend(index, spec, scenario, catalog)
+        d = backend.deployment
+        swap_s_per_block = 0.0
+        if isinstance(sched, ContinuousBatching) and sched.preemption == "swap":
+            swap_s_per_block = sched.kv_block_tokens * d.kv_bytes_per_token / swap_bandwidth(d)
+        cost = StepCostModel(d)
+        for _ in range(spec.replicas):
+            blocks = BlockManager(backend.kv_blocks, sched.kv_block_tokens, caching=scenario.prefix_caching)
+            policy = _policy(sched, d, blocks, backend.batch_cap)
+            rng = np.random.default_rng(replica_seeds[len(replicas)])
+            replica = Replica(env, len(replicas), cost, policy, recorder, rng, factory.complete, swap_s_per_block)
+            replicas.append(replica)
+            backend.replicas.append(replica)
+            replica_backend.append(backend)
+            env.process(replica.run())
+        backends.append(backend)
+    router.bind(backends)
+    for klass_index, (klass, task) in enumerate(zip(classes, tasks, strict=True)):
+        _check_fits(klass, task, router.allowed[klass_index])
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
     counter = TaskCounter(itertools.count(), itertools.count())
     capacity, offered = 0.0, 0.0
     for index, (klass, task, class_ss) in enumerate(zip(classes, tasks, class_seeds, strict=True)):
+        max_tokens = max(b.max_tokens for b in router.allowed[index])
         _start_class(env, klass, index, task, factory, recorder, counter, max_tokens, stop_s, class_ss)
         if klass.requests is not None:
-            capacity += scenario.replicas * _capacity_requests_per_s(deployment, klass.requests, batch_cap)
+            capacity += sum(
+                len(b.replicas) * _capacity_requests_per_s(b.deployment, klass.requests, b.batch_cap)
+                for b in router.allowed[index]
+            )
         offered += _peak_rate(klass.load.arrivals) if isinstance(klass.load, OpenLoop) else math.nan
     all_open = all(isinstance(c.load, OpenLoop) for c in classes)
     return Simulation(
-        scenario, deployment, env, recorder, replicas, factory, kv_blocks, batch_cap,
+        scenario, backends, env, recorder, replicas, factory,
         capacity if all_open else math.nan, offered if all_open else None,
     )  # fmt: skip
 
 
-def _check_fits(klass: WorkloadClass, task: AgentTaskSpec | None, deployment: Deployment, max_tokens: int) -> None:
+def _check_fits(klass: WorkloadClass, task: AgentTaskSpec | None, backends: list[Backend]) -> None:
+    if not backends:
+        raise ScenarioError(f"{klass.name}: every backend this class may use (router.rules) has 0 replicas")
     if isinstance(klass.load, TraceLoad):
         return  # each trace request is checked on arrival (too long: dropped and reported)
     if task is not None:
@@ -328,10 +350,12 @@ def _check_fits(klass: WorkloadClass, task: AgentTaskSpec | None, deployment: De
     else:
         assert klass.requests is not None
         typical = klass.requests.input_tokens.mean + klass.requests.output_tokens.mean
-    if typical > max_tokens:
+    largest = max(backends, key=lambda b: b.max_tokens)
+    if typical > largest.max_tokens:
+        d = largest.deployment
         raise ScenarioError(
-            f"{klass.name}: requests average {typical:.0f} tokens but a replica of {deployment.chips} x "
-            f"{deployment.hardware.id} holds at most {max_tokens} tokens of {deployment.model.id} KV "
+            f"{klass.name}: requests average {typical:.0f} tokens but a replica of {d.chips} x "
+            f"{d.hardware.id} holds at most {largest.max_tokens} tokens of {d.model.id} KV "
             f"(or context); use more chips (deployment.min_kv_tokens) or shorter requests"
         )
 

@@ -55,6 +55,7 @@ class Request:
         "id",
         "input_tokens",
         "klass",
+        "one_way_s",
         "output_tokens",
         "preemptions",
         "priority",
@@ -99,6 +100,7 @@ class Request:
         self.klass = 0  # workload class index
         self.priority = 0  # higher is admitted first
         self.published_upto = 0  # leading blocks of this request that are shared prefix KV
+        self.one_way_s = 0.0  # half the network round trip to its backend
 
     def block_key(self, index: int) -> Hashable | None:
         """Key of the KV block covering tokens [index * bs, (index + 1) * bs) of this context."""

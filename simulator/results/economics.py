@@ -6,6 +6,10 @@ Assumptions:
   ``$/h = replicas * chips * rental_usd_per_chip_hour``; idle capacity costs the same.
 - **Ownership**: capex amortised linearly over ``years`` plus energy,
   ``$/h = replicas * chips * (capex / (years * 8766 h) + power * PUE * $/kWh / 1000)``.
+- **API** (per-token price of a provider serving the model on this hardware): each measured
+  request costs ``input * $/1M in + output * $/1M out``; nothing is paid while idle.
+- **Idle cost**: the part of a rented or owned backend's cost spent while a replica was idle,
+  ``sum over replicas of chips * $/chip-h * (window - busy)``.
 - **Energy**: each chip draws its profile power while its replica is busy and
   ``idle_power_fraction`` of it while idle; facility overhead is ``PUE``.
   ``J = PUE * chips * power * (busy_s + idle_fraction * (window_s - busy_s))`` per replica.
@@ -15,10 +19,11 @@ Assumptions:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from simulator.config.hardware import HardwareProfile
+from simulator.config.hardware import HardwareProfile, TokenPrice
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 SECONDS_PER_HOUR = 3600.0
@@ -37,6 +42,45 @@ class CostAssumptions:
 
 class CostError(ValueError):
     """A price the cost basis needs is missing from the profile."""
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """How one backend is paid for: per chip-hour (rental, ownership) or per token (api)."""
+
+    basis: Literal["rental", "ownership", "api"]
+    usd_per_chip_hour: float  # 0 on the api basis
+    token_price: TokenPrice | None  # the api basis only
+
+
+def api_usd(price: TokenPrice | None, input_tokens: float, output_tokens: float) -> float:
+    """The API bill ``(input * $/1M in + output * $/1M out) / 1e6`` (0 when not metered)."""
+    if price is None:
+        return 0.0
+    usd = input_tokens * price.input_usd_per_million_tokens.value
+    return (usd + output_tokens * price.output_usd_per_million_tokens.value) / TOKENS_PER_MILLION
+
+
+def resolve_pricing(hardware: HardwareProfile, model_id: str, basis: str, assumptions: CostAssumptions) -> Pricing:
+    """The pricing of ``model_id`` on ``hardware``; ``auto`` prefers rental, then ownership, then api."""
+    price = hardware.price
+    if basis == "auto":
+        basis = (
+            "rental" if price.rental_usd_per_chip_hour is not None
+            else "ownership" if price.capex_usd_per_chip is not None else "api"
+        )  # fmt: skip
+    if basis == "api":
+        token_price = price.api.get(model_id)
+        if token_price is None:
+            offered = ", ".join(sorted(price.api)) or "none"
+            raise CostError(
+                f"{hardware.id} has no API price for {model_id} (API prices for: {offered}); "
+                f"use the rental or ownership basis"
+            )
+        return Pricing("api", 0.0, token_price)
+    chip_basis: Literal["rental", "ownership"] = "rental" if basis == "rental" else "ownership"
+    chosen = dataclasses.replace(assumptions, basis=chip_basis)
+    return Pricing(chip_basis, usd_per_chip_hour(hardware, chosen), None)
 
 
 def usd_per_chip_hour(hardware: HardwareProfile, assumptions: CostAssumptions) -> float:
@@ -69,6 +113,7 @@ class RunCost:
     joules: float
     output_tokens: float
     tasks: int
+    idle_usd: float = 0.0
 
     @property
     def usd_per_million_output_tokens(self) -> float:
@@ -86,15 +131,28 @@ class RunCost:
     def joules_per_task(self) -> float:
         return self.joules / self.tasks if self.tasks else float("nan")
 
+    @property
+    def tasks_per_usd(self) -> float:
+        return self.tasks / self.usd if self.usd else float("nan")
+
     def to_dict(self) -> dict[str, float]:
         return {
             "usd_per_hour": self.usd_per_hour,
             "usd": self.usd,
+            "idle_usd": self.idle_usd,
             "usd_per_million_output_tokens": self.usd_per_million_output_tokens,
             "usd_per_task": self.usd_per_task,
+            "tasks_per_usd": self.tasks_per_usd,
             "joules_per_output_token": self.joules_per_output_token,
             "joules_per_task": self.joules_per_task,
         }
+
+    def plus(self, other: RunCost) -> RunCost:
+        """Two parts of a fleet over the same window (tasks are counted once, fleet-wide)."""
+        return RunCost(
+            self.usd_per_hour + other.usd_per_hour, self.usd + other.usd, self.joules + other.joules,
+            self.output_tokens + other.output_tokens, self.tasks, self.idle_usd + other.idle_usd,
+        )  # fmt: skip
 
 
 def run_cost(
@@ -105,9 +163,17 @@ def run_cost(
     output_tokens: float,
     tasks: int,
     assumptions: CostAssumptions,
+    pricing: Pricing | None = None,
+    api_usd: float = 0.0,
 ) -> RunCost:
-    """Cost and energy of a fleet of identical replicas over a measurement window."""
-    replicas = len(busy_s_per_replica)
-    per_hour = replicas * chips_per_replica * usd_per_chip_hour(hardware, assumptions)
+    """Cost and energy of identical replicas over a window (``api_usd``: the metered bill)."""
+    if pricing is None:
+        pricing = Pricing(assumptions.basis, usd_per_chip_hour(hardware, assumptions), None)
     joules = sum(energy_joules(hardware, chips_per_replica, busy, window_s, assumptions) for busy in busy_s_per_replica)
-    return RunCost(per_hour, per_hour * window_s / SECONDS_PER_HOUR, joules, output_tokens, tasks)
+    if pricing.basis == "api":
+        per_hour = api_usd / window_s * SECONDS_PER_HOUR if window_s > 0 else 0.0
+        return RunCost(per_hour, api_usd, joules, output_tokens, tasks)
+    chip_usd_per_s = chips_per_replica * pricing.usd_per_chip_hour / SECONDS_PER_HOUR
+    per_hour = len(busy_s_per_replica) * chip_usd_per_s * SECONDS_PER_HOUR
+    idle = sum(chip_usd_per_s * max(window_s - busy, 0.0) for busy in busy_s_per_replica)
+    return RunCost(per_hour, per_hour * window_s / SECONDS_PER_HOUR, joules, output_tokens, tasks, idle)

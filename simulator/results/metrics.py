@@ -27,21 +27,26 @@ jump), so a drain tail or in-flight requests do not bias them; ``requests_per_s`
 completions in the window; ``goodput_requests_per_s`` counts those meeting every SLO given
 (TTFT and TPOT bounds). Levels (batch, queue, KV)
 are time-weighted means over the same window; utilisation is achieved / peak FLOP/s and
-bytes/s of a replica's chips over the window. ``cost`` holds $/h, $/1M output tokens, $/task,
-J/token and J/task of the window (:mod:`simulator.results.economics`), busy time prorated.
+bytes/s of a replica's chips over the window. ``cost`` holds the fleet's $/h, $, idle $, $/1M
+output tokens, $/task, tasks per $, J/token and J/task of the window
+(:mod:`simulator.results.economics`), busy time prorated; ``backends`` the same per backend,
+with what each served. Dropped requests (too long for every allowed backend) and requests
+rejected over the API budget are counted apart.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from simulator.config.scenario import CostSpec, SLOSpec, WorkloadClass
-from simulator.results.economics import CostAssumptions, CostError, run_cost
-from simulator.results.records import FloatArray, RunRecords
+from simulator.config.fleet import CostSpec
+from simulator.config.scenario import SLOSpec, WorkloadClass
+from simulator.results.economics import CostAssumptions, RunCost, api_usd, run_cost
+from simulator.results.records import BackendRecord, FloatArray, RunRecords
 
 PERCENTILES = (50, 90, 95, 99)
 #: Where a task's time goes (the columns ``<part>_s`` of the task records).
@@ -73,7 +78,7 @@ def histogram_stats(counts: FloatArray, edges: FloatArray) -> dict[str, float]:
 
 def request_metrics(records: RunRecords, klass: int | None = None) -> dict[str, FloatArray]:
     r = records.requests
-    measured = (r["dropped"] == 0) & np.isfinite(r["done_s"]) & (r["arrival_s"] >= records.warmup_s)
+    measured = _measured(records)
     if klass is not None:
         measured &= r["class"] == klass
     a, s, f, c, n = (r[k][measured] for k in ("arrival_s", "admitted_s", "first_token_s", "done_s", "output_tokens"))
@@ -121,20 +126,48 @@ def class_summary(records: RunRecords, klass: int, spec: WorkloadClass) -> dict[
     return out
 
 
-def cost_summary(records: RunRecords, spec: CostSpec, tasks: int) -> dict[str, Any]:
-    """Dollars and joules of the window (``{"error": ...}`` when a needed price is missing)."""
-    basis = spec.basis
-    if basis == "auto":
-        basis = "rental" if records.hardware.price.rental_usd_per_chip_hour is not None else "ownership"
-    assumptions = CostAssumptions(basis, spec.years, spec.pue, spec.usd_per_kwh, spec.idle_power_fraction)
+def backend_cost(records: RunRecords, backend: BackendRecord, spec: CostSpec, tasks: int) -> RunCost:
+    """Dollars and joules of one backend over the window (the API bill from its measured requests)."""
+    assumptions = CostAssumptions("rental", spec.years, spec.pue, spec.usd_per_kwh, spec.idle_power_fraction)
     t0, t1 = records.warmup_s, records.end_s
-    output_tokens, _ = records.tokens_in_window(t0, t1)
-    busy = [total.busy_s * (t1 - t0) / max(t1, 1e-12) for total in records.totals]  # busy share of the window
-    try:
-        cost = run_cost(records.hardware, records.chips_per_replica, busy, t1 - t0, output_tokens, tasks, assumptions)
-    except CostError as exc:
-        return {"basis": basis, "error": str(exc)}
-    return {"basis": basis} | cost.to_dict()
+    output_tokens, _ = records.tokens_in_window(t0, t1, backend.replicas)
+    busy = [records.totals[i].busy_s * (t1 - t0) / max(t1, 1e-12) for i in backend.replicas]  # window share
+    r = records.requests
+    served = _measured(records) & np.isin(r["replica"], backend.replicas)
+    bill = api_usd(backend.pricing.token_price, r["input_tokens"][served].sum(), r["output_tokens"][served].sum())
+    return run_cost(
+        backend.hardware, backend.chips_per_replica, busy, t1 - t0, output_tokens, tasks, assumptions,
+        backend.pricing, bill,
+    )  # fmt: skip
+
+
+def _measured(records: RunRecords) -> npt.NDArray[np.bool_]:
+    r = records.requests
+    measured: npt.NDArray[np.bool_] = (
+        (r["dropped"] == 0) & np.isfinite(r["done_s"]) & (r["arrival_s"] >= records.warmup_s)
+    )
+    return measured
+
+
+def backend_summary(records: RunRecords, backend: BackendRecord, spec: CostSpec) -> dict[str, Any]:
+    """One backend of the fleet: what it served, how busy it was, what it cost."""
+    t0, t1 = records.warmup_s, records.end_s
+    window = max(t1 - t0, 1e-12)
+    output_tokens, _ = records.tokens_in_window(t0, t1, backend.replicas)
+    served = _measured(records) & np.isin(records.requests["replica"], backend.replicas)
+    cost = {k: v for k, v in backend_cost(records, backend, spec, 0).to_dict().items() if "task" not in k}
+    return {
+        "hardware": backend.hardware.id,
+        "model": backend.model_id,
+        "replicas": len(backend.replicas),
+        "chips": len(backend.replicas) * backend.chips_per_replica,
+        "requests_completed": int(served.sum()),
+        "output_tok_s": output_tokens / window,
+        "busy_fraction": float(np.mean([records.totals[i].busy_s for i in backend.replicas]) / max(t1, 1e-12))
+        if backend.replicas
+        else 0.0,
+        "cost": {"basis": backend.pricing.basis} | cost,  # per-task figures are the fleet's
+    }
 
 
 def summarize(
@@ -146,13 +179,14 @@ def summarize(
     ok = _meets(m, slo)
     replicas = len(records.totals)
     t0, t1 = records.warmup_s, records.end_s
-    chips = records.chips_per_replica
     output_tokens, input_tokens = records.tokens_in_window(t0, t1)
+    owner = [records.backend_of(i) for i in range(replicas)]
     summary: dict[str, Any] = {name: distribution_stats(m[name]) for name in LATENCIES}
     summary["itl_s"] = histogram_stats(records.itl_counts, records.itl_bin_edges_s)
     summary |= {
         "requests_completed": int(m["ttft_s"].size),
         "requests_dropped": int((records.requests["dropped"] == 1).sum()),
+        "requests_rejected_over_budget": int((records.requests["dropped"] == 2).sum()),
         "requests_in_flight": records.in_flight,
         "window_s": window,
         "requests_per_s": m["ttft_s"].size / window,
@@ -162,22 +196,24 @@ def summarize(
         "preemptions": int(records.requests["preemptions"].sum()),
         "mean_batch_size": float(np.mean([b.time_mean(t0, t1) for b in records.batch])),
         "mean_queue_length": float(np.mean([q.time_mean(t0, t1) for q in records.queue])),
-        "mean_kv_occupancy": float(np.mean([k.time_mean(t0, t1) for k in records.kv_blocks]))
-        / max(records.kv_blocks_per_replica, 1),
+        "mean_kv_occupancy": float(np.mean([
+            k.time_mean(t0, t1) / max(b.kv_blocks_per_replica, 1) for k, b in zip(records.kv_blocks, owner, strict=True)
+        ])),
         "replicas": [
             {
+                "backend": b.name,
                 "busy_fraction": t.busy_s / max(t1, 1e-12),
-                "compute_utilisation": t.flops / (chips * records.peak_flops_per_chip * max(t1, 1e-12)),
+                "compute_utilisation": t.flops / (b.chips_per_replica * b.peak_flops_per_chip * max(t1, 1e-12)),
                 "memory_bandwidth_utilisation": t.bytes_moved
-                / (chips * records.peak_bandwidth_per_chip * max(t1, 1e-12)),
+                / (b.chips_per_replica * b.peak_bandwidth_per_chip * max(t1, 1e-12)),
                 "iterations": t.iterations,
             }
-            for t in records.totals
+            for t, b in zip(records.totals, owner, strict=True)
         ],
-    }
+    }  # fmt: skip
     summary["replica_count"] = replicas
     r = records.requests
-    measured = (r["dropped"] == 0) & np.isfinite(r["done_s"]) & (r["arrival_s"] >= records.warmup_s)
+    measured = _measured(records)
     prompts = float(r["input_tokens"][measured].sum())
     summary["prefix_cache_hit_rate"] = float(r["cached_tokens"][measured].sum()) / prompts if prompts else 0.0
     if records.tasks["task"].size:
@@ -185,7 +221,12 @@ def summarize(
     if len(classes) > 1:
         summary["classes"] = {spec.name: class_summary(records, k, spec) for k, spec in enumerate(classes)}
     tasks_done = summary["tasks"]["tasks_completed"] if "tasks" in summary else 0
-    summary["cost"] = cost_summary(records, cost or CostSpec(), tasks_done)
+    cost_spec = cost or CostSpec()
+    summary["backends"] = {b.name: backend_summary(records, b, cost_spec) for b in records.backends}
+    parts = [backend_cost(records, b, cost_spec, tasks_done) for b in records.backends]
+    fleet = functools.reduce(RunCost.plus, parts)
+    bases = sorted({b.pricing.basis for b in records.backends})
+    summary["cost"] = {"basis": bases[0] if len(bases) == 1 else "mixed"} | fleet.to_dict()
     summary["capacity_requests_per_s"] = records.capacity_requests_per_s
     summary["offered_requests_per_s"] = records.offered_requests_per_s
     offered, capacity = records.offered_requests_per_s, records.capacity_requests_per_s

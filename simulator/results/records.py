@@ -17,8 +17,25 @@ from simulator.engine.recorder import (
     ReplicaTotals,
     TokenCounter,
 )
+from simulator.results.economics import Pricing
 
 FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class BackendRecord:
+    """What the metrics need to know about one backend of the fleet."""
+
+    name: str
+    hardware: HardwareProfile
+    model_id: str
+    chips_per_replica: int
+    replicas: list[int]  # global replica indices
+    kv_blocks_per_replica: int
+    max_batch_size: int
+    peak_flops_per_chip: float
+    peak_bandwidth_per_chip: float
+    pricing: Pricing
 
 
 @dataclass(frozen=True)
@@ -34,20 +51,19 @@ class RunRecords:
     tokens: list[TokenCounter]
     end_s: float
     warmup_s: float
-    kv_blocks_per_replica: int
-    max_batch_size: int
-    chips_per_replica: int
-    hardware: HardwareProfile
-    peak_flops_per_chip: float
-    peak_bandwidth_per_chip: float
+    backends: list[BackendRecord]
     in_flight: int
     capacity_requests_per_s: float
     offered_requests_per_s: float | None
 
-    def tokens_in_window(self, t0: float, t1: float) -> tuple[float, float]:
-        """(output, input) tokens all replicas processed over ``[t0, t1]``."""
-        pairs = [counter.in_window(t0, t1) for counter in self.tokens]
+    def tokens_in_window(self, t0: float, t1: float, replicas: list[int] | None = None) -> tuple[float, float]:
+        """(output, input) tokens the replicas (default: all) processed over ``[t0, t1]``."""
+        chosen = range(len(self.tokens)) if replicas is None else replicas
+        pairs = [self.tokens[i].in_window(t0, t1) for i in chosen]
         return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+    def backend_of(self, replica: int) -> BackendRecord:
+        return next(b for b in self.backends if replica in b.replicas)
 
     @property
     def itl_bin_edges_s(self) -> FloatArray:
@@ -72,9 +88,16 @@ def freeze(simulation: Simulation, end_s: float) -> RunRecords:
     task_table = np.frombuffer(rec.tasks, dtype=np.float64).reshape(-1, len(TASK_FIELDS)).copy()
     task_order = np.argsort(task_table[:, 0], kind="stable")
     tasks = {name: task_table[task_order, i] for i, name in enumerate(TASK_FIELDS)}
-    d = simulation.deployment
-    hw = d.hardware
-    peak = hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value
+    backends = []
+    for b in simulation.backends:
+        d, hw = b.deployment, b.deployment.hardware
+        backends.append(BackendRecord(
+            name=b.name, hardware=hw, model_id=d.model.id, chips_per_replica=d.chips,
+            replicas=[r.index for r in b.replicas], kv_blocks_per_replica=b.kv_blocks, max_batch_size=b.batch_cap,
+            peak_flops_per_chip=hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value,
+            peak_bandwidth_per_chip=d.weights_tier.bandwidth.value,
+            pricing=b.pricing,
+        ))  # fmt: skip
     return RunRecords(
         requests=requests,
         tasks=tasks,
@@ -87,12 +110,7 @@ def freeze(simulation: Simulation, end_s: float) -> RunRecords:
         tokens=rec.tokens,
         end_s=end_s,
         warmup_s=simulation.scenario.run.warmup,
-        kv_blocks_per_replica=simulation.kv_blocks_per_replica,
-        max_batch_size=simulation.max_batch_size,
-        chips_per_replica=d.chips,
-        hardware=d.hardware,
-        peak_flops_per_chip=peak,
-        peak_bandwidth_per_chip=d.weights_tier.bandwidth.value,
+        backends=backends,
         in_flight=simulation.factory.count - rec.request_count,
         capacity_requests_per_s=simulation.capacity_requests_per_s,
         offered_requests_per_s=simulation.offered_requests_per_s,

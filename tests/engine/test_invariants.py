@@ -75,9 +75,10 @@ def test_tokens_emitted_equal_tokens_requested(case: tuple[str, RunResult]) -> N
 def test_kv_and_batch_stay_within_their_budgets(case: tuple[str, RunResult]) -> None:
     _, result = case
     rec = result.records
-    for kv, batch in zip(rec.kv_blocks, rec.batch, strict=True):
-        assert min(kv.values) >= 0 and kv.maximum() <= rec.kv_blocks_per_replica
-        assert batch.maximum() <= rec.max_batch_size
+    for index, (kv, batch) in enumerate(zip(rec.kv_blocks, rec.batch, strict=True)):
+        backend = rec.backend_of(index)
+        assert min(kv.values) >= 0 and kv.maximum() <= backend.kv_blocks_per_replica
+        assert batch.maximum() <= backend.max_batch_size
 
 
 def test_busy_time_never_exceeds_the_horizon(case: tuple[str, RunResult]) -> None:

@@ -1,0 +1,42 @@
+"""Batching policies a replica's scheduler runs (iteration-level or static)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from simulator.config.base import Spec
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class ContinuousBatching(Spec):
+    """Iteration-level batching (Orca, vLLM): sequences join and leave between iterations."""
+
+    policy: Literal["continuous"] = "continuous"
+    priority: Literal["decode-first", "prefill-first"] = Field(
+        "decode-first",
+        description="decode-first: running decodes go first, prefill chunks fill the token budget "
+        "(Sarathi, vLLM V1); prefill-first: any pending prefill runs alone and decodes wait (vLLM V0)",
+    )
+    max_batch_size: PositiveInt | None = Field(None, description="empty: the hardware's")
+    max_batched_tokens: PositiveInt | None = Field(None, description="empty: the hardware's")
+    kv_block_tokens: PositiveInt = 16
+    preemption: Literal["recompute", "swap"] = Field(
+        "recompute",
+        description="when KV runs out the latest-admitted sequence is evicted: recompute re-prefills it later; "
+        "swap moves its KV to the next slower memory tier and back",
+    )
+
+
+class StaticBatching(Spec):
+    """A batch forms when the replica is idle and runs to completion; arrivals wait for the next."""
+
+    policy: Literal["static"] = "static"
+    max_batch_size: PositiveInt | None = None
+    max_batched_tokens: PositiveInt | None = None
+    kv_block_tokens: PositiveInt = 16
+
+
+Scheduler = Annotated[ContinuousBatching | StaticBatching, Field(discriminator="policy")]

@@ -1,0 +1,85 @@
+"""A fleet: named backends (a deployment times replicas), how requests reach them, what they cost.
+
+A backend is one deployment (hardware, model, layout) replicated ``replicas`` times, reached
+over a network round trip ``network_rtt``. The router picks a backend for each request, then a
+replica within it (see :class:`RouterSpec`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from simulator.config.base import Spec
+from simulator.config.batching import Scheduler
+from simulator.config.deployment import DeploymentSpec
+from simulator.units import Seconds
+
+NonNegativeInt = Annotated[int, Field(ge=0)]
+NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
+CostBasis = Literal["auto", "rental", "ownership", "api"]
+BackendName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", description="letters, digits, _ . -")]
+
+
+class BackendSpec(Spec):
+    """One deployment times a replica count, at a network distance from the clients."""
+
+    name: BackendName
+    deployment: DeploymentSpec
+    replicas: NonNegativeInt = Field(1, description="0: the backend is listed but serves nothing")
+    network_rtt: NonNegativeSeconds = Field(
+        0.0,
+        description="client <-> backend round trip: half before the replica sees a request, half before the "
+        "client sees its first (and last) token",
+    )
+    scheduler: Scheduler | None = Field(None, description="empty: the scenario's scheduler")
+    cost_basis: CostBasis | None = Field(
+        None, description="empty: the scenario's cost.basis; api: pay the provider's per-token price"
+    )
+
+
+class RouterSpec(Spec):
+    """How requests are spread over a fleet: first a backend, then a replica of it.
+
+    Backend: ``rules`` restrict a class to named backends. ``backend_choice: pooled`` lets the
+    replica policy choose among every replica of the allowed backends; ``slo-aware`` takes the
+    cheapest allowed backend (USD per output token at saturation, or its API price) whose
+    predicted TTFT and TPOT meet the class's SLO at its current load, spilling over to the next
+    cheapest when it saturates, and the fastest predicted when none meets it.
+
+    Replica: round-robin; random; join-shortest-queue (fewest requests queued or running);
+    least-outstanding-tokens (fewest prompt + output tokens still to process);
+    power-of-two (the less loaded of two random replicas, Mitzenmacher 2001);
+    kv-aware (the most free KV blocks after its queue's demand). With ``affinity`` a session's
+    later calls stick to the replica holding its prefix KV.
+
+    Budget: with ``budget_usd_per_hour`` the spend on per-token (API) backends is capped by a
+    token bucket refilled at that rate and holding at most ``budget_window`` of it; a request
+    whose only allowed backends are over budget is rejected.
+    """
+
+    policy: Literal[
+        "round-robin", "random", "join-shortest-queue", "least-outstanding-tokens", "power-of-two", "kv-aware"
+    ] = "round-robin"
+    affinity: bool = True
+    backend_choice: Literal["pooled", "slo-aware"] = "pooled"
+    rules: dict[str, list[BackendName]] = Field(
+        default_factory=dict, description="class name -> the backends it may use (others: every backend)"
+    )
+    budget_usd_per_hour: Annotated[float, Field(gt=0.0)] | None = None
+    budget_window: Annotated[Seconds, Field(gt=0.0)] = Field(60.0, description="burst the budget bucket holds")
+
+
+class CostSpec(Spec):
+    """How a run's cost is counted (see :mod:`simulator.results.economics`)."""
+
+    basis: CostBasis = Field(
+        "auto",
+        description="auto: rental when the hardware has a rental price, else ownership (capex + power); "
+        "api: the provider's per-token price for the model",
+    )
+    years: Annotated[float, Field(gt=0.0)] = Field(4.0, description="capex amortisation period")
+    pue: Annotated[float, Field(ge=1.0)] = Field(1.3, description="facility power usage effectiveness (assumed)")
+    usd_per_kwh: Annotated[float, Field(ge=0.0)] = Field(0.08, description="electricity price (assumed)")
+    idle_power_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = Field(0.3, description="idle / busy draw")

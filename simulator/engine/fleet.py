@@ -1,0 +1,214 @@
+"""The fleet at run time: backends of replicas, and the router that sends each request to one.
+
+Routing is two choices. The *backend*: the class's allowed backends (``router.rules``, else
+all), those whose replicas can hold the request, those within the API budget; then either
+every replica of them is a candidate (``pooled``) or the SLO-aware choice below picks one
+backend. The *replica*: the replica policy among the candidates (round robin, random, JSQ,
+least outstanding tokens, power of two, KV-aware), unless session affinity already pins it.
+
+SLO-aware prediction (a router's model, not the simulator's physics, which the replicas
+run): on backend ``b`` with ``n`` requests outstanding on its least-loaded replica, batch cap
+``B`` and the closed-form :func:`~simulator.analytic.estimate.estimate` at ``min(n + 1, B)``
+users for the request's prompt and the class's mean output ``O``,
+
+    TPOT ~ ITL,   TTFT ~ RTT + prefill + max(0, n + 1 - B) * (prefill + (O - 1) * ITL) / B,
+
+a request waiting for one of ``B`` slots that free at the batch's completion rate. Backends
+are tried cheapest first (USD per output token at saturation for rented or owned ones, the
+API price for metered ones); the first predicted to meet the class's TTFT and TPOT bounds
+wins, so load spills to the next cheapest when the cheapest saturates; when none is
+predicted to meet them the fastest predicted TTFT wins.
+
+Budget: spend on metered backends is charged when a request completes against a bucket
+refilled at ``budget_usd_per_hour`` and holding at most ``budget_window`` of it; a metered
+backend is a candidate while the bucket holds the request's predicted price.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulator.analytic.estimate import estimate, saturation_concurrency
+from simulator.analytic.placement import Deployment
+from simulator.config.fleet import RouterSpec
+from simulator.config.hardware import TokenPrice
+from simulator.engine.replica import Replica
+from simulator.engine.scheduler import Request
+from simulator.results.economics import SECONDS_PER_HOUR, Pricing, api_usd
+
+
+@dataclass(frozen=True)
+class ClassRouting:
+    """What the router knows about a workload class."""
+
+    name: str
+    ttft_bound_s: float | None
+    tpot_bound_s: float | None
+    mean_output_tokens: float | None  # None: use the request's own (trace replays carry it)
+
+
+@dataclass
+class Backend:
+    """One deployment and its replicas, as the router and the metrics see it."""
+
+    index: int
+    name: str
+    deployment: Deployment
+    replicas: list[Replica]
+    max_tokens: int  # prompt + output one request may hold (KV or context)
+    kv_blocks: int  # per replica
+    batch_cap: int
+    one_way_s: float  # half the network round trip
+    pricing: Pricing
+    _estimates: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def token_price(self) -> TokenPrice | None:
+        return self.pricing.token_price
+
+    @property
+    def metered(self) -> bool:
+        return self.token_price is not None
+
+    @property
+    def usd_per_replica_hour(self) -> float:
+        return self.deployment.chips * self.pricing.usd_per_chip_hour
+
+    def price_usd(self, input_tokens: float, output_tokens: float) -> float:
+        """What a metered backend charges for one request (0 for rented or owned ones)."""
+        return api_usd(self.token_price, input_tokens, output_tokens)
+
+    def prefill_and_itl(self, prompt: int, output: int, users: int) -> tuple[float, float]:
+        """Closed-form (prefill s, ITL s), memoised on power-of-two buckets of prompt, output, users."""
+        key = (_bucket(prompt), _bucket(output), users if users <= 8 else _bucket(users))
+        if key not in self._estimates:
+            e = estimate(self.deployment, key[0], key[1], min(key[2], self.batch_cap))
+            self._estimates[key] = (e.prefill_s, e.itl_s)
+        return self._estimates[key]
+
+    def usd_per_output_token(self, prompt: int, output: int) -> float:
+        """Unit cost the SLO-aware router ranks by: API price, or $/h over saturated tok/s."""
+        if self.token_price is not None:
+            return self.price_usd(prompt, output) / output
+        users = min(self.batch_cap, saturation_concurrency(self.deployment, prompt, output))
+        prefill, itl = self.prefill_and_itl(prompt, output, users)
+        tok_s = users * output / (prefill + (output - 1) * itl)
+        return self.usd_per_replica_hour / SECONDS_PER_HOUR / tok_s
+
+
+def _bucket(x: int) -> int:
+    return 1 << max(0, round(math.log2(max(x, 1))))
+
+
+class Router:
+    """Chooses the replica for each request (see the module docstring)."""
+
+    def __init__(self, spec: RouterSpec, classes: list[ClassRouting], rng: np.random.Generator) -> None:
+        self.spec, self.classes, self.rng = spec, classes, rng
+        self.allowed: list[list[Backend]] = [[] for _ in classes]  # per class, backends with replicas
+        self._affinity: dict[Hashable, Replica] = {}
+        self._next = 0
+        self.bucket_usd = self._bucket_cap
+        self._bucket_t = 0.0
+
+    def bind(self, backends: list[Backend]) -> None:
+        """Connect the built backends: each class may use its rule's backends (else all) that have replicas."""
+        by_name = {b.name: b for b in backends}
+        rules = self.spec.rules
+        self.allowed = [
+            [b for b in ([by_name[n] for n in rules[c.name]] if c.name in rules else backends) if b.replicas]
+            for c in self.classes
+        ]
+
+    @property
+    def _bucket_cap(self) -> float:
+        rate = self.spec.budget_usd_per_hour
+        return math.inf if rate is None else rate * self.spec.budget_window / SECONDS_PER_HOUR
+
+    def fits_somewhere(self, request: Request) -> bool:
+        tokens = request.input_tokens + request.output_tokens
+        return any(tokens <= b.max_tokens for b in self.allowed[request.klass])
+
+    def route(self, request: Request, now: float) -> Replica | None:
+        """The replica to serve ``request``; None when only over-budget backends could."""
+        sticky = self.spec.affinity and request.session is not None
+        if sticky and request.session in self._affinity:
+            return self._affinity[request.session]
+        klass = self.classes[request.klass]
+        tokens = request.input_tokens + request.output_tokens
+        output = round(klass.mean_output_tokens or request.output_tokens)
+        candidates = [b for b in self.allowed[request.klass] if tokens <= b.max_tokens]
+        self._refill(now)
+        candidates = [b for b in candidates if b.price_usd(request.input_tokens, output) <= self.bucket_usd]
+        if not candidates:
+            return None
+        if self.spec.backend_choice == "slo-aware":
+            candidates = [self._slo_aware(candidates, klass, request.input_tokens, output)]
+        replica = self._choose([r for b in candidates for r in b.replicas])
+        if sticky:
+            self._affinity[request.session] = replica
+        return replica
+
+    def charge(self, backend: Backend, request: Request, now: float) -> None:
+        """A completed request's API price leaves the budget bucket."""
+        if backend.metered and self.spec.budget_usd_per_hour is not None:
+            self._refill(now)
+            self.bucket_usd -= backend.price_usd(request.input_tokens, request.output_tokens)
+
+    def _refill(self, now: float) -> None:
+        if self.spec.budget_usd_per_hour is not None:
+            rate = self.spec.budget_usd_per_hour / SECONDS_PER_HOUR
+            self.bucket_usd = min(self._bucket_cap, self.bucket_usd + rate * (now - self._bucket_t))
+            self._bucket_t = now
+
+    def _slo_aware(self, backends: list[Backend], klass: ClassRouting, prompt: int, output: int) -> Backend:
+        ranked = sorted(backends, key=lambda b: b.usd_per_output_token(prompt, max(output, 1)))
+        best, best_ttft = ranked[0], math.inf
+        for backend in ranked:
+            ttft, tpot = _predict(backend, prompt, max(output, 1))
+            if (klass.ttft_bound_s is None or ttft <= klass.ttft_bound_s) and (
+                klass.tpot_bound_s is None or tpot <= klass.tpot_bound_s
+            ):
+                return backend
+            if ttft < best_ttft:
+                best, best_ttft = backend, ttft
+        return best
+
+    def _choose(self, replicas: list[Replica]) -> Replica:
+        policy, rng = self.spec.policy, self.rng
+        if len(replicas) == 1:
+            return replicas[0]
+        if policy == "round-robin":
+            self._next = (self._next + 1) % len(replicas)
+            return replicas[self._next - 1]
+        if policy == "random":
+            return replicas[int(rng.integers(len(replicas)))]
+        if policy == "power-of-two":
+            a, b = (replicas[int(i)] for i in rng.choice(len(replicas), size=2, replace=False))
+            return a if a.outstanding <= b.outstanding else b
+        return min(replicas, key=lambda r: _replica_load(r, policy))
+
+
+def _predict(backend: Backend, prompt: int, output: int) -> tuple[float, float]:
+    """(TTFT s, TPOT s) a request would see on ``backend`` now (module docstring)."""
+    replica = min(backend.replicas, key=lambda r: r.outstanding)
+    n, cap = replica.outstanding, backend.batch_cap
+    prefill, itl = backend.prefill_and_itl(prompt, output, min(n + 1, cap))
+    ahead = max(0, n + 1 - cap)
+    if ahead == 0 and replica.kv_headroom < replica.policy.kv.blocks_for(prompt + output):
+        ahead = 1
+    wait = ahead * (prefill + (output - 1) * itl) / cap
+    return 2.0 * backend.one_way_s + wait + prefill, itl
+
+
+def _replica_load(replica: Replica, policy: str) -> float:
+    """How loaded a replica looks to a load-aware router (lower is better)."""
+    if policy == "join-shortest-queue":
+        return float(replica.outstanding)
+    if policy == "least-outstanding-tokens":
+        return replica.outstanding_tokens
+    return -replica.kv_headroom  # kv-aware
