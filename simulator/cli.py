@@ -297,7 +297,8 @@ def _summary_row(label: str, summary: dict[str, Any]) -> list[object]:
 
 
 TASK_HEADERS = [
-    "run", "tasks", "task p50 s", "task p90 s", "model s", "tool s", "sub-agents s", "queue s", "calls/task",
+    "run", "tasks", "task p50 s", "task p90 s", "model s", "tool s", "sub-agents s", "queue s", "network s",
+    "calls/task",
     "tok/s/user p50",
     "cache hit", "tasks/h", "$/task",
 ]  # fmt: skip
@@ -309,7 +310,7 @@ def _task_row(label: str, summary: dict[str, Any]) -> list[object]:
     return [
         label, t["tasks_completed"], f"{t['task_time_s']['p50']:.1f}", f"{t['task_time_s']['p90']:.1f}",
         f"{part['model']:.1f}", f"{part['tool']:.1f}", f"{part['subagent']:.1f}", f"{part['queue']:.1f}",
-        f"{t['calls_per_task']:.0f}",
+        f"{part['network']:.1f}", f"{t['calls_per_task']:.0f}",
         f"{summary['per_user_output_tok_s']['p50']:,.0f}", f"{summary['prefix_cache_hit_rate']:.0%}",
         f"{t['tasks_per_hour']:,.1f}", _money(summary["cost"], "usd_per_task"),
     ]  # fmt: skip
@@ -322,7 +323,7 @@ SUMMARY_HEADERS = [
 
 
 def _money(cost: dict[str, Any], key: str) -> str:
-    return "-" if "error" in cost else f"{cost[key]:.3g}"
+    return f"{cost[key]:.3g}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:

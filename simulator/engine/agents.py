@@ -14,7 +14,9 @@ to admission of each call) and tool time; closed-loop agents think between tasks
 from __future__ import annotations
 
 import itertools
+from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simpy
@@ -23,6 +25,7 @@ from simulator.config.distributions import Distribution
 from simulator.config.workload import AgentsLoad, AgentTaskSpec
 from simulator.engine import ProcessGenerator
 from simulator.engine.build import ClassSource, TaskCounter
+from simulator.engine.load import REFUSED_BACKOFF_S
 from simulator.engine.recorder import Recorder
 from simulator.engine.scheduler import Request
 
@@ -60,6 +63,7 @@ class TaskTally:
     queue_s: float = 0.0
     tool_s: float = 0.0
     subagent_s: float = 0.0  # waiting at a join for sub-agents
+    network_s: float = 0.0  # round trips to the backends
     parent: int = -1  # the task that spawned this one (-1: a top-level task)
     klass: int = 0  # the workload class
     input_tokens: int = 0
@@ -70,8 +74,9 @@ class TaskTally:
     def call(self, request: Request, now: float) -> None:
         """Account a finished call."""
         self.calls += 1
-        self.model_s += now - request.admitted_s
-        self.queue_s += request.admitted_s - request.arrival_s
+        self.network_s += 2.0 * request.one_way_s
+        self.model_s += now - request.one_way_s - request.admitted_s
+        self.queue_s += request.admitted_s - request.one_way_s - request.arrival_s
         self.input_tokens += request.input_tokens
         self.output_tokens += request.output_tokens
         self.cached_tokens += request.cached_tokens
@@ -79,15 +84,15 @@ class TaskTally:
     def record(self, recorder: Recorder, end_s: float) -> None:
         recorder.task((
             self.task_id, self.agent, self.start_s, end_s, self.calls, self.model_s, self.queue_s, self.tool_s,
-            self.subagent_s, self.input_tokens, self.output_tokens, self.cached_tokens, float(self.failed),
-            self.parent, self.klass,
+            self.subagent_s, self.network_s, self.input_tokens, self.output_tokens, self.cached_tokens,
+            float(self.failed), self.parent, self.klass,
         ))  # fmt: skip
 
 
 def run_task(
     rt: AgentRuntime, spec: AgentTaskSpec, agent: int, rng: np.random.Generator, parent: int = -1
-) -> ProcessGenerator:
-    """One task from its first call to its answer; records the task when it ends."""
+) -> Generator[simpy.Event, Any, bool]:
+    """One task from its first call to its answer; records the task when it ends; True if it failed."""
     env = rt.env
     tally = TaskTally(next(rt.counter.tasks), agent, env.now, parent=parent, klass=rt.klass)
     session = next(rt.counter.sessions)
@@ -134,19 +139,25 @@ def run_task(
             yield env.timeout(latency)
         context += sum(_tokens(spec.step_input_tokens, rng) for _ in range(calls_at_once))
     tally.record(rt.recorder, env.now)
+    return tally.failed
 
 
 def closed_loop_agent(
     rt: AgentRuntime, load: AgentsLoad, spec: AgentTaskSpec, agent: int, rng: np.random.Generator
 ) -> ProcessGenerator:
-    """Think, run a task, repeat (the interactive response-time loop, one task per cycle)."""
+    """Think, run a task, repeat (the interactive response-time loop, one task per cycle).
+
+    After a failed task (a call refused) the agent backs off ``REFUSED_BACKOFF_S``.
+    """
     while True:
         think = _draw(load.think_time_s, rng)
         if think > 0:
             yield rt.env.timeout(think)
         if rt.env.now >= rt.stop_s or rt.source.exhausted:
             return
-        yield rt.env.process(run_task(rt, spec, agent, rng))
+        failed = yield rt.env.process(run_task(rt, spec, agent, rng))
+        if failed:
+            yield rt.env.timeout(REFUSED_BACKOFF_S)
 
 
 def open_loop_tasks(

@@ -3,6 +3,9 @@
 Arrival times are drawn in vectorised chunks; the process then waits once per arrival.
 Non-homogeneous rates (steps, ramps) use Lewis-Shedler thinning of a Poisson process at the
 peak rate: a candidate at ``t`` is kept with probability ``rate(t) / peak``.
+
+A closed-loop user whose request is refused (too long for every backend, or over the API
+budget) retries after ``REFUSED_BACKOFF_S``, as a client backing off would; it never spins.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
     from simulator.engine.build import ClassSource
 
 CHUNK = 4096
+#: Seconds a closed-loop user (or agent) waits after a refused request before the next one.
+REFUSED_BACKOFF_S = 1.0
 
 
 def _rate_function(spec: RateSteps | RateRamp) -> tuple[Callable[[np.ndarray], np.ndarray], float]:
@@ -90,5 +95,6 @@ def closed_loop_user(
             return
         request = make.submit(user=user)
         if request is None or request.done is None:
+            yield env.timeout(REFUSED_BACKOFF_S)
             continue
         yield request.done

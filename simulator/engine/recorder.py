@@ -24,7 +24,7 @@ REQUEST_FIELDS = (
 )  # fmt: skip
 
 TASK_FIELDS = (
-    "task", "agent", "start_s", "end_s", "calls", "model_s", "queue_s", "tool_s", "subagent_s",
+    "task", "agent", "start_s", "end_s", "calls", "model_s", "queue_s", "tool_s", "subagent_s", "network_s",
     "input_tokens", "output_tokens", "cached_tokens", "failed", "parent", "class",
 )  # fmt: skip
 

@@ -8,16 +8,17 @@ Per request r with arrival a, admission s, first token f, completion c and n out
 - ``tpot_s = (c - f) / (n - 1)`` (time per output token after the first; n > 1 only);
 - ``per_user_output_tok_s = (n - 1) / (c - f) = 1 / tpot`` (decode speed one user sees);
 - ``normalized_tpot_s = e2e / n`` (inference-perf's normalised time per output token);
-- ``queueing_delay_s = s - a`` (waiting before the first scheduled iteration);
+- ``queueing_delay_s = s - a`` (waiting before the first scheduled iteration, and the half
+  round trip to a distant backend);
 - ``itl_s``: every gap between consecutive tokens of a request, pooled over requests
   (a log-binned histogram, 0.5 % resolution).
 
 Agent tasks (when the run has them), per task t started at ``s_t`` and ended at ``e_t``:
 ``task_time_s = e_t - s_t`` split into ``model_s`` (admission to last token of each call),
-``queue_s`` (arrival to admission of each call), ``tool_s`` and ``subagent_s`` (waiting at a
-fan-out's join); only top-level tasks count (sub-agents are tasks of their own, reported as
-``subagent_tasks``); ``tasks_per_hour`` counts
-tasks started after the warm-up and finished in the window; ``prefix_cache_hit_rate`` is
+``queue_s`` (arrival at the replica to admission of each call), ``tool_s``, ``subagent_s``
+(waiting at a fan-out's join) and ``network_s`` (round trips to the backend); only top-level
+tasks count (sub-agents are tasks of their own, reported as ``subagent_tasks``);
+``tasks_per_hour`` counts tasks started after the warm-up and finished in the window; ``prefix_cache_hit_rate`` is
 prompt tokens served from cached KV over all prompt tokens of measured calls.
 
 Measured requests are the completed ones that arrived at or after the warm-up. Rates use
@@ -50,7 +51,7 @@ from simulator.results.records import BackendRecord, FloatArray, RunRecords
 
 PERCENTILES = (50, 90, 95, 99)
 #: Where a task's time goes (the columns ``<part>_s`` of the task records).
-TASK_PARTS = ("model", "queue", "tool", "subagent")
+TASK_PARTS = ("model", "queue", "tool", "subagent", "network")
 
 
 def distribution_stats(values: FloatArray) -> dict[str, float]:

@@ -27,6 +27,8 @@ def scenario(**parts: Any) -> Scenario:
         "run": {"seed": 1, "max_requests": 200},
     }
     data.update(parts)
+    if "backends" in parts:
+        del data["deployment"]
     return Scenario.model_validate(data)
 
 
