@@ -25,16 +25,19 @@ from simulator import __version__
 from simulator.analytic.estimate import Estimate, estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment, PlacementError, plan
 from simulator.analytic.step_time import COMPONENTS
+from simulator.compare import compare, comparison_table
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog, ConfigError, parse_override
+from simulator.config.scenario import Scenario
 from simulator.engine.build import ScenarioError
+from simulator.planning import answer_scenario, plan_fleet, plan_text
 from simulator.results.metrics import overload_message
 from simulator.runner import RunResult, load_scenario_data, scenario_from, simulate
 from simulator.tables import format_table
 from simulator.validation import BUNDLED_TABLE, read_table, summarize, validate
 
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = 2  # also `plan` when no fleet within the limits can meet the targets
 EXIT_BROKEN_PIPE = 1  # as the Python documentation's SIGPIPE note recommends
 GB = 1e9
 
@@ -272,9 +275,10 @@ def _sweep_values(overrides: Sequence[str]) -> list[dict[str, object]]:
     return combos
 
 
-def _resolved_yaml(result: RunResult) -> str:
-    data = result.scenario.model_dump(mode="json", by_alias=True)
-    data["provenance"] = {"version": __version__, "seed": result.scenario.run.seed}
+def _scenario_yaml(scenario: Scenario) -> str:
+    """The resolved scenario with its provenance (version, seed): rerunnable as it stands."""
+    data = scenario.model_dump(mode="json", by_alias=True)
+    data["provenance"] = {"version": __version__, "seed": scenario.run.seed}
     return yaml.safe_dump(data, sort_keys=False)
 
 
@@ -282,7 +286,7 @@ def _run_files(result: RunResult) -> dict[str, str]:
     return {
         "summary.json": json.dumps(result.summary, indent=2) + "\n",
         "requests.csv": result.records.to_csv(),
-        "scenario.resolved.yaml": _resolved_yaml(result),
+        "scenario.resolved.yaml": _scenario_yaml(result.scenario),
     }
 
 
@@ -363,6 +367,61 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(format_table(TASK_HEADERS, task_rows))
     print(f"\nwrote {out}")
     return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    catalog = _catalog(args)
+    data = load_scenario_data(args.scenario)
+    hardware = [h.strip() for h in args.hardware.split(",") if h.strip()]
+    for hw in hardware:
+        catalog.hardware(hw)  # unknown ids fail before any simulation
+    combos = _sweep_values(args.set or [])
+    loads = [(", ".join(f"{k}={v}" for k, v in c.items()), scenario_from(data, c, str(args.scenario))) for c in combos]
+    rows = compare(loads[0][1], hardware, loads, catalog)
+    payload = [row.to_dict() for row in rows]
+    files = {f"run-{i:03d}/{name}": text for i, row in enumerate(rows) for name, text in _run_files(row.result).items()}
+    files["compare.json"] = json.dumps(payload, indent=2) + "\n"
+    files["compare.txt"] = comparison_table(rows) + "\n"
+    out = args.out or Path("runs") / f"compare-{loads[0][1].name}"
+    write_results(out, files)
+    if args.json:
+        print(json.dumps(payload, indent=2))
+        return 0
+    print(comparison_table(rows))
+    print(f"\nwrote {out}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    catalog = _catalog(args)
+    scenario = scenario_from(load_scenario_data(args.scenario), _single_values(args.set or []), str(args.scenario))
+    progress = (
+        (lambda text: print(f"infersim: {text}", file=sys.stderr)) if sys.stderr.isatty() and not args.json else None
+    )
+    result = plan_fleet(scenario, catalog, progress)
+    payload = result.to_dict()
+    files = {"plan.json": json.dumps(payload, indent=2) + "\n", "plan.txt": plan_text(result) + "\n",
+             "scenario.resolved.yaml": _scenario_yaml(scenario)}  # fmt: skip
+    if result.answer is not None:
+        files["answer.yaml"] = _scenario_yaml(answer_scenario(scenario, result.answer))
+    out = args.out or Path("runs") / f"plan-{scenario.name}"
+    write_results(out, files)
+    if args.json:
+        print(json.dumps(payload, indent=2))
+    else:
+        print(plan_text(result))
+        print(f"\nwrote {out}")
+    if result.answer is None:
+        print(f"infersim: error: {result.explanation} (the full search is in {out})", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+
+
+def _single_values(overrides: Sequence[str]) -> dict[str, object]:
+    combos = _sweep_values(overrides)
+    if len(combos) > 1:
+        raise ConfigError("plan takes one value per --set field (a comma list would sweep it)")
+    return combos[0]
 
 
 def write_results(out_dir: Path, files: dict[str, str]) -> None:
@@ -451,6 +510,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", type=Path, help="results folder (default: runs/<scenario name>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("compare", help="one scenario on several hardware profiles: speed against cost")
+    p.add_argument("scenario", type=Path)
+    p.add_argument("--hardware", required=True, help="comma-separated hardware profile ids")
+    p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field; a,b,c compares loads")
+    p.add_argument("-o", "--out", type=Path, help="results folder (default: runs/compare-<scenario name>)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("plan", help="the cheapest fleet meeting every SLO target, searched by simulation")
+    p.add_argument("scenario", type=Path)
+    p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field")
+    p.add_argument("-o", "--out", type=Path, help="results folder (default: runs/plan-<scenario name>)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("demo", help="the speed-gap table, written to a results folder and printed")
     p.add_argument("-o", "--out", type=Path, default=Path("results/demo"))

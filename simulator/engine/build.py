@@ -22,7 +22,7 @@ from simulator.analytic.placement import Deployment, plan
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.batching import ContinuousBatching, Scheduler
 from simulator.config.distributions import Distribution
-from simulator.config.fleet import BackendSpec
+from simulator.config.fleet import BackendSpec, CostSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import (
     Arrivals,
@@ -46,7 +46,7 @@ from simulator.engine.scheduler import (
     Slots,
     StaticBatchingPolicy,
 )
-from simulator.results.economics import CostAssumptions, CostError, resolve_pricing
+from simulator.results.economics import CostError, Pricing, assumptions_of, resolve_pricing
 
 if TYPE_CHECKING:
     from simulator.engine.agents import AgentRuntime
@@ -264,18 +264,20 @@ def _backend(index: int, spec: BackendSpec, scenario: Scenario, catalog: Catalog
     batch_cap = sched.max_batch_size or deployment.hardware.execution.max_batch_size.value
     kv_blocks = int(deployment.kv_budget_bytes // (sched.kv_block_tokens * deployment.kv_bytes_per_token))
     max_tokens = min(kv_blocks * sched.kv_block_tokens, deployment.model.max_context_tokens)
-    c = scenario.cost
-    try:
-        pricing = resolve_pricing(
-            deployment.hardware, deployment.model.id, spec.cost_basis or c.basis,
-            CostAssumptions("rental", c.years, c.pue, c.usd_per_kwh, c.idle_power_fraction),
-        )  # fmt: skip
-    except CostError as exc:
-        raise ScenarioError(f"backend {spec.name}: {exc}") from None
+    pricing = backend_pricing(deployment, spec, scenario.cost)
     backend = Backend(
         index, spec.name, deployment, [], max_tokens, kv_blocks, batch_cap, spec.network_rtt / 2.0, pricing
     )
     return backend, sched
+
+
+def backend_pricing(deployment: Deployment, spec: BackendSpec, cost: CostSpec) -> Pricing:
+    """How a backend is paid for; a price its basis needs but the profile lacks is a ScenarioError."""
+    try:
+        return resolve_pricing(deployment.hardware, deployment.model.id, spec.cost_basis or cost.basis,
+                               assumptions_of(cost))  # fmt: skip
+    except CostError as exc:
+        raise ScenarioError(f"backend {spec.name}: {exc}") from None
 
 
 def _class_routing(klass: WorkloadClass, task: AgentTaskSpec | None) -> ClassRouting:

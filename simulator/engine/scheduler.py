@@ -154,15 +154,6 @@ class BlockManager:
         self.free -= blocks
         return True
 
-    def match(self, keys: Sequence[BlockKey]) -> int:
-        """How many leading ``keys`` are resident (cached or in use)."""
-        hits = 0
-        for key in keys:
-            if key not in self.evictable and key not in self.in_use:
-                break
-            hits += 1
-        return hits
-
     def acquire(self, keys: Sequence[BlockKey]) -> None:
         """Reference resident blocks for a sequence that reuses them."""
         for key in keys:
@@ -393,13 +384,15 @@ class BatchPolicy:
         if not self.kv.caching or request.swapped is not None:
             return []
         prompt = request.input_tokens + request.generated
+        evictable, in_use = self.kv.evictable, self.kv.in_use
         keys = []
         for index in range(int((prompt - 1) // self.kv.block_tokens)):
             key = request.block_key(index)
-            if key is None:  # blocks without a key (past a trace's hashes) cannot be matched
+            # blocks without a key (past a trace's hashes) cannot be matched; the hit ends at a miss
+            if key is None or (key not in evictable and key not in in_use):
                 break
             keys.append(key)
-        return keys[: self.kv.match(keys)]
+        return keys
 
     def _admission_tokens(self, request: Request, budget: int) -> tuple[float, float, list[Hashable]]:
         """(KV tokens held after admission, new tokens this iteration, reused block keys)."""

@@ -23,6 +23,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from simulator.config.fleet import CostSpec
 from simulator.config.hardware import HardwareProfile, TokenPrice
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
@@ -38,6 +39,11 @@ class CostAssumptions:
     pue: float = 1.3  # facility power usage effectiveness (assumed; typical modern data centre)
     usd_per_kwh: float = 0.08  # industrial electricity price (assumed)
     idle_power_fraction: float = 0.3  # idle draw / busy draw (assumed)
+
+
+def assumptions_of(spec: CostSpec) -> CostAssumptions:
+    """A scenario's cost section as assumptions (its basis is resolved per backend)."""
+    return CostAssumptions("rental", spec.years, spec.pue, spec.usd_per_kwh, spec.idle_power_fraction)
 
 
 class CostError(ValueError):

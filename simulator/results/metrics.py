@@ -46,7 +46,7 @@ import numpy.typing as npt
 
 from simulator.config.fleet import CostSpec
 from simulator.config.scenario import SLOSpec, WorkloadClass
-from simulator.results.economics import CostAssumptions, RunCost, api_usd, run_cost
+from simulator.results.economics import RunCost, api_usd, assumptions_of, run_cost
 from simulator.results.records import BackendRecord, FloatArray, RunRecords
 
 PERCENTILES = (50, 90, 95, 99)
@@ -129,7 +129,7 @@ def class_summary(records: RunRecords, klass: int, spec: WorkloadClass) -> dict[
 
 def backend_cost(records: RunRecords, backend: BackendRecord, spec: CostSpec, tasks: int) -> RunCost:
     """Dollars and joules of one backend over the window (the API bill from its measured requests)."""
-    assumptions = CostAssumptions("rental", spec.years, spec.pue, spec.usd_per_kwh, spec.idle_power_fraction)
+    assumptions = assumptions_of(spec)
     t0, t1 = records.warmup_s, records.end_s
     output_tokens, _ = records.tokens_in_window(t0, t1, backend.replicas)
     busy = [records.totals[i].busy_s * (t1 - t0) / max(t1, 1e-12) for i in backend.replicas]  # window share

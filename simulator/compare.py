@@ -1,0 +1,111 @@
+"""One workload on several backends at matching load: speed against cost, side by side.
+
+Each hardware profile gets the scenario's model on its smallest automatic placement (the
+scenario's chips and layout are dropped, its precisions and KV floor kept) and the same
+load, seeds and cost assumptions. A row is one (backend, load) run:
+
+- ``per_user_output_tok_s``: the p50 decode speed a user sees (1 / TPOT);
+- ``output_tok_s_per_chip`` and ``output_tok_per_usd``: aggregate output tok/s over the
+  fleet's chips, and output tokens per dollar (``tok/s * 3600 / $/h``), the two axes of the
+  throughput-interactivity frontier;
+- task time, $/1M output tokens, $/task and tasks per $ from the run summary, and the
+  provider's list API price for the model on that hardware where one is published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.config.loading import Catalog, ConfigError
+from simulator.config.scenario import Scenario
+from simulator.runner import RunResult, simulate
+from simulator.tables import format_table
+
+LAYOUT_FIELDS = ("chips", "tensor_parallel", "pipeline_parallel", "expert_parallel")
+
+
+def on_hardware(scenario: Scenario, hardware: str) -> Scenario:
+    """The scenario with its single deployment moved to ``hardware`` (automatic layout)."""
+    if scenario.deployment is None:
+        raise ConfigError(f"{scenario.name}: compare moves one deployment across hardware; this scenario has backends")
+    deployment = scenario.deployment.model_copy(update={"hardware": hardware} | dict.fromkeys(LAYOUT_FIELDS))
+    return scenario.model_copy(update={"deployment": deployment, "name": f"{scenario.name}-{hardware}"})
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    hardware: str
+    load: str
+    result: RunResult
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.result.summary
+        backend = next(iter(s["backends"].values()))
+        cost = s["cost"]
+        row: dict[str, Any] = {
+            "hardware": self.hardware,
+            "load": self.load,
+            "chips": backend["chips"],
+            "cost_basis": cost["basis"],
+            "per_user_output_tok_s_p50": s["per_user_output_tok_s"]["p50"],
+            "ttft_s_p50": s["ttft_s"]["p50"],
+            "ttft_s_p99": s["ttft_s"]["p99"],
+            "output_tok_s": s["output_tok_s"],
+            "output_tok_s_per_chip": s["output_tok_s"] / backend["chips"],
+            "output_tok_per_usd": s["output_tok_s"] * 3600.0 / cost["usd_per_hour"],
+            "usd_per_hour": cost["usd_per_hour"],
+            "usd_per_million_output_tokens": cost["usd_per_million_output_tokens"],
+            "joules_per_output_token": cost["joules_per_output_token"],
+            "api_usd_per_million_output_tokens": self._list_price(),
+        }
+        if "tasks" in s:
+            t = s["tasks"]
+            row |= {
+                "task_time_s_p50": t["task_time_s"]["p50"],
+                "task_time_s_p90": t["task_time_s"]["p90"],
+                "tasks_completed": t["tasks_completed"],
+                "usd_per_task": cost["usd_per_task"],
+                "tasks_per_usd": cost["tasks_per_usd"],
+            }
+        return row
+
+    def _list_price(self) -> float | None:
+        records = self.result.records.backends[0]
+        price = records.hardware.price.api.get(records.model_id)
+        return None if price is None else price.output_usd_per_million_tokens.value
+
+
+def compare(scenario: Scenario, hardware: Iterable[str], loads: list[tuple[str, Scenario]] | None,
+            catalog: Catalog) -> list[ComparisonRow]:  # fmt: skip
+    """Run every (hardware, load) pair; ``loads`` are labelled variants of the scenario."""
+    variants = loads or [("", scenario)]
+    return [
+        ComparisonRow(hw, label, simulate(on_hardware(variant, hw), catalog))
+        for label, variant in variants
+        for hw in hardware
+    ]
+
+
+HEADERS = [
+    "hardware", "load", "chips", "basis", "tok/s/user p50", "TTFT p99 s", "out tok/s", "tok/s/chip",
+    "out tok/$", "$/h", "$/1M out", "API $/1M out", "task p50 s", "$/task", "tasks/$",
+]  # fmt: skip
+
+
+def comparison_table(rows: list[ComparisonRow]) -> str:
+    def fmt(value: float | None, spec: str) -> str:
+        return "-" if value is None or value != value else format(value, spec)
+
+    table = []
+    for row in rows:
+        d = row.to_dict()
+        table.append([
+            d["hardware"], d["load"] or "-", d["chips"], d["cost_basis"], fmt(d["per_user_output_tok_s_p50"], ",.0f"),
+            fmt(d["ttft_s_p99"], ".3g"), fmt(d["output_tok_s"], ",.0f"), fmt(d["output_tok_s_per_chip"], ",.1f"),
+            fmt(d["output_tok_per_usd"], ",.0f"), fmt(d["usd_per_hour"], ",.2f"),
+            fmt(d["usd_per_million_output_tokens"], ".3g"), fmt(d["api_usd_per_million_output_tokens"], ".3g"),
+            fmt(d.get("task_time_s_p50"), ".1f"), fmt(d.get("usd_per_task"), ".3g"), fmt(d.get("tasks_per_usd"), ".3g"),
+        ])  # fmt: skip
+    return format_table(HEADERS, table)

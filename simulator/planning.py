@@ -1,0 +1,314 @@
+"""Capacity planning: the cheapest fleet that meets every SLO target, found by simulation.
+
+A *candidate* is a replica count per backend of the scenario's fleet. Its cost is the fleet's
+``$/h`` (rented or owned replicas, ``n_b * chips_b * $/chip-h``) plus the measured API spend
+of per-token backends, which are kept at their given replica counts and not searched.
+A candidate *meets* the SLOs when every class's targets (``slo.targets``) hold in each of
+``plan.replications`` runs with seeds ``run.seed + r``: the conservative reading of a few
+replications. ``worst`` is the largest normalised miss over targets and replications,
+``achieved / bound`` for an upper bound and ``bound / achieved`` for a lower one (> 1 misses).
+
+Search, assuming more replicas never make an SLO worse (monotone feasibility):
+
+1. **Single-architecture fleets**: for each searched backend alone (every class on it, the
+   scenario's routing rules dropped), bisect the fewest replicas in ``[1, max]`` that meet.
+2. **Mixed fleets**: every vector of counts (two or more searched backends in use, the
+   scenario's router and rules), in increasing fixed cost, below the best fleet found so far;
+   a vector no larger than a failed one is skipped without simulating (it fails too).
+
+The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
+beaten on both cost and ``worst``; each rejected candidate lists the targets it misses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.analytic.placement import plan as place
+from simulator.config.fleet import BackendSpec
+from simulator.config.loading import Catalog
+from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass
+from simulator.engine.build import ScenarioError, backend_pricing
+from simulator.runner import simulate
+from simulator.tables import format_table
+
+Counts = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Miss:
+    """One target a candidate fails, in its worst replication."""
+
+    klass: str
+    target: str
+    achieved: float
+    bound: float
+    ratio: float  # > 1: missed by that factor (inf: nothing measured)
+    upper: bool
+
+    def describe(self) -> str:
+        if not math.isfinite(self.achieved):
+            return f"{self.klass}: {self.target}: nothing measured (no completed requests or tasks in the window)"
+        if self.upper:
+            return f"{self.klass}: {self.target}: got {self.achieved:.4g}, {self.achieved / self.bound - 1:.0%} over"
+        return f"{self.klass}: {self.target}: got {self.achieved:.4g}, {1 - self.achieved / self.bound:.0%} short"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    counts: Counts
+    names: tuple[str, ...]
+    fixed_usd_per_hour: float
+    usd_per_hour: float  # fixed + the mean measured API spend
+    worst: float
+    misses: tuple[Miss, ...]
+    kind: str  # "single" or "mixed"
+
+    @property
+    def meets(self) -> bool:
+        return not self.misses
+
+    @property
+    def fleet(self) -> str:
+        return " + ".join(f"{n} x {name}" for n, name in zip(self.counts, self.names, strict=True) if n) or "(empty)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fleet": dict(zip(self.names, self.counts, strict=True)),
+            "kind": self.kind,
+            "usd_per_hour": self.usd_per_hour,
+            "fixed_usd_per_hour": self.fixed_usd_per_hour,
+            "meets": self.meets,
+            "worst_ratio": self.worst,
+            "misses": [m.__dict__ | {"text": m.describe()} for m in self.misses],
+        }
+
+
+@dataclass
+class PlanResult:
+    answer: Evaluation | None
+    best_single: Evaluation | None
+    evaluations: list[Evaluation] = field(default_factory=list)
+    explanation: str = ""
+
+    @property
+    def frontier(self) -> list[Evaluation]:
+        """Evaluated candidates no other beats on both cost and worst miss."""
+        ranked = sorted(self.evaluations, key=lambda e: (e.usd_per_hour, e.worst))
+        front, best = [], math.inf
+        for e in ranked:
+            if e.worst < best:
+                front.append(e)
+                best = e.worst
+        return front
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer.to_dict() if self.answer else None,
+            "best_single_architecture": self.best_single.to_dict() if self.best_single else None,
+            "explanation": self.explanation,
+            "frontier": [e.to_dict() for e in self.frontier],
+            "rejected": [e.to_dict() for e in self.evaluations if not e.meets],
+            "simulations": sum(1 for _ in self.evaluations),
+        }
+
+
+def target_value(summary: dict[str, Any], target: SLOTarget) -> float:
+    """The statistic a target bounds, from one class's summary (NaN when nothing was measured)."""
+    if target.metric == "task_time_s":
+        tasks = summary.get("tasks")
+        return float("nan") if tasks is None else float(tasks["task_time_s"][target.stat])
+    return float(summary[target.metric][target.stat])
+
+
+def target_ratios(summary: dict[str, Any], classes: list[WorkloadClass]) -> list[Miss]:
+    """Every target of every class, with its normalised ratio (> 1: missed; inf: nothing measured)."""
+    found = []
+    for klass in classes:
+        part = summary["classes"][klass.name] if len(classes) > 1 else summary
+        for target in klass.slo.targets:
+            value = target_value(part, target)
+            if not math.isfinite(value) or value <= 0:
+                ratio = math.inf
+            else:
+                ratio = value / target.bound if target.upper else target.bound / value
+            found.append(Miss(klass.name, target.describe(), value, target.bound, ratio, target.upper))
+    return found
+
+
+class Planner:
+    """Evaluates candidates by simulation (memoised) and runs the search of the module docstring."""
+
+    def __init__(self, scenario: Scenario, catalog: Catalog, progress: Callable[[str], None] | None = None) -> None:
+        self.scenario, self.catalog = scenario, catalog
+        self.progress = progress or (lambda _: None)
+        self.fleet = scenario.fleet
+        self.names = tuple(b.name for b in self.fleet)
+        self.classes = scenario.workload_classes
+        if not any(c.slo.targets for c in self.classes):
+            raise ScenarioError(
+                f"{scenario.name}: no class has slo.targets, so every fleet meets them; add targets such as "
+                "{metric: ttft_s, stat: p99, max: 1 s}"
+            )
+        prices = [self._price(b) for b in self.fleet]
+        self.usd_per_replica_hour: tuple[float, ...] = tuple(usd for usd, _ in prices)
+        self.metered: tuple[bool, ...] = tuple(metered for _, metered in prices)
+        self.limits = tuple(
+            (b.replicas, b.replicas) if metered
+            else (0, scenario.plan.max_replicas.get(b.name, scenario.plan.default_max_replicas))
+            for b, metered in zip(self.fleet, self.metered, strict=True)
+        )  # fmt: skip
+        self._memo: dict[tuple[Counts, str], Evaluation] = {}
+
+    def _price(self, backend: BackendSpec) -> tuple[float, bool]:
+        """($/h of one replica, paid per token?) of a backend."""
+        d = backend.deployment
+        deployment = place(self.catalog.hardware(d.hardware), self.catalog.model(d.model), d)
+        pricing = backend_pricing(deployment, backend, self.scenario.cost)
+        return deployment.chips * pricing.usd_per_chip_hour, pricing.token_price is not None
+
+    def fixed_cost(self, counts: Counts) -> float:
+        return sum(n * usd for n, usd in zip(counts, self.usd_per_replica_hour, strict=True))
+
+    def evaluate(self, counts: Counts, kind: str) -> Evaluation:
+        key = (counts, kind)
+        if key in self._memo:
+            return self._memo[key]
+        self.progress(f"simulating {kind} fleet {dict(zip(self.names, counts, strict=True))}")
+        backends = [b.model_copy(update={"replicas": n}) for b, n in zip(self.fleet, counts, strict=True)]
+        router = self.scenario.router
+        if kind == "single":
+            router = router.model_copy(update={"rules": {}, "backend_choice": "pooled"})
+        misses: dict[tuple[str, str], Miss] = {}
+        worst, api_spend = 0.0, 0.0
+        for r in range(self.scenario.plan.replications):
+            run = self.scenario.run.model_copy(update={"seed": self.scenario.run.seed + r})
+            variant = self.scenario.model_copy(
+                update={"backends": backends, "deployment": None, "router": router, "run": run}
+            )
+            summary = simulate(variant, self.catalog).summary
+            for miss in target_ratios(summary, self.classes):
+                worst = max(worst, miss.ratio)
+                known = misses.get((miss.klass, miss.target))
+                if miss.ratio > 1.0 and (known is None or miss.ratio > known.ratio):
+                    misses[(miss.klass, miss.target)] = miss
+            api_spend += sum(
+                b["cost"]["usd_per_hour"] for b, metered in zip(summary["backends"].values(), self.metered, strict=True)
+                if metered
+            ) / self.scenario.plan.replications  # fmt: skip
+        fixed = self.fixed_cost(counts)
+        evaluation = Evaluation(counts, self.names, fixed, fixed + api_spend, worst, tuple(misses.values()), kind)
+        self._memo[key] = evaluation
+        return evaluation
+
+    def _single(self, index: int) -> Evaluation | None:
+        """The fewest replicas of backend ``index`` alone that meet (bisection), or None."""
+        low, high = 1, self.limits[index][1]
+        if high < 1:
+            return None
+
+        def alone(n: int) -> Counts:
+            return tuple(n if i == index else 0 for i in range(len(self.fleet)))
+
+        if not self.evaluate(alone(high), "single").meets:
+            return None
+        while low < high:
+            mid = (low + high) // 2
+            if self.evaluate(alone(mid), "single").meets:
+                high = mid
+            else:
+                low = mid + 1
+        return self.evaluate(alone(high), "single")
+
+    def _mixed(self, bound_usd_per_hour: float) -> Iterator[Counts]:
+        """Mixed candidates cheaper than ``bound``, cheapest first."""
+        ranges = [range(lo, hi + 1) for lo, hi in self.limits]
+        searched = [i for i, metered in enumerate(self.metered) if not metered]
+        vectors = [
+            v for v in itertools.product(*ranges)
+            if sum(1 for i in searched if v[i]) >= 2 and self.fixed_cost(v) < bound_usd_per_hour
+        ]  # fmt: skip
+        yield from sorted(vectors, key=lambda v: (self.fixed_cost(v), v))
+
+    def search(self) -> PlanResult:
+        searched = [i for i, metered in enumerate(self.metered) if not metered]
+        singles = [e for i in searched if (e := self._single(i)) is not None]
+        best_single = min(singles, key=lambda e: e.usd_per_hour, default=None)
+        best = best_single
+        failed: list[Counts] = [e.counts for e in self._memo.values() if not e.meets and e.kind == "mixed"]
+        cap = self.scenario.plan.max_usd_per_hour or math.inf
+        for counts in self._mixed(min(best.usd_per_hour if best else math.inf, cap)):
+            if best is not None and self.fixed_cost(counts) >= best.usd_per_hour:
+                break
+            if any(all(a <= b for a, b in zip(counts, f, strict=True)) for f in failed):
+                continue  # dominated by a fleet that already failed
+            evaluation = self.evaluate(counts, "mixed")
+            if evaluation.meets:
+                best = evaluation if best is None or evaluation.usd_per_hour < best.usd_per_hour else best
+            else:
+                failed.append(counts)
+        if best is not None and best.usd_per_hour > cap:
+            best = None
+        result = PlanResult(best, best_single, list(self._memo.values()))
+        result.explanation = self._explain(result, cap)
+        return result
+
+    def _explain(self, result: PlanResult, cap: float) -> str:
+        if result.answer is None:
+            closest = min(result.evaluations, key=lambda e: e.worst, default=None)
+            why = "; ".join(m.describe() for m in closest.misses) if closest else "no candidate was evaluated"
+            limit = f" within ${cap:,.2f}/h" if math.isfinite(cap) else ""
+            largest = [e for e in result.evaluations if e.kind == "single" and not e.meets
+                       and max(e.counts) == self.limits[e.counts.index(max(e.counts))][1]]  # fmt: skip
+            each = "".join(f"\n  {e.fleet} alone: " + "; ".join(m.describe() for m in e.misses) for e in largest)
+            return (
+                f"no fleet up to the replica limits{limit} meets every target; the closest, "
+                f"{closest.fleet if closest else '-'}, misses: {why}{each}"
+            )
+        answer, single = result.answer, result.best_single
+        if single is None:
+            return f"{answer.fleet} at ${answer.usd_per_hour:,.2f}/h; no single-architecture fleet meets every target"
+        if answer is single:
+            return (
+                f"{answer.fleet} at ${answer.usd_per_hour:,.2f}/h: no mixed fleet cheaper than the best "
+                f"single-architecture fleet meets every target"
+            )
+        saving = 1.0 - answer.usd_per_hour / single.usd_per_hour
+        return (
+            f"{answer.fleet} at ${answer.usd_per_hour:,.2f}/h, {saving:.0%} cheaper than the best "
+            f"single-architecture fleet ({single.fleet}, ${single.usd_per_hour:,.2f}/h)"
+        )
+
+
+def plan_fleet(scenario: Scenario, catalog: Catalog, progress: Callable[[str], None] | None = None) -> PlanResult:
+    """The cheapest fleet meeting ``scenario``'s SLO targets (module docstring)."""
+    return Planner(scenario, catalog, progress).search()
+
+
+def answer_scenario(scenario: Scenario, answer: Evaluation) -> Scenario:
+    """The scenario with the planned replica counts (backends at 0 kept, serving nothing)."""
+    backends = [b.model_copy(update={"replicas": n}) for b, n in zip(scenario.fleet, answer.counts, strict=True)]
+    update: dict[str, object] = {"backends": backends, "deployment": None}
+    if answer.kind == "single":
+        update["router"] = scenario.router.model_copy(update={"rules": {}, "backend_choice": "pooled"})
+    return scenario.model_copy(update=update)
+
+
+def plan_text(result: PlanResult) -> str:
+    """The answer in words, the cost-vs-SLO frontier and every rejected candidate with its misses."""
+    lines = [f"plan: {result.explanation}", "", "cost-vs-SLO frontier (worst = largest achieved/bound; <= 1 meets):"]
+    rows = [[e.fleet, e.kind, f"{e.usd_per_hour:,.2f}", f"{e.worst:.3g}", "yes" if e.meets else "no"]
+            for e in result.frontier]  # fmt: skip
+    lines.append(format_table(["fleet", "kind", "$/h", "worst", "meets"], rows))
+    rejected = sorted((e for e in result.evaluations if not e.meets), key=lambda e: e.usd_per_hour)
+    if rejected:
+        lines += ["", "rejected:"]
+        lines.append(format_table(
+            ["fleet", "kind", "$/h", "misses"],
+            [[e.fleet, e.kind, f"{e.usd_per_hour:,.2f}", "; ".join(m.describe() for m in e.misses)] for e in rejected],
+        ))  # fmt: skip
+    return "\n".join(lines)
