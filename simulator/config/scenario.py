@@ -242,6 +242,9 @@ class Scenario(Spec):
     cost: CostSpec = Field(default_factory=CostSpec)
     router: RouterSpec = Field(default_factory=RouterSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)
+    provenance: dict[str, str | int] | None = Field(
+        None, description="written into resolved scenarios (version, seed); not read by the simulation"
+    )
 
     @model_validator(mode="after")
     def _one_way_to_give_the_load(self) -> Scenario:

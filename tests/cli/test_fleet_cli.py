@@ -1,0 +1,119 @@
+"""`infersim compare` and `infersim plan` from the command line, and fleet input errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cli.test_cli import run_cli
+
+COMPARE = """\
+name: cmp
+deployment: {hardware: nvidia-h100-sxm, model: llama-3.1-8b, chips: 1}
+load: {kind: agents, workload: chat, agents: 2}
+run: {seed: 2, duration: 30 s}
+"""
+
+FLEET = """\
+name: fleet
+backends:
+  - {name: wafer, deployment: {hardware: cerebras-cs3, model: llama-3.1-8b}}
+  - {name: gpu, deployment: {hardware: nvidia-h100-sxm, model: llama-3.1-8b, chips: 1}, replicas: 2}
+router: {rules: {bulk: [gpu]}}
+classes:
+  - name: bulk
+    load: {kind: open, arrivals: {process: poisson, rate_per_s: 3}}
+    requests: {input_tokens: {dist: constant, value: 300}, output_tokens: {dist: constant, value: 100}}
+    slo: {targets: [{metric: ttft_s, stat: p99, max: 2 s}]}
+plan: {max_replicas: {wafer: 0, gpu: 3}, replications: 1}
+run: {seed: 1, duration: 40 s, warmup: 5 s, drain: false}
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_compare_runs_every_hardware_at_every_load(tmp_path: Path) -> None:
+    args = ["compare", str(_write(tmp_path, COMPARE)), "--hardware", "nvidia-h100-sxm,cerebras-cs3",
+            "--set", "load.agents=1,4", "-o", str(tmp_path / "out"), "--json"]  # fmt: skip
+    result = run_cli(*args)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [(r["hardware"], r["load"]) for r in rows] == [
+        ("nvidia-h100-sxm", "load.agents=1"), ("cerebras-cs3", "load.agents=1"),
+        ("nvidia-h100-sxm", "load.agents=4"), ("cerebras-cs3", "load.agents=4"),
+    ]  # fmt: skip
+    for r in rows:
+        assert r["output_tok_s_per_chip"] == pytest.approx(r["output_tok_s"] / r["chips"])
+        assert r["output_tok_per_usd"] == pytest.approx(r["output_tok_s"] * 3600 / r["usd_per_hour"])
+        assert r["usd_per_task"] == pytest.approx(1 / r["tasks_per_usd"])
+    by = {(r["hardware"], r["load"]): r for r in rows}
+    assert by[("cerebras-cs3", "load.agents=1")]["per_user_output_tok_s_p50"] > 5 * by[
+        ("nvidia-h100-sxm", "load.agents=1")]["per_user_output_tok_s_p50"]  # fmt: skip
+    assert (tmp_path / "out" / "compare.txt").exists() and (tmp_path / "out" / "run-003" / "summary.json").exists()
+
+
+def test_plan_writes_a_rerunnable_answer(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_cli("plan", str(_write(tmp_path, FLEET)), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "plan:" in result.stdout and "frontier" in result.stdout
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["answer"]["meets"] and plan["answer"]["fleet"]["wafer"] == 0
+    answer = yaml.safe_load((out / "answer.yaml").read_text())
+    assert answer["provenance"]["seed"] == 1
+    rerun = run_cli("run", str(out / "answer.yaml"), "-o", str(tmp_path / "rerun"), "--json")
+    assert rerun.returncode == 0, rerun.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (("router: {rules: {bulk: [gpu]}}", "router: {rules: {bulk: [gpus]}}"),
+         "router.rules.bulk: no backend named 'gpus' (backends: ['wafer', 'gpu'])"),
+        (("router: {rules: {bulk: [gpu]}}", "router: {rules: {bluk: [gpu]}}"),
+         "router.rules.bluk: no workload class is named 'bluk'"),
+        (("model: llama-3.1-8b, chips: 1}", "model: llama-3.1-8b, chips: 1}, cost_basis: api"),
+         "backend gpu: nvidia-h100-sxm has no API price for llama-3.1-8b"),
+        (("max: 2 s", "max: 2"), "a bound on ttft_s needs a unit"),
+        (("max_replicas: {wafer: 0,", "max_replicas: {waffle: 0,"), "plan.max_replicas.waffle: no backend named"),
+    ],
+)  # fmt: skip
+def test_bad_fleets_exit_2_without_a_traceback(tmp_path: Path, change: tuple[str, str], expected: str) -> None:
+    old, new = change
+    assert old in FLEET
+    path = _write(tmp_path, FLEET.replace(old, new))
+    for command in ("run", "plan"):
+        result = run_cli(command, str(path), "-o", str(tmp_path / command))
+        assert result.returncode == 2, result.stdout
+        assert expected in result.stderr and "Traceback" not in result.stderr
+        assert not (tmp_path / command).exists()
+
+
+def test_an_unmeetable_target_exits_2_and_says_why(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path, FLEET.replace("metric: ttft_s, stat: p99, max: 2 s", "metric: ttft_s, stat: p99, max: 1 us")
+    )
+    result = run_cli("plan", str(path), "-o", str(tmp_path / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "no fleet up to the replica limits meets every target" in result.stderr
+    assert "3 x gpu alone: bulk: p99 ttft_s <= 1e-06 s" in result.stderr
+
+
+def test_compare_refuses_unknown_hardware_before_simulating(tmp_path: Path) -> None:
+    result = run_cli("compare", str(_write(tmp_path, COMPARE)), "--hardware", "nvidia-h100-sxm,tpu-v9")
+    assert result.returncode == 2 and "unknown hardware profile 'tpu-v9'" in result.stderr
+
+
+def test_a_resolved_scenario_reruns_to_the_same_summary(tmp_path: Path) -> None:
+    """Determinism: the folder's scenario.resolved.yaml (with provenance) reproduces its summary.json."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert run_cli("run", str(_write(tmp_path, FLEET)), "-o", str(first)).returncode == 0
+    assert run_cli("run", str(first / "scenario.resolved.yaml"), "-o", str(second)).returncode == 0
+    assert (first / "summary.json").read_text() == (second / "summary.json").read_text()
