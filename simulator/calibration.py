@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -157,3 +158,53 @@ def calibrate(profile: HardwareProfile, paths: Sequence[str], rows: Sequence[Mea
         after=[predict_row(r, _PatchedCatalog(catalog, fitted)) for r in rows],
         loo_abs_rel_errors=loo,
     )
+
+
+def derived_paths(profile: HardwareProfile) -> list[str]:
+    """Dotted paths of the numbers a previous fit produced (``confidence: derived``, source ``fit``)."""
+    found: list[str] = []
+
+    def walk(node: object, prefix: str) -> None:
+        if isinstance(node, Sourced):
+            if node.confidence == "derived" and node.source == "fit":
+                found.append(prefix)
+        elif isinstance(node, Spec):
+            for name in type(node).model_fields:
+                walk(getattr(node, name), f"{prefix}.{name}" if prefix else name)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, f"{prefix}.{item.name}")
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                walk(item, f"{prefix}.{key}")
+
+    walk(profile, "")
+    return [p for p in found if _fittable(p)]
+
+
+def _fittable(path: str) -> bool:
+    try:
+        _bounds_for(path)
+    except CalibrationError:
+        return False
+    return True
+
+
+def fit_report(fit: Fit) -> dict[str, Any]:
+    """Before/after error per row, the fitted values and the leave-one-out error."""
+    loo = fit.loo_abs_rel_errors
+    after = [abs(r.rel_error) for r in fit.after if r.rel_error is not None]
+    before = [abs(r.rel_error) for r in fit.before if r.rel_error is not None]
+    return {
+        "hardware": fit.profile.id,
+        "parameters": fit.parameters,
+        "rows": [
+            {"id": b.row.id, "measured": b.row.value, "before": b.predicted, "after": a.predicted,
+             "rel_error_before": b.rel_error, "rel_error_after": a.rel_error}
+            for b, a in zip(fit.before, fit.after, strict=True)
+        ],
+        "median_abs_rel_error_before": float(np.median(before)) if before else None,
+        "median_abs_rel_error_after": float(np.median(after)) if after else None,
+        "loo_median_abs_rel_error": float(np.median(loo)) if loo else None,
+        "loo_max_abs_rel_error": float(np.max(loo)) if loo else None,
+    }  # fmt: skip

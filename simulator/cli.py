@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from simulator import __version__
 from simulator.analytic.estimate import Estimate, estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment, PlacementError, plan
 from simulator.analytic.step_time import COMPONENTS
+from simulator.calibration import CalibrationError, calibrate, derived_paths, fit_report
 from simulator.compare import compare, comparison_table
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
@@ -34,6 +36,7 @@ from simulator.engine.build import ScenarioError
 from simulator.planning import answer_scenario, plan_fleet, plan_text
 from simulator.results.metrics import overload_message
 from simulator.runner import RunResult, load_scenario_data, scenario_from, simulate
+from simulator.sweep import expand, load_sweep, run_sweep, summarize_rows, write_table
 from simulator.tables import format_table
 from simulator.validation import BUNDLED_TABLE, read_table, summarize, validate
 
@@ -369,6 +372,77 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    catalog = _catalog(args)
+    profile = catalog.hardware(args.hardware)
+    results = validate([r for r in read_table(args.table or BUNDLED_TABLE) if r.hardware == profile.id], catalog)
+    chosen = set(args.rows.split(",")) if args.rows else None
+    rows = [r.row for r in results if (r.row.id in chosen if chosen else not r.flag and r.predicted is not None)]
+    paths = args.fit.split(",") if args.fit else derived_paths(profile)
+    if not paths:
+        raise ConfigError(f"{profile.id} has no previously fitted parameters; name them with --fit (e.g. "
+                          "compute.efficiency,execution.layer_latency)")  # fmt: skip
+    try:
+        fit = calibrate(profile, paths, rows, catalog)
+    except CalibrationError as exc:
+        raise ConfigError(str(exc)) from None
+    report = fit_report(fit)
+    out = args.out or Path("runs") / f"calibrate-{profile.id}"
+    profile_yaml = yaml.safe_dump(fit.profile.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    write_results(out, {f"{profile.id}.yaml": profile_yaml, "fit.json": json.dumps(report, indent=2) + "\n"})
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    table = [
+        [
+            r["id"],
+            f"{r['measured']:.4g}",
+            f"{r['before']:.4g}",
+            f"{r['rel_error_before']:+.0%}",
+            f"{r['after']:.4g}",
+            f"{r['rel_error_after']:+.0%}",
+        ]
+        for r in report["rows"]
+    ]
+    print(format_table(["row", "measured", "before", "error", "after", "error"], table))
+    for path, value in fit.parameters.items():
+        print(f"{path} = {value:.4g}")
+    loo = report["loo_median_abs_rel_error"]
+    print(f"leave-one-out |error|: median {loo:.1%}, max {report['loo_max_abs_rel_error']:.1%}" if loo is not None
+          else "leave-one-out: needs more rows than parameters")  # fmt: skip
+    print(f"\nwrote {out}/{profile.id}.yaml (use it with --hardware-dir {out})")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    spec = load_sweep(args.sweep)
+    runs = expand(spec, args.sweep)
+    out = args.out or Path("runs") / f"sweep-{spec.name}"
+    dirs = (str(args.hardware_dir) if args.hardware_dir else None, str(args.model_dir) if args.model_dir else None)
+    show = sys.stderr.isatty() and not args.json
+    started = time.monotonic()
+
+    def progress(done: int, total: int) -> None:
+        elapsed = time.monotonic() - started
+        eta = f", ETA {elapsed / done * (total - done):.0f} s" if 0 < done < total else ""
+        print(f"\rinfersim sweep: {done}/{total} runs{eta}   ", end="" if done < total else "\n", file=sys.stderr)
+
+    rows = run_sweep(spec, runs, out, args.executor, args.jobs, args.address, dirs, progress if show else None)
+    factors = list(dict.fromkeys(k for p in runs for k in p.factors))
+    summary = summarize_rows(rows, factors, spec.metrics)
+    table = write_table(rows, out / "runs")
+    write_table(summary, out / "summary")
+    resolved = spec.model_dump(mode="json") | {"provenance": {"version": __version__, "runs": len(runs)}}
+    (out / "sweep.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    failed = sum(1 for r in rows if r["error"])
+    if args.json:
+        print(json.dumps({"runs": rows, "summary": summary}, indent=2))
+    else:
+        print(f"{len(rows)} runs ({failed} failed), {len(summary)} factor combinations; wrote {table} and "
+              f"{out}/summary{table.suffix}")  # fmt: skip
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     catalog = _catalog(args)
     data = load_scenario_data(args.scenario)
@@ -510,6 +584,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", type=Path, help="results folder (default: runs/<scenario name>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("sweep", help="a grid / sample of scenarios with seeds, on a process pool or Dask")
+    p.add_argument("sweep", type=Path)
+    p.add_argument("--executor", choices=("local", "dask"), default="local")
+    p.add_argument("--address", help="Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a local cluster)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
+    p.add_argument("-o", "--out", type=Path, help="results and cache folder (default: runs/sweep-<name>)")
+    p.add_argument("--json", action="store_true", help="print every row and the summary as JSON")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("calibrate", help="fit a profile's efficiencies and latencies to measured rows")
+    p.add_argument("--hardware", required=True)
+    p.add_argument("--table", type=Path, help="measurement CSV (default: the bundled measurements)")
+    p.add_argument("--fit", help="comma-separated parameter paths (default: the profile's previously fitted ones)")
+    p.add_argument("--rows", help="comma-separated row ids (default: the hardware's unflagged, predictable rows)")
+    p.add_argument("-o", "--out", type=Path, help="folder for the calibrated YAML and fit.json")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("compare", help="one scenario on several hardware profiles: speed against cost")
     p.add_argument("scenario", type=Path)

@@ -1,0 +1,320 @@
+"""Parameter sweeps: many scenarios from one, run on a local process pool or a Dask cluster.
+
+A sweep spec names a scenario file and the factors to vary, by the scenario's own field
+paths (``deployment.hardware``, ``load.users``): a ``grid`` (every combination), a
+``sample`` (``random`` or ``latin-hypercube`` points in numeric ranges, crossed with the
+grid), and ``replications``, each with its own seed spawned from ``run.seed`` by
+``SeedSequence`` (independent streams, reproducible). Every run is one row: the factor
+values, the replication and seed, the chosen metrics (dotted paths into the run summary),
+and ``error`` (a run that fails is a row with its message, not an aborted sweep).
+
+Rows are cached under ``DIR/cache/<key>.json`` where ``key`` is the SHA-256 of the resolved
+scenario and the infersim version: a rerun, or a sweep killed half-way, only simulates what
+is missing. ``summary`` groups rows by factor values across seeds: the mean and the half-width
+of a 95 % Student-t confidence interval for every metric.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+from scipy import stats
+from scipy.stats import qmc
+
+from simulator import __version__
+from simulator.config.base import Spec
+from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_data
+from simulator.runner import load_scenario_data, scenario_from, simulate
+
+DEFAULT_METRICS = (
+    "per_user_output_tok_s.p50", "ttft_s.p50", "ttft_s.p99", "tpot_s.mean", "e2e_s.p50", "output_tok_s",
+    "requests_per_s", "goodput_requests_per_s", "mean_batch_size", "cost.usd_per_million_output_tokens",
+    "cost.usd_per_task", "tasks.task_time_s.p50",
+)  # fmt: skip
+
+
+class RangeSpec(Spec):
+    low: float
+    high: float
+    integer: bool = Field(False, description="round samples to integers")
+    log: bool = Field(False, description="sample uniformly in log space")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RangeSpec:
+        if not self.low < self.high or (self.log and self.low <= 0):
+            raise ValueError("need low < high (and low > 0 for log ranges)")
+        return self
+
+
+class SampleSpec(Spec):
+    method: Literal["random", "latin-hypercube"] = "latin-hypercube"
+    points: Annotated[int, Field(ge=1)]
+    seed: Annotated[int, Field(ge=0)] = 0
+    ranges: dict[str, RangeSpec] = Field(min_length=1)
+
+
+class SweepSpec(Spec):
+    schema_version: Literal[1] = 1
+    name: str
+    scenario: Path = Field(description="scenario file, relative to the sweep file")
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="field path -> values")
+    sample: SampleSpec | None = None
+    replications: Annotated[int, Field(ge=1)] = 1
+    metrics: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS))
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> SweepSpec:
+        if not self.grid and self.sample is None and self.replications == 1:
+            raise ValueError("the sweep is empty: give grid values, a sample or replications > 1")
+        for path, values in self.grid.items():
+            if not values:
+                raise ValueError(f"grid.{path}: empty list of values (the sweep would have no runs)")
+        return self
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    """One run of the sweep: its factor values and replication, its resolved scenario and key."""
+
+    index: int
+    factors: dict[str, Any]
+    replication: int
+    seed: int
+    scenario_json: str
+    key: str
+
+
+def factor_points(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Grid combinations crossed with the sample points (field path -> value)."""
+    points: list[dict[str, Any]] = [{}]
+    for path, values in spec.grid.items():
+        points = [p | {path: v} for p in points for v in values]
+    if spec.sample is None:
+        return points
+    s = spec.sample
+    names = list(s.ranges)
+    if s.method == "latin-hypercube":
+        unit = qmc.LatinHypercube(d=len(names), seed=s.seed).random(s.points)
+    else:
+        unit = np.random.default_rng(s.seed).random((s.points, len(names)))
+    samples = []
+    for row in unit:
+        point: dict[str, Any] = {}
+        for name, u in zip(names, row, strict=True):
+            r = s.ranges[name]
+            value = math.exp(math.log(r.low) + u * math.log(r.high / r.low)) if r.log else r.low + u * (r.high - r.low)
+            point[name] = round(value) if r.integer else float(value)
+        samples.append(point)
+    return [p | q for p in points for q in samples]
+
+
+def replication_seeds(base_seed: int, replications: int) -> list[int]:
+    """Independent 32-bit seeds spawned from the scenario's seed (SeedSequence)."""
+    children = np.random.SeedSequence(base_seed).spawn(replications)
+    return [int(child.generate_state(1)[0]) for child in children]
+
+
+def expand(spec: SweepSpec, sweep_path: Path) -> list[RunPoint]:
+    """Every run, validated up front: a bad field path fails before anything is simulated."""
+    scenario_path = spec.scenario if spec.scenario.is_absolute() else sweep_path.parent / spec.scenario
+    data = load_scenario_data(scenario_path)
+    runs: list[RunPoint] = []
+    for factors in factor_points(spec):
+        base = scenario_from(dict(data), factors, str(scenario_path))
+        seeds = replication_seeds(base.run.seed, spec.replications) if spec.replications > 1 else [base.run.seed]
+        for replication, seed in enumerate(seeds):
+            scenario = base.model_copy(update={"run": base.run.model_copy(update={"seed": seed})})
+            text = scenario.model_dump_json(by_alias=True)
+            key = hashlib.sha256(f"{__version__}\n{text}".encode()).hexdigest()[:32]
+            runs.append(RunPoint(len(runs), factors, replication, seed, text, key))
+    return runs
+
+
+def metric(summary: dict[str, Any], path: str) -> float:
+    """A dotted path into a run summary (NaN where the run has no such value)."""
+    node: Any = summary
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return math.nan
+        node = node[part]
+    return float(node) if isinstance(node, int | float) else math.nan
+
+
+def run_point(scenario_json: str, metrics: list[str], dirs: tuple[str | None, str | None]) -> dict[str, Any]:
+    """Simulate one resolved scenario (in a worker process); errors become the row's ``error``."""
+    from simulator.config.scenario import Scenario
+
+    try:
+        catalog = Catalog(*(Path(d) if d else None for d in dirs))
+        summary = simulate(Scenario.model_validate_json(scenario_json), catalog).summary
+        return {name: metric(summary, name) for name in metrics} | {"error": ""}
+    except Exception as exc:  # a failed run is a row, not an aborted sweep
+        return dict.fromkeys(metrics, math.nan) | {"error": f"{type(exc).__name__}: {exc}"}
+
+
+class Cache:
+    """One JSON file per finished run, written atomically (a killed sweep leaves only whole files)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        path = self.folder / f"{key}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def put(self, key: str, row: dict[str, Any]) -> None:
+        handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+        with os.fdopen(handle, "w") as f:
+            json.dump(row, f)
+        os.replace(temporary, self.folder / f"{key}.json")
+
+
+Submit = Callable[[RunPoint], "Future[dict[str, Any]]"]
+
+
+def _local(jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]) -> tuple[Submit, Callable[[], None]]:
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    return (lambda p: pool.submit(run_point, p.scenario_json, metrics, dirs)), pool.shutdown
+
+
+def _dask(address: str | None, jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]
+          ) -> tuple[Submit, Callable[[], None]]:  # fmt: skip
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ConfigError("the dask executor needs dask.distributed: pip install 'infersim[dask]'") from None
+    cluster = None
+    if address is None:
+        cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, host="127.0.0.1", dashboard_address=None)
+        address = cluster.scheduler_address
+    try:
+        client = Client(address, timeout="5s")
+    except (OSError, TimeoutError) as exc:
+        raise ConfigError(f"no Dask scheduler answered at {address} within 5 s ({exc})") from None
+
+    def close() -> None:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+    return (
+        lambda p: client.submit(run_point, p.scenario_json, metrics, dirs, key=f"infersim-{p.key}", pure=False)
+    ), close
+
+
+def run_sweep(
+    spec: SweepSpec,
+    runs: list[RunPoint],
+    out: Path,
+    executor: Literal["local", "dask"] = "local",
+    jobs: int = 1,
+    address: str | None = None,
+    dirs: tuple[str | None, str | None] = (None, None),
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Every run's row, from the cache where present; the rest simulated on the executor."""
+    cache = Cache(out / "cache")
+    rows: dict[int, dict[str, Any]] = {}
+    todo = []
+    for point in runs:
+        cached = cache.get(point.key)
+        if cached is None:
+            todo.append(point)
+        else:
+            rows[point.index] = cached
+    done = len(rows)
+    if progress:
+        progress(done, len(runs))
+    if todo:
+        make = _dask if executor == "dask" else None
+        submit, close = make(address, jobs, spec.metrics, dirs) if make else _local(jobs, spec.metrics, dirs)
+        try:
+            futures = {submit(p): p for p in todo}
+            for future in _completed(futures, executor):
+                point = futures[future]
+                row = future.result()
+                cache.put(point.key, row)
+                rows[point.index] = row
+                done += 1
+                if progress:
+                    progress(done, len(runs))
+        finally:
+            close()
+    return [_row(p, rows[p.index]) for p in runs]
+
+
+def _completed(futures: dict[Any, RunPoint], executor: str) -> Iterator[Any]:
+    if executor == "dask":
+        from distributed import as_completed as dask_completed
+
+        yield from dask_completed(list(futures))
+    else:
+        yield from as_completed(futures)
+
+
+def _row(point: RunPoint, result: dict[str, Any]) -> dict[str, Any]:
+    return {"run": point.index, **point.factors, "replication": point.replication, "seed": point.seed,
+            "key": point.key, **result}  # fmt: skip
+
+
+def summarize_rows(rows: list[dict[str, Any]], factors: list[str], metrics: list[str]) -> list[dict[str, Any]]:
+    """Per factor combination: runs, failures, and each metric's mean and 95 % CI half-width."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(json.dumps([row[f] for f in factors], default=str), []).append(row)
+    out = []
+    for members in groups.values():
+        entry: dict[str, Any] = {f: members[0][f] for f in factors}
+        entry |= {"runs": len(members), "failed": sum(1 for m in members if m["error"])}
+        for name in metrics:
+            values = np.array([m[name] for m in members if not m["error"]], dtype=float)
+            values = values[np.isfinite(values)]
+            entry[f"{name}.mean"] = float(values.mean()) if values.size else math.nan
+            entry[f"{name}.ci95"] = math.nan
+            if values.size > 1:
+                t = stats.t.ppf(0.975, values.size - 1)
+                entry[f"{name}.ci95"] = float(t * values.std(ddof=1) / math.sqrt(values.size))
+        out.append(entry)
+    return out
+
+
+def load_sweep(path: Path) -> SweepSpec:
+    return validate_data(SweepSpec, read_yaml(path), str(path))
+
+
+def write_table(rows: list[dict[str, Any]], stem: Path) -> Path:
+    """Parquet when pyarrow is installed, else CSV; written to a temporary name, then renamed."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    try:
+        pa, pq = importlib.import_module("pyarrow"), importlib.import_module("pyarrow.parquet")
+    except ImportError:
+        path = stem.with_suffix(".csv")
+        temporary = path.with_name(f".{path.name}.tmp")
+        with temporary.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows({c: _cell(row.get(c)) for c in columns} for row in rows)
+    else:
+        path = stem.with_suffix(".parquet")
+        temporary = path.with_name(f".{path.name}.tmp")
+        pq.write_table(pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows]), temporary)
+    os.replace(temporary, path)
+    return path
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else f"{value:.9g}" if isinstance(value, float) else str(value)
