@@ -102,6 +102,11 @@ class Request:
         self.published_upto = 0  # leading blocks of this request that are shared prefix KV
         self.one_way_s = 0.0  # half the network round trip to its backend
 
+    @property
+    def cacheable(self) -> bool:
+        """Whether any of its blocks has a key (a session or trace hashes): else none is shared."""
+        return self.session is not None or self.block_hashes is not None
+
     def block_key(self, index: int) -> Hashable | None:
         """Key of the KV block covering tokens [index * bs, (index + 1) * bs) of this context."""
         if self.block_hashes is not None:
@@ -179,21 +184,22 @@ class BlockManager:
         """A sequence leaves: drop its references, cache its full ``keys`` blocks, free the rest.
 
         ``keys`` names the owned full blocks in order (None: not cacheable); owned blocks beyond
-        them (a partial last block) are freed.
+        them (a partial last block) are freed. Blocks enter the LRU tail first (as vLLM frees
+        them in reverse), so eviction trims a cached context from its end and keeps its prefix.
         """
-        for key in shared:
+        cached = 0
+        if self.caching:
+            for key in reversed(keys[:owned]):
+                if key is not None and key not in self.evictable and key not in self.in_use:
+                    self.evictable[key] = None
+                    cached += 1
+        for key in reversed(shared):
             count = self.in_use[key] - 1
             if count:
                 self.in_use[key] = count
             else:
                 del self.in_use[key]
                 self.evictable[key] = None
-        cached = 0
-        if self.caching:
-            for key in keys[:owned]:
-                if key is not None and key not in self.evictable and key not in self.in_use:
-                    self.evictable[key] = None
-                    cached += 1
         self.free += owned - cached
 
 
@@ -344,7 +350,7 @@ class BatchPolicy:
             assert request is not None
             first = len(request.shared)
             full = int(s.context[slot] // self.kv.block_tokens)
-            if full > first and first == request.published_upto:
+            if full > first and first == request.published_upto and request.cacheable:
                 keys = self.kv.publish([request.block_key(i) for i in range(first, full)])
                 request.shared.extend(keys)
                 request.published_upto = len(request.shared)
@@ -357,7 +363,7 @@ class BatchPolicy:
         owned = int(s.blocks[slot]) - len(request.shared)
         first = len(request.shared)
         full = int(s.context[slot] // self.kv.block_tokens)
-        keys = [request.block_key(i) for i in range(first, full)] if cache else []
+        keys = [request.block_key(i) for i in range(first, full)] if cache and request.cacheable else []
         self.kv.release(request.shared, owned, keys)
         request.shared = []
         return s.release(slot)
