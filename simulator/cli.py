@@ -34,6 +34,7 @@ from simulator.config.loading import Catalog, ConfigError, parse_override
 from simulator.config.scenario import Scenario
 from simulator.engine.build import ScenarioError
 from simulator.planning import answer_scenario, plan_fleet, plan_text
+from simulator.report import write_report
 from simulator.results.metrics import overload_message
 from simulator.runner import RunResult, load_scenario_data, scenario_from, simulate
 from simulator.sweep import expand, load_sweep, run_sweep, summarize_rows, write_table
@@ -350,6 +351,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         }
         files["sweep.json"] = json.dumps([{"set": c, "summary": r.summary} for c, r in results], indent=2) + "\n"
     write_results(out, files)
+    _maybe_report(args, out)
     if args.json:
         payload: object = results[0][1].summary if len(results) == 1 else [
             {"set": c, "summary": r.summary} for c, r in results]  # fmt: skip
@@ -414,6 +416,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    if not args.folder.is_dir():
+        raise ConfigError(f"{args.folder}: not a results folder")
+    print(f"wrote {write_report(args.folder)}")
+    return 0
+
+
+def _maybe_report(args: argparse.Namespace, out: Path) -> None:
+    """``--report``: the HTML page of the folder just written."""
+    if getattr(args, "report", False):
+        page = write_report(out)
+        print(f"wrote {page}", file=sys.stderr if args.json else sys.stdout)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep)
     runs = expand(spec, args.sweep)
@@ -458,6 +474,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     files["compare.txt"] = comparison_table(rows) + "\n"
     out = args.out or Path("runs") / f"compare-{loads[0][1].name}"
     write_results(out, files)
+    _maybe_report(args, out)
     if args.json:
         print(json.dumps(payload, indent=2))
         return 0
@@ -480,6 +497,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         files["answer.yaml"] = _scenario_yaml(answer_scenario(scenario, result.answer))
     out = args.out or Path("runs") / f"plan-{scenario.name}"
     write_results(out, files)
+    _maybe_report(args, out)
     if args.json:
         print(json.dumps(payload, indent=2))
     else:
@@ -579,11 +597,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("run", help="simulate a scenario under load and write a results folder")
+    p.add_argument("--report", action="store_true", help="also write report.html with the figures")
     p.add_argument("scenario", type=Path)
     p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field; a,b,c sweeps it")
     p.add_argument("-o", "--out", type=Path, help="results folder (default: runs/<scenario name>)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("report", help="a self-contained HTML report (and PNG figures) of a results folder")
+    p.add_argument("folder", type=Path)
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("sweep", help="a grid / sample of scenarios with seeds, on a process pool or Dask")
     p.add_argument("sweep", type=Path)
@@ -604,6 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("compare", help="one scenario on several hardware profiles: speed against cost")
+    p.add_argument("--report", action="store_true", help="also write report.html with the figures")
     p.add_argument("scenario", type=Path)
     p.add_argument("--hardware", required=True, help="comma-separated hardware profile ids")
     p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field; a,b,c compares loads")
@@ -612,6 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("plan", help="the cheapest fleet meeting every SLO target, searched by simulation")
+    p.add_argument("--report", action="store_true", help="also write report.html with the figures")
     p.add_argument("scenario", type=Path)
     p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field")
     p.add_argument("-o", "--out", type=Path, help="results folder (default: runs/plan-<scenario name>)")

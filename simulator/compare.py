@@ -94,18 +94,20 @@ HEADERS = [
 ]  # fmt: skip
 
 
-def comparison_table(rows: list[ComparisonRow]) -> str:
-    def fmt(value: float | None, spec: str) -> str:
-        return "-" if value is None or value != value else format(value, spec)
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None or value != value else format(value, spec)
 
-    table = []
-    for row in rows:
-        d = row.to_dict()
-        table.append([
-            d["hardware"], d["load"] or "-", d["chips"], d["cost_basis"], fmt(d["per_user_output_tok_s_p50"], ",.0f"),
-            fmt(d["ttft_s_p99"], ".3g"), fmt(d["output_tok_s"], ",.0f"), fmt(d["output_tok_s_per_chip"], ",.1f"),
-            fmt(d["output_tok_per_usd"], ",.0f"), fmt(d["usd_per_hour"], ",.2f"),
-            fmt(d["usd_per_million_output_tokens"], ".3g"), fmt(d["api_usd_per_million_output_tokens"], ".3g"),
-            fmt(d.get("task_time_s_p50"), ".1f"), fmt(d.get("usd_per_task"), ".3g"), fmt(d.get("tasks_per_usd"), ".3g"),
-        ])  # fmt: skip
-    return format_table(HEADERS, table)
+
+def table_cells(d: dict[str, Any]) -> list[object]:
+    """One row of the comparison table, from a row's ``to_dict()``."""
+    return [
+        d["hardware"], d["load"] or "-", d["chips"], d["cost_basis"], _fmt(d["per_user_output_tok_s_p50"], ",.0f"),
+        _fmt(d["ttft_s_p99"], ".3g"), _fmt(d["output_tok_s"], ",.0f"), _fmt(d["output_tok_s_per_chip"], ",.1f"),
+        _fmt(d["output_tok_per_usd"], ",.0f"), _fmt(d["usd_per_hour"], ",.2f"),
+        _fmt(d["usd_per_million_output_tokens"], ".3g"), _fmt(d["api_usd_per_million_output_tokens"], ".3g"),
+        _fmt(d.get("task_time_s_p50"), ".1f"), _fmt(d.get("usd_per_task"), ".3g"), _fmt(d.get("tasks_per_usd"), ".3g"),
+    ]  # fmt: skip
+
+
+def comparison_table(rows: list[ComparisonRow]) -> str:
+    return format_table(HEADERS, [table_cells(row.to_dict()) for row in rows])

@@ -1,0 +1,221 @@
+"""A self-contained HTML report of a results folder (run, run sweep, compare, plan or demo).
+
+The page embeds every figure as a PNG (also written beside it under ``figures/``), the tables,
+the resolved scenario, the infersim version and the seed, so one file can be mailed around.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from matplotlib.axes import Axes
+
+from simulator import __version__, plots
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    table: tuple[list[str], list[list[object]]] | None = None
+    figure: Axes | None = None
+    text: str = ""
+
+
+def _png(ax: Axes) -> bytes:
+    buffer = io.BytesIO()
+    figure = ax.get_figure(root=True)
+    assert figure is not None
+    figure.savefig(buffer, format="png", dpi=110)
+    return buffer.getvalue()
+
+
+def _html_table(headers: list[str], rows: list[list[object]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _fmt(value: object, spec: str = ".4g") -> str:
+    return format(value, spec) if isinstance(value, int | float) and value == value else "-"
+
+
+def _run_sections(folder: Path, label: str) -> list[Section]:
+    summary = json.loads((folder / "summary.json").read_text())
+    rows = [
+        ["TTFT p50 / p99 (s)", f"{_fmt(summary['ttft_s']['p50'])} / {_fmt(summary['ttft_s']['p99'])}"],
+        ["TPOT mean (s)", _fmt(summary["tpot_s"]["mean"])],
+        ["per-user output p50 (tok/s)", _fmt(summary["per_user_output_tok_s"]["p50"])],
+        ["output (tok/s)", _fmt(summary["output_tok_s"])],
+        ["requests completed", summary["requests_completed"]],
+        ["$/h", _fmt(summary["cost"]["usd_per_hour"])],
+        ["$/1M output tokens", _fmt(summary["cost"]["usd_per_million_output_tokens"])],
+        ["J/output token", _fmt(summary["cost"]["joules_per_output_token"])],
+    ]
+    sections = [Section(f"{label}: summary", (["metric", "value"], rows))]
+    backends = summary.get("backends", {})
+    if backends:
+        table: list[list[object]] = [
+            [name, b["hardware"], b["model"], b["replicas"], b["chips"], b["requests_completed"],
+             _fmt(b["output_tok_s"]), _fmt(b["busy_fraction"], ".0%"), b["cost"]["basis"],
+             _fmt(b["cost"]["usd_per_hour"]), _fmt(b["cost"]["idle_usd"])]
+            for name, b in backends.items()
+        ]  # fmt: skip
+        headers = ["backend", "hardware", "model", "replicas", "chips", "requests", "out tok/s", "busy", "basis",
+                   "$/h", "idle $"]  # fmt: skip
+        sections.append(Section(f"{label}: backends", (headers, table)))
+    if "tasks" in summary:
+        t = summary["tasks"]
+        task_rows: list[list[object]] = [
+            ["tasks completed", t["tasks_completed"]],
+            ["task time p50 / p90 (s)", f"{_fmt(t['task_time_s']['p50'])} / {_fmt(t['task_time_s']['p90'])}"],
+            ["$/task", _fmt(summary["cost"]["usd_per_task"])],
+            ["calls/task", _fmt(t["calls_per_task"])],
+        ]
+        sections.append(Section(f"{label}: agent tasks", (["metric", "value"], task_rows),
+                                plots.task_breakdown({label: t["mean_seconds"]})))  # fmt: skip
+    requests = folder / "requests.csv"
+    if requests.exists():
+        data = np.genfromtxt(requests, delimiter=",", names=True)
+        ok = np.atleast_1d(data["dropped"] == 0)
+        ttft = np.atleast_1d(data["first_token_s"] - data["arrival_s"])[ok]
+        sections.append(Section(f"{label}: TTFT distribution", figure=plots.latency_cdf({label: ttft.tolist()})))
+    return sections
+
+
+def _sweep_sections(folder: Path) -> list[Section]:
+    sweep = json.loads((folder / "sweep.json").read_text())
+    labels = [", ".join(f"{k}={v}" for k, v in item["set"].items()) for item in sweep]
+    summaries = [item["summary"] for item in sweep]
+    headers = ["run", "TTFT p50 s", "TTFT p99 s", "tok/s/user p50", "out tok/s", "$/1M out"]
+    rows: list[list[object]] = [
+        [label, _fmt(s["ttft_s"]["p50"]), _fmt(s["ttft_s"]["p99"]), _fmt(s["per_user_output_tok_s"]["p50"]),
+         _fmt(s["output_tok_s"]), _fmt(s["cost"]["usd_per_million_output_tokens"])]
+        for label, s in zip(labels, summaries, strict=True)
+    ]  # fmt: skip
+    sections = [Section("Runs", (headers, rows))]
+    series = {"TTFT p50": [s["ttft_s"]["p50"] for s in summaries], "TTFT p99": [s["ttft_s"]["p99"] for s in summaries],
+              "ITL p50": [s["itl_s"]["p50"] for s in summaries]}  # fmt: skip
+    sections.append(Section("Latency across the runs", figure=plots.latency_vs_load(
+        list(range(1, len(sweep) + 1)), series, "run (in sweep order)")))  # fmt: skip
+    costs = [s["cost"]["usd_per_million_output_tokens"] for s in summaries]
+    tasks = [s["cost"]["usd_per_task"] for s in summaries] if all("tasks" in s for s in summaries) else None
+    sections.append(Section("Cost", figure=plots.cost(labels, costs, tasks)))
+    return sections
+
+
+def _compare_sections(folder: Path) -> list[Section]:
+    rows = json.loads((folder / "compare.json").read_text())
+    from simulator.compare import HEADERS, table_cells
+
+    sections = [Section("Comparison", (HEADERS, [table_cells(r) for r in rows]))]
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        curves.setdefault(r["hardware"], []).append((r["per_user_output_tok_s_p50"], r["output_tok_s_per_chip"]))
+    sections.append(Section("Throughput-interactivity frontier", figure=plots.frontier(curves)))
+    labels = [f"{r['hardware']} {r['load']}".strip() for r in rows]
+    tasks = [r["usd_per_task"] for r in rows] if all("usd_per_task" in r for r in rows) else None
+    sections.append(
+        Section("Cost", figure=plots.cost(labels, [r["usd_per_million_output_tokens"] for r in rows], tasks))
+    )
+    return sections
+
+
+def _demo_sections(folder: Path) -> list[Section]:
+    rows = json.loads((folder / "speed_gap.json").read_text())
+    sections = [Section("The speed gap (table)", text=(folder / "speed_gap.txt").read_text())]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    for model in models:
+        fits = {r["hardware"]: (r["single_stream"]["per_user_output_tok_s"], r["loaded"]["per_user_output_tok_s"])
+                for r in rows if r["model"] == model and "single_stream" in r}  # fmt: skip
+        users = next(r["loaded"]["concurrency"] for r in rows if r["model"] == model and "loaded" in r)
+        sections.append(Section(f"The speed gap: {model}", figure=plots.speed_gap(fits, model, users)))
+    return sections
+
+
+def _plan_sections(folder: Path) -> list[Section]:
+    return [Section("Plan", text=(folder / "plan.txt").read_text())]
+
+
+def collect(folder: Path) -> list[Section]:
+    """The sections of whatever results ``folder`` holds (nested run folders included)."""
+    sections: list[Section] = []
+    if (folder / "speed_gap.json").exists():
+        sections += _demo_sections(folder)
+    if (folder / "plan.json").exists():
+        sections += _plan_sections(folder)
+    if (folder / "compare.json").exists():
+        sections += _compare_sections(folder)
+    if (folder / "sweep.json").exists():
+        sections += _sweep_sections(folder)
+    if (folder / "summary.json").exists():
+        sections += _run_sections(folder, folder.name)
+    for child in sorted(p for p in folder.iterdir() if p.is_dir() and (p / "summary.json").exists()):
+        if not (folder / "sweep.json").exists() and not (folder / "compare.json").exists():
+            sections += _run_sections(child, child.name)
+    for child in sorted(p for p in folder.iterdir() if p.is_dir() and p.name != "figures"):
+        if (child / "speed_gap.json").exists() or (child / "compare.json").exists() or (child / "plan.json").exists():
+            sections += collect(child)
+    return sections
+
+
+STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}th,td{border:1px solid #ccc;padding:.25em .6em;
+text-align:right}th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}img{max-width:100%}
+pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:.8em}
+h2{border-bottom:1px solid #ddd;padding-bottom:.2em}"""
+
+
+def render(title: str, sections: Sequence[Section], folder: Path, figures: Path) -> str:
+    """The HTML page; each figure is written to ``figures/NN.png`` and embedded as base64."""
+    figures.mkdir(parents=True, exist_ok=True)
+    parts = [f"<h1>{html.escape(title)}</h1>", f"<p>infersim {html.escape(__version__)}; {_provenance(folder)}</p>"]
+    for index, section in enumerate(sections):
+        parts.append(f"<h2>{html.escape(section.title)}</h2>")
+        if section.text:
+            parts.append(f"<pre>{html.escape(section.text)}</pre>")
+        if section.table is not None:
+            parts.append(_html_table(*section.table))
+        if section.figure is not None:
+            png = _png(section.figure)
+            (figures / f"{index:02d}.png").write_bytes(png)
+            alt = html.escape(section.title)
+            parts.append(f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+    scenario = next(iter(sorted(folder.rglob("scenario.resolved.yaml"))), None)
+    if scenario is not None:
+        parts.append(f"<h2>Resolved scenario ({html.escape(str(scenario.relative_to(folder)))})</h2>")
+        parts.append(f"<pre>{html.escape(scenario.read_text())}</pre>")
+    body = "\n".join(parts)
+    return f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>' \
+           f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"  # fmt: skip
+
+
+def _provenance(folder: Path) -> str:
+    scenario = next(iter(sorted(folder.rglob("scenario.resolved.yaml"))), None)
+    if scenario is None:
+        return "no resolved scenario in the folder"
+    data: Any = yaml.safe_load(scenario.read_text())
+    provenance = data.get("provenance", {}) if isinstance(data, dict) else {}
+    seed = provenance.get("seed", data.get("seed") if isinstance(data, dict) else None)
+    return f"seed {seed}; scenario {html.escape(str(data.get('name', data.get('kind', '?'))))}"
+
+
+def write_report(folder: Path) -> Path:
+    """Write ``folder/report.html`` and ``folder/figures/*.png``; returns the page's path."""
+    sections = collect(folder)
+    if not sections:
+        from simulator.config.loading import ConfigError
+
+        raise ConfigError(f"{folder}: no infersim results here (summary.json, compare.json, plan.json, ...)")
+    page = render(f"infersim report: {folder.name}", sections, folder, folder / "figures")
+    path = folder / "report.html"
+    path.write_text(page)
+    return path

@@ -1,0 +1,76 @@
+"""Every plot function: returns its Axes, labels both axes with units, draws the expected series."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.axes import Axes
+
+from simulator import plots
+from simulator.analytic.placement import plan
+from simulator.config.deployment import DeploymentSpec
+from tests.engine.conftest import CATALOG, run
+
+
+@pytest.fixture(scope="module")
+def agent_run():  # type: ignore[no-untyped-def]
+    return run(load={"kind": "agents", "workload": "chat", "agents": 3}, requests=None,
+               run={"seed": 1, "duration": "20 s"})  # fmt: skip
+
+
+def _labelled(ax: Axes, x_unit: str, y_unit: str) -> None:
+    assert x_unit in ax.get_xlabel() and y_unit in ax.get_ylabel()
+
+
+def test_speed_gap_has_two_bars_per_hardware() -> None:
+    ax = plots.speed_gap({"a": (3000.0, 2900.0), "b": (400.0, 40.0), "c": (500.0, 480.0)}, "m", 64)
+    _labelled(ax, "hardware", "tok/s")
+    assert len(ax.patches) == 6 and len(ax.get_legend().get_texts()) == 2
+
+
+def test_frontier_draws_one_curve_per_backend() -> None:
+    ax = plots.frontier({"x": [(10, 100), (5, 200)], "y": [(300, 10), (200, 20), (100, 40)]})
+    _labelled(ax, "tok/s", "tok/s")
+    assert len(ax.lines) == 2 and list(ax.lines[0].get_xdata()) == [5, 10]
+
+
+def test_latency_vs_load_and_cdf(agent_run) -> None:  # type: ignore[no-untyped-def]
+    ax = plots.latency_vs_load([1, 2, 4], {"TTFT p50": [0.1, 0.2, 0.4], "TTFT p99": [0.2, 0.5, 1.0]}, "users")
+    _labelled(ax, "users", "(s)")
+    assert len(ax.lines) == 2
+    r = agent_run.records.requests
+    ax = plots.latency_cdf({"run": (r["first_token_s"] - r["arrival_s"]).tolist()})
+    _labelled(ax, "(s)", "fraction")
+    assert len(ax.lines) == 1 and max(ax.lines[0].get_ydata()) == 1.0
+
+
+def test_task_breakdown_stacks_every_part(agent_run) -> None:  # type: ignore[no-untyped-def]
+    ax = plots.task_breakdown({"run": agent_run.summary["tasks"]["mean_seconds"]})
+    _labelled(ax, "run", "(s)")
+    assert len(ax.patches) == len(plots.TASK_PARTS)
+
+
+def test_roofline_has_a_roof_and_operating_points_per_deployment() -> None:
+    deployments = {
+        hw: plan(CATALOG.hardware(hw), CATALOG.model("llama-3.1-8b"), DeploymentSpec(hardware=hw, model="llama-3.1-8b"))
+        for hw in ("nvidia-h100-sxm", "cerebras-cs3")
+    }
+    ax = plots.roofline(deployments, (1, 16))
+    _labelled(ax, "FLOP/byte", "FLOP/s")
+    assert len(ax.lines) == 4
+    for roof, points in zip(ax.lines[::2], ax.lines[1::2], strict=True):  # achieved never exceeds the roof
+        xs, ys = points.get_xdata(), points.get_ydata()
+        roof_x, roof_y = roof.get_xdata(), roof.get_ydata()
+        assert all(y <= np.interp(x, roof_x, roof_y) * (1 + 1e-9) for x, y in zip(xs, ys, strict=True))
+
+
+def test_timeline_draws_batch_queue_and_kv(agent_run) -> None:  # type: ignore[no-untyped-def]
+    ax = plots.timeline(agent_run.records)
+    _labelled(ax, "(s)", "% of KV")
+    assert [line.get_label() for line in ax.lines] == ["batch size", "queue", "KV occupancy %"]
+
+
+def test_cost_bars_with_a_task_axis() -> None:
+    ax = plots.cost(["a", "b"], [1.5, 20.0], [0.1, 2.0])
+    _labelled(ax, "run", "USD")
+    assert len(ax.patches) == 2 and ax.figure.axes[1].get_ylabel() == "USD per task"

@@ -1,0 +1,78 @@
+"""The HTML report: every figure and table is in the page, and a real headless Chromium renders it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from simulator.report import collect, write_report
+from tests.cli.test_cli import run_cli
+
+SCENARIO = """\
+name: report-test
+deployment: {hardware: nvidia-h100-sxm, model: llama-3.1-8b, chips: 1}
+load: {kind: agents, workload: chat, agents: 2}
+run: {seed: 2, duration: 20 s}
+"""
+
+
+@pytest.fixture(scope="module")
+def compare_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("report")
+    (folder / "s.yaml").write_text(SCENARIO)
+    out = folder / "out"
+    result = run_cli("compare", str(folder / "s.yaml"), "--hardware", "nvidia-h100-sxm,cerebras-cs3",
+                     "--set", "load.agents=1,2", "-o", str(out), "--report")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_the_page_holds_every_figure_and_table(compare_folder: Path) -> None:
+    page = (compare_folder / "report.html").read_text()
+    sections = collect(compare_folder)
+    figures = [s for s in sections if s.figure is not None]
+    tables = [s for s in sections if s.table is not None]
+    assert page.count('<img alt="') == len(figures) >= 2 and page.count("<table>") == len(tables) >= 1
+    assert len(list((compare_folder / "figures").glob("*.png"))) == len(figures)
+    assert "Throughput-interactivity frontier" in page and "cerebras-cs3" in page
+    assert re.search(r"infersim \d+\.\d+", page) and "seed 2" in page and "Resolved scenario" in page
+    assert 'src="http' not in page  # self-contained: nothing fetched
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.fail("Chromium is needed for the report test: `make test` installs Debian's chromium package")
+    return found
+
+
+def test_a_real_headless_browser_renders_the_report(compare_folder: Path, tmp_path: Path) -> None:
+    browser, page = _chromium(), (compare_folder / "report.html").resolve()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp_path}/p"]
+    env = os.environ | {"HOME": str(tmp_path)}
+    shot = tmp_path / "report.png"
+    result = subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1200,2400", page.as_uri()],
+                            capture_output=True, text=True, timeout=120, env=env, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120, env=env, check=False)  # fmt: skip
+    assert dom.returncode == 0 and "<table>" in dom.stdout and "frontier" in dom.stdout
+    assert "Uncaught" not in dom.stderr
+
+
+def test_report_of_a_folder_without_results_is_a_clear_error(tmp_path: Path) -> None:
+    result = run_cli("report", str(tmp_path))
+    assert result.returncode == 2 and "no infersim results here" in result.stderr
+
+
+def test_write_report_of_a_run_has_its_task_breakdown(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    assert run_cli("run", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "run")).returncode == 0
+    page = write_report(tmp_path / "run").read_text()
+    assert "agent tasks" in page and "TTFT distribution" in page
