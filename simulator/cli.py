@@ -16,7 +16,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
@@ -32,11 +31,24 @@ from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog, ConfigError, parse_override
 from simulator.config.scenario import Scenario
+from simulator.demo import (
+    DEMO_INPUT_TOKENS,
+    DEMO_LOADED_USERS,
+    DEMO_MODELS,
+    DEMO_OUTPUT_TOKENS,
+    SPEED_WAR_AGENTS,
+    SPEED_WAR_SCENARIO,
+    agent_war,
+    speed_gap,
+    speed_gap_text,
+    task_table,
+)
 from simulator.engine.build import ScenarioError
 from simulator.planning import answer_scenario, plan_fleet, plan_text
 from simulator.report import write_report
 from simulator.results.metrics import overload_message
 from simulator.runner import RunResult, load_scenario_data, scenario_from, simulate
+from simulator.serialize import deployment_dict, estimate_dict
 from simulator.sweep import expand, load_sweep, run_sweep, summarize_rows, write_table
 from simulator.tables import format_table
 from simulator.validation import BUNDLED_TABLE, read_table, summarize, validate
@@ -44,13 +56,6 @@ from simulator.validation import BUNDLED_TABLE, read_table, summarize, validate
 EXIT_BAD_INPUT = 2  # also `plan` when no fleet within the limits can meet the targets
 EXIT_BROKEN_PIPE = 1  # as the Python documentation's SIGPIPE note recommends
 GB = 1e9
-
-#: The speed-gap demo: the article's open model and our frontier stand-in on every profile.
-DEMO_MODELS = (("gpt-oss-120b", "mxfp4"), ("llama-3.3-70b", None), ("frontier-moe", None))
-DEMO_INPUT_TOKENS = 1000
-DEMO_OUTPUT_TOKENS = 1000
-#: Concurrency of the "under load" column: a typical batch on one serving replica.
-DEMO_LOADED_USERS = 64
 
 
 def _catalog(args: argparse.Namespace) -> Catalog:
@@ -68,46 +73,6 @@ def _deployment(args: argparse.Namespace, catalog: Catalog) -> Deployment:
         kv_cache=args.kv_cache,
     )
     return plan(catalog.hardware(args.hardware), catalog.model(args.model), spec)
-
-
-def deployment_dict(d: Deployment) -> dict[str, object]:
-    return {
-        "hardware": d.hardware.id,
-        "model": d.model.id,
-        "chips": d.chips,
-        "tensor_parallel": d.tensor_parallel,
-        "pipeline_parallel": d.pipeline_parallel,
-        "expert_parallel": d.expert_parallel,
-        "weights": d.weights,
-        "kv_cache": d.kv_cache,
-        "activations": d.activations,
-        "weights_tier": d.weights_tier.name,
-        "kv_tier": d.weights_tier.name,
-        "weight_bytes": d.weight_bytes,
-        "kv_budget_bytes": d.kv_budget_bytes,
-        "max_kv_tokens": d.max_kv_tokens,
-        "resident_models_capacity_bytes": d.resident_models_capacity_bytes,
-    }
-
-
-def estimate_dict(e: Estimate) -> dict[str, object]:
-    d = e.deployment
-    return {
-        "ttft_s": e.ttft_s,
-        "itl_s": e.itl_s,
-        "e2e_s": e.e2e_s,
-        "per_user_output_tok_s": e.per_user_output_tok_s,
-        "aggregate_output_tok_s": e.aggregate_output_tok_s,
-        "concurrency": e.concurrency,
-        "max_concurrency": saturation_concurrency(d, e.input_tokens, e.output_tokens),
-        "input_tokens": e.input_tokens,
-        "output_tokens": e.output_tokens,
-        "chips": d.chips,
-        "deployment": deployment_dict(d),
-        "breakdown": {k: e.decode_step.components_s[k] for k in COMPONENTS},
-        "bottleneck": e.bottleneck,
-        "explanation": e.explanation(),
-    }
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -216,55 +181,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _stat_cells(stats: dict[str, float]) -> list[object]:
     return [stats["rows"], f"{stats['median_abs_rel_error']:.1%}", f"{stats['p90_abs_rel_error']:.1%}"]
-
-
-@dataclass(frozen=True)
-class GapRow:
-    """One model on one hardware profile: alone and under load, or why it does not fit."""
-
-    model: str
-    hardware: str
-    single: Estimate | None = None
-    loaded: Estimate | None = None
-    error: str = ""
-
-    def to_dict(self) -> dict[str, object]:
-        if self.single is None or self.loaded is None:
-            return {"model": self.model, "hardware": self.hardware, "error": self.error}
-        return {"model": self.model, "hardware": self.hardware, "single_stream": estimate_dict(self.single),
-                "loaded": estimate_dict(self.loaded)}  # fmt: skip
-
-
-def speed_gap(catalog: Catalog) -> list[GapRow]:
-    """The demo models on every hardware profile, alone and with DEMO_LOADED_USERS users."""
-    out = []
-    for model_id, weights in DEMO_MODELS:
-        for hardware_id in catalog.hardware_ids():
-            spec = DeploymentSpec(hardware=hardware_id, model=model_id, weights=weights)
-            try:
-                d = plan(catalog.hardware(hardware_id), catalog.model(model_id), spec)
-            except PlacementError as exc:
-                out.append(GapRow(model_id, hardware_id, error=str(exc)))
-                continue
-            single = estimate(d, DEMO_INPUT_TOKENS, DEMO_OUTPUT_TOKENS, 1)
-            loaded = estimate(d, DEMO_INPUT_TOKENS, DEMO_OUTPUT_TOKENS, DEMO_LOADED_USERS)
-            out.append(GapRow(model_id, hardware_id, single, loaded))
-    return out
-
-
-def speed_gap_text(rows: Sequence[GapRow]) -> str:
-    table: list[list[object]] = []
-    for r in rows:
-        if r.single is None or r.loaded is None:
-            table.append([r.model, r.hardware, "-", "-", "-", "-", "-", "does not fit"])
-            continue
-        table.append([r.model, r.hardware, r.single.deployment.chips, f"{r.single.per_user_output_tok_s:,.0f}",
-                      f"{r.single.ttft_s * 1e3:.0f}", f"{r.loaded.per_user_output_tok_s:,.0f}",
-                      f"{r.loaded.aggregate_output_tok_s:,.0f}", r.single.bottleneck])  # fmt: skip
-    users = DEMO_LOADED_USERS
-    headers = ["model", "hardware", "chips", "tok/s/user @1", "TTFT ms @1", f"tok/s/user @{users}",
-               f"aggregate tok/s @{users}", "bottleneck @1"]  # fmt: skip
-    return format_table(headers, table)
 
 
 SUMMARY_COLUMNS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "per_user_output_tok_s")
@@ -533,29 +449,46 @@ def write_results(out_dir: Path, files: dict[str, str]) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    rows = speed_gap(_catalog(args))
+    catalog = _catalog(args)
+    rows = speed_gap(catalog)
     text = speed_gap_text(rows)
+    print(
+        f"The speed gap: per-user output tok/s alone and with {DEMO_LOADED_USERS} users "
+        f"({DEMO_INPUT_TOKENS}-token prompts, {DEMO_OUTPUT_TOKENS}-token answers, smallest deployment that fits):\n"
+    )
+    print(text, flush=True)
     scenario = {
         "kind": "speed-gap",
         "models": [{"model": m, "weights": w} for m, w in DEMO_MODELS],
         "input_tokens": DEMO_INPUT_TOKENS,
         "output_tokens": DEMO_OUTPUT_TOKENS,
         "concurrency": [1, DEMO_LOADED_USERS],
-        "seed": None,
+        "seed": SPEED_WAR_SCENARIO["run"]["seed"],  # type: ignore[index]
         "version": __version__,
         "deployments": [deployment_dict(r.single.deployment) for r in rows if r.single],
     }
-    write_results(args.out, {
+    files = {
         "speed_gap.txt": text + "\n",
         "speed_gap.json": json.dumps([r.to_dict() for r in rows], indent=2) + "\n",
         "scenario.resolved.yaml": yaml.safe_dump(scenario, sort_keys=False),
-    })  # fmt: skip
-    print(
-        f"The speed gap: per-user output tok/s alone and with {DEMO_LOADED_USERS} users "
-        f"({DEMO_INPUT_TOKENS}-token prompts, {DEMO_OUTPUT_TOKENS}-token answers, smallest deployment that fits):\n"
-    )
-    print(text)
-    print(f"\nwrote {args.out}/speed_gap.txt, speed_gap.json, scenario.resolved.yaml")
+    }
+    agents = [] if args.no_agents else agent_war(catalog)
+    if agents:
+        files |= {
+            f"agents/run-{i:03d}/{name}": t
+            for i, row in enumerate(agents)
+            for name, t in _run_files(row.result).items()
+        }
+        files["agents/compare.json"] = json.dumps([row.to_dict() for row in agents], indent=2) + "\n"
+        files["agents/compare.txt"] = comparison_table(agents) + "\n"
+        files["agents/tasks.txt"] = task_table(agents) + "\n"
+        print(f"\nAgents under load: fast-tool coding agents (50 calls each) on gpt-oss-120b, "
+              f"{' and '.join(str(n) for n in SPEED_WAR_AGENTS)} at once (simulated):\n")  # fmt: skip
+        print(task_table(agents))
+    write_results(args.out, files)
+    page = write_report(args.out)
+    print(f"\nwrote {args.out}/ (speed_gap.txt, speed_gap.json, agents/, scenario.resolved.yaml)")
+    print(f"report: {page.resolve()}")
     return 0
 
 
@@ -643,8 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("demo", help="the speed-gap table, written to a results folder and printed")
+    p = sub.add_parser("demo", help="the speed war: the speed gap, agents under load, cost per task, a report")
     p.add_argument("-o", "--out", type=Path, default=Path("results/demo"))
+    p.add_argument("--no-agents", action="store_true", help="only the closed-form speed gap (seconds, not minutes)")
     p.set_defaults(func=cmd_demo)
     return parser
 

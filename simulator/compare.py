@@ -68,6 +68,7 @@ class ComparisonRow:
                 "tasks_completed": t["tasks_completed"],
                 "usd_per_task": cost["usd_per_task"],
                 "tasks_per_usd": cost["tasks_per_usd"],
+                "task_seconds": t["mean_seconds"],
             }
         return row
 

@@ -123,6 +123,9 @@ def _compare_sections(folder: Path) -> list[Section]:
     sections.append(Section("Throughput-interactivity frontier", figure=plots.frontier(curves)))
     labels = [f"{r['hardware']} {r['load']}".strip() for r in rows]
     tasks = [r["usd_per_task"] for r in rows] if all("usd_per_task" in r for r in rows) else None
+    if tasks is not None:
+        breakdown = {label: r["task_seconds"] for label, r in zip(labels, rows, strict=True)}
+        sections.append(Section("Where the task time goes", figure=plots.task_breakdown(breakdown)))
     sections.append(
         Section("Cost", figure=plots.cost(labels, [r["usd_per_million_output_tokens"] for r in rows], tasks))
     )

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from simulator.report import collect, write_report
 from tests.cli.test_cli import run_cli
@@ -76,3 +77,17 @@ def test_write_report_of_a_run_has_its_task_breakdown(tmp_path: Path) -> None:
     assert run_cli("run", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "run")).returncode == 0
     page = write_report(tmp_path / "run").read_text()
     assert "agent tasks" in page and "TTFT distribution" in page
+
+
+def test_the_demo_task_table_has_one_row_per_hardware_and_load() -> None:
+    from simulator.compare import compare
+    from simulator.config.scenario import Scenario
+    from simulator.demo import task_table
+    from tests.engine.conftest import CATALOG
+
+    base = Scenario.model_validate(yaml.safe_load(SCENARIO))
+    loads = [(f"{n} agents", base.model_copy(update={"load": base.load.model_copy(update={"agents": n})}))
+             for n in (1, 2)]  # type: ignore[union-attr]  # fmt: skip
+    text = task_table(compare(base, ["nvidia-h100-sxm", "cerebras-cs3"], loads, CATALOG))
+    lines = text.splitlines()
+    assert len(lines) == 2 + 4 and "$/task" in lines[0] and "2 agents" in lines[-1]

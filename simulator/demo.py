@@ -1,0 +1,117 @@
+"""The speed war, end to end: the speed gap from first principles, then agents under load.
+
+1. **Speed gap**: each demo model on every hardware profile (smallest placement that fits),
+   single-stream and with ``DEMO_LOADED_USERS`` users, from the closed-form estimate.
+2. **Agents**: fast-tool coding agents (50 calls, ~0.2 s tools) on gpt-oss-120b, simulated on
+   ``SPEED_WAR_HARDWARE`` alone and with ``SPEED_WAR_AGENTS[-1]`` agents at once: task time,
+   where it goes, and the cost per task (:mod:`simulator.compare`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from simulator.analytic.estimate import Estimate, estimate
+from simulator.analytic.placement import PlacementError, plan
+from simulator.compare import ComparisonRow, compare
+from simulator.config.deployment import DeploymentSpec
+from simulator.config.loading import Catalog
+from simulator.config.scenario import Scenario
+from simulator.serialize import estimate_dict
+from simulator.tables import format_table
+
+#: The speed-gap demo: the article's open model and our frontier stand-in on every profile.
+DEMO_MODELS = (("gpt-oss-120b", "mxfp4"), ("llama-3.3-70b", None), ("frontier-moe", None))
+DEMO_INPUT_TOKENS = 1000
+DEMO_OUTPUT_TOKENS = 1000
+#: Concurrency of the "under load" column: a typical batch on one serving replica.
+DEMO_LOADED_USERS = 64
+
+SPEED_WAR_HARDWARE = ("cerebras-cs3", "groq-lpu", "sambanova-sn40l", "nvidia-h100-sxm")
+SPEED_WAR_AGENTS = (1, 16)
+#: Fast-tool agents on gpt-oss-120b; the KV floor lets 16 agents' contexts fit everywhere.
+SPEED_WAR_SCENARIO = {
+    "name": "speed-war-agents",
+    "description": "fast-tool coding agents on gpt-oss-120b",
+    "deployment": {"hardware": "nvidia-h100-sxm", "model": "gpt-oss-120b", "weights": "mxfp4",
+                   "min_kv_tokens": 262144},
+    "load": {"kind": "agents", "workload": "fast-tool-agent", "agents": 1},
+    "run": {"seed": 1, "duration": "300 s", "warmup": "0 s", "drain": True},
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GapRow:
+    """One model on one hardware profile: alone and under load, or why it does not fit."""
+
+    model: str
+    hardware: str
+    single: Estimate | None = None
+    loaded: Estimate | None = None
+    error: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        if self.single is None or self.loaded is None:
+            return {"model": self.model, "hardware": self.hardware, "error": self.error}
+        return {"model": self.model, "hardware": self.hardware, "single_stream": estimate_dict(self.single),
+                "loaded": estimate_dict(self.loaded)}  # fmt: skip
+
+
+def speed_gap(catalog: Catalog) -> list[GapRow]:
+    """The demo models on every hardware profile, alone and with DEMO_LOADED_USERS users."""
+    out = []
+    for model_id, weights in DEMO_MODELS:
+        for hardware_id in catalog.hardware_ids():
+            spec = DeploymentSpec(hardware=hardware_id, model=model_id, weights=weights)
+            try:
+                d = plan(catalog.hardware(hardware_id), catalog.model(model_id), spec)
+            except PlacementError as exc:
+                out.append(GapRow(model_id, hardware_id, error=str(exc)))
+                continue
+            single = estimate(d, DEMO_INPUT_TOKENS, DEMO_OUTPUT_TOKENS, 1)
+            loaded = estimate(d, DEMO_INPUT_TOKENS, DEMO_OUTPUT_TOKENS, DEMO_LOADED_USERS)
+            out.append(GapRow(model_id, hardware_id, single, loaded))
+    return out
+
+
+def speed_gap_text(rows: Sequence[GapRow]) -> str:
+    table: list[list[object]] = []
+    for r in rows:
+        if r.single is None or r.loaded is None:
+            table.append([r.model, r.hardware, "-", "-", "-", "-", "-", "does not fit"])
+            continue
+        table.append([r.model, r.hardware, r.single.deployment.chips, f"{r.single.per_user_output_tok_s:,.0f}",
+                      f"{r.single.ttft_s * 1e3:.0f}", f"{r.loaded.per_user_output_tok_s:,.0f}",
+                      f"{r.loaded.aggregate_output_tok_s:,.0f}", r.single.bottleneck])  # fmt: skip
+    users = DEMO_LOADED_USERS
+    headers = ["model", "hardware", "chips", "tok/s/user @1", "TTFT ms @1", f"tok/s/user @{users}",
+               f"aggregate tok/s @{users}", "bottleneck @1"]  # fmt: skip
+    return format_table(headers, table)
+
+
+def agent_war(catalog: Catalog) -> list[ComparisonRow]:
+    """The agents on every speed-war hardware, alone and under load."""
+    base = Scenario.model_validate(SPEED_WAR_SCENARIO)
+    assert base.load is not None
+    loads = []
+    for n in SPEED_WAR_AGENTS:
+        load = base.load.model_copy(update={"agents": n})
+        loads.append((f"{n} agent{'s' if n > 1 else ''}", base.model_copy(update={"load": load})))
+    return compare(base, SPEED_WAR_HARDWARE, loads, catalog)
+
+
+def task_table(rows: Sequence[ComparisonRow]) -> str:
+    """Task time, where it goes, per-user speed and cost per task, one row per (hardware, load)."""
+    table: list[list[object]] = []
+    for row in rows:
+        s = row.result.summary
+        t = s["tasks"]
+        part = t["mean_seconds"]
+        table.append([row.hardware, row.load, t["tasks_completed"], f"{t['task_time_s']['p50']:.1f}",
+                      f"{part['model']:.1f}", f"{part['tool']:.1f}", f"{part['queue']:.1f}",
+                      f"{s['per_user_output_tok_s']['p50']:,.0f}", f"{s['cost']['usd_per_task']:.3g}",
+                      f"{s['cost']['usd_per_hour']:,.2f}"])  # fmt: skip
+    headers = ["hardware", "load", "tasks", "task p50 s", "model s", "tool s", "queue s", "tok/s/user p50",
+               "$/task", "$/h"]  # fmt: skip
+    return format_table(headers, table)
