@@ -33,6 +33,11 @@ FITTABLE: dict[str, tuple[float, float]] = {
 }
 
 
+#: Stopping tolerances of the fit: relative change of the parameters and of the cost; 1e-6 is
+#: far below the spread of published measurements, and each evaluation may be an engine run.
+XTOL = FTOL = 1e-6
+
+
 class CalibrationError(ValueError):
     """A fit that cannot be set up: unknown parameter, no rows for this hardware."""
 
@@ -116,17 +121,25 @@ def _apply(profile: HardwareProfile, paths: Sequence[str], x: np.ndarray) -> Har
 
 
 def _fit_once(
-    profile: HardwareProfile, paths: Sequence[str], rows: Sequence[MeasurementRow], catalog: Catalog
+    profile: HardwareProfile,
+    paths: Sequence[str],
+    rows: Sequence[MeasurementRow],
+    catalog: Catalog,
+    start: np.ndarray | None = None,
 ) -> np.ndarray:
+    """Bounded least squares on the log errors, from ``start`` (default: the profile's values)."""
     lower, upper = np.array([_bounds_for(p) for p in paths]).T
-    x0 = np.clip([get_sourced(profile, p).value for p in paths], lower, upper)
+    initial = [get_sourced(profile, p).value for p in paths] if start is None else start
+    x0 = np.clip(initial, lower, upper)
     scale = np.maximum(np.abs(x0), upper * 1e-3)
 
     def residuals(z: np.ndarray) -> np.ndarray:
         patched = _PatchedCatalog(catalog, _apply(profile, paths, z * scale))
         return _log_errors([predict_row(r, patched) for r in rows])
 
-    solution = least_squares(residuals, x0 / scale, bounds=(lower / scale, upper / scale), method="trf")
+    solution = least_squares(
+        residuals, x0 / scale, bounds=(lower / scale, upper / scale), method="trf", xtol=XTOL, ftol=FTOL
+    )
     fitted: np.ndarray = solution.x * scale
     return fitted
 
@@ -147,7 +160,7 @@ def calibrate(profile: HardwareProfile, paths: Sequence[str], rows: Sequence[Mea
     loo: list[float] = []
     if len(rows) > len(paths):
         for i, held_out in enumerate(rows):
-            x_i = _fit_once(profile, paths, rows[:i] + rows[i + 1 :], catalog)
+            x_i = _fit_once(profile, paths, rows[:i] + rows[i + 1 :], catalog, start=x)  # warm start
             result = predict_row(held_out, _PatchedCatalog(catalog, _apply(profile, paths, x_i)))
             if result.rel_error is not None:
                 loo.append(abs(result.rel_error))
