@@ -206,6 +206,7 @@ def _run_files(result: RunResult) -> dict[str, str]:
     return {
         "summary.json": json.dumps(result.summary, indent=2) + "\n",
         "requests.csv": result.records.to_csv(),
+        "levels.csv": result.records.levels_csv(),
         "scenario.resolved.yaml": _scenario_yaml(result.scenario),
     }
 
@@ -250,14 +251,29 @@ def _money(cost: dict[str, Any], key: str) -> str:
     return f"{cost[key]:.3g}"
 
 
+def _progress_bar(label: str) -> Callable[[float], None]:
+    """A one-line bar with an ETA on stderr (used only when stderr is a terminal)."""
+    started = time.monotonic()
+
+    def show(fraction: float) -> None:
+        elapsed = time.monotonic() - started
+        eta = f"ETA {elapsed / fraction * (1 - fraction):.0f} s" if 0 < fraction < 1 else f"{elapsed:.0f} s"
+        bar = "#" * round(30 * fraction)
+        print(f"\rinfersim {label}: [{bar:<30}] {fraction:4.0%} {eta}   ", end="\n" if fraction >= 1 else "",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    return show
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     catalog = _catalog(args)
     data = load_scenario_data(args.scenario)
     combos = _sweep_values(args.set or [])
     results = []
-    for combo in combos:
+    for index, combo in enumerate(combos):
         scenario = scenario_from(data, combo, str(args.scenario))
-        results.append((combo, simulate(scenario, catalog)))
+        progress = _progress_bar(f"run {index + 1}/{len(combos)}") if sys.stderr.isatty() and not args.json else None
+        results.append((combo, simulate(scenario, catalog, progress)))
     out = args.out or Path("runs") / results[0][1].scenario.name
     if len(results) == 1:
         files = _run_files(results[0][1])
@@ -351,15 +367,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     runs = expand(spec, args.sweep)
     out = args.out or Path("runs") / f"sweep-{spec.name}"
     dirs = (str(args.hardware_dir) if args.hardware_dir else None, str(args.model_dir) if args.model_dir else None)
-    show = sys.stderr.isatty() and not args.json
-    started = time.monotonic()
-
-    def progress(done: int, total: int) -> None:
-        elapsed = time.monotonic() - started
-        eta = f", ETA {elapsed / done * (total - done):.0f} s" if 0 < done < total else ""
-        print(f"\rinfersim sweep: {done}/{total} runs{eta}   ", end="" if done < total else "\n", file=sys.stderr)
-
-    rows = run_sweep(spec, runs, out, args.executor, args.jobs, args.address, dirs, progress if show else None)
+    bar = _progress_bar(f"sweep of {len(runs)} runs") if sys.stderr.isatty() and not args.json else None
+    progress = (lambda done, total: bar(done / total)) if bar else None
+    rows = run_sweep(spec, runs, out, args.executor, args.jobs, args.address, dirs, progress)
     factors = list(dict.fromkeys(k for p in runs for k in p.factors))
     summary = summarize_rows(rows, factors, spec.metrics)
     table = write_table(rows, out / "runs")

@@ -17,7 +17,6 @@ from simulator.analytic.estimate import estimate
 from simulator.analytic.placement import Deployment
 from simulator.analytic.precision import BYTES_PER_ELEMENT, matmul_precision
 from simulator.results.metrics import TASK_PARTS
-from simulator.results.records import RunRecords
 
 
 def _axes(ax: Axes | None) -> Axes:
@@ -107,14 +106,18 @@ def task_breakdown(mean_seconds: Mapping[str, Mapping[str, float]], ax: Axes | N
     return ax
 
 
+LATENCY_PARTS = ("fabric", "fixed_latency", "pipeline_hops", "communication")
+
+
 def roofline(deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] = (1, 8, 64),
              ax: Axes | None = None) -> Axes:  # fmt: skip
     """Per-chip roofline of each deployment with its decode operating points at ``batch_sizes``.
 
     Arithmetic intensity of a decode pass is ``2 P B / (P * bytes per weight)`` FLOP/byte; the
     attainable rate is ``min(peak, intensity * bandwidth)``. A point is the *achieved* FLOP/s
-    per chip of the closed-form estimate, so an SRAM machine sits far below its roof: its
-    pass time is set by latency (fabric, per-layer, hops), the floor drawn dotted.
+    per chip of the closed-form estimate. The dotted line is the latency floor's ceiling,
+    ``2 P B / (t_latency * chips)`` with ``t_latency`` the pass's fabric, fixed, hop and
+    collective time: an SRAM machine's points sit on it, far below its bandwidth roof.
     """
     ax = _axes(ax)
     intensities = np.logspace(-1, 4, 200)
@@ -125,33 +128,32 @@ def roofline(deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] =
         bandwidth = d.weights_tier.bandwidth.value
         ax.plot(intensities, np.minimum(peak, intensities * bandwidth), color=color, label=f"{name} roof")
         params = active_params(d.model)
-        points = []
+        points, floor = [], []
         for b in batch_sizes:
-            e = estimate(d, 1000, 256, b)
-            achieved = FLOPS_PER_MAC * params * b / e.decode_step.total_s / d.chips
-            points.append((FLOPS_PER_MAC * b / BYTES_PER_ELEMENT[d.weights], achieved))
+            step = estimate(d, 1000, 256, b).decode_step
+            flops = FLOPS_PER_MAC * params * b / d.chips
+            intensity = FLOPS_PER_MAC * b / BYTES_PER_ELEMENT[d.weights]
+            points.append((intensity, flops / step.total_s))
+            floor.append((intensity, flops / sum(step.components_s.get(k, 0.0) for k in LATENCY_PARTS)))
         ax.plot(*zip(*points, strict=True), "o--", color=color, label=f"{name} decode (B = {list(batch_sizes)})")
+        ax.plot(*zip(*floor, strict=True), ":", color=color, label=f"{name} latency floor")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("FLOP/s per chip")
-    ax.set_title("Roofline and decode operating points")
+    ax.set_title("Roofline, decode operating points and latency floors")
     ax.legend(fontsize=7)
     return ax
 
 
-def timeline(records: RunRecords, replica: int = 0, ax: Axes | None = None) -> Axes:
-    """Batch size, queue length and KV occupancy (% of blocks) of one replica over simulated time."""
+def timeline(levels: Mapping[str, tuple[Sequence[float], Sequence[float]]], ax: Axes | None = None) -> Axes:
+    """Piecewise-constant levels over simulated time, e.g. :meth:`RunRecords.levels` of a replica."""
     ax = _axes(ax)
-    kv_total = max(records.backend_of(replica).kv_blocks_per_replica, 1)
-    for name, level, scale in (("batch size", records.batch[replica], 1.0), ("queue", records.queue[replica], 1.0),
-                               ("KV occupancy %", records.kv_blocks[replica], 100.0 / kv_total)):  # fmt: skip
-        times = np.append(np.frombuffer(level.times), records.end_s)
-        values = np.append(np.frombuffer(level.values), level.values[-1]) * scale
+    for name, (times, values) in levels.items():
         ax.step(times, values, where="post", label=name)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("sequences / requests / % of KV blocks")
-    ax.set_title(f"Replica {replica} over time")
+    ax.set_title("Batch, queue and KV over time")
     ax.legend()
     return ax
 

@@ -20,6 +20,12 @@ import yaml
 from matplotlib.axes import Axes
 
 from simulator import __version__, plots
+from simulator.analytic.placement import plan
+from simulator.config.deployment import DeploymentSpec
+from simulator.config.loading import Catalog, ConfigError
+
+#: Deployments the demo report draws on its roofline (one per architecture family).
+ROOFLINE_HARDWARE = ("cerebras-cs3", "groq-lpu", "sambanova-sn40l", "nvidia-h100-sxm")
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,15 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
         ]
         sections.append(Section(f"{label}: agent tasks", (["metric", "value"], task_rows),
                                 plots.task_breakdown({label: t["mean_seconds"]})))  # fmt: skip
+    levels = folder / "levels.csv"
+    if levels.exists():
+        series: dict[str, tuple[list[float], list[float]]] = {}
+        for line in levels.read_text().splitlines()[1:]:
+            name, t, v = line.rsplit(",", 2)
+            series.setdefault(name, ([], []))
+            series[name][0].append(float(t))
+            series[name][1].append(float(v))
+        sections.append(Section(f"{label}: replica 0 over time", figure=plots.timeline(series)))
     requests = folder / "requests.csv"
     if requests.exists():
         data = np.genfromtxt(requests, delimiter=",", names=True)
@@ -133,6 +148,7 @@ def _compare_sections(folder: Path) -> list[Section]:
 
 
 def _demo_sections(folder: Path) -> list[Section]:
+    """The speed-gap table and chart per model, and the roofline of the first model's deployments."""
     rows = json.loads((folder / "speed_gap.json").read_text())
     sections = [Section("The speed gap (table)", text=(folder / "speed_gap.txt").read_text())]
     models = list(dict.fromkeys(r["model"] for r in rows))
@@ -141,6 +157,14 @@ def _demo_sections(folder: Path) -> list[Section]:
                 for r in rows if r["model"] == model and "single_stream" in r}  # fmt: skip
         users = next(r["loaded"]["concurrency"] for r in rows if r["model"] == model and "loaded" in r)
         sections.append(Section(f"The speed gap: {model}", figure=plots.speed_gap(fits, model, users)))
+    first = [r["single_stream"]["deployment"] for r in rows if r["model"] == models[0] and "single_stream" in r]
+    catalog = Catalog()
+    chosen = {d["hardware"]: plan(catalog.hardware(d["hardware"]), catalog.model(d["model"]), DeploymentSpec(
+        hardware=d["hardware"], model=d["model"], chips=d["chips"], weights=d["weights"]))
+        for d in first if d["hardware"] in ROOFLINE_HARDWARE}  # fmt: skip
+    sections.append(
+        Section(f"Roofline: {models[0]} at batch 1, 16 and 128", figure=plots.roofline(chosen, (1, 16, 128)))
+    )
     return sections
 
 
@@ -215,8 +239,6 @@ def write_report(folder: Path) -> Path:
     """Write ``folder/report.html`` and ``folder/figures/*.png``; returns the page's path."""
     sections = collect(folder)
     if not sections:
-        from simulator.config.loading import ConfigError
-
         raise ConfigError(f"{folder}: no infersim results here (summary.json, compare.json, plan.json, ...)")
     page = render(f"infersim report: {folder.name}", sections, folder, folder / "figures")
     path = folder / "report.html"

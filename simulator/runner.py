@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,9 @@ def _resolved(load: TraceLoad, base: Path, source: str, where: str) -> TraceLoad
     return load.model_copy(update={"path": trace})
 
 
-def simulate(scenario: Scenario, catalog: Catalog) -> RunResult:
+def simulate(scenario: Scenario, catalog: Catalog, progress: Callable[[float], None] | None = None) -> RunResult:
+    """Build, run (``progress`` gets the fraction done), freeze and summarise one scenario."""
     simulation = build(scenario, catalog)
-    end_s = simulation.run()
+    end_s = simulation.run(progress)
     records = freeze(simulation, end_s)
     return RunResult(scenario, records, summarize(records, scenario.slo, scenario.workload_classes, scenario.cost))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,7 @@ from simulator.config.scenario import (
     WorkloadClass,
 )
 from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
+from simulator.engine import ProcessGenerator
 from simulator.engine.fleet import Backend, ClassRouting, Router
 from simulator.engine.load import closed_loop_user, open_loop
 from simulator.engine.recorder import Recorder
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from simulator.engine.agents import AgentRuntime
 
 LENGTH_CHUNK = 1024
+PROGRESS_TICKS = 100
 
 
 @dataclass
@@ -217,14 +219,31 @@ class Simulation:
     capacity_requests_per_s: float
     offered_requests_per_s: float | None
 
-    def run(self) -> float:
-        """Run to the end the scenario asks for; returns the simulated end time (s)."""
+    def run(self, progress: Callable[[float], None] | None = None) -> float:
+        """Run to the end the scenario asks for; returns the simulated end time (s).
+
+        ``progress`` is called with the fraction done (of the duration or of the requests)
+        at ``PROGRESS_TICKS`` points, from a process that only wakes to report.
+        """
         run = self.scenario.run
         until = run.horizon
         if not run.drain:
             until = min(x for x in (run.horizon, run.duration) if x is not None)
+        if progress is not None:
+            self.env.process(self._report(progress))
         self.env.run(until=until)
         return float(self.env.now)
+
+    def _report(self, progress: Callable[[float], None]) -> ProcessGenerator:
+        run, factory = self.scenario.run, self.factory
+        if run.duration is None:  # by requests: poll the count every simulated second
+            while not factory.exhausted:
+                yield self.env.timeout(1.0)
+                progress(min(1.0, factory.count / (run.max_requests or 1)))
+            return
+        for tick in range(1, PROGRESS_TICKS + 1):
+            yield self.env.timeout(run.duration / PROGRESS_TICKS)
+            progress(tick / PROGRESS_TICKS)
 
 
 def swap_bandwidth(deployment: Deployment) -> float:

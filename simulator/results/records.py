@@ -69,6 +69,24 @@ class RunRecords:
     def itl_bin_edges_s(self) -> FloatArray:
         return ITL_BIN_EDGES_S
 
+    def levels(self, replica: int = 0) -> dict[str, tuple[FloatArray, FloatArray]]:
+        """Batch size, queue length and KV occupancy (% of blocks) of a replica: (times s, values)."""
+        kv_scale = 100.0 / max(self.backend_of(replica).kv_blocks_per_replica, 1)
+        out = {}
+        for name, level, scale in (("batch size", self.batch[replica], 1.0), ("queue", self.queue[replica], 1.0),
+                                   ("KV occupancy %", self.kv_blocks[replica], kv_scale)):  # fmt: skip
+            times = np.append(np.frombuffer(level.times, dtype=np.float64), self.end_s)
+            values = np.frombuffer(level.values, dtype=np.float64)
+            out[name] = (times, np.append(values, values[-1]) * scale)
+        return out
+
+    def levels_csv(self, replica: int = 0) -> str:
+        """:meth:`levels` in long form: ``level,t_s,value``."""
+        rows = ["level,t_s,value"]
+        for name, (times, values) in self.levels(replica).items():
+            rows += [f"{name},{t:.9g},{v:.9g}" for t, v in zip(times, values, strict=True)]
+        return "\n".join(rows) + "\n"
+
     def to_csv(self) -> str:
         rows = [",".join(REQUEST_FIELDS)]
         columns = [self.requests[f] for f in REQUEST_FIELDS]

@@ -60,7 +60,7 @@ def test_demo_writes_a_complete_results_folder(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == [
         "figures", "report.html", "scenario.resolved.yaml", "speed_gap.json", "speed_gap.txt"]  # fmt: skip
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
-    assert (out / "report.html").read_text().count("<img") == 3  # the speed gap of each demo model
+    assert (out / "report.html").read_text().count("<img") == 4  # each demo model's speed gap, a roofline
 
 
 def _profiles_copy(tmp_path: Path) -> Path:

@@ -117,3 +117,18 @@ def test_a_resolved_scenario_reruns_to_the_same_summary(tmp_path: Path) -> None:
     assert run_cli("run", str(_write(tmp_path, FLEET)), "-o", str(first)).returncode == 0
     assert run_cli("run", str(first / "scenario.resolved.yaml"), "-o", str(second)).returncode == 0
     assert (first / "summary.json").read_text() == (second / "summary.json").read_text()
+
+
+def test_progress_reaches_one_in_order_and_is_silent_when_piped(tmp_path: Path) -> None:
+    from simulator.config.scenario import Scenario
+    from simulator.runner import simulate
+    from tests.engine.conftest import CATALOG
+
+    seen: list[float] = []
+    scenario = Scenario.model_validate(yaml.safe_load(FLEET))
+    quiet = simulate(scenario, CATALOG)
+    loud = simulate(scenario, CATALOG, seen.append)
+    assert seen == sorted(seen) and seen[-1] == 1.0 and len(seen) == 100
+    assert json.dumps(quiet.summary) == json.dumps(loud.summary)  # reporting never changes the run
+    result = run_cli("run", str(_write(tmp_path, FLEET)), "-o", str(tmp_path / "out"))
+    assert result.returncode == 0 and "infersim run" not in result.stderr

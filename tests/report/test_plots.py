@@ -57,15 +57,17 @@ def test_roofline_has_a_roof_and_operating_points_per_deployment() -> None:
     }
     ax = plots.roofline(deployments, (1, 16))
     _labelled(ax, "FLOP/byte", "FLOP/s")
-    assert len(ax.lines) == 4
-    for roof, points in zip(ax.lines[::2], ax.lines[1::2], strict=True):  # achieved never exceeds the roof
+    assert len(ax.lines) == 6  # per deployment: roof, operating points, latency floor
+    for roof, points, floor in zip(ax.lines[::3], ax.lines[1::3], ax.lines[2::3], strict=True):
         xs, ys = points.get_xdata(), points.get_ydata()
-        roof_x, roof_y = roof.get_xdata(), roof.get_ydata()
-        assert all(y <= np.interp(x, roof_x, roof_y) * (1 + 1e-9) for x, y in zip(xs, ys, strict=True))
+        assert all(
+            y <= np.interp(x, roof.get_xdata(), roof.get_ydata()) * (1 + 1e-9) for x, y in zip(xs, ys, strict=True)
+        )
+        assert all(ys <= floor.get_ydata() * (1 + 1e-12))  # the time includes the latency part
 
 
 def test_timeline_draws_batch_queue_and_kv(agent_run) -> None:  # type: ignore[no-untyped-def]
-    ax = plots.timeline(agent_run.records)
+    ax = plots.timeline(agent_run.records.levels(0))
     _labelled(ax, "(s)", "% of KV")
     assert [line.get_label() for line in ax.lines] == ["batch size", "queue", "KV occupancy %"]
 
