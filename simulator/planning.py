@@ -2,8 +2,8 @@
 
 A *candidate* is a replica count per backend of the scenario's fleet. Its cost is the fleet's
 ``$/h`` (rented or owned replicas, ``n_b * chips_b * $/chip-h``) plus the measured API spend
-of per-token backends, which are kept at their given replica counts and not searched.
-A candidate *meets* the SLOs when every class's targets (``slo.targets``) hold in each of
+of per-token backends, which keep their given replica counts in every candidate (they are
+not searched). A candidate *meets* the SLOs when every class's targets (``slo.targets``) hold in each of
 ``plan.replications`` runs with seeds ``run.seed + r``: the conservative reading of a few
 replications. ``worst`` is the largest normalised miss over targets and replications,
 ``achieved / bound`` for an upper bound and ``bound / achieved`` for a lower one (> 1 misses).
@@ -12,9 +12,9 @@ Search, assuming more replicas never make an SLO worse (monotone feasibility):
 
 1. **Single-architecture fleets**: for each searched backend alone (every class on it, the
    scenario's routing rules dropped), bisect the fewest replicas in ``[1, max]`` that meet.
-2. **Mixed fleets**: every vector of counts (two or more searched backends in use, the
-   scenario's router and rules), in increasing fixed cost, below the best fleet found so far;
-   a vector no larger than a failed one is skipped without simulating (it fails too).
+2. **Mixed fleets** (two or more searched backends in use, the scenario's router and rules):
+   for each count vector of all searched backends but the last, cheapest first, bisect the
+   last backend's fewest replicas among those that keep the fleet cheaper than the best so far.
 
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
 beaten on both cost and ``worst``; each rejected candidate lists the targets it misses.
@@ -22,9 +22,10 @@ beaten on both cost and ``worst``; each rejected candidate lists the targets it 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,7 +114,7 @@ class PlanResult:
             "explanation": self.explanation,
             "frontier": [e.to_dict() for e in self.frontier],
             "rejected": [e.to_dict() for e in self.evaluations if not e.meets],
-            "simulations": sum(1 for _ in self.evaluations),
+            "candidates": len(self.evaluations),
         }
 
 
@@ -132,10 +133,12 @@ def target_ratios(summary: dict[str, Any], classes: list[WorkloadClass]) -> list
         part = summary["classes"][klass.name] if len(classes) > 1 else summary
         for target in klass.slo.targets:
             value = target_value(part, target)
-            if not math.isfinite(value) or value <= 0:
-                ratio = math.inf
+            if not math.isfinite(value) or (value <= 0 and not target.upper):
+                ratio = math.inf  # nothing measured, or no speed at all
+            elif target.upper:
+                ratio = value / target.bound if target.bound > 0 else (math.inf if value > 0 else 0.0)
             else:
-                ratio = value / target.bound if target.upper else target.bound / value
+                ratio = target.bound / value
             found.append(Miss(klass.name, target.describe(), value, target.bound, ratio, target.upper))
     return found
 
@@ -205,59 +208,72 @@ class Planner:
         self._memo[key] = evaluation
         return evaluation
 
-    def _single(self, index: int) -> Evaluation | None:
-        """The fewest replicas of backend ``index`` alone that meet (bisection), or None."""
-        low, high = 1, self.limits[index][1]
-        if high < 1:
-            return None
+    def _vector(self, counts: dict[int, int]) -> Counts:
+        """Replica counts: metered backends at their given counts, searched ones as given (else 0)."""
+        return tuple(
+            b.replicas if metered else counts.get(i, 0)
+            for i, (b, metered) in enumerate(zip(self.fleet, self.metered, strict=True))
+        )
 
-        def alone(n: int) -> Counts:
-            return tuple(n if i == index else 0 for i in range(len(self.fleet)))
+    def _with_last(self, counts: dict[int, int], last: int, n: int) -> Counts:
+        return self._vector(counts | {last: n})
 
-        if not self.evaluate(alone(high), "single").meets:
+    def _fewest(self, make: Callable[[int], Counts], low: int, high: int, kind: str) -> Evaluation | None:
+        """Bisect the fewest ``n`` in ``[low, high]`` whose ``make(n)`` meets (monotone in ``n``)."""
+        if high < low or not self.evaluate(make(high), kind).meets:
             return None
         while low < high:
             mid = (low + high) // 2
-            if self.evaluate(alone(mid), "single").meets:
+            if self.evaluate(make(mid), kind).meets:
                 high = mid
             else:
                 low = mid + 1
-        return self.evaluate(alone(high), "single")
+        return self.evaluate(make(high), kind)
 
-    def _mixed(self, bound_usd_per_hour: float) -> Iterator[Counts]:
-        """Mixed candidates cheaper than ``bound``, cheapest first."""
-        ranges = [range(lo, hi + 1) for lo, hi in self.limits]
+    def _single(self, index: int) -> Evaluation | None:
+        """The fewest replicas of backend ``index`` alone that meet, or None."""
+        return self._fewest(lambda n: self._vector({index: n}), 1, self.limits[index][1], "single")
+
+    def _mixed(self, best: Evaluation | None, cap: float) -> Evaluation | None:
+        """For each count vector of all searched backends but the last (cheapest first), bisect
+        the last backend's fewest replicas under the best cost so far."""
         searched = [i for i, metered in enumerate(self.metered) if not metered]
-        vectors = [
-            v for v in itertools.product(*ranges)
-            if sum(1 for i in searched if v[i]) >= 2 and self.fixed_cost(v) < bound_usd_per_hour
-        ]  # fmt: skip
-        yield from sorted(vectors, key=lambda v: (self.fixed_cost(v), v))
+        if len(searched) < 2:
+            return best
+        *others, last = searched
+        prefixes = sorted(itertools.product(*(range(self.limits[i][1] + 1) for i in others)),
+                          key=lambda p: self.fixed_cost(self._vector(dict(zip(others, p, strict=True)))))  # fmt: skip
+        for prefix in prefixes:
+            counts = dict(zip(others, prefix, strict=True))
+            used = sum(1 for n in prefix if n)
+            if used == 0:
+                continue  # the last backend alone: a single-architecture fleet
+            bound = min(best.usd_per_hour if best else math.inf, cap)
+            low, high = (1 if used == 1 else 0), self.limits[last][1]
+            while high >= low and self.fixed_cost(self._vector(counts | {last: high})) >= bound:
+                high -= 1
+            found = self._fewest(functools.partial(self._with_last, counts, last), low, high, "mixed")
+            if found is not None and (best is None or found.usd_per_hour < best.usd_per_hour):
+                best = found
+        return best
 
     def search(self) -> PlanResult:
         searched = [i for i, metered in enumerate(self.metered) if not metered]
         singles = [e for i in searched if (e := self._single(i)) is not None]
         best_single = min(singles, key=lambda e: e.usd_per_hour, default=None)
-        best = best_single
-        failed: list[Counts] = [e.counts for e in self._memo.values() if not e.meets and e.kind == "mixed"]
         cap = self.scenario.plan.max_usd_per_hour or math.inf
-        for counts in self._mixed(min(best.usd_per_hour if best else math.inf, cap)):
-            if best is not None and self.fixed_cost(counts) >= best.usd_per_hour:
-                break
-            if any(all(a <= b for a, b in zip(counts, f, strict=True)) for f in failed):
-                continue  # dominated by a fleet that already failed
-            evaluation = self.evaluate(counts, "mixed")
-            if evaluation.meets:
-                best = evaluation if best is None or evaluation.usd_per_hour < best.usd_per_hour else best
-            else:
-                failed.append(counts)
-        if best is not None and best.usd_per_hour > cap:
-            best = None
-        result = PlanResult(best, best_single, list(self._memo.values()))
-        result.explanation = self._explain(result, cap)
+        best = self._mixed(best_single, cap)
+        result = PlanResult(best if best is None or best.usd_per_hour <= cap else None, best_single,
+                            list(self._memo.values()))  # fmt: skip
+        result.explanation = self._explain(result, cap, best)
         return result
 
-    def _explain(self, result: PlanResult, cap: float) -> str:
+    def _explain(self, result: PlanResult, cap: float, cheapest: Evaluation | None) -> str:
+        if result.answer is None and cheapest is not None:
+            return (
+                f"the cheapest fleet meeting every target, {cheapest.fleet} at ${cheapest.usd_per_hour:,.2f}/h, "
+                f"is over the budget cap plan.max_usd_per_hour = ${cap:,.2f}/h"
+            )
         if result.answer is None:
             closest = min(result.evaluations, key=lambda e: e.worst, default=None)
             why = "; ".join(m.describe() for m in closest.misses) if closest else "no candidate was evaluated"

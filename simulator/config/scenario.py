@@ -193,6 +193,8 @@ class RunSpec(Spec):
     def _bounded(self) -> RunSpec:
         if self.duration is None and self.max_requests is None:
             raise ValueError("give run.duration or run.max_requests (or both)")
+        if not self.drain and self.duration is None and self.horizon is None:
+            raise ValueError("drain: false stops at run.duration (or run.horizon): give one of them")
         return self
 
 

@@ -1,9 +1,9 @@
 """Elaboration: build the replicas and the load from a validated scenario, connect, run.
 
 Randomness: ``SeedSequence(run.seed)`` is spawned into independent streams for the arrival
-process, the request lengths of open-loop arrivals, each replica's speculative draws, and
-each closed-loop user (think times and lengths), so adding a user does not perturb the
-others (common random numbers for what-if comparisons).
+process, the request lengths of open-loop arrivals, each replica's speculative draws, the
+router, and each closed-loop user (think times and lengths), so adding a user or a replica
+does not perturb the others (common random numbers for what-if comparisons).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from simulator.config.scenario import (
     WorkloadClass,
 )
 from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
-from simulator.engine import ProcessGenerator
 from simulator.engine.fleet import Backend, ClassRouting, Router
 from simulator.engine.load import closed_loop_user, open_loop
 from simulator.engine.recorder import Recorder
@@ -101,8 +100,11 @@ class RequestFactory:
     ) -> None:
         self.env, self.router, self.replica_backend, self.recorder = env, router, replica_backend, recorder
         self.max_requests = scenario.run.max_requests or math.inf
+        self.duration_s = scenario.run.duration or math.inf
         self.count = 0
         self.dropped = 0
+        self.progress: Callable[[float], None] | None = None
+        self._next_tick = 1
 
     @property
     def exhausted(self) -> bool:
@@ -122,6 +124,8 @@ class RequestFactory:
         request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes)
         request.task, request.klass, request.priority = task, klass, priority
         self.count += 1
+        if self.progress is not None:
+            self._tick(self.progress)
         fits = self.router.fits_somewhere(request)
         replica = self.router.route(request, self.env.now) if fits else None
         if replica is None:
@@ -135,10 +139,17 @@ class RequestFactory:
         request.done = self.env.event()
         self.recorder.arrival(self.env.now)
         if request.one_way_s > 0:
+            replica.reserve(request)  # load-aware routers see it while it crosses the network
             self.env.timeout(request.one_way_s).callbacks.append(lambda _: replica.submit(request))
         else:
             replica.submit(request)
         return request
+
+    def _tick(self, progress: Callable[[float], None]) -> None:
+        done = max(self.env.now / self.duration_s, self.count / self.max_requests)
+        while self._next_tick < PROGRESS_TICKS and done >= self._next_tick / PROGRESS_TICKS:
+            progress(self._next_tick / PROGRESS_TICKS)
+            self._next_tick += 1
 
     def complete(self, request: Request) -> None:
         if request.one_way_s > 0:
@@ -222,28 +233,19 @@ class Simulation:
     def run(self, progress: Callable[[float], None] | None = None) -> float:
         """Run to the end the scenario asks for; returns the simulated end time (s).
 
-        ``progress`` is called with the fraction done (of the duration or of the requests)
-        at ``PROGRESS_TICKS`` points, from a process that only wakes to report.
+        ``progress`` is called with the fraction of the arrivals made (of ``run.duration`` or
+        ``run.max_requests``), in steps of 1 / ``PROGRESS_TICKS``, and with 1.0 at the end; it
+        schedules no events, so a run reports the same results with or without it.
         """
         run = self.scenario.run
         until = run.horizon
         if not run.drain:
             until = min(x for x in (run.horizon, run.duration) if x is not None)
-        if progress is not None:
-            self.env.process(self._report(progress))
+        self.factory.progress = progress
         self.env.run(until=until)
+        if progress is not None:
+            progress(1.0)
         return float(self.env.now)
-
-    def _report(self, progress: Callable[[float], None]) -> ProcessGenerator:
-        run, factory = self.scenario.run, self.factory
-        if run.duration is None:  # by requests: poll the count every simulated second
-            while not factory.exhausted:
-                yield self.env.timeout(1.0)
-                progress(min(1.0, factory.count / (run.max_requests or 1)))
-            return
-        for tick in range(1, PROGRESS_TICKS + 1):
-            yield self.env.timeout(run.duration / PROGRESS_TICKS)
-            progress(tick / PROGRESS_TICKS)
 
 
 def swap_bandwidth(deployment: Deployment) -> float:
@@ -314,13 +316,13 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     total_replicas = sum(b.replicas for b in fleet)
     recorder = Recorder(total_replicas)
     root = np.random.SeedSequence(scenario.run.seed)
-    replicas_ss, *class_seeds = root.spawn(1 + len(classes))
-    replica_seeds = replicas_ss.spawn(total_replicas + 1)  # the last one drives the router
+    replicas_ss, router_ss, *class_seeds = root.spawn(2 + len(classes))
+    replica_seeds = replicas_ss.spawn(total_replicas)
     backends: list[Backend] = []
     replicas: list[Replica] = []
     replica_backend: list[Backend] = []
     routing = [_class_routing(c, t) for c, t in zip(classes, tasks, strict=True)]
-    router = Router(scenario.router, routing, np.random.default_rng(replica_seeds[-1]))
+    router = Router(scenario.router, routing, np.random.default_rng(router_ss))
     factory = RequestFactory(env, scenario, router, replica_backend, recorder)
     for index, spec in enumerate(fleet):
         backend, sched = _backend(index, spec, scenario, catalog)
@@ -344,20 +346,20 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
         _check_fits(klass, task, router.allowed[klass_index])
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
     counter = TaskCounter(itertools.count(), itertools.count())
-    capacity, offered = 0.0, 0.0
+    offered, load_factor = 0.0, 0.0
     for index, (klass, task, class_ss) in enumerate(zip(classes, tasks, class_seeds, strict=True)):
         max_tokens = max(b.max_tokens for b in router.allowed[index])
         _start_class(env, klass, index, task, factory, recorder, counter, max_tokens, stop_s, class_ss)
-        if klass.requests is not None:
-            capacity += sum(
-                len(b.replicas) * _capacity_requests_per_s(b.deployment, klass.requests, b.batch_cap)
-                for b in router.allowed[index]
-            )
-        offered += _peak_rate(klass.load.arrivals) if isinstance(klass.load, OpenLoop) else math.nan
+        if isinstance(klass.load, OpenLoop) and klass.requests is not None:
+            rate = _peak_rate(klass.load.arrivals)
+            alone = sum(len(b.replicas) * _capacity_requests_per_s(b.deployment, klass.requests, b.batch_cap)
+                        for b in router.allowed[index])  # fmt: skip
+            offered, load_factor = offered + rate, load_factor + rate / alone
     all_open = all(isinstance(c.load, OpenLoop) for c in classes)
+    # the mix's capacity: sum(rates) / sum(rate_k / capacity_k), as if every class shared the fleet
+    capacity = offered / load_factor if all_open and load_factor > 0 else math.nan
     return Simulation(
-        scenario, backends, env, recorder, replicas, factory,
-        capacity if all_open else math.nan, offered if all_open else None,
+        scenario, backends, env, recorder, replicas, factory, capacity, offered if all_open else None,
     )  # fmt: skip
 
 

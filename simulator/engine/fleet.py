@@ -19,9 +19,9 @@ API price for metered ones); the first predicted to meet the class's TTFT and TP
 wins, so load spills to the next cheapest when the cheapest saturates; when none is
 predicted to meet them the fastest predicted TTFT wins.
 
-Budget: spend on metered backends is charged when a request completes against a bucket
-refilled at ``budget_usd_per_hour`` and holding at most ``budget_window`` of it; a metered
-backend is a candidate while the bucket holds the request's predicted price.
+Budget: a bucket refilled at ``budget_usd_per_hour`` holds at most ``budget_window`` of it; a
+metered backend is a candidate while the bucket holds the request's predicted price, which
+is reserved when the request is routed and settled at its actual price on completion.
 """
 
 from __future__ import annotations
@@ -111,13 +111,15 @@ class Router:
         self.spec, self.classes, self.rng = spec, classes, rng
         self.allowed: list[list[Backend]] = [[] for _ in classes]  # per class, backends with replicas
         self._affinity: dict[Hashable, Replica] = {}
-        self._next = 0
+        self._backend_of: dict[int, Backend] = {}
+        self._next: dict[tuple[int, ...], int] = {}
         self.bucket_usd = self._bucket_cap
         self._bucket_t = 0.0
 
     def bind(self, backends: list[Backend]) -> None:
         """Connect the built backends: each class may use its rule's backends (else all) that have replicas."""
         by_name = {b.name: b for b in backends}
+        self._backend_of = {r.index: b for b in backends for r in b.replicas}
         rules = self.spec.rules
         self.allowed = [
             [b for b in ([by_name[n] for n in rules[c.name]] if c.name in rules else backends) if b.replicas]
@@ -134,30 +136,46 @@ class Router:
         return any(tokens <= b.max_tokens for b in self.allowed[request.klass])
 
     def route(self, request: Request, now: float) -> Replica | None:
-        """The replica to serve ``request``; None when only over-budget backends could."""
-        sticky = self.spec.affinity and request.session is not None
-        if sticky and request.session in self._affinity:
-            return self._affinity[request.session]
+        """The replica to serve ``request``; None when only over-budget backends could.
+
+        A session's pinned replica is kept while its backend can still hold the request and
+        is within budget; otherwise the session is routed afresh and re-pinned. A metered
+        backend's predicted price is reserved from the budget now and settled on completion.
+        """
         klass = self.classes[request.klass]
         tokens = request.input_tokens + request.output_tokens
         output = round(klass.mean_output_tokens or request.output_tokens)
-        candidates = [b for b in self.allowed[request.klass] if tokens <= b.max_tokens]
         self._refill(now)
-        candidates = [b for b in candidates if b.price_usd(request.input_tokens, output) <= self.bucket_usd]
-        if not candidates:
-            return None
-        if self.spec.backend_choice == "slo-aware":
-            candidates = [self._slo_aware(candidates, klass, request.input_tokens, output)]
-        replica = self._choose([r for b in candidates for r in b.replicas])
-        if sticky:
-            self._affinity[request.session] = replica
+
+        def usable(b: Backend) -> bool:
+            return tokens <= b.max_tokens and (
+                not b.metered or b.price_usd(request.input_tokens, output) <= self.bucket_usd
+            )
+
+        sticky = self.spec.affinity and request.session is not None
+        pinned = self._affinity.get(request.session) if sticky else None
+        if pinned is not None and usable(self._backend_of[pinned.index]):
+            replica = pinned
+        else:
+            candidates = [b for b in self.allowed[request.klass] if usable(b)]
+            if not candidates:
+                return None
+            if self.spec.backend_choice == "slo-aware":
+                candidates = [self._slo_aware(candidates, klass, request.input_tokens, output)]
+            replica = self._choose([r for b in candidates for r in b.replicas])
+            if sticky:
+                self._affinity[request.session] = replica
+        backend = self._backend_of[replica.index]
+        if backend.metered and self.spec.budget_usd_per_hour is not None:
+            request.reserved_usd = backend.price_usd(request.input_tokens, output)
+            self.bucket_usd -= request.reserved_usd
         return replica
 
     def charge(self, backend: Backend, request: Request, now: float) -> None:
-        """A completed request's API price leaves the budget bucket."""
+        """A completed request settles its reservation at its actual API price."""
         if backend.metered and self.spec.budget_usd_per_hour is not None:
             self._refill(now)
-            self.bucket_usd -= backend.price_usd(request.input_tokens, request.output_tokens)
+            self.bucket_usd += request.reserved_usd - backend.price_usd(request.input_tokens, request.output_tokens)
 
     def _refill(self, now: float) -> None:
         if self.spec.budget_usd_per_hour is not None:
@@ -182,9 +200,11 @@ class Router:
         policy, rng = self.spec.policy, self.rng
         if len(replicas) == 1:
             return replicas[0]
-        if policy == "round-robin":
-            self._next = (self._next + 1) % len(replicas)
-            return replicas[self._next - 1]
+        if policy == "round-robin":  # a cursor per candidate set, so each set is cycled evenly
+            key = tuple(r.index for r in replicas)
+            turn = self._next.get(key, 0)
+            self._next[key] = turn + 1
+            return replicas[turn % len(replicas)]
         if policy == "random":
             return replicas[int(rng.integers(len(replicas)))]
         if policy == "power-of-two":

@@ -57,9 +57,20 @@ class Replica:
         self.speculative = cost.deployment.speculative
         self.window = cost.deployment.model.attention.sliding_window
         self._wake: simpy.Event | None = None
+        self.in_transit, self.in_transit_tokens, self.in_transit_blocks = 0, 0.0, 0.0
 
     # -- entry from the router -----------------------------------------------------------------
+    def reserve(self, request: Request) -> None:
+        """A request routed here that is still crossing the network (counted by the load views)."""
+        self.in_transit += 1
+        self.in_transit_tokens += request.input_tokens + request.output_tokens
+        self.in_transit_blocks += float(self.policy.kv.blocks_for(request.input_tokens))
+
     def submit(self, request: Request) -> None:
+        if request.one_way_s > 0:  # it was reserved when routed
+            self.in_transit -= 1
+            self.in_transit_tokens -= request.input_tokens + request.output_tokens
+            self.in_transit_blocks -= float(self.policy.kv.blocks_for(request.input_tokens))
         request.replica = self.index
         self.policy.waiting.append(request)
         self.recorder.queue[self.index].record(self.env.now, len(self.policy.waiting))
@@ -68,22 +79,23 @@ class Replica:
 
     @property
     def outstanding(self) -> int:
-        """Requests queued or running here (for routing)."""
-        return len(self.policy.waiting) + self.slots.count
+        """Requests on their way, queued or running here (for routing)."""
+        return self.in_transit + len(self.policy.waiting) + self.slots.count
 
     @property
     def outstanding_tokens(self) -> float:
         """Prompt and output tokens still to process here: queued requests plus running slots."""
         s = self.slots
         running = float((s.prompt_left[s.active] + s.out_left[s.active]).sum())
-        return running + sum(r.input_tokens + r.output_tokens - r.generated for r in self.policy.waiting)
+        queued = sum(r.input_tokens + r.output_tokens - r.generated for r in self.policy.waiting)
+        return running + queued + self.in_transit_tokens
 
     @property
     def kv_headroom(self) -> float:
         """Free KV blocks after the queue's prompts are admitted (negative: oversubscribed)."""
         kv = self.policy.kv
         demand = sum(float(kv.blocks_for(r.input_tokens + r.generated)) for r in self.policy.waiting)
-        return kv.available - demand
+        return kv.available - demand - self.in_transit_blocks
 
     def _sleep(self) -> simpy.Event:
         self._wake = self.env.event()

@@ -61,6 +61,7 @@ class Request:
         "priority",
         "published_upto",
         "replica",
+        "reserved_usd",
         "session",
         "shared",
         "swapped",
@@ -101,6 +102,7 @@ class Request:
         self.priority = 0  # higher is admitted first
         self.published_upto = 0  # leading blocks of this request that are shared prefix KV
         self.one_way_s = 0.0  # half the network round trip to its backend
+        self.reserved_usd = 0.0  # API budget reserved for it when routed
 
     @property
     def cacheable(self) -> bool:

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from simulator.engine.build import build
 from simulator.runner import RunResult
-from tests.engine.conftest import CATALOG, run
+from tests.engine.conftest import CATALOG, run, scenario
 
 H100_8B = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1}
 A100_7B = {"hardware": "nvidia-a100-sxm", "model": "llama-2-7b", "chips": 1}
@@ -170,3 +171,88 @@ def test_a_distant_backend_adds_one_round_trip_per_call_to_each_task() -> None:
     np.testing.assert_allclose(far["network_s"], far["calls"] * rtt, rtol=1e-12)
     np.testing.assert_allclose((far["end_s"] - far["start_s"])[:n] - (near["end_s"] - near["start_s"])[:n],
                                far["calls"][:n] * rtt, rtol=1e-9)  # fmt: skip
+
+
+# -- regressions found in review -----------------------------------------------------------------
+def test_the_budget_holds_under_open_loop_load_because_prices_are_reserved_when_routed() -> None:
+    """Constant lengths make the reserved price exact: spend(T) <= B (T + W) / 3600, however fast they arrive."""
+    budget, window = 2.0, 10.0
+    result = run(backends=[{"name": "api", "deployment": GROQ_8B, "cost_basis": "api", "replicas": 4}],
+                 load=_open(50.0), requests=CONSTANT,
+                 router={"budget_usd_per_hour": budget, "budget_window": f"{window} s"},
+                 run={"seed": 4, "duration": "60 s", "drain": True})  # fmt: skip
+    records = result.records.requests
+    price = CATALOG.hardware("groq-lpu").price.api["llama-3.1-8b"]
+    p = (400 * price.input_usd_per_million_tokens.value + 100 * price.output_usd_per_million_tokens.value) / 1e6
+    accepted = int((records["dropped"] == 0).sum())
+    last_arrival = float(records["arrival_s"].max())
+    assert accepted * p <= budget * (last_arrival + window) / 3600 * (1 + 1e-9)
+    assert result.summary["requests_rejected_over_budget"] > 1000
+
+
+def test_rented_backends_still_serve_when_the_api_budget_is_spent() -> None:
+    backends = [{"name": "rented", "deployment": H100_8B, "replicas": 2},
+                {"name": "api", "deployment": GROQ_8B, "cost_basis": "api", "replicas": 2}]  # fmt: skip
+    result = run(backends=backends, load=_open(8.0), requests=CONSTANT, router={"budget_usd_per_hour": 0.5,
+                 "budget_window": "5 s", "policy": "round-robin"}, run={"seed": 2, "duration": "60 s"})  # fmt: skip
+    assert result.summary["requests_rejected_over_budget"] == 0
+
+
+def test_round_robin_cycles_each_classes_own_backends() -> None:
+    classes = [{"name": "a", "load": {"kind": "open", "arrivals": {"process": "constant", "rate_per_s": 5}},
+                "requests": CONSTANT},
+               {"name": "b", "load": {"kind": "open", "arrivals": {"process": "constant", "rate_per_s": 5}},
+                "requests": CONSTANT}]  # fmt: skip
+    backends = [
+        {"name": "x", "deployment": H100_8B, "replicas": 2},
+        {"name": "y", "deployment": H100_8B, "replicas": 3},
+    ]
+    router = {"policy": "round-robin", "rules": {"a": ["x"], "b": ["y"]}}
+    result = run(backends=backends, classes=classes, load=None, requests=None, router=router,
+                 run={"seed": 1, "max_requests": 600})  # fmt: skip
+    r = result.records.requests
+    counts_a = np.bincount(r["replica"][r["class"] == 0].astype(int), minlength=5)
+    counts_b = np.bincount(r["replica"][r["class"] == 1].astype(int), minlength=5)
+    assert counts_a[:2].tolist() == [150, 150] and counts_b[2:].tolist() == [100, 100, 100]
+
+
+def test_join_shortest_queue_sees_requests_still_on_the_network() -> None:
+    backend = {"name": "gpu", "deployment": H100_8B, "replicas": 4, "network_rtt": "1 s"}
+    result = run(backends=[backend], router={"policy": "join-shortest-queue"}, load=_open(40.0), requests=CHAT,
+                 run={"seed": 5, "max_requests": 2000})  # fmt: skip
+    counts = np.bincount(result.records.requests["replica"].astype(int))
+    assert counts.max() < 1.15 * counts.min()
+
+
+def test_a_pinned_session_that_outgrows_its_backend_moves_instead_of_blocking() -> None:
+    """A session pinned to a small-KV backend whose context grows past it is re-routed, and every task ends."""
+    backends = [
+        {"name": "small", "deployment": GROQ_8B},
+        {"name": "big", "deployment": H100_8B | {"min_kv_tokens": 200_000}},
+    ]
+    result = run(backends=backends, router={"policy": "round-robin"}, requests=None,
+                 load={"kind": "agents", "workload": "fast-tool-agent", "agents": 2},
+                 run={"seed": 3, "duration": "200 s", "drain": True})  # fmt: skip
+    r = result.records.requests
+    assert result.summary["requests_in_flight"] == 0 and (r["dropped"] == 0).all()
+    assert (r["input_tokens"][np.isin(r["replica"], _replicas_of(result, "small"))] <= 4200).all()
+
+
+def test_classes_sharing_a_fleet_are_judged_overloaded_by_their_combined_load() -> None:
+    one = run(deployment=H100_8B, load=_open(1.0), requests=CONSTANT, run={"seed": 1, "duration": "5 s"})
+    capacity = one.summary["capacity_requests_per_s"]
+    classes = [{"name": n, "load": _open(0.7 * capacity), "requests": CONSTANT} for n in ("a", "b")]
+    both = run(deployment=H100_8B, classes=classes, load=None, requests=None, run={"seed": 1, "duration": "5 s"})
+    assert both.summary["capacity_requests_per_s"] == pytest.approx(capacity)
+    assert both.summary["overloaded"]
+
+
+def test_progress_reporting_never_extends_a_draining_run() -> None:
+    kwargs: dict[str, Any] = {"load": _open(20.0), "requests": CHAT, "run": {"seed": 1, "max_requests": 200,
+                              "duration": "10000 s", "drain": True}}  # fmt: skip
+    plain = run(**kwargs)
+
+    simulation = build(scenario(**kwargs), CATALOG)
+    seen: list[float] = []
+    assert simulation.run(seen.append) == pytest.approx(plain.records.end_s, rel=1e-12)
+    assert seen[-1] == 1.0 and plain.records.end_s < 100
