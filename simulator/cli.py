@@ -364,7 +364,7 @@ def _maybe_report(args: argparse.Namespace, out: Path) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep)
-    runs = expand(spec, args.sweep)
+    runs = expand(spec, args.sweep, _catalog(args))
     out = args.out or Path("runs") / f"sweep-{spec.name}"
     dirs = (str(args.hardware_dir) if args.hardware_dir else None, str(args.model_dir) if args.model_dir else None)
     bar = _progress_bar(f"sweep of {len(runs)} runs") if sys.stderr.isatty() and not args.json else None

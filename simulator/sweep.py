@@ -9,8 +9,9 @@ values, the replication and seed, the chosen metrics (dotted paths into the run 
 and ``error`` (a run that fails is a row with its message, not an aborted sweep).
 
 Rows are cached under ``DIR/cache/<key>.json`` where ``key`` is the SHA-256 of the resolved
-scenario and the infersim version: a rerun, or a sweep killed half-way, only simulates what
-is missing. ``summary`` groups rows by factor values across seeds: the mean and the half-width
+scenario, the profiles, workloads and traces it reads, the metric columns and the infersim
+version: a rerun, or a sweep killed half-way, only simulates what is missing (failed runs
+are not cached, so they are retried). ``summary`` groups rows by factor values across seeds: the mean and the half-width
 of a 95 % Student-t confidence interval for every metric.
 """
 
@@ -37,6 +38,8 @@ from scipy.stats import qmc
 from simulator import __version__
 from simulator.config.base import Spec
 from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_data
+from simulator.config.scenario import Scenario
+from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.runner import load_scenario_data, scenario_from, simulate
 
 DEFAULT_METRICS = (
@@ -127,20 +130,37 @@ def replication_seeds(base_seed: int, replications: int) -> list[int]:
     return [int(child.generate_state(1)[0]) for child in children]
 
 
-def expand(spec: SweepSpec, sweep_path: Path) -> list[RunPoint]:
+def expand(spec: SweepSpec, sweep_path: Path, catalog: Catalog | None = None) -> list[RunPoint]:
     """Every run, validated up front: a bad field path fails before anything is simulated."""
+    catalog = catalog or Catalog()
     scenario_path = spec.scenario if spec.scenario.is_absolute() else sweep_path.parent / spec.scenario
     data = load_scenario_data(scenario_path)
     runs: list[RunPoint] = []
     for factors in factor_points(spec):
         base = scenario_from(dict(data), factors, str(scenario_path))
+        inputs = _inputs_digest(base, catalog, spec.metrics)
         seeds = replication_seeds(base.run.seed, spec.replications) if spec.replications > 1 else [base.run.seed]
         for replication, seed in enumerate(seeds):
             scenario = base.model_copy(update={"run": base.run.model_copy(update={"seed": seed})})
             text = scenario.model_dump_json(by_alias=True)
-            key = hashlib.sha256(f"{__version__}\n{text}".encode()).hexdigest()[:32]
+            key = hashlib.sha256(f"{__version__}\n{inputs}\n{text}".encode()).hexdigest()[:32]
             runs.append(RunPoint(len(runs), factors, replication, seed, text, key))
     return runs
+
+
+def _inputs_digest(scenario: Scenario, catalog: Catalog, metrics: list[str]) -> str:
+    """What a run reads besides its scenario: the profiles, workloads and traces it uses, and the
+    metric columns asked for; a change to any of them is a cache miss."""
+    digest = hashlib.sha256(json.dumps(metrics).encode())
+    for backend in scenario.fleet:
+        digest.update(catalog.hardware(backend.deployment.hardware).model_dump_json().encode())
+        digest.update(catalog.model(backend.deployment.model).model_dump_json().encode())
+    for klass in scenario.workload_classes:
+        if isinstance(klass.load, AgentsLoad):
+            digest.update(catalog.workload(klass.load.workload).model_dump_json().encode())
+        elif isinstance(klass.load, TraceLoad):
+            digest.update(klass.load.path.read_bytes())
+    return digest.hexdigest()
 
 
 def metric(summary: dict[str, Any], path: str) -> float:
@@ -155,8 +175,6 @@ def metric(summary: dict[str, Any], path: str) -> float:
 
 def run_point(scenario_json: str, metrics: list[str], dirs: tuple[str | None, str | None]) -> dict[str, Any]:
     """Simulate one resolved scenario (in a worker process); errors become the row's ``error``."""
-    from simulator.config.scenario import Scenario
-
     try:
         catalog = Catalog(*(Path(d) if d else None for d in dirs))
         summary = simulate(Scenario.model_validate_json(scenario_json), catalog).summary
@@ -188,7 +206,11 @@ Submit = Callable[[RunPoint], "Future[dict[str, Any]]"]
 
 def _local(jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]) -> tuple[Submit, Callable[[], None]]:
     pool = ProcessPoolExecutor(max_workers=jobs)
-    return (lambda p: pool.submit(run_point, p.scenario_json, metrics, dirs)), pool.shutdown
+
+    def close() -> None:  # on an interrupt, queued runs are cancelled rather than run and lost
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    return (lambda p: pool.submit(run_point, p.scenario_json, metrics, dirs)), close
 
 
 def _dask(address: str | None, jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]
@@ -247,7 +269,8 @@ def run_sweep(
             for future in _completed(futures, executor):
                 point = futures[future]
                 row = future.result()
-                cache.put(point.key, row)
+                if not row["error"]:  # a failure is reported, and retried by the next run
+                    cache.put(point.key, row)
                 rows[point.index] = row
                 done += 1
                 if progress:

@@ -135,7 +135,10 @@ def backend_cost(records: RunRecords, backend: BackendRecord, spec: CostSpec, ta
     busy = [records.totals[i].busy_s * (t1 - t0) / max(t1, 1e-12) for i in backend.replicas]  # window share
     r = records.requests
     served = _measured(records) & np.isin(r["replica"], backend.replicas)
-    bill = api_usd(backend.pricing.token_price, r["input_tokens"][served].sum(), r["output_tokens"][served].sum())
+    billed_output = float(r["output_tokens"][served].sum())
+    bill = api_usd(backend.pricing.token_price, r["input_tokens"][served].sum(), billed_output)
+    if backend.pricing.token_price is not None:
+        output_tokens = billed_output  # $/1M of an API backend: its bill over the same requests' tokens
     return run_cost(
         backend.hardware, backend.chips_per_replica, busy, t1 - t0, output_tokens, tasks, assumptions,
         backend.pricing, bill,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from distributed import LocalCluster
 
-from simulator.config.loading import ConfigError
+from simulator.config.loading import Catalog, ConfigError
 from simulator.sweep import SweepSpec, expand, factor_points, replication_seeds, run_sweep, summarize_rows
 
 SCENARIO = """\
@@ -100,6 +100,19 @@ def test_a_failed_run_is_a_row_with_its_error(tmp_path: Path) -> None:
     rows = run_sweep(spec, expand(spec, path), tmp_path / "out", "local", jobs=1)
     assert [bool(r["error"]) for r in rows] == [False, False, True, True]
     assert "holds at most" in str(rows[2]["error"])
+    assert len(list((tmp_path / "out" / "cache").glob("*.json"))) == 2  # failures are retried, not cached
+
+
+def test_asking_for_another_metric_or_changing_a_profile_misses_the_cache(tmp_path: Path) -> None:
+    spec, path = _spec(tmp_path)
+    keys = {p.key for p in expand(spec, path)}
+    more = spec.model_copy(update={"metrics": [*spec.metrics, "requests_per_s"]})
+    assert keys.isdisjoint(p.key for p in expand(more, path))
+    profiles = tmp_path / "hw"
+    profiles.mkdir()
+    original = Catalog().hardware_dir / "nvidia-h100-sxm.yaml"
+    (profiles / "nvidia-h100-sxm.yaml").write_text(original.read_text().replace("value: 0.85", "value: 0.80", 1))
+    assert keys.isdisjoint(p.key for p in expand(spec, path, Catalog(hardware_dir=profiles)))
 
 
 def test_latin_hypercube_points_cover_each_stratum_once(tmp_path: Path) -> None:
