@@ -377,6 +377,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     resolved = spec.model_dump(mode="json") | {"provenance": {"version": __version__, "runs": len(runs)}}
     (out / "sweep.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     failed = sum(1 for r in rows if r["error"])
+    _maybe_report(args, out)
     if args.json:
         print(json.dumps({"runs": rows, "summary": summary}, indent=2))
     else:
@@ -558,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
     p.add_argument("-o", "--out", type=Path, help="results and cache folder (default: runs/sweep-<name>)")
     p.add_argument("--json", action="store_true", help="print every row and the summary as JSON")
+    p.add_argument("--report", action="store_true", help="also write report.html with the figures")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("calibrate", help="fit a profile's efficiencies and latencies to measured rows")

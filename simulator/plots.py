@@ -44,8 +44,8 @@ def speed_gap(per_user_tok_s: Mapping[str, tuple[float, float]], model: str, loa
     return ax
 
 
-def frontier(curves: Mapping[str, Sequence[tuple[float, float]]], ax: Axes | None = None) -> Axes:
-    """Throughput-interactivity frontier: (per-user tok/s, aggregate tok/s per chip), one curve per backend."""
+def frontier(curves: Mapping[str, Sequence[tuple[float, float]]], ax: Axes | None = None, per: str = "chip") -> Axes:
+    """Throughput-interactivity frontier: (per-user tok/s, aggregate tok/s per ``per``), one curve per backend."""
     ax = _axes(ax)
     for name, points in curves.items():
         ordered = sorted(points)
@@ -53,7 +53,7 @@ def frontier(curves: Mapping[str, Sequence[tuple[float, float]]], ax: Axes | Non
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("per-user output speed (tok/s)")
-    ax.set_ylabel("aggregate output per chip (tok/s)")
+    ax.set_ylabel(f"aggregate output per {per} (tok/s)")
     ax.set_title("Throughput-interactivity frontier")
     ax.legend()
     return ax

@@ -7,6 +7,7 @@ the resolved scenario, the infersim version and the seed, so one file can be mai
 from __future__ import annotations
 
 import base64
+import csv
 import html
 import io
 import json
@@ -168,6 +169,22 @@ def _demo_sections(folder: Path) -> list[Section]:
     return sections
 
 
+def _sweep_table_sections(folder: Path) -> list[Section]:
+    """A sweep's per-combination summary; with hardware and speed columns, its frontier."""
+    with (folder / "summary.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    columns = [c for c in rows[0] if not c.endswith(".ci95")][:10] if rows else []
+    sections = [Section("Sweep summary (mean across seeds)", (columns, [[r[c] for c in columns] for r in rows]))]
+    speed, total = "per_user_output_tok_s.p50.mean", "output_tok_s.mean"
+    if rows and "deployment.hardware" in rows[0] and speed in rows[0] and total in rows[0]:
+        curves: dict[str, list[tuple[float, float]]] = {}
+        for r in rows:
+            if r[speed] and r[total] and float(r[speed]) > 0 and float(r[total]) > 0:
+                curves.setdefault(r["deployment.hardware"], []).append((float(r[speed]), float(r[total])))
+        sections.append(Section("Throughput-interactivity frontier", figure=plots.frontier(curves, per="replica")))
+    return sections
+
+
 def _plan_sections(folder: Path) -> list[Section]:
     return [Section("Plan", text=(folder / "plan.txt").read_text())]
 
@@ -183,6 +200,8 @@ def collect(folder: Path) -> list[Section]:
         sections += _compare_sections(folder)
     if (folder / "sweep.json").exists():
         sections += _sweep_sections(folder)
+    if (folder / "summary.csv").exists():
+        sections += _sweep_table_sections(folder)
     if (folder / "summary.json").exists():
         sections += _run_sections(folder, folder.name)
     for child in sorted(p for p in folder.iterdir() if p.is_dir() and (p / "summary.json").exists()):

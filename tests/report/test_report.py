@@ -91,3 +91,19 @@ def test_the_demo_task_table_has_one_row_per_hardware_and_load() -> None:
     text = task_table(compare(base, ["nvidia-h100-sxm", "cerebras-cs3"], loads, CATALOG))
     lines = text.splitlines()
     assert len(lines) == 2 + 4 and "$/task" in lines[0] and "2 agents" in lines[-1]
+
+
+def test_a_sweep_report_draws_the_frontier_of_its_hardware(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text(
+        "name: b\ndeployment: {hardware: nvidia-h100-sxm, model: llama-3.1-8b}\n"
+        "load: {kind: closed, users: 2}\nrequests: {input_tokens: {dist: constant, value: 200},"
+        " output_tokens: {dist: constant, value: 50}}\nrun: {seed: 1, max_requests: 40}\n"
+    )
+    (tmp_path / "s.yaml").write_text(
+        "name: s\nscenario: base.yaml\ngrid: {deployment.hardware: [nvidia-h100-sxm, cerebras-cs3],"
+        " load.users: [1, 4]}\n"
+    )
+    result = run_cli("sweep", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "out"), "--jobs", "1", "--report")
+    assert result.returncode == 0, result.stderr
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "Sweep summary" in page and "Throughput-interactivity frontier" in page and page.count("<img") == 1
