@@ -196,6 +196,8 @@ def collect(folder: Path) -> list[Section]:
         sections += _demo_sections(folder)
     if (folder / "plan.json").exists():
         sections += _plan_sections(folder)
+    if (folder / "tasks.txt").exists():
+        sections.append(Section("Agentic task time", text=(folder / "tasks.txt").read_text()))
     if (folder / "compare.json").exists():
         sections += _compare_sections(folder)
     if (folder / "sweep.json").exists():
@@ -235,7 +237,7 @@ def render(title: str, sections: Sequence[Section], folder: Path, figures: Path)
             (figures / f"{index:02d}.png").write_bytes(png)
             alt = html.escape(section.title)
             parts.append(f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
-    scenario = next(iter(sorted(folder.rglob("scenario.resolved.yaml"))), None)
+    scenario = _resolved_scenario(folder)
     if scenario is not None:
         parts.append(f"<h2>Resolved scenario ({html.escape(str(scenario.relative_to(folder)))})</h2>")
         parts.append(f"<pre>{html.escape(scenario.read_text())}</pre>")
@@ -244,8 +246,14 @@ def render(title: str, sections: Sequence[Section], folder: Path, figures: Path)
            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"  # fmt: skip
 
 
+def _resolved_scenario(folder: Path) -> Path | None:
+    """The folder's own resolved scenario, else the first of its runs'."""
+    own = folder / "scenario.resolved.yaml"
+    return own if own.exists() else next(iter(sorted(folder.rglob("scenario.resolved.yaml"))), None)
+
+
 def _provenance(folder: Path) -> str:
-    scenario = next(iter(sorted(folder.rglob("scenario.resolved.yaml"))), None)
+    scenario = _resolved_scenario(folder)
     if scenario is None:
         return "no resolved scenario in the folder"
     data: Any = yaml.safe_load(scenario.read_text())
