@@ -118,6 +118,9 @@ def factor_points(spec: SweepSpec) -> list[dict[str, Any]]:
         point: dict[str, Any] = {}
         for name, u in zip(names, row, strict=True):
             r = s.ranges[name]
+            if r.integer and not r.log:  # every integer in [low, high] equally likely
+                point[name] = min(math.floor(r.low + u * (math.floor(r.high) - r.low + 1)), math.floor(r.high))
+                continue
             value = math.exp(math.log(r.low) + u * math.log(r.high / r.low)) if r.log else r.low + u * (r.high - r.low)
             point[name] = round(value) if r.integer else float(value)
         samples.append(point)

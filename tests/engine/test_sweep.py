@@ -154,3 +154,14 @@ def test_an_unreachable_scheduler_is_a_clear_error_not_a_hang(tmp_path: Path) ->
                             capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
     assert result.returncode == 2 and "no Dask scheduler answered at tcp://127.0.0.1:9" in result.stderr
     assert "Traceback" not in result.stderr and time.monotonic() - started < 30
+
+
+def test_integer_ranges_give_every_integer_the_same_chance(tmp_path: Path) -> None:
+    """Counts of 1..4 over n draws are Binomial(n, 1/4): each within 4 standard deviations of n/4."""
+    n = 20_000
+    ranges = {"load.users": {"low": 1, "high": 4, "integer": True}}
+    spec, _ = _spec(tmp_path, grid={}, replications=1, sample={"method": "random", "points": n, "ranges": ranges})
+    values = [p["load.users"] for p in factor_points(spec)]
+    sigma = (n * 0.25 * 0.75) ** 0.5
+    assert sorted(set(values)) == [1, 2, 3, 4]
+    assert all(abs(values.count(k) - n / 4) < 4 * sigma for k in range(1, 5))
