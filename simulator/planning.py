@@ -54,6 +54,8 @@ class Miss:
     def describe(self) -> str:
         if not math.isfinite(self.achieved):
             return f"{self.klass}: {self.target}: nothing measured (no completed requests or tasks in the window)"
+        if self.bound == 0:
+            return f"{self.klass}: {self.target}: got {self.achieved:.4g}"
         if self.upper:
             return f"{self.klass}: {self.target}: got {self.achieved:.4g}, {self.achieved / self.bound - 1:.0%} over"
         return f"{self.klass}: {self.target}: got {self.achieved:.4g}, {1 - self.achieved / self.bound:.0%} short"
@@ -133,12 +135,12 @@ def target_ratios(summary: dict[str, Any], classes: list[WorkloadClass]) -> list
         part = summary["classes"][klass.name] if len(classes) > 1 else summary
         for target in klass.slo.targets:
             value = target_value(part, target)
-            if not math.isfinite(value) or (value <= 0 and not target.upper):
-                ratio = math.inf  # nothing measured, or no speed at all
+            if not math.isfinite(value):
+                ratio = math.inf  # nothing measured
             elif target.upper:
                 ratio = value / target.bound if target.bound > 0 else (math.inf if value > 0 else 0.0)
             else:
-                ratio = target.bound / value
+                ratio = target.bound / value if value > 0 else (0.0 if target.bound <= 0 else math.inf)
             found.append(Miss(klass.name, target.describe(), value, target.bound, ratio, target.upper))
     return found
 

@@ -59,6 +59,8 @@ class RangeSpec(Spec):
     def _ordered(self) -> RangeSpec:
         if not self.low < self.high or (self.log and self.low <= 0):
             raise ValueError("need low < high (and low > 0 for log ranges)")
+        if self.integer and math.ceil(self.low) > math.floor(self.high):
+            raise ValueError(f"no integer lies in [{self.low}, {self.high}]")
         return self
 
 
@@ -118,8 +120,9 @@ def factor_points(spec: SweepSpec) -> list[dict[str, Any]]:
         point: dict[str, Any] = {}
         for name, u in zip(names, row, strict=True):
             r = s.ranges[name]
-            if r.integer and not r.log:  # every integer in [low, high] equally likely
-                point[name] = min(math.floor(r.low + u * (math.floor(r.high) - r.low + 1)), math.floor(r.high))
+            if r.integer and not r.log:  # every integer in [ceil(low), floor(high)] equally likely
+                lo, hi = math.ceil(r.low), math.floor(r.high)
+                point[name] = lo + min(math.floor(u * (hi - lo + 1)), hi - lo)
                 continue
             value = math.exp(math.log(r.low) + u * math.log(r.high / r.low)) if r.log else r.low + u * (r.high - r.low)
             point[name] = round(value) if r.integer else float(value)
@@ -162,7 +165,13 @@ def _inputs_digest(scenario: Scenario, catalog: Catalog, metrics: list[str]) -> 
         if isinstance(klass.load, AgentsLoad):
             digest.update(catalog.workload(klass.load.workload).model_dump_json().encode())
         elif isinstance(klass.load, TraceLoad):
-            digest.update(klass.load.path.read_bytes())
+            path = klass.load.path
+            files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+            try:
+                for file in files:
+                    digest.update(file.name.encode() + file.read_bytes())
+            except OSError as exc:
+                raise ConfigError(f"{path}: cannot read the trace ({exc.strerror})") from None
     return digest.hexdigest()
 
 

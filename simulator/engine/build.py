@@ -346,7 +346,7 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
         _check_fits(klass, task, router.allowed[klass_index])
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
     counter = TaskCounter(itertools.count(), itertools.count())
-    offered, load_factor = 0.0, 0.0
+    offered, shares = 0.0, []
     for index, (klass, task, class_ss) in enumerate(zip(classes, tasks, class_seeds, strict=True)):
         max_tokens = max(b.max_tokens for b in router.allowed[index])
         _start_class(env, klass, index, task, factory, recorder, counter, max_tokens, stop_s, class_ss)
@@ -354,13 +354,25 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
             rate = _peak_rate(klass.load.arrivals)
             alone = sum(len(b.replicas) * _capacity_requests_per_s(b.deployment, klass.requests, b.batch_cap)
                         for b in router.allowed[index])  # fmt: skip
-            offered, load_factor = offered + rate, load_factor + rate / alone
+            offered += rate
+            shares.append(({b.index for b in router.allowed[index]}, rate / alone))
     all_open = all(isinstance(c.load, OpenLoop) for c in classes)
-    # the mix's capacity: sum(rates) / sum(rate_k / capacity_k), as if every class shared the fleet
-    capacity = offered / load_factor if all_open and load_factor > 0 else math.nan
+    worst = max(_utilisations(shares), default=0.0)
+    capacity = offered / worst if all_open and worst > 0 else math.nan
     return Simulation(
         scenario, backends, env, recorder, replicas, factory, capacity, offered if all_open else None,
     )  # fmt: skip
+
+
+def _utilisations(shares: list[tuple[set[int], float]]) -> list[float]:
+    """Offered utilisation of each group of backends that classes share: ``sum(rate_k / capacity_k)``
+    over the classes whose allowed backends overlap (connected components)."""
+    groups: list[tuple[set[int], float]] = []
+    for backends, share in shares:
+        joined = [g for g in groups if g[0] & backends]
+        groups = [g for g in groups if not g[0] & backends]
+        groups.append((backends.union(*(g[0] for g in joined)), share + sum(g[1] for g in joined)))
+    return [utilisation for _, utilisation in groups]
 
 
 def _check_fits(klass: WorkloadClass, task: AgentTaskSpec | None, backends: list[Backend]) -> None:

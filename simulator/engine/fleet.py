@@ -175,7 +175,10 @@ class Router:
         """A completed request settles its reservation at its actual API price."""
         if backend.metered and self.spec.budget_usd_per_hour is not None:
             self._refill(now)
-            self.bucket_usd += request.reserved_usd - backend.price_usd(request.input_tokens, request.output_tokens)
+            settled = (
+                self.bucket_usd + request.reserved_usd - backend.price_usd(request.input_tokens, request.output_tokens)
+            )
+            self.bucket_usd = min(self._bucket_cap, settled)
 
     def _refill(self, now: float) -> None:
         if self.spec.budget_usd_per_hour is not None:

@@ -256,3 +256,14 @@ def test_progress_reporting_never_extends_a_draining_run() -> None:
     seen: list[float] = []
     assert simulation.run(seen.append) == pytest.approx(plain.records.end_s, rel=1e-12)
     assert seen[-1] == 1.0 and plain.records.end_s < 100
+
+
+def test_classes_on_separate_backends_are_not_judged_by_their_sum() -> None:
+    one = run(deployment=H100_8B, load=_open(1.0), requests=CONSTANT, run={"seed": 1, "duration": "5 s"})
+    capacity = one.summary["capacity_requests_per_s"]
+    classes = [{"name": n, "load": _open(0.6 * capacity), "requests": CONSTANT} for n in ("a", "b")]
+    backends = [{"name": "x", "deployment": H100_8B}, {"name": "y", "deployment": H100_8B}]
+    split = run(backends=backends, classes=classes, load=None, requests=None,
+                router={"rules": {"a": ["x"], "b": ["y"]}}, run={"seed": 1, "duration": "5 s"})  # fmt: skip
+    assert not split.summary["overloaded"]
+    assert split.summary["capacity_requests_per_s"] == pytest.approx(2 * capacity)

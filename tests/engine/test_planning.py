@@ -90,3 +90,10 @@ def test_a_target_no_backend_can_meet_says_which_backend_misses_and_by_how_much(
 def test_planning_without_targets_is_refused() -> None:
     with pytest.raises(ScenarioError, match=r"no class has slo\.targets"):
         plan_fleet(_gpu_pool(1.0, targets=[]), CATALOG)
+
+
+def test_a_zero_bound_is_described_without_dividing_by_it() -> None:
+    from simulator.planning import Miss
+
+    miss = Miss("c", "p99 queueing_delay_s <= 0 s", 0.02, 0.0, float("inf"), True)
+    assert miss.describe() == "c: p99 queueing_delay_s <= 0 s: got 0.02"

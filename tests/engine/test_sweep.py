@@ -165,3 +165,23 @@ def test_integer_ranges_give_every_integer_the_same_chance(tmp_path: Path) -> No
     sigma = (n * 0.25 * 0.75) ** 0.5
     assert sorted(set(values)) == [1, 2, 3, 4]
     assert all(abs(values.count(k) - n / 4) < 4 * sigma for k in range(1, 5))
+
+
+def test_integer_ranges_stay_inside_fractional_bounds(tmp_path: Path) -> None:
+    ranges = {"load.users": {"low": 1.5, "high": 4, "integer": True}}
+    spec, _ = _spec(tmp_path, grid={}, replications=1, sample={"method": "random", "points": 400, "ranges": ranges})
+    assert sorted({p["load.users"] for p in factor_points(spec)}) == [2, 3, 4]
+    with pytest.raises(ValueError, match="no integer lies in"):
+        _spec(
+            tmp_path,
+            grid={},
+            sample={"points": 3, "ranges": {"load.users": {"low": 0.5, "high": 0.9, "integer": True}}},
+        )
+
+
+def test_a_directory_trace_is_hashed_file_by_file(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    spec = SweepSpec.model_validate({"name": "w", "scenario": str(root / "scenarios" / "weka-replay.yaml"),
+                                     "grid": {"run.seed": [1, 2]}})  # fmt: skip
+    runs = expand(spec, tmp_path / "s.yaml")
+    assert len({r.key for r in runs}) == 2
