@@ -21,7 +21,7 @@ from typing import Any
 from simulator.config.loading import Catalog, ConfigError
 from simulator.config.scenario import Scenario
 from simulator.runner import RunResult, simulate
-from simulator.tables import format_table
+from simulator.tables import format_number, format_table
 
 LAYOUT_FIELDS = ("chips", "tensor_parallel", "pipeline_parallel", "expert_parallel")
 
@@ -95,19 +95,19 @@ HEADERS = [
 ]  # fmt: skip
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None or value != value else format(value, spec)
+#: The table's columns: a row's key and its number format (None: shown as it is).
+CELLS = (
+    ("hardware", None), ("load", None), ("chips", None), ("cost_basis", None),
+    ("per_user_output_tok_s_p50", ",.0f"), ("ttft_s_p99", ".3g"), ("output_tok_s", ",.0f"),
+    ("output_tok_s_per_chip", ",.1f"), ("output_tok_per_usd", ",.0f"), ("usd_per_hour", ",.2f"),
+    ("usd_per_million_output_tokens", ".3g"), ("api_usd_per_million_output_tokens", ".3g"),
+    ("task_time_s_p50", ".1f"), ("usd_per_task", ".3g"), ("tasks_per_usd", ".3g"),
+)  # fmt: skip
 
 
 def table_cells(d: dict[str, Any]) -> list[object]:
     """One row of the comparison table, from a row's ``to_dict()``."""
-    return [
-        d["hardware"], d["load"] or "-", d["chips"], d["cost_basis"], _fmt(d["per_user_output_tok_s_p50"], ",.0f"),
-        _fmt(d["ttft_s_p99"], ".3g"), _fmt(d["output_tok_s"], ",.0f"), _fmt(d["output_tok_s_per_chip"], ",.1f"),
-        _fmt(d["output_tok_per_usd"], ",.0f"), _fmt(d["usd_per_hour"], ",.2f"),
-        _fmt(d["usd_per_million_output_tokens"], ".3g"), _fmt(d["api_usd_per_million_output_tokens"], ".3g"),
-        _fmt(d.get("task_time_s_p50"), ".1f"), _fmt(d.get("usd_per_task"), ".3g"), _fmt(d.get("tasks_per_usd"), ".3g"),
-    ]  # fmt: skip
+    return [d.get(key) or "-" if spec is None else format_number(d.get(key), spec) for key, spec in CELLS]
 
 
 def comparison_table(rows: list[ComparisonRow]) -> str:

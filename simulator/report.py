@@ -24,6 +24,7 @@ from simulator import __version__, plots
 from simulator.analytic.placement import plan
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog, ConfigError
+from simulator.tables import format_number
 
 #: Deployments the demo report draws on its roofline (one per architecture family).
 ROOFLINE_HARDWARE = ("cerebras-cs3", "groq-lpu", "sambanova-sn40l", "nvidia-h100-sxm")
@@ -51,29 +52,28 @@ def _html_table(headers: list[str], rows: list[list[object]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _fmt(value: object, spec: str = ".4g") -> str:
-    return format(value, spec) if isinstance(value, int | float) and value == value else "-"
-
-
 def _run_sections(folder: Path, label: str) -> list[Section]:
     summary = json.loads((folder / "summary.json").read_text())
     rows = [
-        ["TTFT p50 / p99 (s)", f"{_fmt(summary['ttft_s']['p50'])} / {_fmt(summary['ttft_s']['p99'])}"],
-        ["TPOT mean (s)", _fmt(summary["tpot_s"]["mean"])],
-        ["per-user output p50 (tok/s)", _fmt(summary["per_user_output_tok_s"]["p50"])],
-        ["output (tok/s)", _fmt(summary["output_tok_s"])],
+        [
+            "TTFT p50 / p99 (s)",
+            f"{format_number(summary['ttft_s']['p50'])} / {format_number(summary['ttft_s']['p99'])}",
+        ],
+        ["TPOT mean (s)", format_number(summary["tpot_s"]["mean"])],
+        ["per-user output p50 (tok/s)", format_number(summary["per_user_output_tok_s"]["p50"])],
+        ["output (tok/s)", format_number(summary["output_tok_s"])],
         ["requests completed", summary["requests_completed"]],
-        ["$/h", _fmt(summary["cost"]["usd_per_hour"])],
-        ["$/1M output tokens", _fmt(summary["cost"]["usd_per_million_output_tokens"])],
-        ["J/output token", _fmt(summary["cost"]["joules_per_output_token"])],
+        ["$/h", format_number(summary["cost"]["usd_per_hour"])],
+        ["$/1M output tokens", format_number(summary["cost"]["usd_per_million_output_tokens"])],
+        ["J/output token", format_number(summary["cost"]["joules_per_output_token"])],
     ]
     sections = [Section(f"{label}: summary", (["metric", "value"], rows))]
     backends = summary.get("backends", {})
     if backends:
         table: list[list[object]] = [
             [name, b["hardware"], b["model"], b["replicas"], b["chips"], b["requests_completed"],
-             _fmt(b["output_tok_s"]), _fmt(b["busy_fraction"], ".0%"), b["cost"]["basis"],
-             _fmt(b["cost"]["usd_per_hour"]), _fmt(b["cost"]["idle_usd"])]
+             format_number(b["output_tok_s"]), format_number(b["busy_fraction"], ".0%"), b["cost"]["basis"],
+             format_number(b["cost"]["usd_per_hour"]), format_number(b["cost"]["idle_usd"])]
             for name, b in backends.items()
         ]  # fmt: skip
         headers = ["backend", "hardware", "model", "replicas", "chips", "requests", "out tok/s", "busy", "basis",
@@ -83,9 +83,12 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
         t = summary["tasks"]
         task_rows: list[list[object]] = [
             ["tasks completed", t["tasks_completed"]],
-            ["task time p50 / p90 (s)", f"{_fmt(t['task_time_s']['p50'])} / {_fmt(t['task_time_s']['p90'])}"],
-            ["$/task", _fmt(summary["cost"]["usd_per_task"])],
-            ["calls/task", _fmt(t["calls_per_task"])],
+            [
+                "task time p50 / p90 (s)",
+                f"{format_number(t['task_time_s']['p50'])} / {format_number(t['task_time_s']['p90'])}",
+            ],
+            ["$/task", format_number(summary["cost"]["usd_per_task"])],
+            ["calls/task", format_number(t["calls_per_task"])],
         ]
         sections.append(Section(f"{label}: agent tasks", (["metric", "value"], task_rows),
                                 plots.task_breakdown({label: t["mean_seconds"]})))  # fmt: skip
@@ -112,9 +115,10 @@ def _sweep_sections(folder: Path) -> list[Section]:
     labels = [", ".join(f"{k}={v}" for k, v in item["set"].items()) for item in sweep]
     summaries = [item["summary"] for item in sweep]
     headers = ["run", "TTFT p50 s", "TTFT p99 s", "tok/s/user p50", "out tok/s", "$/1M out"]
+    keys = (("ttft_s", "p50"), ("ttft_s", "p99"), ("per_user_output_tok_s", "p50"))
     rows: list[list[object]] = [
-        [label, _fmt(s["ttft_s"]["p50"]), _fmt(s["ttft_s"]["p99"]), _fmt(s["per_user_output_tok_s"]["p50"]),
-         _fmt(s["output_tok_s"]), _fmt(s["cost"]["usd_per_million_output_tokens"])]
+        [label, *(format_number(s[k][stat]) for k, stat in keys), format_number(s["output_tok_s"]),
+         format_number(s["cost"]["usd_per_million_output_tokens"])]
         for label, s in zip(labels, summaries, strict=True)
     ]  # fmt: skip
     sections = [Section("Runs", (headers, rows))]

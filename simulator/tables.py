@@ -32,3 +32,14 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
     return str(value)
+
+
+def format_number(value: object, spec: str = ".4g") -> str:
+    """``format(value, spec)`` for a finite number, ``-`` for anything else (None, NaN, text).
+
+    >>> format_number(1234.5, ",.0f"), format_number(float("nan")), format_number(None)
+    ('1,234', '-', '-')
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return "-"
+    return format(value, spec)
