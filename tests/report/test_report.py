@@ -107,3 +107,12 @@ def test_a_sweep_report_draws_the_frontier_of_its_hardware(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "out" / "report.html").read_text()
     assert "Sweep summary" in page and "Throughput-interactivity frontier" in page and page.count("<img") == 1
+
+
+def test_a_run_sweep_report_has_its_runs_latency_and_cost(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    result = run_cli("run", str(tmp_path / "s.yaml"), "--set", "load.agents=1,2", "-o", str(tmp_path / "o"), "--report")
+    assert result.returncode == 0, result.stderr
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert "<h2>Runs</h2>" in page and "Latency across the runs" in page and "<h2>Cost</h2>" in page
+    assert page.count("<img") == 2 and page.count("load.agents=2") >= 1
