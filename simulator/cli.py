@@ -1,9 +1,10 @@
-"""The ``infersim`` command: the only module that writes files.
+"""The ``infersim`` command line.
 
 Bad input (a profile, a field, a table row, a model that does not fit) prints one clear
 message naming the file and field path or the ids, and exits with status 2, no traceback.
 A results folder is written to a temporary sibling and renamed into place, so an
-interrupted command leaves nothing half-written.
+interrupted command leaves nothing half-written (the sweep cache and the HTML report add
+whole files to a folder that is already complete).
 """
 
 from __future__ import annotations
