@@ -19,6 +19,7 @@ from scipy.optimize import least_squares
 from simulator.config.base import Sourced, Spec
 from simulator.config.hardware import HardwareProfile
 from simulator.config.loading import Catalog
+from simulator.errors import InfersimError
 from simulator.validation import MeasurementRow, RowResult, predict_row
 
 #: Parameters a fit may move, with their bounds (SI units).
@@ -38,7 +39,7 @@ FITTABLE: dict[str, tuple[float, float]] = {
 XTOL = FTOL = 1e-6
 
 
-class CalibrationError(ValueError):
+class CalibrationError(InfersimError):
     """A fit that cannot be set up: unknown parameter, no rows for this hardware."""
 
 

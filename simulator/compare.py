@@ -20,6 +20,7 @@ from typing import Any
 
 from simulator.config.loading import Catalog, ConfigError
 from simulator.config.scenario import Scenario
+from simulator.limits import Limits
 from simulator.runner import RunResult, simulate
 from simulator.tables import format_number, format_table
 
@@ -78,12 +79,17 @@ class ComparisonRow:
         return None if price is None else price.output_usd_per_million_tokens.value
 
 
-def compare(scenario: Scenario, hardware: Iterable[str], loads: list[tuple[str, Scenario]] | None,
-            catalog: Catalog) -> list[ComparisonRow]:  # fmt: skip
+def compare(
+    scenario: Scenario,
+    hardware: Iterable[str],
+    loads: list[tuple[str, Scenario]] | None,
+    catalog: Catalog,
+    limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
+) -> list[ComparisonRow]:
     """Run every (hardware, load) pair; ``loads`` are labelled variants of the scenario."""
     variants = loads or [("", scenario)]
     return [
-        ComparisonRow(hw, label, simulate(on_hardware(variant, hw), catalog))
+        ComparisonRow(hw, label, simulate(on_hardware(variant, hw), catalog, limits=limits))
         for label, variant in variants
         for hw in hardware
     ]

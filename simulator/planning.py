@@ -34,6 +34,7 @@ from simulator.config.fleet import BackendSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass
 from simulator.engine.build import ScenarioError, backend_pricing
+from simulator.limits import Limits
 from simulator.runner import simulate
 from simulator.tables import format_table
 
@@ -148,8 +149,14 @@ def target_ratios(summary: dict[str, Any], classes: list[WorkloadClass]) -> list
 class Planner:
     """Evaluates candidates by simulation (memoised) and runs the search of the module docstring."""
 
-    def __init__(self, scenario: Scenario, catalog: Catalog, progress: Callable[[str], None] | None = None) -> None:
-        self.scenario, self.catalog = scenario, catalog
+    def __init__(
+        self,
+        scenario: Scenario,
+        catalog: Catalog,
+        progress: Callable[[str], None] | None = None,
+        run_limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
+    ) -> None:
+        self.scenario, self.catalog, self.run_limits = scenario, catalog, run_limits
         self.progress = progress or (lambda _: None)
         self.fleet = scenario.fleet
         self.names = tuple(b.name for b in self.fleet)
@@ -195,7 +202,7 @@ class Planner:
             variant = self.scenario.model_copy(
                 update={"backends": backends, "deployment": None, "router": router, "run": run}
             )
-            summary = simulate(variant, self.catalog).summary
+            summary = simulate(variant, self.catalog, limits=self.run_limits).summary
             for miss in target_ratios(summary, self.classes):
                 worst = max(worst, miss.ratio)
                 known = misses.get((miss.klass, miss.target))
@@ -302,9 +309,14 @@ class Planner:
         )
 
 
-def plan_fleet(scenario: Scenario, catalog: Catalog, progress: Callable[[str], None] | None = None) -> PlanResult:
+def plan_fleet(
+    scenario: Scenario,
+    catalog: Catalog,
+    progress: Callable[[str], None] | None = None,
+    limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
+) -> PlanResult:
     """The cheapest fleet meeting ``scenario``'s SLO targets (module docstring)."""
-    return Planner(scenario, catalog, progress).search()
+    return Planner(scenario, catalog, progress, limits).search()
 
 
 def answer_scenario(scenario: Scenario, answer: Evaluation) -> Scenario:

@@ -7,22 +7,20 @@ the resolved scenario, the infersim version and the seed, so one file can be mai
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from matplotlib.axes import Axes
 
 from simulator import __version__, plots
 from simulator.analytic.placement import plan
 from simulator.config.deployment import DeploymentSpec
+from simulator.config.files import read_csv, read_json, read_text, read_yaml
 from simulator.config.loading import Catalog, ConfigError
 from simulator.tables import format_number
 
@@ -53,7 +51,7 @@ def _html_table(headers: list[str], rows: list[list[object]]) -> str:
 
 
 def _run_sections(folder: Path, label: str) -> list[Section]:
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = read_json(folder / "summary.json")
     rows = [
         [
             "TTFT p50 / p99 (s)",
@@ -95,11 +93,11 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
     levels = folder / "levels.csv"
     if levels.exists():
         series: dict[str, tuple[list[float], list[float]]] = {}
-        for line in levels.read_text().splitlines()[1:]:
-            name, t, v = line.rsplit(",", 2)
-            series.setdefault(name, ([], []))
-            series[name][0].append(float(t))
-            series[name][1].append(float(v))
+        for _, row in read_csv(levels, ("replica", "level", "t_s", "value"))[1]:
+            if row["replica"] == "0":
+                series.setdefault(row["level"], ([], []))
+                series[row["level"]][0].append(float(row["t_s"]))
+                series[row["level"]][1].append(float(row["value"]))
         sections.append(Section(f"{label}: replica 0 over time", figure=plots.timeline(series)))
     requests = folder / "requests.csv"
     if requests.exists():
@@ -111,7 +109,7 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
 
 
 def _sweep_sections(folder: Path) -> list[Section]:
-    sweep = json.loads((folder / "sweep.json").read_text())
+    sweep = read_json(folder / "sweep.json")
     labels = [", ".join(f"{k}={v}" for k, v in item["set"].items()) for item in sweep]
     summaries = [item["summary"] for item in sweep]
     headers = ["run", "TTFT p50 s", "TTFT p99 s", "tok/s/user p50", "out tok/s", "$/1M out"]
@@ -133,7 +131,7 @@ def _sweep_sections(folder: Path) -> list[Section]:
 
 
 def _compare_sections(folder: Path) -> list[Section]:
-    rows = json.loads((folder / "compare.json").read_text())
+    rows = read_json(folder / "compare.json")
     from simulator.compare import HEADERS, table_cells
 
     sections = [Section("Comparison", (HEADERS, [table_cells(r) for r in rows]))]
@@ -154,8 +152,8 @@ def _compare_sections(folder: Path) -> list[Section]:
 
 def _demo_sections(folder: Path) -> list[Section]:
     """The speed-gap table and chart per model, and the roofline of the first model's deployments."""
-    rows = json.loads((folder / "speed_gap.json").read_text())
-    sections = [Section("The speed gap (table)", text=(folder / "speed_gap.txt").read_text())]
+    rows = read_json(folder / "speed_gap.json")
+    sections = [Section("The speed gap (table)", text=read_text(folder / "speed_gap.txt"))]
     models = list(dict.fromkeys(r["model"] for r in rows))
     for model in models:
         fits = {r["hardware"]: (r["single_stream"]["per_user_output_tok_s"], r["loaded"]["per_user_output_tok_s"])
@@ -175,8 +173,8 @@ def _demo_sections(folder: Path) -> list[Section]:
 
 def _sweep_table_sections(folder: Path) -> list[Section]:
     """A sweep's per-combination summary; with hardware and speed columns, its frontier."""
-    with (folder / "summary.csv").open(newline="") as f:
-        rows = list(csv.DictReader(f))
+    _, lines = read_csv(folder / "summary.csv")
+    rows = [row for _, row in lines]
     columns = [c for c in rows[0] if not c.endswith(".ci95")][:10] if rows else []
     sections = [Section("Sweep summary (mean across seeds)", (columns, [[r[c] for c in columns] for r in rows]))]
     speed, total = "per_user_output_tok_s.p50.mean", "output_tok_s.mean"
@@ -190,7 +188,7 @@ def _sweep_table_sections(folder: Path) -> list[Section]:
 
 
 def _plan_sections(folder: Path) -> list[Section]:
-    return [Section("Plan", text=(folder / "plan.txt").read_text())]
+    return [Section("Plan", text=read_text(folder / "plan.txt"))]
 
 
 def collect(folder: Path) -> list[Section]:
@@ -201,7 +199,7 @@ def collect(folder: Path) -> list[Section]:
     if (folder / "plan.json").exists():
         sections += _plan_sections(folder)
     if (folder / "tasks.txt").exists():
-        sections.append(Section("Agentic task time", text=(folder / "tasks.txt").read_text()))
+        sections.append(Section("Agentic task time", text=read_text(folder / "tasks.txt")))
     if (folder / "compare.json").exists():
         sections += _compare_sections(folder)
     if (folder / "sweep.json").exists():
@@ -226,9 +224,8 @@ pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:.8em}
 h2{border-bottom:1px solid #ddd;padding-bottom:.2em}"""
 
 
-def render(title: str, sections: Sequence[Section], folder: Path, figures: Path) -> str:
-    """The HTML page; each figure is written to ``figures/NN.png`` and embedded as base64."""
-    figures.mkdir(parents=True, exist_ok=True)
+def render(title: str, sections: Sequence[Section], folder: Path, figures: dict[str, bytes]) -> str:
+    """The HTML page; each figure is added to ``figures`` as ``figures/NN.png`` and embedded as base64."""
     parts = [f"<h1>{html.escape(title)}</h1>", f"<p>infersim {html.escape(__version__)}; {_provenance(folder)}</p>"]
     for index, section in enumerate(sections):
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
@@ -238,13 +235,13 @@ def render(title: str, sections: Sequence[Section], folder: Path, figures: Path)
             parts.append(_html_table(*section.table))
         if section.figure is not None:
             png = _png(section.figure)
-            (figures / f"{index:02d}.png").write_bytes(png)
+            figures[f"figures/{index:02d}.png"] = png
             alt = html.escape(section.title)
             parts.append(f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
     scenario = _resolved_scenario(folder)
     if scenario is not None:
         parts.append(f"<h2>Resolved scenario ({html.escape(str(scenario.relative_to(folder)))})</h2>")
-        parts.append(f"<pre>{html.escape(scenario.read_text())}</pre>")
+        parts.append(f"<pre>{html.escape(read_text(scenario))}</pre>")
     body = "\n".join(parts)
     return f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>' \
            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"  # fmt: skip
@@ -260,18 +257,30 @@ def _provenance(folder: Path) -> str:
     scenario = _resolved_scenario(folder)
     if scenario is None:
         return "no resolved scenario in the folder"
-    data: Any = yaml.safe_load(scenario.read_text())
+    data: Any = read_yaml(scenario)
     provenance = data.get("provenance", {}) if isinstance(data, dict) else {}
     seed = provenance.get("seed", data.get("seed") if isinstance(data, dict) else None)
     return f"seed {seed}; scenario {html.escape(str(data.get('name', data.get('kind', '?'))))}"
 
 
-def write_report(folder: Path) -> Path:
-    """Write ``folder/report.html`` and ``folder/figures/*.png``; returns the page's path."""
-    sections = collect(folder)
-    if not sections:
-        raise ConfigError(f"{folder}: no infersim results here (summary.json, compare.json, plan.json, ...)")
-    page = render(f"infersim report: {folder.name}", sections, folder, folder / "figures")
-    path = folder / "report.html"
-    path.write_text(page)
-    return path
+def build_report(folder: Path) -> dict[str, str | bytes]:
+    """``report.html`` and ``figures/NN.png`` of the results in ``folder`` (nothing is written).
+
+    Raises
+    ------
+    ConfigError
+        If the folder holds no results, or results this version cannot read (damaged files).
+    """
+    try:
+        sections = collect(folder)
+        if not sections:
+            raise ConfigError(f"{folder}: no infersim results here (summary.json, compare.json, plan.json, ...)")
+        figures: dict[str, bytes] = {}
+        page = render(f"infersim report: {folder.name}", sections, folder, figures)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(
+            f"{folder}: damaged or unreadable results ({type(exc).__name__}: {exc}); rerun the command that wrote them"
+        ) from None
+    return {"report.html": page, **figures}

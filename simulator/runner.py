@@ -11,6 +11,7 @@ from simulator.config.loading import Catalog, ConfigError, apply_override, read_
 from simulator.config.scenario import Scenario
 from simulator.config.workload import TraceLoad
 from simulator.engine.build import build
+from simulator.limits import Limits
 from simulator.results.metrics import summarize
 from simulator.results.records import RunRecords, freeze
 
@@ -57,9 +58,43 @@ def _resolved(load: TraceLoad, base: Path, source: str, where: str) -> TraceLoad
     return load.model_copy(update={"path": trace})
 
 
-def simulate(scenario: Scenario, catalog: Catalog, progress: Callable[[float], None] | None = None) -> RunResult:
-    """Build, run (``progress`` gets the fraction done), freeze and summarise one scenario."""
-    simulation = build(scenario, catalog)
+def simulate(
+    scenario: Scenario,
+    catalog: Catalog,
+    progress: Callable[[float], None] | None = None,
+    limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
+) -> RunResult:
+    """Build, run (``progress`` gets the fraction done), freeze and summarise one scenario.
+
+    ``limits``: the size a run may reach before it needs ``limits=None`` (:mod:`simulator.limits`).
+    """
+    simulation = build(scenario, catalog, limits)
     end_s = simulation.run(progress)
     records = freeze(simulation, end_s)
     return RunResult(scenario, records, summarize(records, scenario.slo, scenario.workload_classes, scenario.cost))
+
+
+def summary_shape(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
+    """The summary a run of ``scenario`` would have, before anything runs (every number undefined):
+    its keys are the metric paths a sweep or a plan may ask for."""
+    simulation = build(scenario, catalog, limits=None)
+    records = freeze(simulation, 0.0)
+    return summarize(records, scenario.slo, scenario.workload_classes, scenario.cost)
+
+
+def metric_paths(summary: dict[str, Any], prefix: str = "") -> set[str]:
+    """Dotted paths of every number in a summary (``undefined`` reasons excluded)."""
+    paths: set[str] = set()
+    for key, value in summary.items():
+        if key == "undefined":
+            continue
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            paths |= metric_paths(value, f"{path}.")
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, dict):
+                    paths |= metric_paths(item, f"{path}.{index}.")
+        elif isinstance(value, int | float) or value is None:
+            paths.add(path)
+    return paths

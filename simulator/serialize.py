@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from simulator.analytic.estimate import Estimate, saturation_concurrency
+import math
+
+from simulator.analytic.estimate import Estimate
 from simulator.analytic.placement import Deployment
 from simulator.analytic.step_time import COMPONENTS
 
@@ -29,14 +31,17 @@ def deployment_dict(d: Deployment) -> dict[str, object]:
 
 def estimate_dict(e: Estimate) -> dict[str, object]:
     d = e.deployment
-    return {
+    out: dict[str, object] = {
         "ttft_s": e.ttft_s,
         "itl_s": e.itl_s,
         "e2e_s": e.e2e_s,
         "per_user_output_tok_s": e.per_user_output_tok_s,
         "aggregate_output_tok_s": e.aggregate_output_tok_s,
         "concurrency": e.concurrency,
-        "max_concurrency": saturation_concurrency(d, e.input_tokens, e.output_tokens),
+        "max_concurrency": e.max_concurrency,
+        "capacity_limited": e.capacity_limited,
+        "queueing_delay_s": e.queueing_s,
+        "running_sequences": e.running,
         "input_tokens": e.input_tokens,
         "output_tokens": e.output_tokens,
         "chips": d.chips,
@@ -44,4 +49,42 @@ def estimate_dict(e: Estimate) -> dict[str, object]:
         "breakdown": {k: e.decode_step.components_s[k] for k in COMPONENTS},
         "bottleneck": e.bottleneck,
         "explanation": e.explanation(),
+        "notes": [note for note in (e.capacity_note(), _one_token_note(e)) if note],
     }
+    if e.itl_s is None:
+        out["undefined"] = dict.fromkeys(("itl_s", "per_user_output_tok_s"), _one_token_note(e))
+    return out
+
+
+def _one_token_note(e: Estimate) -> str:
+    return "a 1-token answer has no inter-token latency: ITL and per-user speed are null" if e.itl_s is None else ""
+
+
+#: Why a number is undefined, when nothing more specific was recorded beside it.
+UNDEFINED_REASON = "undefined: no data to compute it from (e.g. nothing measured in the window)"
+
+
+def strict_json(value: object) -> object:
+    """A copy of ``value`` that strict JSON can hold: NaN and infinities become ``null``.
+
+    A mapping that held such a number gains ``"undefined": {key: reason}`` beside it (the
+    reason already given there, or :data:`UNDEFINED_REASON`), so a reader sees why.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        given = value.get("undefined", {})
+        reasons: dict[str, str] = dict(given) if isinstance(given, dict) else {}
+        for key, item in value.items():
+            if key == "undefined":
+                continue
+            if isinstance(item, float) and not math.isfinite(item):
+                reasons.setdefault(str(key), UNDEFINED_REASON)
+            out[str(key)] = strict_json(item)
+        if reasons:
+            out["undefined"] = reasons
+        return out
+    if isinstance(value, list | tuple):
+        return [strict_json(item) for item in value]
+    return value

@@ -18,14 +18,20 @@ of a 95 % Student-t confidence interval for every metric.
 from __future__ import annotations
 
 import csv
+import difflib
 import hashlib
 import importlib
+import io
 import json
 import math
 import os
+import re
+import signal
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -37,10 +43,14 @@ from scipy.stats import qmc
 
 from simulator import __version__
 from simulator.config.base import Spec
+from simulator.config.files import read_json
 from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_data
 from simulator.config.scenario import Scenario
 from simulator.config.workload import AgentsLoad, TraceLoad
-from simulator.runner import load_scenario_data, scenario_from, simulate
+from simulator.engine.build import run_size
+from simulator.limits import Limits
+from simulator.limits import check as check_size
+from simulator.runner import load_scenario_data, metric_paths, scenario_from, simulate, summary_shape
 
 DEFAULT_METRICS = (
     "per_user_output_tok_s.p50", "ttft_s.p50", "ttft_s.p99", "tpot_s.mean", "e2e_s.p50", "output_tok_s",
@@ -78,7 +88,7 @@ class SweepSpec(Spec):
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="field path -> values")
     sample: SampleSpec | None = None
     replications: Annotated[int, Field(ge=1)] = 1
-    metrics: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS))
+    metrics: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS), min_length=1)
 
     @model_validator(mode="after")
     def _not_empty(self) -> SweepSpec:
@@ -136,14 +146,24 @@ def replication_seeds(base_seed: int, replications: int) -> list[int]:
     return [int(child.generate_state(1)[0]) for child in children]
 
 
-def expand(spec: SweepSpec, sweep_path: Path, catalog: Catalog | None = None) -> list[RunPoint]:
-    """Every run, validated up front: a bad field path fails before anything is simulated."""
+def expand(
+    spec: SweepSpec,
+    sweep_path: Path,
+    catalog: Catalog | None = None,
+    limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
+) -> list[RunPoint]:
+    """Every run, validated up front: a bad field path, a metric that is not in a run's summary,
+    or a run over the size ``limits`` fails before anything is simulated."""
     catalog = catalog or Catalog()
     scenario_path = spec.scenario if spec.scenario.is_absolute() else sweep_path.parent / spec.scenario
     data = load_scenario_data(scenario_path)
     runs: list[RunPoint] = []
-    for factors in factor_points(spec):
+    for number, factors in enumerate(factor_points(spec)):
         base = scenario_from(dict(data), factors, str(scenario_path))
+        if limits is not None:
+            check_size(run_size(base, catalog), limits)
+        if number == 0 and "metrics" in spec.model_fields_set:  # the defaults may name task metrics a chat run lacks
+            check_metrics(spec.metrics, summary_shape(base, catalog), sweep_path)
         inputs = _inputs_digest(base, catalog, spec.metrics)
         seeds = replication_seeds(base.run.seed, spec.replications) if spec.replications > 1 else [base.run.seed]
         for replication, seed in enumerate(seeds):
@@ -175,6 +195,16 @@ def _inputs_digest(scenario: Scenario, catalog: Catalog, metrics: list[str]) -> 
     return digest.hexdigest()
 
 
+def check_metrics(metrics: list[str], shape: dict[str, Any], sweep_path: Path) -> None:
+    """Every metric must name a number of the run summary (a typo would be a silent NaN column)."""
+    known = metric_paths(shape)
+    for index, name in enumerate(metrics):
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise ConfigError(f"{sweep_path}: metrics.{index}: {name!r} is not a number in a run's summary{hint}")
+
+
 def metric(summary: dict[str, Any], path: str) -> float:
     """A dotted path into a run summary (NaN where the run has no such value)."""
     node: Any = summary
@@ -189,7 +219,9 @@ def run_point(scenario_json: str, metrics: list[str], dirs: tuple[str | None, st
     """Simulate one resolved scenario (in a worker process); errors become the row's ``error``."""
     try:
         catalog = Catalog(*(Path(d) if d else None for d in dirs))
-        summary = simulate(Scenario.model_validate_json(scenario_json), catalog).summary
+        scenario = Scenario.model_validate_json(scenario_json)
+        summary = simulate(scenario, catalog, limits=None).summary  # its size was checked by expand
+
         return {name: metric(summary, name) for name in metrics} | {"error": ""}
     except Exception as exc:  # a failed run is a row, not an aborted sweep
         return dict.fromkeys(metrics, math.nan) | {"error": f"{type(exc).__name__}: {exc}"}
@@ -203,8 +235,15 @@ class Cache:
         folder.mkdir(parents=True, exist_ok=True)
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """The cached row, or None when absent or unreadable (then the run is simply repeated)."""
         path = self.folder / f"{key}.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            row = read_json(path, allow_nonfinite=True)  # rows are written by json.dump: NaN for missing metrics
+        except ConfigError:
+            return None
+        return row if isinstance(row, dict) else None
 
     def put(self, key: str, row: dict[str, Any]) -> None:
         handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
@@ -213,37 +252,71 @@ class Cache:
         os.replace(temporary, self.folder / f"{key}.json")
 
 
-Submit = Callable[[RunPoint], "Future[dict[str, Any]]"]
+Submit = Callable[[RunPoint], Any]  # a concurrent.futures or a distributed Future
 
 
-def _local(jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]) -> tuple[Submit, Callable[[], None]]:
-    pool = ProcessPoolExecutor(max_workers=jobs)
+#: How often a worker checks that the process that started it still runs (seconds).
+PARENT_POLL_S = 0.5
 
-    def close() -> None:  # on an interrupt, queued runs are cancelled rather than run and lost
-        pool.shutdown(wait=True, cancel_futures=True)
+Close = Callable[[bool], None]  # close(interrupted): stop the executor, at once when interrupted
+
+
+def _worker_init(parent_pid: int) -> None:
+    """In each local worker: leave Ctrl-C to the parent, and exit as soon as the parent is gone
+    (a killed sweep must not leave workers computing for minutes)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _local(jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]) -> tuple[Submit, Close]:
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init, initargs=(os.getpid(),))
+
+    def close(interrupted: bool) -> None:
+        if not interrupted:
+            pool.shutdown(wait=True)
+            return
+        # queued runs are cancelled and running ones stopped: the cache keeps every finished run
+        processes = list(getattr(pool, "_processes", {}).values())  # no public API before Python 3.14
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
 
     return (lambda p: pool.submit(run_point, p.scenario_json, metrics, dirs)), close
 
 
+#: A Dask scheduler address: ``[protocol://]host:port``.
+DASK_ADDRESS = re.compile(r"^(?:(?:tcp|tls|ws|wss|ucx)://)?(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
+
+
 def _dask(address: str | None, jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]
-          ) -> tuple[Submit, Callable[[], None]]:  # fmt: skip
+          ) -> tuple[Submit, Close]:  # fmt: skip
     try:
         from distributed import Client, LocalCluster
     except ImportError:
         raise ConfigError("the dask executor needs dask.distributed: pip install 'infersim[dask]'") from None
+    if address is not None and not DASK_ADDRESS.match(address):
+        raise ConfigError(f"--address {address!r}: expected a Dask scheduler address such as tcp://10.0.0.5:8786")
     cluster = None
     if address is None:
-        cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, host="127.0.0.1", dashboard_address=None)
+        cluster = LocalCluster(  # type: ignore[no-untyped-call]
+            n_workers=jobs, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+        )
         address = cluster.scheduler_address
     try:
-        client = Client(address, timeout="5s")
-    except (OSError, TimeoutError) as exc:
-        raise ConfigError(f"no Dask scheduler answered at {address} within 5 s ({exc})") from None
+        client = Client(address, timeout="5s")  # type: ignore[no-untyped-call]
+    except Exception as exc:  # refused, timed out, or something that is not a scheduler answered
+        raise ConfigError(f"no Dask scheduler answered at {address} within 5 s ({type(exc).__name__}: {exc})") from None
 
-    def close() -> None:
-        client.close()
+    def close(interrupted: bool) -> None:
+        client.close(timeout=5 if interrupted else None)  # type: ignore[no-untyped-call]
         if cluster is not None:
-            cluster.close()
+            cluster.close(timeout=5 if interrupted else None)
 
     return (
         lambda p: client.submit(run_point, p.scenario_json, metrics, dirs, key=f"infersim-{p.key}", pure=False)
@@ -287,8 +360,10 @@ def run_sweep(
                 done += 1
                 if progress:
                     progress(done, len(runs))
-        finally:
-            close()
+        except BaseException:  # Ctrl-C, SIGTERM, a broken worker: stop the workers now
+            close(True)
+            raise
+        close(False)
     return [_row(p, rows[p.index]) for p in runs]
 
 
@@ -296,7 +371,7 @@ def _completed(futures: dict[Any, RunPoint], executor: str) -> Iterator[Any]:
     if executor == "dask":
         from distributed import as_completed as dask_completed
 
-        yield from dask_completed(list(futures))
+        yield from dask_completed(list(futures))  # type: ignore[no-untyped-call]
     else:
         yield from as_completed(futures)
 
@@ -331,24 +406,20 @@ def load_sweep(path: Path) -> SweepSpec:
     return validate_data(SweepSpec, read_yaml(path), str(path))
 
 
-def write_table(rows: list[dict[str, Any]], stem: Path) -> Path:
-    """Parquet when pyarrow is installed, else CSV; written to a temporary name, then renamed."""
+def table_file(rows: list[dict[str, Any]], stem: str) -> tuple[str, bytes | str]:
+    """``(file name, contents)`` of a table: Parquet when pyarrow is installed, else CSV."""
     columns = list(dict.fromkeys(k for row in rows for k in row))
     try:
         pa, pq = importlib.import_module("pyarrow"), importlib.import_module("pyarrow.parquet")
     except ImportError:
-        path = stem.with_suffix(".csv")
-        temporary = path.with_name(f".{path.name}.tmp")
-        with temporary.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows({c: _cell(row.get(c)) for c in columns} for row in rows)
-    else:
-        path = stem.with_suffix(".parquet")
-        temporary = path.with_name(f".{path.name}.tmp")
-        pq.write_table(pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows]), temporary)
-    os.replace(temporary, path)
-    return path
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({c: _cell(row.get(c)) for c in columns} for row in rows)
+        return f"{stem}.csv", buffer.getvalue()
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows]), sink)
+    return f"{stem}.parquet", sink.getvalue()
 
 
 def _cell(value: Any) -> str:

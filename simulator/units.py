@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 from typing import Annotated, Literal
@@ -98,7 +99,10 @@ def parse_quantity(text: str, dimension: Dimension) -> float:
     scale = _unit_scale(match["unit"], dimension)
     if scale is None:
         raise ValueError(f"unit {match['unit']!r} is not a {dimension} unit; expected e.g. {EXAMPLES[dimension]}")
-    return float(Decimal(match["num"]) * Decimal(repr(scale)))  # exact decimal scaling
+    value = float(Decimal(match["num"]) * Decimal(repr(scale)))  # exact decimal scaling
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is too large to represent")
+    return value
 
 
 def _parser(dimension: Dimension) -> BeforeValidator:

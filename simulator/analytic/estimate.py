@@ -13,19 +13,46 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
   ``tau = (1 - alpha**(gamma+1)) / (1 - alpha)`` tokens per verify pass (Leviathan et al.
   2023, eq. 1); a step costs ``gamma * draft_step_fraction * decode pass + verify pass``.
 - Per-user output tok/s is the decode rate ``1 / ITL`` (vLLM's 1/TPOT; Artificial
-  Analysis's "output speed" after the first token). Aggregate output tok/s is
-  ``C * O / (TTFT + (O - 1) * ITL)``.
+  Analysis's "output speed" after the first token); a 1-token answer has none. Aggregate
+  output tok/s is ``C * O / (TTFT + (O - 1) * ITL)``.
+- **Capacity.** At most ``M`` = :func:`saturation_concurrency` sequences run at once (the KV
+  of ``M`` requests at full context ``I + O`` fits, and the batch cap). Above it, ``C - M``
+  users wait: the replica serves ``M`` at a time, so its throughput is ``X = M / E2E(M)`` and,
+  by the interactive response-time law with no think time, a request's response time is
+  ``R = C / X = (C / M) E2E(M)``; the difference ``R - E2E(M)`` is queueing, added to TTFT.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Annotated, Literal
 
 import numpy as np
+from pydantic import Field
 
 from simulator.analytic.placement import Deployment
 from simulator.analytic.step_time import BatchAggregates, StepCostModel, StepTime
+from simulator.config.base import Spec
+from simulator.errors import InfersimError
+
+#: Most users the closed form is asked about (above the maximum it is queueing arithmetic).
+MAX_QUERY_CONCURRENCY = 10**9
+#: Longest request the closed form is asked about, in tokens (beyond any model's context).
+MAX_QUERY_TOKENS = 10**8
+
+
+class EstimateError(InfersimError):
+    """A request the deployment cannot serve at all (longer than the context or the KV budget)."""
+
+
+class EstimateQuery(Spec):
+    """What ``estimate`` is asked: request lengths and a concurrency (or ``max``)."""
+
+    input_tokens: Annotated[int, Field(ge=1, le=MAX_QUERY_TOKENS)]
+    output_tokens: Annotated[int, Field(ge=1, le=MAX_QUERY_TOKENS)]
+    concurrency: Annotated[int, Field(ge=1, le=MAX_QUERY_CONCURRENCY)] | Literal["max"] = 1
+
 
 _WHY = {
     "weights_memory": "memory-bound: every step streams the weights from {tier}",
@@ -54,26 +81,50 @@ def speculative_tokens_per_step(tokens_proposed: int, acceptance_rate: float) ->
 
 @dataclass(frozen=True)
 class Estimate:
+    """Closed-loop steady state; ``ttft_s`` includes ``queueing_s`` when capacity-limited."""
+
     deployment: Deployment
     input_tokens: int
     output_tokens: int
     concurrency: int
     ttft_s: float
-    itl_s: float
+    itl_s: float | None  # None for a 1-token answer: no inter-token interval exists
     decode_step: StepTime
     prefill_s: float
+    max_concurrency: int
+    queueing_s: float = 0.0
 
     @property
-    def per_user_output_tok_s(self) -> float:
-        return 1.0 / self.itl_s
+    def capacity_limited(self) -> bool:
+        return self.concurrency > self.max_concurrency
+
+    @property
+    def running(self) -> int:
+        """Sequences in the batch: the users, at most the maximum."""
+        return min(self.concurrency, self.max_concurrency)
+
+    @property
+    def per_user_output_tok_s(self) -> float | None:
+        return None if self.itl_s is None else 1.0 / self.itl_s
 
     @property
     def e2e_s(self) -> float:
-        return self.ttft_s + (self.output_tokens - 1) * self.itl_s
+        return self.ttft_s + (self.output_tokens - 1) * (self.itl_s or 0.0)
 
     @property
     def aggregate_output_tok_s(self) -> float:
         return self.concurrency * self.output_tokens / self.e2e_s
+
+    def capacity_note(self) -> str:
+        """Why the users above the maximum wait, in words ('' when none do)."""
+        if not self.capacity_limited:
+            return ""
+        return (
+            f"concurrency {self.concurrency} exceeds the {self.max_concurrency} sequences whose KV fits at "
+            f"{self.input_tokens}+{self.output_tokens} tokens: {self.max_concurrency} run at once and the other "
+            f"{self.concurrency - self.max_concurrency} wait, adding {self.queueing_s:.3g} s of queueing to TTFT "
+            f"(response-time law R = N / X); speeds are those of {self.max_concurrency} running"
+        )
 
     @property
     def bottleneck(self) -> str:
@@ -101,8 +152,45 @@ def _prefill_s(cost: StepCostModel, input_tokens: int, riding_decodes: int, cont
     return passes[-1] + sum(passes[:-1]) / max(1, min(cost.pipeline_stages, len(passes)))
 
 
-def estimate(deployment: Deployment, input_tokens: int, output_tokens: int, concurrency: int = 1) -> Estimate:
-    """TTFT, ITL and throughputs of ``deployment`` at ``concurrency`` (closed loop)."""
+def check_request(deployment: Deployment, input_tokens: int, output_tokens: int) -> None:
+    """Refuse a request longer than the model's context or than one replica's whole KV budget."""
+    if input_tokens < 1 or output_tokens < 1:
+        raise EstimateError(f"a request needs at least 1 prompt and 1 output token, got {input_tokens} + "
+                            f"{output_tokens}")  # fmt: skip
+    tokens = input_tokens + output_tokens
+    model = deployment.model
+    if tokens > model.max_context_tokens:
+        raise EstimateError(
+            f"a request of {input_tokens:,} + {output_tokens:,} tokens exceeds {model.id}'s context window of "
+            f"{model.max_context_tokens:,} tokens"
+        )
+    need = deployment.kv_bytes_for_context(tokens)
+    if need > deployment.kv_budget_bytes:
+        raise EstimateError(
+            f"one request of {tokens:,} tokens needs {need / 1e9:.3g} GB of KV but {deployment.chips} x "
+            f"{deployment.hardware.id} has {deployment.kv_budget_bytes / 1e9:.3g} GB for KV "
+            f"({deployment.max_kv_tokens:,} tokens); use more chips or shorter requests"
+        )
+
+
+def estimate(
+    deployment: Deployment, input_tokens: int, output_tokens: int, concurrency: int = 1, strict: bool = True
+) -> Estimate:
+    """TTFT, ITL and throughputs of ``deployment`` at ``concurrency`` (closed loop).
+
+    Raises
+    ------
+    EstimateError
+        If ``strict`` and one request does not fit the context window or the KV budget
+        (predictors inside a run pass ``strict=False``: they rank, they do not admit).
+    """
+    if strict:
+        check_request(deployment, input_tokens, output_tokens)
+    most = saturation_concurrency(deployment, input_tokens, output_tokens)
+    if concurrency > most:
+        at_most = estimate(deployment, input_tokens, output_tokens, most, strict=False)
+        queueing = (concurrency / most - 1.0) * at_most.e2e_s
+        return replace(at_most, concurrency=concurrency, ttft_s=at_most.ttft_s + queueing, queueing_s=queueing)
     cost = StepCostModel(deployment)
     window = deployment.model.attention.sliding_window
     users = max(1, concurrency)
@@ -129,9 +217,10 @@ def estimate(deployment: Deployment, input_tokens: int, output_tokens: int, conc
         output_tokens=output_tokens,
         concurrency=users,
         ttft_s=prefill_s,
-        itl_s=step.total_s / tokens_per_step,
+        itl_s=step.total_s / tokens_per_step if output_tokens > 1 else None,
         decode_step=step,
         prefill_s=prefill_s,
+        max_concurrency=most,
     )
 
 

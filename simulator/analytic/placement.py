@@ -33,6 +33,7 @@ from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec, SpeculativeSpec
 from simulator.config.hardware import HardwareProfile, MemoryTier
 from simulator.config.model import ModelSpec
+from simulator.errors import InfersimError
 
 #: Largest system the automatic placement will consider, in scale-up domains.
 MAX_DOMAINS = 64
@@ -40,7 +41,7 @@ MAX_DOMAINS = 64
 MAX_LAYOUT_ATTEMPTS = 8
 
 
-class PlacementError(ValueError):
+class PlacementError(InfersimError):
     """The model cannot be placed as asked; the message says what it would need."""
 
 

@@ -15,9 +15,9 @@ Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "mxfp4"]
 
 
 class Spec(BaseModel):
-    """A frozen config model that rejects unknown keys."""
+    """A frozen config model that rejects unknown keys, NaN and infinities."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Sourced(Spec, Generic[T]):

@@ -9,22 +9,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from simulator.config.base import Profile
+from simulator.config.files import parse_yaml, read_yaml
 from simulator.config.hardware import HardwareProfile
 from simulator.config.model import ModelSpec
 from simulator.config.workload import WorkloadSpec
+from simulator.errors import ConfigError
+
+__all__ = ["Catalog", "ConfigError", "apply_override", "load_file", "parse_override", "read_yaml", "validate_data"]
 
 M = TypeVar("M", bound=BaseModel)
 P = TypeVar("P", bound=Profile)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-
-
-class ConfigError(ValueError):
-    """Bad input: a file, a field path and what was expected. The CLI exits 2 on it."""
 
 
 def bundled_dir(name: str) -> Path:
@@ -62,17 +61,6 @@ def format_validation_error(source: str, error: ValidationError, data: object = 
     return "\n".join(lines)
 
 
-def read_yaml(path: Path) -> object:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-
-
 def validate_data(model: type[M], data: object, source: str) -> M:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of fields at the top level")
@@ -92,9 +80,9 @@ class Catalog:
     def __init__(
         self, hardware_dir: Path | None = None, model_dir: Path | None = None, workload_dir: Path | None = None
     ) -> None:
-        self.hardware_dir = hardware_dir or bundled_dir("hardware_profiles")
-        self.model_dir = model_dir or bundled_dir("model_profiles")
-        self.workload_dir = workload_dir or bundled_dir("workloads")
+        self.hardware_dir = _folder(hardware_dir, "hardware profile") or bundled_dir("hardware_profiles")
+        self.model_dir = _folder(model_dir, "model profile") or bundled_dir("model_profiles")
+        self.workload_dir = _folder(workload_dir, "workload") or bundled_dir("workloads")
         self._hardware: dict[str, HardwareProfile] = {}
         self._models: dict[str, ModelSpec] = {}
         self._workloads: dict[str, WorkloadSpec] = {}
@@ -130,13 +118,20 @@ class Catalog:
     @staticmethod
     def _load(model: type[P], directory: Path, profile_id: str, known: list[str], kind: str) -> P:
         path = directory / f"{profile_id}.yaml"
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"unknown {kind} profile {profile_id!r}; known: {', '.join(known)} (in {directory})")
         loaded = load_file(model, path)
         loaded_id = loaded.id
         if loaded_id != profile_id:
             raise ConfigError(f"{path}: id: is {loaded_id!r} but the file name says {profile_id!r}")
         return loaded
+
+
+def _folder(path: Path | None, kind: str) -> Path | None:
+    """A user-given profile folder, which must exist."""
+    if path is not None and not path.is_dir():
+        raise ConfigError(f"{path}: no such folder (given as the {kind} folder)")
+    return path
 
 
 def parse_override(text: str) -> tuple[str, list[object]]:
@@ -149,10 +144,7 @@ def parse_override(text: str) -> tuple[str, list[object]]:
         raise ConfigError(f"--set {text!r}: expected path=value, e.g. load.users=16")
     flow = raw.strip().startswith(("{", "["))
     parts = [raw] if flow or "," not in raw else raw.split(",")
-    try:
-        values = [yaml.safe_load(part) for part in parts]
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {text!r}: the value is not valid YAML: {exc}") from None
+    values = [parse_yaml(part, f"--set {text!r}") for part in parts]
     return path.strip(), values
 
 

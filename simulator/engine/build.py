@@ -46,6 +46,9 @@ from simulator.engine.scheduler import (
     Slots,
     StaticBatchingPolicy,
 )
+from simulator.errors import InfersimError
+from simulator.limits import Limits, RunSize, class_calls
+from simulator.limits import check as check_size
 from simulator.results.economics import CostError, Pricing, assumptions_of, resolve_pricing
 
 if TYPE_CHECKING:
@@ -63,7 +66,7 @@ class TaskCounter:
     sessions: itertools.count[int]
 
 
-class ScenarioError(ValueError):
+class ScenarioError(InfersimError):
     """A scenario that validates but cannot run as asked; the message says why."""
 
 
@@ -307,13 +310,19 @@ def _class_routing(klass: WorkloadClass, task: AgentTaskSpec | None) -> ClassRou
     return ClassRouting(klass.name, ttft, tpot, mean_output)
 
 
-def build(scenario: Scenario, catalog: Catalog) -> Simulation:
-    """Construct every component, connect them, start the processes (nothing runs yet)."""
+def build(scenario: Scenario, catalog: Catalog, limits: Limits | None = None) -> Simulation:
+    """Construct every component, connect them, start the processes (nothing runs yet).
+
+    With ``limits``, a run estimated to exceed them raises :class:`~simulator.limits.RunTooLargeError`
+    before any process exists.
+    """
     classes = scenario.workload_classes
     tasks = [catalog.workload(c.load.workload).task if isinstance(c.load, AgentsLoad) else None for c in classes]
     env = simpy.Environment()
     fleet = scenario.fleet
     total_replicas = sum(b.replicas for b in fleet)
+    if limits is not None:
+        check_size(run_size(scenario, catalog), limits)
     recorder = Recorder(total_replicas)
     root = np.random.SeedSequence(scenario.run.seed)
     replicas_ss, router_ss, *class_seeds = root.spawn(2 + len(classes))
@@ -362,6 +371,40 @@ def build(scenario: Scenario, catalog: Catalog) -> Simulation:
     return Simulation(
         scenario, backends, env, recorder, replicas, factory, capacity, offered if all_open else None,
     )  # fmt: skip
+
+
+def run_size(scenario: Scenario, catalog: Catalog) -> RunSize:
+    """Upper estimates of a run's model calls, clients and memory (:mod:`simulator.limits`),
+    from its placements alone: nothing is built."""
+    size = RunSize(replicas=sum(b.replicas for b in scenario.fleet))
+    deployments = {
+        b.name: plan(catalog.hardware(b.deployment.hardware), catalog.model(b.deployment.model), b.deployment)
+        for b in scenario.fleet
+        if b.replicas
+    }
+    duration = scenario.run.duration if scenario.run.duration is not None else math.inf
+    rules = scenario.router.rules
+    for klass in scenario.workload_classes:
+        names = rules.get(klass.name, list(deployments))
+        allowed = [deployments[n] for n in names if n in deployments]
+        if isinstance(klass.load, AgentsLoad):
+            task = catalog.workload(klass.load.workload).task
+            lengths = (task.system_prompt_tokens.mean + task.first_input_tokens.mean, task.output_tokens.mean)
+            calls_per_task = task.steps.mean
+        elif klass.requests is not None:
+            lengths, calls_per_task = (klass.requests.input_tokens.mean, klass.requests.output_tokens.mean), 1.0
+        else:
+            continue  # a trace: finite rows, known once loaded
+        if not allowed:
+            continue  # reported by the fit check when the run is built
+        calls, users, agents, how = class_calls(klass.load, *lengths, calls_per_task, allowed, duration)
+        size.add_requests(calls, f"{klass.name}: {how}")
+        size.users += users
+        size.agents += agents
+    if scenario.run.max_requests is not None and size.requests > scenario.run.max_requests:
+        size.requests = float(scenario.run.max_requests)
+        size.how = [f"run.max_requests {scenario.run.max_requests:,}"]
+    return size
 
 
 def _utilisations(shares: list[tuple[set[int], float]]) -> list[float]:
@@ -463,7 +506,7 @@ def _capacity_requests_per_s(deployment: Deployment, lengths: RequestLengths, ba
     """Analytic saturation throughput of one replica at the mean request lengths."""
     prompt, answer = max(1, round(lengths.input_tokens.mean)), max(1, round(lengths.output_tokens.mean))
     users = min(batch_cap, saturation_concurrency(deployment, prompt, answer))
-    return estimate(deployment, prompt, answer, users).aggregate_output_tok_s / answer
+    return estimate(deployment, prompt, answer, users, strict=False).aggregate_output_tok_s / answer
 
 
 def _peak_rate(arrivals: Arrivals) -> float:

@@ -86,8 +86,8 @@ class Backend:
         """Closed-form (prefill s, ITL s), memoised on power-of-two buckets of prompt, output, users."""
         key = (_bucket(prompt), _bucket(output), users if users <= 8 else _bucket(users))
         if key not in self._estimates:
-            e = estimate(self.deployment, key[0], key[1], min(key[2], self.batch_cap))
-            self._estimates[key] = (e.prefill_s, e.itl_s)
+            e = estimate(self.deployment, key[0], key[1], min(key[2], self.batch_cap), strict=False)
+            self._estimates[key] = (e.prefill_s, e.itl_s or 0.0)
         return self._estimates[key]
 
     def usd_per_output_token(self, prompt: int, output: int) -> float:

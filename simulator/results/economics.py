@@ -25,6 +25,7 @@ from typing import Literal
 
 from simulator.config.fleet import CostSpec
 from simulator.config.hardware import HardwareProfile, TokenPrice
+from simulator.errors import InfersimError
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 SECONDS_PER_HOUR = 3600.0
@@ -46,7 +47,7 @@ def assumptions_of(spec: CostSpec) -> CostAssumptions:
     return CostAssumptions("rental", spec.years, spec.pue, spec.usd_per_kwh, spec.idle_power_fraction)
 
 
-class CostError(ValueError):
+class CostError(InfersimError):
     """A price the cost basis needs is missing from the profile."""
 
 
@@ -141,8 +142,8 @@ class RunCost:
     def tasks_per_usd(self) -> float:
         return self.tasks / self.usd if self.usd else float("nan")
 
-    def to_dict(self) -> dict[str, float]:
-        return {
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "usd_per_hour": self.usd_per_hour,
             "usd": self.usd,
             "idle_usd": self.idle_usd,
@@ -152,6 +153,17 @@ class RunCost:
             "joules_per_output_token": self.joules_per_output_token,
             "joules_per_task": self.joules_per_task,
         }
+        undefined: dict[str, str] = {}
+        if not self.output_tokens:
+            undefined |= dict.fromkeys(("usd_per_million_output_tokens", "joules_per_output_token"),
+                                       "no output token was emitted in the window")  # fmt: skip
+        if not self.tasks:
+            undefined |= dict.fromkeys(("usd_per_task", "joules_per_task"), "no task completed in the window")
+        if not self.usd:
+            undefined["tasks_per_usd"] = "nothing was spent in the window"
+        if undefined:
+            out["undefined"] = undefined
+        return out
 
     def plus(self, other: RunCost) -> RunCost:
         """Two parts of a fleet over the same window (tasks are counted once, fleet-wide)."""

@@ -46,6 +46,7 @@ import numpy.typing as npt
 
 from simulator.config.fleet import CostSpec
 from simulator.config.scenario import SLOSpec, WorkloadClass
+from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.results.economics import RunCost, api_usd, assumptions_of, run_cost
 from simulator.results.records import BackendRecord, FloatArray, RunRecords
 
@@ -54,24 +55,41 @@ PERCENTILES = (50, 90, 95, 99)
 TASK_PARTS = ("model", "queue", "tool", "subagent", "network")
 
 
-def distribution_stats(values: FloatArray) -> dict[str, float]:
-    """Mean and p50/p90/p95/p99 of finite values (NaN when there are none)."""
+#: Why a latency statistic is undefined, written beside it in summary.json.
+NO_REQUESTS = "no request completed in the measurement window"
+ONE_TOKEN_ANSWERS = "every measured request has a 1-token answer, so there is no inter-token interval"
+NO_TASKS = "no task started after the warm-up finished in the window"
+
+
+def distribution_stats(values: FloatArray, empty_reason: str = NO_REQUESTS) -> dict[str, Any]:
+    """Count, mean and p50/p90/p95/p99 of the finite values; NaN, with the reason, when there are none."""
     finite = values[np.isfinite(values)]
     if finite.size == 0:
-        return {"mean": float("nan"), **{f"p{p}": float("nan") for p in PERCENTILES}}
-    stats = {"mean": float(finite.mean())}
+        keys = ["mean", *(f"p{p}" for p in PERCENTILES)]
+        return {"count": 0, **dict.fromkeys(keys, float("nan")), "undefined": dict.fromkeys(keys, empty_reason)}
+    stats: dict[str, Any] = {"count": int(finite.size), "mean": float(finite.mean())}
     stats.update({f"p{p}": float(v) for p, v in zip(PERCENTILES, np.percentile(finite, PERCENTILES), strict=True)})
     return stats
 
 
-def histogram_stats(counts: FloatArray, edges: FloatArray) -> dict[str, float]:
+def _latency_stats(m: dict[str, FloatArray]) -> dict[str, dict[str, Any]]:
+    """Every latency distribution, each undefined one with its reason."""
+    completed = m["ttft_s"].size > 0
+    out = {}
+    for name in LATENCIES:
+        per_token = name in ("tpot_s", "per_user_output_tok_s")
+        out[name] = distribution_stats(m[name], ONE_TOKEN_ANSWERS if completed and per_token else NO_REQUESTS)
+    return out
+
+
+def histogram_stats(counts: FloatArray, edges: FloatArray) -> dict[str, Any]:
     """Mean and percentiles of a histogram, at the geometric midpoints of its bins."""
     total = counts.sum()
     if total == 0:
-        return distribution_stats(np.array([]))
+        return distribution_stats(np.array([]), "no inter-token interval was observed (only 1-token answers, or none)")
     mids = np.sqrt(edges[:-1] * edges[1:])
     cumulative = np.cumsum(counts) / total
-    stats = {"mean": float((counts * mids).sum() / total)}
+    stats: dict[str, Any] = {"count": int(total), "mean": float((counts * mids).sum() / total)}
     for p in PERCENTILES:
         stats[f"p{p}"] = float(mids[np.searchsorted(cumulative, p / 100.0)])
     return stats
@@ -114,7 +132,7 @@ def class_summary(records: RunRecords, klass: int, spec: WorkloadClass) -> dict[
     """One workload class: its latencies, its goodput under its own SLOs, its tasks."""
     m = request_metrics(records, klass)
     window = max(records.end_s - records.warmup_s, 1e-12)
-    out: dict[str, Any] = {name: distribution_stats(m[name]) for name in LATENCIES}
+    out: dict[str, Any] = _latency_stats(m)
     out |= {
         "priority": spec.priority,
         "requests_completed": int(m["ttft_s"].size),
@@ -122,9 +140,15 @@ def class_summary(records: RunRecords, klass: int, spec: WorkloadClass) -> dict[
         "goodput_requests_per_s": float(_meets(m, spec.slo).sum()) / window,
         "slo_attainment": float(_meets(m, spec.slo).mean()) if m["ttft_s"].size else float("nan"),
     }
-    if (records.tasks["class"] == klass).any():
+    if (records.tasks["class"] == klass).any() or _makes_tasks(spec):
         out["tasks"] = task_summary(records, klass)
     return out
+
+
+def _makes_tasks(klass: WorkloadClass) -> bool:
+    """Whether a class's load runs tasks (agents, agent-session and task-graph traces)."""
+    load = klass.load
+    return isinstance(load, AgentsLoad) or (isinstance(load, TraceLoad) and load.format in ("weka", "taskgraph"))
 
 
 def backend_cost(records: RunRecords, backend: BackendRecord, spec: CostSpec, tasks: int) -> RunCost:
@@ -159,7 +183,11 @@ def backend_summary(records: RunRecords, backend: BackendRecord, spec: CostSpec)
     window = max(t1 - t0, 1e-12)
     output_tokens, _ = records.tokens_in_window(t0, t1, backend.replicas)
     served = _measured(records) & np.isin(records.requests["replica"], backend.replicas)
-    cost = {k: v for k, v in backend_cost(records, backend, spec, 0).to_dict().items() if "task" not in k}
+    full = backend_cost(records, backend, spec, 0).to_dict()
+    cost = {k: v for k, v in full.items() if "task" not in k and k != "undefined"}
+    reasons = {k: v for k, v in dict(full.get("undefined") or {}).items() if "task" not in k}  # type: ignore[call-overload]
+    if reasons:
+        cost["undefined"] = reasons
     return {
         "hardware": backend.hardware.id,
         "model": backend.model_id,
@@ -185,7 +213,7 @@ def summarize(
     t0, t1 = records.warmup_s, records.end_s
     output_tokens, input_tokens = records.tokens_in_window(t0, t1)
     owner = [records.backend_of(i) for i in range(replicas)]
-    summary: dict[str, Any] = {name: distribution_stats(m[name]) for name in LATENCIES}
+    summary: dict[str, Any] = _latency_stats(m)
     summary["itl_s"] = histogram_stats(records.itl_counts, records.itl_bin_edges_s)
     summary |= {
         "requests_completed": int(m["ttft_s"].size),
@@ -220,7 +248,7 @@ def summarize(
     measured = _measured(records)
     prompts = float(r["input_tokens"][measured].sum())
     summary["prefix_cache_hit_rate"] = float(r["cached_tokens"][measured].sum()) / prompts if prompts else 0.0
-    if records.tasks["task"].size:
+    if records.tasks["task"].size or any(_makes_tasks(c) for c in classes):
         summary["tasks"] = task_summary(records)
     if len(classes) > 1:
         summary["classes"] = {spec.name: class_summary(records, k, spec) for k, spec in enumerate(classes)}
@@ -248,7 +276,7 @@ def task_summary(records: RunRecords, klass: int | None = None) -> dict[str, Any
     window = max(records.end_s - records.warmup_s, 1e-12)
     total = duration.sum() if duration.size else 0.0
     return {
-        "task_time_s": distribution_stats(duration),
+        "task_time_s": distribution_stats(duration, NO_TASKS),
         "tasks_completed": int(keep.sum()),
         "tasks_failed": int(((t["failed"] == 1) & (t["parent"] == -1)).sum()),
         "subagent_tasks": int((t["parent"] != -1).sum()),
@@ -263,6 +291,17 @@ def task_summary(records: RunRecords, klass: int | None = None) -> dict[str, Any
             part: float(t[f"{part}_s"][keep].mean()) if keep.any() else float("nan") for part in TASK_PARTS
         },
     }
+
+
+def undefined_message(summary: dict[str, Any]) -> str:
+    """Why a run's latency statistics are undefined, in words (empty when they are defined)."""
+    if summary["requests_completed"]:
+        return ""
+    return (
+        f"{NO_REQUESTS} ({summary['window_s']:.4g} s after the warm-up; {summary['requests_in_flight']} "
+        f"still in flight): latency statistics are undefined (null in summary.json); lengthen run.duration, "
+        f"shorten run.warmup or lower the load"
+    )
 
 
 def overload_message(summary: dict[str, Any]) -> str:

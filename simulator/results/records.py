@@ -80,18 +80,27 @@ class RunRecords:
             out[name] = (times, np.append(values, values[-1]) * scale)
         return out
 
-    def levels_csv(self, replica: int = 0) -> str:
-        """:meth:`levels` in long form: ``level,t_s,value``."""
-        rows = ["level,t_s,value"]
-        for name, (times, values) in self.levels(replica).items():
-            rows += [f"{name},{t:.9g},{v:.9g}" for t, v in zip(times, values, strict=True)]
+    def levels_csv(self) -> str:
+        """:meth:`levels` of every replica in long form: ``replica,level,t_s,value`` (exact floats)."""
+        rows = ["replica,level,t_s,value"]
+        for replica in range(len(self.batch)):
+            for name, (times, values) in self.levels(replica).items():
+                rows += [f"{replica},{name},{t!r},{v!r}" for t, v in zip(times.tolist(), values.tolist(), strict=True)]
         return "\n".join(rows) + "\n"
 
     def to_csv(self) -> str:
+        """One row per request; times are exact (shortest round-trip decimal), counts integers."""
         rows = [",".join(REQUEST_FIELDS)]
-        columns = [self.requests[f] for f in REQUEST_FIELDS]
-        rows += [",".join(f"{v:.9g}" for v in values) for values in zip(*columns, strict=True)]
+        columns = [self.requests[f].tolist() for f in REQUEST_FIELDS]
+        rows += [",".join(_csv_number(v) for v in values) for values in zip(*columns, strict=True)]
         return "\n".join(rows) + "\n"
+
+
+def _csv_number(value: float) -> str:
+    """An integer-valued float as an integer, NaN as empty, anything else exactly."""
+    if value != value:
+        return ""
+    return str(int(value)) if abs(value) < 2**53 and value == int(value) else repr(value)
 
 
 def freeze(simulation: Simulation, end_s: float) -> RunRecords:

@@ -58,7 +58,8 @@ def test_demo_writes_a_complete_results_folder(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     assert main(["demo", "-o", str(out), "--no-agents"]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
-        "figures", "report.html", "scenario.resolved.yaml", "speed_gap.json", "speed_gap.txt"]  # fmt: skip
+        ".infersim-results.json", ".infersim-results.lock", "figures", "report.html", "scenario.resolved.yaml",
+        "speed_gap.json", "speed_gap.txt"]  # fmt: skip
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
     assert (out / "report.html").read_text().count("<img") == 4  # each demo model's speed gap, a roofline
 
@@ -125,7 +126,7 @@ def test_run_writes_summary_records_and_the_resolved_scenario(tmp_path: Path) ->
     assert main(["run", str(path), "-o", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "per_user_output_tok_s"):
-        assert set(summary[key]) == {"mean", "p50", "p90", "p95", "p99"}
+        assert set(summary[key]) == {"count", "mean", "p50", "p90", "p95", "p99"}
     for key in ("requests_completed", "requests_dropped", "output_tok_s", "input_tok_s", "requests_per_s",
                 "goodput_requests_per_s"):  # fmt: skip
         assert key in summary

@@ -31,7 +31,7 @@ run: {seed: 3, max_requests: 150}
 def _spec(tmp_path: Path, **fields: object) -> tuple[SweepSpec, Path]:
     (tmp_path / "base.yaml").write_text(SCENARIO)
     data = {"name": "t", "scenario": "base.yaml", "grid": {"load.arrivals.rate_per_s": [2, 8]},
-            "replications": 2, "metrics": ["ttft_s.p50", "output_tok_s", "tasks.task_time_s.p50"]} | fields  # fmt: skip
+            "replications": 2, "metrics": ["ttft_s.p50", "output_tok_s", "cost.usd_per_task"]} | fields  # fmt: skip
     return SweepSpec.model_validate(data), tmp_path / "sweep.yaml"
 
 
@@ -91,7 +91,7 @@ def test_replications_have_spawned_distinct_seeds_and_a_confidence_interval(tmp_
     summary = summarize_rows(rows, ["load.arrivals.rate_per_s"], spec.metrics)
     assert [s["runs"] for s in summary] == [4, 4]
     assert all(s["ttft_s.p50.ci95"] > 0 for s in summary)
-    assert all(s["tasks.task_time_s.p50.mean"] != s["tasks.task_time_s.p50.mean"] for s in summary)  # NaN: no tasks
+    assert all(s["cost.usd_per_task.mean"] != s["cost.usd_per_task.mean"] for s in summary)  # NaN: no tasks
 
 
 def test_a_failed_run_is_a_row_with_its_error(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.report import collect, write_report
+from simulator.cli.report import write_report
+from simulator.report import collect
 from tests.cli.test_cli import run_cli
 
 SCENARIO = """\

@@ -1,0 +1,132 @@
+"""What several commands share: the catalog, ``--set`` values, result files, tables, progress."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import yaml
+
+from simulator import __version__
+from simulator.cli.output import ResultsFolder
+from simulator.config.loading import Catalog, parse_override
+from simulator.config.scenario import Scenario
+from simulator.errors import ConfigError
+from simulator.runner import RunResult
+from simulator.serialize import strict_json
+from simulator.tables import format_number
+
+
+def catalog(args: argparse.Namespace) -> Catalog:
+    return Catalog(args.hardware_dir, args.model_dir)
+
+
+def sweep_values(overrides: Sequence[str]) -> list[dict[str, object]]:
+    """Every combination of ``--set`` values (a comma list of values sweeps that field)."""
+    combos: list[dict[str, object]] = [{}]
+    for text in overrides:
+        path, values = parse_override(text)
+        combos = [combo | {path: value} for combo in combos for value in values]
+    return combos
+
+
+def single_values(overrides: Sequence[str], command: str) -> dict[str, object]:
+    combos = sweep_values(overrides)
+    if len(combos) > 1:
+        raise ConfigError(f"{command} takes one value per --set field (a comma list would sweep it)")
+    return combos[0]
+
+
+def scenario_yaml(scenario: Scenario) -> str:
+    """The resolved scenario with its provenance (version, seed): rerunnable as it stands."""
+    data = scenario.model_dump(mode="json", by_alias=True)
+    data["provenance"] = {"version": __version__, "seed": scenario.run.seed}
+    return str(yaml.safe_dump(data, sort_keys=False))
+
+
+def json_text(payload: object) -> str:
+    """Strict JSON (``null`` where a number is undefined), indented, with a final newline."""
+    return json.dumps(strict_json(payload), indent=2, allow_nan=False) + "\n"
+
+
+def run_files(result: RunResult) -> dict[str, str]:
+    return {
+        "summary.json": json_text(result.summary),
+        "requests.csv": result.records.to_csv(),
+        "levels.csv": result.records.levels_csv(),
+        "scenario.resolved.yaml": scenario_yaml(result.scenario),
+    }
+
+
+def progress_bar(label: str) -> Callable[[float], None]:
+    """A one-line bar with an ETA on stderr (used only when stderr is a terminal)."""
+    started = time.monotonic()
+
+    def show(fraction: float) -> None:
+        elapsed = time.monotonic() - started
+        eta = f"ETA {elapsed / fraction * (1 - fraction):.0f} s" if 0 < fraction < 1 else f"{elapsed:.0f} s"
+        bar = "#" * round(30 * fraction)
+        print(f"\rinfersim {label}: [{bar:<30}] {fraction:4.0%} {eta}   ", end="\n" if fraction >= 1 else "",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    return show
+
+
+def interactive(args: argparse.Namespace) -> bool:
+    """Progress is shown on a terminal, never with ``--json``."""
+    return sys.stderr.isatty() and not getattr(args, "json", False)
+
+
+def maybe_report(args: argparse.Namespace, folder: ResultsFolder) -> None:
+    """``--report``: the HTML page of the folder just written."""
+    if getattr(args, "report", False):
+        from simulator.cli.report import write_report
+
+        page = write_report(folder.path)
+        print(f"wrote {page}", file=sys.stderr if args.json else sys.stdout)
+
+
+# -- run summary tables -------------------------------------------------------------------------
+SUMMARY_HEADERS = [
+    "run", "requests", "TTFT p50 ms", "TTFT p99 ms", "TPOT ms", "ITL p99 ms", "tok/s/user p50",
+    "output tok/s", "req/s", "batch", "cache hit", "$/1M out",
+]  # fmt: skip
+
+TASK_HEADERS = [
+    "run", "tasks", "task p50 s", "task p90 s", "model s", "tool s", "sub-agents s", "queue s", "network s",
+    "calls/task", "tok/s/user p50", "cache hit", "tasks/h", "$/task",
+]  # fmt: skip
+
+
+def _ms(value: float | None) -> str:
+    return format_number(None if value is None else value * 1e3, ".1f")
+
+
+def summary_row(label: str, summary: dict[str, Any]) -> list[object]:
+    return [
+        label, summary["requests_completed"], _ms(summary["ttft_s"]["p50"]), _ms(summary["ttft_s"]["p99"]),
+        format_number(None if summary["tpot_s"]["mean"] is None else summary["tpot_s"]["mean"] * 1e3, ".2f"),
+        format_number(None if summary["itl_s"]["p99"] is None else summary["itl_s"]["p99"] * 1e3, ".2f"),
+        format_number(summary["per_user_output_tok_s"]["p50"], ",.0f"), format_number(summary["output_tok_s"], ",.0f"),
+        format_number(summary["requests_per_s"], ".3g"), format_number(summary["mean_batch_size"], ".1f"),
+        format_number(summary["prefix_cache_hit_rate"], ".0%"),
+        format_number(summary["cost"]["usd_per_million_output_tokens"], ".3g"),
+    ]  # fmt: skip
+
+
+def task_row(label: str, summary: dict[str, Any]) -> list[object]:
+    t = summary["tasks"]
+    part = t["mean_seconds"]
+    return [
+        label, t["tasks_completed"], format_number(t["task_time_s"]["p50"], ".1f"),
+        format_number(t["task_time_s"]["p90"], ".1f"), format_number(part["model"], ".1f"),
+        format_number(part["tool"], ".1f"), format_number(part["subagent"], ".1f"), format_number(part["queue"], ".1f"),
+        format_number(part["network"], ".1f"), format_number(t["calls_per_task"], ".0f"),
+        format_number(summary["per_user_output_tok_s"]["p50"], ",.0f"),
+        format_number(summary["prefix_cache_hit_rate"], ".0%"), format_number(t["tasks_per_hour"], ",.1f"),
+        format_number(summary["cost"]["usd_per_task"], ".3g"),
+    ]  # fmt: skip

@@ -1,0 +1,72 @@
+"""The demo command: the speed war end to end, written to one results folder with its report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from simulator import __version__
+from simulator.cli.common import catalog, json_text, run_files
+from simulator.cli.output import ResultsFolder
+from simulator.cli.report import write_report
+from simulator.compare import comparison_table
+from simulator.demo import (
+    DEMO_INPUT_TOKENS,
+    DEMO_LOADED_USERS,
+    DEMO_MODELS,
+    DEMO_OUTPUT_TOKENS,
+    SPEED_WAR_AGENTS,
+    SPEED_WAR_SCENARIO,
+    agent_war,
+    speed_gap,
+    speed_gap_text,
+    task_table,
+)
+from simulator.serialize import deployment_dict
+
+
+def demo(args: argparse.Namespace) -> int:
+    cat = catalog(args)
+    out = ResultsFolder(args.out or Path("results/demo"), "demo", args.overwrite)
+    rows = speed_gap(cat)
+    text = speed_gap_text(rows)
+    print(
+        f"The speed gap: per-user output tok/s alone and with {DEMO_LOADED_USERS} users "
+        f"({DEMO_INPUT_TOKENS}-token prompts, {DEMO_OUTPUT_TOKENS}-token answers, smallest deployment that fits):\n"
+    )
+    print(text, flush=True)
+    scenario = {
+        "kind": "speed-gap",
+        "models": [{"model": m, "weights": w} for m, w in DEMO_MODELS],
+        "input_tokens": DEMO_INPUT_TOKENS,
+        "output_tokens": DEMO_OUTPUT_TOKENS,
+        "concurrency": [1, DEMO_LOADED_USERS],
+        "seed": SPEED_WAR_SCENARIO["run"]["seed"],  # type: ignore[index]
+        "version": __version__,
+        "deployments": [deployment_dict(r.single.deployment) for r in rows if r.single],
+    }
+    files = {
+        "speed_gap.txt": text + "\n",
+        "speed_gap.json": json_text([r.to_dict() for r in rows]),
+        "scenario.resolved.yaml": yaml.safe_dump(scenario, sort_keys=False),
+    }
+    agents = [] if args.no_agents else agent_war(cat)
+    if agents:
+        files |= {
+            f"agents/run-{i:03d}/{name}": t for i, row in enumerate(agents) for name, t in run_files(row.result).items()
+        }
+        files["agents/compare.json"] = json_text([row.to_dict() for row in agents])
+        files["agents/compare.txt"] = comparison_table(agents) + "\n"
+        files["agents/tasks.txt"] = task_table(agents) + "\n"
+        print(f"\nAgents under load: fast-tool coding agents (50 calls each) on gpt-oss-120b, "
+              f"{' and '.join(str(n) for n in SPEED_WAR_AGENTS)} at once (simulated):\n")  # fmt: skip
+        print(task_table(agents))
+    out.write(files)
+    page = write_report(out.path)
+    written = ["speed_gap.txt", "speed_gap.json", *(["agents/"] if agents else []), "scenario.resolved.yaml",
+               "report.html", "figures/"]  # fmt: skip
+    print(f"\nwrote {out.path}/ ({', '.join(written)})")
+    print(f"report: {page.resolve()}")
+    return 0

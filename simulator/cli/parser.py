@@ -1,0 +1,165 @@
+"""The ``infersim`` argument parser: every command, its options, what each means, its default.
+
+A command names the function that runs it as ``module:function`` (``handler``), imported only
+when that command runs, so ``infersim profiles`` does not pay for matplotlib or scipy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import get_args
+
+from simulator import __version__
+from simulator.config.base import Precision
+
+#: Prompt and answer lengths ``estimate`` assumes unless told (a chat turn; also the demo's).
+DEFAULT_INPUT_TOKENS = 1000
+DEFAULT_OUTPUT_TOKENS = 1000
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Help with each option's default, and descriptions kept as written."""
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def concurrency(text: str) -> str:
+    """A positive integer or ``max`` (argparse type)."""
+    if text != "max":
+        positive_int(text)
+    return text
+
+
+def _add_output(p: argparse.ArgumentParser, default_help: str) -> None:
+    p.add_argument("-o", "--out", type=Path, help=f"results folder (default: {default_help})")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a folder that is not empty and not this command's own results; only the files "
+        "infersim writes are replaced",
+    )
+
+
+def _add_large(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-large-runs",
+        action="store_true",
+        help="run even when the simulation would exceed the request, client or memory limits checked up front",
+    )
+
+
+def _command(sub: argparse._SubParsersAction, name: str, handler: str, help_text: str) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Formatter)
+    p.set_defaults(handler=handler)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="infersim",
+        description="How fast LLMs run on very different inference hardware, and what that speed costs.",
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"infersim {__version__}")
+    parser.add_argument(
+        "--hardware-dir", type=Path, help="folder of hardware profile YAMLs to use instead of the bundled ones"
+    )
+    parser.add_argument(
+        "--model-dir", type=Path, help="folder of model profile YAMLs to use instead of the bundled ones"
+    )
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an unexpected error")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = _command(sub, "profiles", "simulator.cli.profiles:profiles", "list hardware and model profiles")
+    p.add_argument("--json", action="store_true", help="print every profile in full as JSON")
+
+    p = _command(sub, "estimate", "simulator.cli.profiles:estimate_command",
+                 "closed-form TTFT, inter-token latency and throughput of one deployment at a concurrency")  # fmt: skip
+    p.add_argument("--hardware", required=True, help="hardware profile id (see `infersim profiles`)")
+    p.add_argument("--model", required=True, help="model profile id")
+    p.add_argument("--chips", type=int, help="total chips (default: the smallest placement that fits)")
+    p.add_argument("--tensor-parallel", type=int, help="chips one layer is split over (default: automatic)")
+    p.add_argument("--pipeline-parallel", type=int, help="pipeline stages (default: automatic)")
+    p.add_argument("--weights", choices=get_args(Precision), help="weight precision (default: the model's native)")
+    p.add_argument("--kv-cache", choices=get_args(Precision), help="KV-cache precision (default: fp8 for 8-bit "
+                   "or narrower weights, else the activations')")  # fmt: skip
+    p.add_argument("--input-tokens", type=int, default=DEFAULT_INPUT_TOKENS, help="prompt tokens per request")
+    p.add_argument("--output-tokens", type=int, default=DEFAULT_OUTPUT_TOKENS, help="output tokens per request")
+    p.add_argument("--concurrency", type=concurrency, default="1",
+                   help="users in a closed loop, or 'max' (the most whose KV fits at full context)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the estimate as JSON")
+
+    p = _command(sub, "validate", "simulator.cli.profiles:validate_command",
+                 "predict every row of a measurement table and report the error")  # fmt: skip
+    p.add_argument("table", nargs="?", type=Path, help="measurement CSV (default: the bundled measurements)")
+    p.add_argument("--json", action="store_true", help="print every row and the summary as JSON")
+
+    p = _command(sub, "calibrate", "simulator.cli.profiles:calibrate_command",
+                 "fit a hardware profile's efficiencies and latencies to measured rows")  # fmt: skip
+    p.add_argument("--hardware", required=True, help="hardware profile id to fit")
+    p.add_argument("--table", type=Path, help="measurement CSV (default: the bundled measurements)")
+    p.add_argument("--fit", help="comma-separated parameter paths (default: the profile's previously fitted ones)")
+    p.add_argument("--rows", help="comma-separated row ids (default: the hardware's unflagged, predictable rows)")
+    _add_output(p, "runs/calibrate-<hardware>")
+    p.add_argument("--json", action="store_true", help="print the fit as JSON")
+
+    p = _command(sub, "run", "simulator.cli.simulate:run", "simulate a scenario under load and write a results folder")
+    p.add_argument("scenario", type=Path, help="scenario YAML")
+    p.add_argument("--set", action="append", metavar="PATH=VALUE",
+                   help="override a field (repeatable); a,b,c runs each value")  # fmt: skip
+    _add_output(p, "runs/<scenario name>")
+    _add_large(p)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--report", action="store_true", help="also write report.html with the figures")
+
+    p = _command(sub, "compare", "simulator.cli.simulate:compare",
+                 "one scenario on several hardware profiles at the same load: speed against cost")  # fmt: skip
+    p.add_argument("scenario", type=Path, help="scenario YAML with one deployment")
+    p.add_argument("--hardware", required=True, help="comma-separated hardware profile ids")
+    p.add_argument("--set", action="append", metavar="PATH=VALUE",
+                   help="override a field (repeatable); a,b,c compares each load")  # fmt: skip
+    _add_output(p, "runs/compare-<scenario name>")
+    _add_large(p)
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--report", action="store_true", help="also write report.html with the figures")
+
+    p = _command(sub, "plan", "simulator.cli.simulate:plan",
+                 "the cheapest fleet meeting every SLO target, searched by simulation")  # fmt: skip
+    p.add_argument("scenario", type=Path, help="scenario YAML with backends and slo.targets")
+    p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field (one value each)")
+    _add_output(p, "runs/plan-<scenario name>")
+    _add_large(p)
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--report", action="store_true", help="also write report.html with the figures")
+
+    p = _command(sub, "sweep", "simulator.cli.sweep:sweep",
+                 "a grid or sample of scenarios with seeds, on a local process pool or a Dask cluster")  # fmt: skip
+    p.add_argument("sweep", type=Path, help="sweep YAML")
+    p.add_argument("--executor", choices=("local", "dask"), default="local", help="where runs execute")
+    p.add_argument("--address", help="Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a loopback cluster)")
+    p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, help="worker processes")
+    _add_output(p, "runs/sweep-<name>")
+    _add_large(p)
+    p.add_argument("--json", action="store_true", help="print every row and the summary as JSON")
+    p.add_argument("--report", action="store_true", help="also write report.html with the figures")
+
+    p = _command(sub, "report", "simulator.cli.report:report",
+                 "a self-contained HTML report (and PNG figures) of a results folder")  # fmt: skip
+    p.add_argument("folder", type=Path, help="a folder written by run, compare, plan, sweep or demo")
+
+    p = _command(sub, "demo", "simulator.cli.demo:demo",
+                 "the speed war: the speed gap, agents under load, cost per task, and a report")  # fmt: skip
+    _add_output(p, "results/demo")
+    p.add_argument("--no-agents", action="store_true", help="only the closed-form speed gap (seconds, not minutes)")
+    return parser

@@ -1,0 +1,223 @@
+"""Commands on profiles and the closed-form model: profiles, estimate, validate, calibrate."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from simulator.analytic.estimate import Estimate, EstimateQuery, estimate, saturation_concurrency
+from simulator.analytic.placement import Deployment, plan
+from simulator.analytic.step_time import COMPONENTS
+from simulator.cli.common import catalog, json_text
+from simulator.cli.output import ResultsFolder
+from simulator.config.deployment import DeploymentSpec
+from simulator.config.loading import Catalog
+from simulator.errors import ConfigError
+from simulator.serialize import estimate_dict
+from simulator.tables import format_number, format_table
+from simulator.validation import BUNDLED_TABLE, read_table, summarize, validate
+
+GB = 1e9
+
+#: Flags of ``estimate`` by the schema field they set (errors name the flag, not the field).
+ESTIMATE_FLAGS = {
+    "chips": "--chips",
+    "tensor_parallel": "--tensor-parallel",
+    "pipeline_parallel": "--pipeline-parallel",
+    "weights": "--weights",
+    "kv_cache": "--kv-cache",
+    "input_tokens": "--input-tokens",
+    "output_tokens": "--output-tokens",
+    "concurrency": "--concurrency",
+}
+
+
+def _flag_errors(exc: ValidationError) -> ConfigError:
+    """A schema error on flag values, each problem named by its flag."""
+    lines = []
+    for item in exc.errors():
+        field = str(item["loc"][0]) if item["loc"] else ""
+        lines.append(f"{ESTIMATE_FLAGS.get(field, field)}: {item['msg']} (got {item.get('input')!r})")
+    return ConfigError("; ".join(lines))
+
+
+def _deployment(args: argparse.Namespace, cat: Catalog) -> Deployment:
+    try:
+        spec = DeploymentSpec(
+            hardware=args.hardware,
+            model=args.model,
+            chips=args.chips,
+            tensor_parallel=args.tensor_parallel,
+            pipeline_parallel=args.pipeline_parallel,
+            weights=args.weights,
+            kv_cache=args.kv_cache,
+        )
+    except ValidationError as exc:
+        raise _flag_errors(exc) from None
+    return plan(cat.hardware(args.hardware), cat.model(args.model), spec)
+
+
+def profiles(args: argparse.Namespace) -> int:
+    from simulator.analytic.architecture import active_params, total_params
+
+    cat = catalog(args)
+    hardware = [cat.hardware(i) for i in cat.hardware_ids()]
+    models = [cat.model(i) for i in cat.model_ids()]
+    if args.json:
+        print(json_text({"hardware": [h.model_dump(mode="json") for h in hardware],
+                         "models": [m.model_dump(mode="json") for m in models]}), end="")  # fmt: skip
+        return 0
+    rows = []
+    for h in hardware:
+        tiers = ", ".join(
+            f"{t.name} {t.capacity.value / GB:.3g} GB @ {t.bandwidth.value / 1e12:.3g} TB/s" for t in h.memory
+        )
+        precision, peak = max(h.compute.peak.items(), key=lambda item: item[1].value)
+        rows.append([h.id, h.family, f"{peak.value / 1e12:,.0f} {precision}", tiers, h.interconnect.domain_chips.value])
+    print(format_table(["hardware", "family", "peak TFLOP/s (precision)", "memory per chip", "domain chips"], rows))
+    print()
+    rows = [
+        [m.id, f"{total_params(m) / 1e9:.1f}", f"{active_params(m) / 1e9:.1f}", m.num_layers, m.hidden_size,
+         m.attention.kind, m.native_precision]
+        for m in models
+    ]  # fmt: skip
+    print(format_table(["model", "params B", "active B", "layers", "hidden", "attention", "native"], rows))
+    return 0
+
+
+def estimate_text(e: Estimate) -> str:
+    d = e.deployment
+    info = estimate_dict(e)
+    lines = [
+        f"{d.model.id} on {d.chips} x {d.hardware.id}  (tp {d.tensor_parallel}, pp {d.pipeline_parallel}, "
+        f"ep {d.expert_parallel}; weights {d.weights}, KV {d.kv_cache})",
+        f"  weights {d.weight_bytes / GB:.1f} GB and KV in {d.weights_tier.name}; KV budget "
+        f"{d.kv_budget_bytes / GB:.1f} GB = {d.max_kv_tokens:,} tokens; "
+        f"max concurrency {info['max_concurrency']} at {e.input_tokens}+{e.output_tokens} tokens",
+    ]
+    if d.resident_tiers:
+        lines.append(
+            f"  slower tiers ({', '.join(t.name for t in d.resident_tiers)}) hold "
+            f"{d.resident_models_capacity_bytes / GB:,.0f} GB of further resident models"
+        )
+    itl = "-" if e.itl_s is None else f"{e.itl_s * 1e3:.2f} ms"
+    per_user = format_number(e.per_user_output_tok_s, ",.0f")
+    lines.append(
+        f"  TTFT {e.ttft_s * 1e3:.1f} ms   ITL {itl}   per-user {per_user} tok/s"
+        f"   aggregate {e.aggregate_output_tok_s:,.0f} tok/s at concurrency {e.concurrency}"
+    )
+    if e.capacity_limited:
+        lines.append(f"  note: {e.capacity_note()}")
+    if e.itl_s is None:
+        lines.append("  note: a 1-token answer has no inter-token latency (per-user decode speed is undefined)")
+    lines.append("  decode pass breakdown:")
+    total = e.decode_step.total_s
+    for key in COMPONENTS:
+        value = e.decode_step.components_s[key]
+        if value > 0:
+            lines.append(f"    {key:<15} {value * 1e3:9.3f} ms  {value / total:5.1%}")
+    lines.append(f"  bottleneck: {e.explanation()}")
+    return "\n".join(lines)
+
+
+def estimate_command(args: argparse.Namespace) -> int:
+    try:
+        query = EstimateQuery(input_tokens=args.input_tokens, output_tokens=args.output_tokens,
+                              concurrency=args.concurrency)  # fmt: skip
+    except ValidationError as exc:
+        raise _flag_errors(exc) from None
+    deployment = _deployment(args, catalog(args))
+    users = (
+        saturation_concurrency(deployment, query.input_tokens, query.output_tokens)
+        if query.concurrency == "max"
+        else query.concurrency
+    )
+    result = estimate(deployment, query.input_tokens, query.output_tokens, users)
+    print(json_text(estimate_dict(result)) if args.json else estimate_text(result), end="\n" if not args.json else "")
+    return 0
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    results = validate(read_table(args.table or BUNDLED_TABLE), catalog(args))
+    summary = summarize(results)
+    if args.json:
+        rows = [
+            {"id": r.row.id, "predicted": r.predicted, "measured": r.row.value, "rel_error": r.rel_error,
+             "metric": r.row.metric, "hardware": r.row.hardware, "model": r.row.model,
+             "bottleneck": r.bottleneck, "flag": r.flag, "reason": r.reason}
+            for r in results
+        ]  # fmt: skip
+        print(json_text({"rows": rows, "summary": summary}), end="")
+        return 0
+    table: list[list[object]] = []
+    for r in results:
+        conc = "max" if r.row.concurrency is None else r.row.concurrency
+        pred = "-" if r.predicted is None else f"{r.predicted:.4g}"
+        err = r.reason if r.rel_error is None else f"{r.rel_error:+.0%}"
+        table.append([r.row.id, r.row.hardware, r.row.model, r.row.weights, conc, r.row.metric,
+                     f"{r.row.value:.4g}", pred, err, r.bottleneck, "flagged" if r.flag else ""])  # fmt: skip
+    headers = ["id", "hardware", "model", "w", "C", "metric", "measured", "predicted", "error", "bottleneck", ""]
+    print(format_table(headers, table))
+    for item in summary["flagged"]:  # type: ignore[attr-defined]
+        print(f"  flagged {item['id']}: {item['flag']}")
+    for item in summary["unpredicted"]:  # type: ignore[attr-defined]
+        print(f"  not predicted {item['id']}: {item['reason']}")
+    print()
+    stats = [["all rows", *_stat_cells(summary["overall"])]]  # type: ignore[arg-type]
+    stats += [["unflagged rows", *_stat_cells(summary["unflagged"])]]  # type: ignore[arg-type]
+    stats += [[fam, *_stat_cells(s)] for fam, s in summary["by_architecture"].items()]  # type: ignore[attr-defined]
+    print(format_table(["architecture", "rows", "median |err|", "p90 |err|"], stats))
+    return 0
+
+
+def _stat_cells(stats: dict[str, float]) -> list[object]:
+    return [stats["rows"], format_number(stats["median_abs_rel_error"], ".1%"),
+            format_number(stats["p90_abs_rel_error"], ".1%")]  # fmt: skip
+
+
+def calibrate_command(args: argparse.Namespace) -> int:
+    from simulator.calibration import calibrate, derived_paths, fit_report
+
+    cat = catalog(args)
+    profile = cat.hardware(args.hardware)
+    out = ResultsFolder(args.out or Path("runs") / f"calibrate-{profile.id}", "calibrate", args.overwrite)
+    table = [r for r in read_table(args.table or BUNDLED_TABLE) if r.hardware == profile.id]
+    if args.rows:
+        chosen = [r.strip() for r in args.rows.split(",") if r.strip()]
+        unknown = sorted(set(chosen) - {r.id for r in table})
+        if unknown or not chosen:
+            raise ConfigError(
+                f"--rows: {', '.join(unknown) or '(none given)'}: not a row of {profile.id} in the table "
+                f"(its rows: {', '.join(r.id for r in table) or 'none'})"
+            )
+        rows = [r for r in table if r.id in set(chosen)]
+    else:
+        results = validate(table, cat)
+        rows = [r.row for r in results if not r.flag and r.predicted is not None]
+    paths = [p.strip() for p in args.fit.split(",") if p.strip()] if args.fit else derived_paths(profile)
+    if not paths:
+        raise ConfigError(f"{profile.id} has no previously fitted parameters; name them with --fit (e.g. "
+                          "compute.efficiency,execution.layer_latency)")  # fmt: skip
+    fit = calibrate(profile, paths, rows, cat)
+    report = fit_report(fit)
+    profile_yaml = yaml.safe_dump(fit.profile.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    out.write({f"{profile.id}.yaml": profile_yaml, "fit.json": json_text(report)})
+    if args.json:
+        print(json_text(report), end="")
+        return 0
+    table_rows = [
+        [r["id"], f"{r['measured']:.4g}", f"{r['before']:.4g}", f"{r['rel_error_before']:+.0%}",
+         f"{r['after']:.4g}", f"{r['rel_error_after']:+.0%}"]
+        for r in report["rows"]
+    ]  # fmt: skip
+    print(format_table(["row", "measured", "before", "error", "after", "error"], table_rows))
+    for path, value in fit.parameters.items():
+        print(f"{path} = {value:.4g}")
+    loo = report["loo_median_abs_rel_error"]
+    print(f"leave-one-out |error|: median {loo:.1%}, max {report['loo_max_abs_rel_error']:.1%}" if loo is not None
+          else "leave-one-out: needs more rows than parameters")  # fmt: skip
+    print(f"\nwrote {out.path}/{profile.id}.yaml (use it with --hardware-dir {out.path})")
+    return 0

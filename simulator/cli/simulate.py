@@ -1,0 +1,136 @@
+"""Commands that simulate: run, compare, plan."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from simulator.cli.common import (
+    SUMMARY_HEADERS,
+    TASK_HEADERS,
+    catalog,
+    interactive,
+    json_text,
+    maybe_report,
+    progress_bar,
+    run_files,
+    scenario_yaml,
+    single_values,
+    summary_row,
+    sweep_values,
+    task_row,
+)
+from simulator.cli.output import ResultsFolder
+from simulator.compare import compare as compare_hardware
+from simulator.compare import comparison_table
+from simulator.errors import ConfigError
+from simulator.limits import Limits
+from simulator.planning import answer_scenario, plan_fleet, plan_text
+from simulator.results.metrics import overload_message, undefined_message
+from simulator.runner import load_scenario_data, scenario_from, simulate
+from simulator.tables import format_table
+
+EXIT_NO_PLAN = 2  # `plan` when no fleet within the limits meets the targets
+
+
+def limits(args: argparse.Namespace) -> Limits | None:
+    """The up-front size limits, unless ``--allow-large-runs``."""
+    return None if args.allow_large_runs else Limits()
+
+
+def _label(combo: dict[str, object]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in combo.items())
+
+
+def run(args: argparse.Namespace) -> int:
+    cat = catalog(args)
+    data = load_scenario_data(args.scenario)
+    combos = sweep_values(args.set or [])
+    scenarios = [scenario_from(data, combo, str(args.scenario)) for combo in combos]  # all validated first
+    out = ResultsFolder(args.out or Path("runs") / scenarios[0].name, "run", args.overwrite)
+    results = []
+    for index, (combo, scenario) in enumerate(zip(combos, scenarios, strict=True)):
+        progress = progress_bar(f"run {index + 1}/{len(combos)}") if interactive(args) else None
+        results.append((combo, simulate(scenario, cat, progress, limits(args))))
+    if len(results) == 1:
+        files = run_files(results[0][1])
+    else:
+        files = {f"run-{i:03d}/{name}": text for i, (_, r) in enumerate(results) for name, text in run_files(r).items()}
+        files["sweep.json"] = json_text([{"set": c, "summary": r.summary} for c, r in results])
+    out.write(files)
+    maybe_report(args, out)
+    if args.json:
+        payload: object = results[0][1].summary if len(results) == 1 else [
+            {"set": c, "summary": r.summary} for c, r in results]  # fmt: skip
+        print(json_text(payload), end="")
+        return 0
+    for combo, result in results:
+        for message in (overload_message(result.summary), undefined_message(result.summary)):
+            if message:
+                label = _label(combo)
+                print(f"infersim: warning: {label + ': ' if label else ''}{message}", file=sys.stderr)
+    labels = [_label(c) or r.scenario.name for c, r in results]
+    rows = [summary_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True)]
+    print(format_table(SUMMARY_HEADERS, rows))
+    task_rows = [
+        task_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True) if "tasks" in r.summary
+    ]
+    if task_rows:
+        print()
+        print(format_table(TASK_HEADERS, task_rows))
+    print(f"\nwrote {out.path}")
+    return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    cat = catalog(args)
+    data = load_scenario_data(args.scenario)
+    hardware = [h.strip() for h in args.hardware.split(",") if h.strip()]
+    if not hardware:
+        raise ConfigError(
+            f"--hardware {args.hardware!r}: no hardware profile ids given (e.g. nvidia-h100-sxm,cerebras-cs3)"
+        )
+    for hw in hardware:
+        cat.hardware(hw)  # unknown ids fail before any simulation
+    combos = sweep_values(args.set or [])
+    loads = [(_label(c), scenario_from(data, c, str(args.scenario))) for c in combos]
+    out = ResultsFolder(args.out or Path("runs") / f"compare-{loads[0][1].name}", "compare", args.overwrite)
+    rows = compare_hardware(loads[0][1], hardware, loads, cat, limits(args))
+    payload = [row.to_dict() for row in rows]
+    files = {f"run-{i:03d}/{name}": text for i, row in enumerate(rows) for name, text in run_files(row.result).items()}
+    files["compare.json"] = json_text(payload)
+    files["compare.txt"] = comparison_table(rows) + "\n"
+    out.write(files)
+    maybe_report(args, out)
+    if args.json:
+        print(json_text(payload), end="")
+        return 0
+    print(comparison_table(rows))
+    print(f"\nwrote {out.path}")
+    return 0
+
+
+def plan(args: argparse.Namespace) -> int:
+    cat = catalog(args)
+    scenario = scenario_from(load_scenario_data(args.scenario), single_values(args.set or [], "plan"),
+                             str(args.scenario))  # fmt: skip
+    out = ResultsFolder(args.out or Path("runs") / f"plan-{scenario.name}", "plan", args.overwrite)
+    progress = (lambda text: print(f"infersim: {text}", file=sys.stderr)) if interactive(args) else None
+    result = plan_fleet(scenario, cat, progress, limits(args))
+    payload = result.to_dict()
+    files = {"plan.json": json_text(payload), "plan.txt": plan_text(result) + "\n",
+             "scenario.resolved.yaml": scenario_yaml(scenario)}  # fmt: skip
+    if result.answer is not None:
+        files["answer.yaml"] = scenario_yaml(answer_scenario(scenario, result.answer))
+    out.write(files)
+    maybe_report(args, out)
+    if args.json:
+        print(json_text(payload), end="")
+    else:
+        print(plan_text(result))
+        print(f"\nwrote {out.path}")
+    if result.answer is None:
+        print(f"infersim: error: {result.explanation} (the full search is in {out.path})", file=sys.stderr)
+        return EXIT_NO_PLAN
+    return 0

@@ -1,0 +1,40 @@
+"""The sweep command: many runs from one scenario, cached, on a local pool or a Dask cluster."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from simulator import __version__
+from simulator.cli.common import catalog, interactive, json_text, maybe_report, progress_bar
+from simulator.cli.output import ResultsFolder
+from simulator.cli.simulate import limits
+from simulator.sweep import expand, load_sweep, run_sweep, summarize_rows, table_file
+
+
+def sweep(args: argparse.Namespace) -> int:
+    spec = load_sweep(args.sweep)
+    runs = expand(spec, args.sweep, catalog(args), limits(args))
+    out = ResultsFolder(args.out or Path("runs") / f"sweep-{spec.name}", "sweep", args.overwrite)
+    out.write({}, replace=False)  # the folder exists, marked as a sweep's, before its cache fills
+    dirs = (str(args.hardware_dir) if args.hardware_dir else None, str(args.model_dir) if args.model_dir else None)
+    bar = progress_bar(f"sweep of {len(runs)} runs") if interactive(args) else None
+    progress = (lambda done, total: bar(done / total)) if bar else None
+    rows = run_sweep(spec, runs, out.path, args.executor, args.jobs, args.address, dirs, progress)
+    factors = list(dict.fromkeys(k for p in runs for k in p.factors))
+    summary = summarize_rows(rows, factors, spec.metrics)
+    runs_name, runs_table = table_file(rows, "runs")
+    summary_name, summary_table = table_file(summary, "summary")
+    resolved = spec.model_dump(mode="json") | {"provenance": {"version": __version__, "runs": len(runs)}}
+    out.write({runs_name: runs_table, summary_name: summary_table,
+               "sweep.resolved.yaml": yaml.safe_dump(resolved, sort_keys=False)})  # fmt: skip
+    failed = sum(1 for r in rows if r["error"])
+    maybe_report(args, out)
+    if args.json:
+        print(json_text({"runs": rows, "summary": summary}), end="")
+    else:
+        print(f"{len(rows)} runs ({failed} failed), {len(summary)} factor combinations; wrote {out.path / runs_name} "
+              f"and {out.path / summary_name}")  # fmt: skip
+    return 0

@@ -1,0 +1,23 @@
+"""The errors and warnings infersim raises for its users, in one place.
+
+Every error a user can cause (a bad file, a flag out of range, a model that does not fit, a
+run too large to simulate) is an :class:`InfersimError`: the command line prints its message
+and exits with status 2. Anything else escaping a command is a bug (exit status 1).
+Situations a user should know about but that do not stop a command (a trace replayed in
+sorted order, a concurrency above what the KV cache holds) are :class:`InfersimWarning`\\ s,
+printed by the command line as ``infersim: warning: ...``.
+"""
+
+from __future__ import annotations
+
+
+class InfersimError(ValueError):
+    """Bad input or an impossible request; the message names the file, the field and what was expected."""
+
+
+class ConfigError(InfersimError):
+    """Bad input: a file, a field path and what was expected."""
+
+
+class InfersimWarning(UserWarning):
+    """Something happened that changes how a result reads; the message says what."""
