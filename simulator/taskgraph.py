@@ -21,11 +21,12 @@ The graph is checked at load: unique step ids, ``after`` naming existing steps, 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.config.loading import ConfigError
-from simulator.traces import json_object
+from simulator.config.files import json_object, read_text
+from simulator.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def _int(value: object, where: str) -> int:
 
 
 def _seconds(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
         raise ConfigError(f"{where}: expected a non-negative number of seconds, got {value!r}")
     return float(value)
 
@@ -131,16 +132,15 @@ def parse_task(record: dict[str, object], where: str) -> TaskGraph:
 
 
 def load_task_graphs(path: Path) -> list[TaskGraph]:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    lines = read_text(path).splitlines()
     tasks = []
     for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
         where = f"{path}:{number}"
         tasks.append(parse_task(json_object(text, where), where))
+    if not tasks:
+        raise ConfigError(f"{path}: no tasks (the file has no JSON lines)")
     return sorted(tasks, key=lambda t: t.arrival_s)
 
 

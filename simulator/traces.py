@@ -19,15 +19,16 @@ start at 0; ``rate_scale = k`` divides every arrival time by k (k times the reco
 
 from __future__ import annotations
 
-import csv
-import json
+import itertools
+import warnings
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from simulator.config.loading import ConfigError
+from simulator.config.files import integer, json_object, number, read_csv, read_text
+from simulator.errors import ConfigError, InfersimWarning
 
 MOONCAKE_BLOCK_TOKENS = 512
 MS_PER_S = 1000.0
@@ -59,11 +60,7 @@ class Session:
 
 
 def _positive_int(value: object, where: str, field: str, allow_zero: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise ConfigError(f"{where}: {field}: expected an integer, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"{where}: {field}: expected a {'non-negative' if allow_zero else 'positive'} integer")
-    return int(value)
+    return integer(value, where, field, minimum=0 if allow_zero else 1)
 
 
 def _hashes(value: object, where: str, field: str) -> tuple[int, ...]:
@@ -72,54 +69,65 @@ def _hashes(value: object, where: str, field: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def load_azure(path: Path) -> list[TraceRequest]:
-    """Azure 2023 CSV rows as requests, arrival times relative to the first row."""
-    rows: list[TraceRequest] = []
-    with _open(path) as handle:
-        reader = csv.DictReader(handle)
-        expected = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
-        if reader.fieldnames != expected:
-            raise ConfigError(f"{path}:1: expected the header {','.join(expected)}, got {reader.fieldnames}")
-        start: datetime | None = None
-        for line, row in enumerate(reader, start=2):
-            where = f"{path}:{line}"
-            try:
-                stamp = datetime.fromisoformat(row["TIMESTAMP"][:26])
-            except (TypeError, ValueError):
-                raise ConfigError(f"{where}: TIMESTAMP: expected YYYY-MM-DD HH:MM:SS.ffffff") from None
-            start = start or stamp
-            tokens_in = _positive_int(_number(row["ContextTokens"], where, "ContextTokens"), where, "ContextTokens")
-            tokens_out = _positive_int(_number(row["GeneratedTokens"], where, "GeneratedTokens"), where,
-                                       "GeneratedTokens")  # fmt: skip
-            rows.append(TraceRequest((stamp - start).total_seconds(), tokens_in, tokens_out))
+def in_time_order(rows: list[TraceRequest], path: Path) -> list[TraceRequest]:
+    """Requests sorted by arrival; a trace out of order is replayed sorted, with a warning (not late)."""
+    late = sum(1 for a, b in itertools.pairwise(rows) if b.arrival_s < a.arrival_s)
+    if not rows:
+        raise ConfigError(f"{path}: no requests in the trace")
+    if late:
+        warnings.warn(
+            f"{path}: {late} request{'s' if late > 1 else ''} arrive earlier than the row before; "
+            "the trace is replayed in time order",
+            InfersimWarning,
+            stacklevel=2,
+        )
+        rows = sorted(rows, key=lambda r: r.arrival_s)
     return rows
+
+
+def load_azure(path: Path) -> list[TraceRequest]:
+    """Azure 2023 CSV rows as requests, arrival times relative to the earliest row."""
+    header, lines = read_csv(path)
+    expected = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
+    if header != expected:
+        raise ConfigError(f"{path}:1: expected the header {','.join(expected)}, got {','.join(header)}")
+    stamps: list[tuple[datetime, int, int]] = []
+    for line, row in lines:
+        where = f"{path}:{line}"
+        try:
+            stamp = datetime.fromisoformat(row["TIMESTAMP"][:26])
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: TIMESTAMP: expected YYYY-MM-DD HH:MM:SS.ffffff") from None
+        stamps.append((stamp, _positive_int(row["ContextTokens"], where, "ContextTokens"),
+                       _positive_int(row["GeneratedTokens"], where, "GeneratedTokens")))  # fmt: skip
+    start = min((stamp for stamp, _, _ in stamps), default=None)
+    rows = [TraceRequest((stamp - start).total_seconds(), i, o) for stamp, i, o in stamps] if start else []
+    return in_time_order(rows, path)
 
 
 def load_mooncake(path: Path) -> list[TraceRequest]:
     """Mooncake JSONL lines as requests with their 512-token prompt block hashes."""
     rows = []
-    with _open(path) as handle:
-        for line, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            where = f"{path}:{line}"
-            record = json_object(text, where)
-            for key in ("timestamp", "input_length", "output_length", "hash_ids"):
-                if key not in record:
-                    raise ConfigError(f"{where}: {key}: missing")
-            rows.append(TraceRequest(
-                _positive_int(record["timestamp"], where, "timestamp", allow_zero=True) / MS_PER_S,
-                _positive_int(record["input_length"], where, "input_length"),
-                _positive_int(record["output_length"], where, "output_length"),
-                _hashes(record["hash_ids"], where, "hash_ids"),
-            ))  # fmt: skip
-    return rows
+    for line, text in enumerate(read_text(path).splitlines(), start=1):
+        if not text.strip():
+            continue
+        where = f"{path}:{line}"
+        record = json_object(text, where)
+        for key in ("timestamp", "input_length", "output_length", "hash_ids"):
+            if key not in record:
+                raise ConfigError(f"{where}: {key}: missing")
+        rows.append(TraceRequest(
+            _positive_int(record["timestamp"], where, "timestamp", allow_zero=True) / MS_PER_S,
+            _positive_int(record["input_length"], where, "input_length"),
+            _positive_int(record["output_length"], where, "output_length"),
+            _hashes(record["hash_ids"], where, "hash_ids"),
+        ))  # fmt: skip
+    return in_time_order(rows, path)
 
 
 def load_weka(path: Path) -> Session:
     """One WEKA agentic-coding session file (parent calls, sub-agents attached to the call they precede)."""
-    with _open(path) as handle:
-        data = json_object(handle.read(), f"{path}:1")
+    data = json_object(read_text(path), str(path))
     return _session(data, str(path), str(data.get("id", path.stem)))
 
 
@@ -136,12 +144,13 @@ def _session(data: dict[str, object], where: str, session_id: str) -> Session:
             raise ConfigError(f"{at}: expected an object")
         if entry.get("type") == "subagent":
             sub = _session({"block_size": block, "requests": entry.get("requests")}, f"{at}", f"{session_id}/{index}")
-            pending.append((float(entry.get("t", 0.0)), sub))
+            pending.append((number(entry.get("t", 0.0), at, "t", minimum=0.0), sub))
             continue
+        think = entry.get("think_time")
         calls.append(SessionCall(
-            think_s=max(0.0, float(entry.get("think_time", 0.0) or 0.0)),
+            think_s=0.0 if think is None else number(think, at, "think_time", minimum=0.0),
             input_tokens=_positive_int(entry.get("in"), at, "in"),
-            output_tokens=max(1, _positive_int(entry.get("out"), at, "out", allow_zero=True)),
+            output_tokens=_positive_int(entry.get("out"), at, "out"),
             block_hashes=_hashes(entry.get("hash_ids", []), at, "hash_ids"),
             subagents=tuple(sub for _, sub in pending),
         ))  # fmt: skip
@@ -149,6 +158,8 @@ def _session(data: dict[str, object], where: str, session_id: str) -> Session:
     if pending and calls:  # sub-agents after the last parent call join before the session ends
         last = calls[-1]
         calls[-1] = replace(last, subagents=last.subagents + tuple(sub for _, sub in pending))
+    if not calls:
+        raise ConfigError(f"{where}: requests: no model call (only sub-agents)")
     return Session(session_id, tuple(calls), block)
 
 
@@ -160,7 +171,11 @@ def load_weka_dir(path: Path) -> list[Session]:
 
 
 def window(requests: list[TraceRequest], start_s: float, end_s: float) -> list[TraceRequest]:
+    """The requests arriving in ``[start, end)``, shifted to start at 0; an empty window is an error."""
     kept = [r for r in requests if start_s <= r.arrival_s < end_s]
+    if not kept:
+        span = f"{requests[0].arrival_s:.6g} to {requests[-1].arrival_s:.6g} s" if requests else "nothing"
+        raise ConfigError(f"window [{start_s:.6g} s, {end_s:.6g} s) holds no request of the trace (it spans {span})")
     return [replace(r, arrival_s=r.arrival_s - start_s) for r in kept]
 
 
@@ -183,28 +198,3 @@ def infinite_cache_reuse(requests: list[TraceRequest]) -> float:
             total += 1
             seen.add(h)
     return hits / total if total else 0.0
-
-
-def _open(path: Path):  # type: ignore[no-untyped-def]
-    try:
-        return path.open(newline="")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-
-
-def json_object(text: str, where: str) -> dict[str, object]:
-    """One JSON object from a line or file, or a ConfigError naming ``where``."""
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})") from None
-    if not isinstance(record, dict):
-        raise ConfigError(f"{where}: expected a JSON object")
-    return record
-
-
-def _number(text: str | None, where: str, field: str) -> float:
-    try:
-        return float(text)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: {field}: expected a number, got {text!r}") from None

@@ -22,7 +22,6 @@ beside, not hidden inside, the headline error:
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,11 +34,14 @@ from simulator.analytic.placement import Deployment, PlacementError, plan
 from simulator.analytic.roofline import deployment_ceiling_tok_s
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
+from simulator.config.files import integer, number, read_csv
 from simulator.config.loading import Catalog, ConfigError
 from simulator.config.scenario import Scenario
 from simulator.runner import simulate
 
 METRICS = ("per_user_output_tok_s", "ttft_s", "itl_s", "aggregate_output_tok_s", "e2e_s")
+#: Whether the measured system decoded speculatively: known yes, known no, or not stated.
+SPEC_DECODING = ("yes", "none", "unknown")
 REQUIRED_COLUMNS = (
     "id", "hardware", "chips", "model", "weights", "spec_decoding",
     "input_tokens", "output_tokens", "concurrency", "metric", "value",
@@ -85,57 +87,50 @@ class RowResult:
 
 
 def _int_or_none(text: str, column: str, where: str) -> int | None:
-    if text.strip() == "":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"{where}: {column}: expected an integer or empty, got {text!r}") from None
+    """An empty cell, or a whole number >= 1."""
+    return None if text.strip() == "" else integer(text.strip(), where, column, minimum=1)
 
 
 def read_table(path: Path) -> list[MeasurementRow]:
-    """Rows of a measurement CSV; a malformed row raises ConfigError naming file, line, column."""
-    try:
-        handle = path.open(newline="")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    with handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ConfigError(f"{path}: missing columns {missing}; expected {list(REQUIRED_COLUMNS)}")
-        rows = []
-        for line_number, raw in enumerate(reader, start=2):
-            where = f"{path}:{line_number}"
-            if raw["metric"] not in METRICS:
-                raise ConfigError(f"{where}: metric: expected one of {list(METRICS)}, got {raw['metric']!r}")
-            if raw["weights"] not in get_args(Precision):
-                raise ConfigError(
-                    f"{where}: weights: expected one of {list(get_args(Precision))}, got {raw['weights']!r}"
-                )
-            conc = raw["concurrency"].strip()
-            try:
-                value = float(raw["value"])
-            except ValueError:
-                raise ConfigError(f"{where}: value: expected a number, got {raw['value']!r}") from None
-            if value <= 0:
-                raise ConfigError(f"{where}: value: expected a positive number, got {value}")
-            rows.append(
-                MeasurementRow(
-                    id=raw["id"],
-                    hardware=raw["hardware"],
-                    chips=_int_or_none(raw["chips"], "chips", where),
-                    model=raw["model"],
-                    weights=raw["weights"],  # type: ignore[arg-type]
-                    spec_decoding=raw["spec_decoding"],
-                    input_tokens=_int_or_none(raw["input_tokens"], "input_tokens", where) or DEFAULT_INPUT_TOKENS,
-                    output_tokens=_int_or_none(raw["output_tokens"], "output_tokens", where) or DEFAULT_OUTPUT_TOKENS,
-                    concurrency=None if conc == "max" else _int_or_none(conc, "concurrency", where),
-                    metric=raw["metric"],
-                    value=value,
-                    claim_type=raw.get("claim_type", ""),
-                )
+    """Rows of a measurement CSV; a malformed row raises ConfigError naming file, line and column."""
+    _, lines = read_csv(path, REQUIRED_COLUMNS)
+    rows: list[MeasurementRow] = []
+    seen: dict[str, int] = {}
+    for line_number, raw in lines:
+        where = f"{path}:{line_number}"
+        row_id = raw["id"].strip()
+        if not row_id:
+            raise ConfigError(f"{where}: id: empty (every row needs an id)")
+        if row_id in seen:
+            raise ConfigError(f"{where}: id: {row_id!r} is also the id of line {seen[row_id]}; ids must be unique")
+        seen[row_id] = line_number
+        if raw["metric"] not in METRICS:
+            raise ConfigError(f"{where}: metric: expected one of {list(METRICS)}, got {raw['metric']!r}")
+        if raw["weights"] not in get_args(Precision):
+            raise ConfigError(f"{where}: weights: expected one of {list(get_args(Precision))}, got {raw['weights']!r}")
+        if raw["spec_decoding"] not in SPEC_DECODING:
+            raise ConfigError(
+                f"{where}: spec_decoding: expected one of {list(SPEC_DECODING)}, got {raw['spec_decoding']!r}"
             )
+        conc = raw["concurrency"].strip()
+        rows.append(
+            MeasurementRow(
+                id=row_id,
+                hardware=raw["hardware"].strip(),
+                chips=_int_or_none(raw["chips"], "chips", where),
+                model=raw["model"].strip(),
+                weights=raw["weights"],  # type: ignore[arg-type]
+                spec_decoding=raw["spec_decoding"],
+                input_tokens=_int_or_none(raw["input_tokens"], "input_tokens", where) or DEFAULT_INPUT_TOKENS,
+                output_tokens=_int_or_none(raw["output_tokens"], "output_tokens", where) or DEFAULT_OUTPUT_TOKENS,
+                concurrency=None if conc == "max" else _int_or_none(conc, "concurrency", where),
+                metric=raw["metric"],
+                value=number(raw["value"], where, "value", positive=True),
+                claim_type=raw.get("claim_type", ""),
+            )
+        )
+    if not rows:
+        raise ConfigError(f"{path}: no measurement rows")
     return rows
 
 

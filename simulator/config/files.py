@@ -132,7 +132,8 @@ def parse_json(text: str, source: str, allow_nonfinite: bool = False) -> Any:
     try:
         return json.loads(text, parse_constant=constant, parse_float=finite_float, object_pairs_hook=pairs)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{source}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+        where = f"{source}:{exc.lineno}" if "\n" in text.strip() else source  # a JSONL line names itself
+        raise ConfigError(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})") from None
     except RecursionError:
         raise ConfigError(f"{source}: not valid JSON: nested too deeply") from None
 
@@ -179,6 +180,8 @@ def read_csv(path: Path, required: tuple[str, ...] = ()) -> tuple[list[str], lis
 # -- numbers ------------------------------------------------------------------------------------
 def number(value: object, where: str, field: str, minimum: float | None = None, positive: bool = False) -> float:
     """A finite number from a cell or field (text or JSON number), at least ``minimum`` (or > 0)."""
+    if value is None or value == "":
+        raise ConfigError(f"{where}: {field}: missing (expected a number)")
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ConfigError(f"{where}: {field}: expected a number, got {value!r}")
     try:
@@ -200,5 +203,6 @@ def integer(value: object, where: str, field: str, minimum: int = 0) -> int:
     if result != int(result):
         raise ConfigError(f"{where}: {field}: expected an integer, got {value!r}")
     if result < minimum:
-        raise ConfigError(f"{where}: {field}: expected an integer >= {minimum}, got {value!r}")
+        kind = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
+        raise ConfigError(f"{where}: {field}: expected {kind}, got {value!r}")
     return int(result)

@@ -89,8 +89,18 @@ Load = Annotated[OpenLoop | ClosedLoop | AgentsLoad | TraceLoad, Field(discrimin
 
 
 class RequestLengths(Spec):
+    """Prompt and output tokens per request (drawn, rounded, at least 1 each)."""
+
     input_tokens: Distribution
     output_tokens: Distribution
+
+    @model_validator(mode="after")
+    def _at_least_a_token(self) -> RequestLengths:
+        for name in ("input_tokens", "output_tokens"):
+            mean = getattr(self, name).mean
+            if mean < 1:
+                raise ValueError(f"{name}: a request has at least 1 token; this distribution's mean is {mean:g}")
+        return self
 
 
 SLOMetric = Literal["ttft_s", "tpot_s", "e2e_s", "queueing_delay_s", "per_user_output_tok_s", "task_time_s"]
@@ -195,6 +205,12 @@ class RunSpec(Spec):
             raise ValueError("give run.duration or run.max_requests (or both)")
         if not self.drain and self.duration is None and self.horizon is None:
             raise ValueError("drain: false stops at run.duration (or run.horizon): give one of them")
+        for name in ("duration", "horizon"):
+            end = getattr(self, name)
+            if end is not None and self.warmup >= end:
+                raise ValueError(
+                    f"warmup ({self.warmup:g} s) must end before run.{name} ({end:g} s): nothing would be measured"
+                )
         return self
 
 

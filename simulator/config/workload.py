@@ -107,5 +107,11 @@ class TraceLoad(Spec):
         1.0, description="weka: multiply recorded think times (0 replays back-to-back)"
     )
 
+    @model_validator(mode="after")
+    def _window_ordered(self) -> TraceLoad:
+        if self.window is not None and not self.window[0] < self.window[1]:
+            raise ValueError(f"window: start ({self.window[0]:g} s) must be before end ({self.window[1]:g} s)")
+        return self
+
 
 FanOutSpec.model_rebuild()

@@ -21,7 +21,7 @@ from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment, plan
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.batching import ContinuousBatching, Scheduler
-from simulator.config.distributions import Distribution
+from simulator.config.distributions import Constant, Distribution
 from simulator.config.fleet import BackendSpec, CostSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import (
@@ -50,6 +50,7 @@ from simulator.errors import InfersimError
 from simulator.limits import Limits, RunSize, class_calls
 from simulator.limits import check as check_size
 from simulator.results.economics import CostError, Pricing, assumptions_of, resolve_pricing
+from simulator.traces import TraceRequest
 
 if TYPE_CHECKING:
     from simulator.engine.agents import AgentRuntime
@@ -358,14 +359,16 @@ def build(scenario: Scenario, catalog: Catalog, limits: Limits | None = None) ->
     offered, shares = 0.0, []
     for index, (klass, task, class_ss) in enumerate(zip(classes, tasks, class_seeds, strict=True)):
         max_tokens = max(b.max_tokens for b in router.allowed[index])
-        _start_class(env, klass, index, task, factory, recorder, counter, max_tokens, stop_s, class_ss)
-        if isinstance(klass.load, OpenLoop) and klass.requests is not None:
-            rate = _peak_rate(klass.load.arrivals)
-            alone = sum(len(b.replicas) * _capacity_requests_per_s(b.deployment, klass.requests, b.batch_cap)
+        rows = _request_trace(klass)
+        _start_class(env, klass, index, task, factory, recorder, counter, max_tokens, stop_s, class_ss, rows)
+        offered_load = _offered(klass, rows)
+        if offered_load is not None:
+            rate, lengths = offered_load
+            alone = sum(len(b.replicas) * _capacity_requests_per_s(b.deployment, lengths, b.batch_cap)
                         for b in router.allowed[index])  # fmt: skip
             offered += rate
             shares.append(({b.index for b in router.allowed[index]}, rate / alone))
-    all_open = all(isinstance(c.load, OpenLoop) for c in classes)
+    all_open = len(shares) == len(classes)
     worst = max(_utilisations(shares), default=0.0)
     capacity = offered / worst if all_open and worst > 0 else math.nan
     return Simulation(
@@ -405,6 +408,29 @@ def run_size(scenario: Scenario, catalog: Catalog) -> RunSize:
         size.requests = float(scenario.run.max_requests)
         size.how = [f"run.max_requests {scenario.run.max_requests:,}"]
     return size
+
+
+def _request_trace(klass: WorkloadClass) -> list[TraceRequest] | None:
+    """An Azure or Mooncake trace's requests, read once (None for other loads)."""
+    from simulator.engine.replay import REQUEST_FORMATS, request_trace
+
+    load = klass.load
+    return request_trace(load) if isinstance(load, TraceLoad) and load.format in REQUEST_FORMATS else None
+
+
+def _offered(klass: WorkloadClass, rows: list[TraceRequest] | None) -> tuple[float, RequestLengths] | None:
+    """(peak offered requests/s, lengths) of an open-loop class or a request trace; None for closed loops."""
+    if isinstance(klass.load, OpenLoop) and klass.requests is not None:
+        return _peak_rate(klass.load.arrivals), klass.requests
+    if rows is not None and len(rows) > 1 and rows[-1].arrival_s > rows[0].arrival_s:
+        assert isinstance(klass.load, TraceLoad)
+        rate = klass.load.sample * (len(rows) - 1) / (rows[-1].arrival_s - rows[0].arrival_s)
+        lengths = RequestLengths(
+            input_tokens=Constant(value=float(np.mean([r.input_tokens for r in rows]))),
+            output_tokens=Constant(value=float(np.mean([r.output_tokens for r in rows]))),
+        )
+        return rate, lengths
+    return None
 
 
 def _utilisations(shares: list[tuple[set[int], float]]) -> list[float]:
@@ -449,6 +475,7 @@ def _start_class(
     max_tokens: int,
     stop_s: float,
     seeds: np.random.SeedSequence,
+    trace_rows: list[TraceRequest] | None = None,
 ) -> ClassSource:
     """Start one class's load processes; its streams are spawned from its own seed sequence."""
     arrivals_ss, lengths_ss, users_ss = seeds.spawn(3)
@@ -473,7 +500,8 @@ def _start_class(
     elif isinstance(load, TraceLoad):
         from simulator.engine.replay import start_replay
 
-        start_replay(env, load, source, recorder, np.random.default_rng(arrivals_ss), stop_s, counter, index)
+        rng = np.random.default_rng(arrivals_ss)
+        start_replay(env, load, source, recorder, rng, stop_s, counter, index, trace_rows)
     else:
         assert lengths is not None
         for user, ss in enumerate(users_ss.spawn(load.users)):

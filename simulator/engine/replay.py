@@ -21,6 +21,16 @@ from simulator.taskgraph import GraphStep, TaskGraph, load_task_graphs
 from simulator.traces import Session, TraceRequest, load_azure, load_mooncake, load_weka_dir, sample, scale_rate
 from simulator.traces import window as clip_window
 
+REQUEST_FORMATS = ("azure", "mooncake")
+
+
+def request_trace(load: TraceLoad) -> list[TraceRequest]:
+    """The requests of an Azure or Mooncake trace as replayed: windowed, then rate-scaled."""
+    rows = load_azure(load.path) if load.format == "azure" else load_mooncake(load.path)
+    if load.window is not None:
+        rows = clip_window(rows, *load.window)
+    return scale_rate(rows, load.rate_scale)
+
 
 def start_replay(
     env: simpy.Environment,
@@ -31,7 +41,9 @@ def start_replay(
     stop_s: float,
     counter: TaskCounter,
     klass: int,
+    rows: list[TraceRequest] | None = None,
 ) -> None:
+    """Start a trace's processes; ``rows``: the request trace already read (:func:`request_trace`)."""
     if load.format == "taskgraph":
         graphs = load_task_graphs(load.path)
         if load.sample < 1.0:
@@ -48,10 +60,7 @@ def start_replay(
                 _session_task(env, session, index, start, load.think_time_scale, factory, recorder, counter, klass)
             )
         return
-    rows = load_azure(load.path) if load.format == "azure" else load_mooncake(load.path)
-    if load.window is not None:
-        rows = clip_window(rows, *load.window)
-    rows = scale_rate(rows, load.rate_scale)
+    rows = rows if rows is not None else request_trace(load)
     if load.sample < 1.0:
         rows = sample(rows, load.sample, rng)
     env.process(_requests(env, rows, factory, stop_s))

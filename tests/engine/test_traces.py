@@ -70,7 +70,7 @@ def test_a_malformed_line_is_named_by_file_and_line(tmp_path: Path, name: str, t
 def test_weka_session_errors_name_the_request(tmp_path: Path) -> None:
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"block_size": 64, "requests": [{"t": 0, "out": 3, "hash_ids": []}]}))
-    with pytest.raises(ConfigError, match=r"requests\.0: in: expected an integer"):
+    with pytest.raises(ConfigError, match=r"requests\.0: in: missing"):
         load_weka(path)
 
 
