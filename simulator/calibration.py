@@ -9,6 +9,7 @@ so a 2x over- and a 2x under-prediction weigh the same. Fitted values are writte
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from scipy.optimize import least_squares
 from simulator.config.base import Sourced, Spec
 from simulator.config.hardware import HardwareProfile
 from simulator.config.loading import Catalog
-from simulator.errors import InfersimError
+from simulator.errors import InfersimError, InfersimWarning
 from simulator.validation import MeasurementRow, RowResult, predict_row
 
 #: Parameters a fit may move, with their bounds (SI units).
@@ -150,6 +151,23 @@ def calibrate(profile: HardwareProfile, paths: Sequence[str], rows: Sequence[Mea
     rows = [r for r in rows if r.hardware == profile.id]
     if not rows:
         raise CalibrationError(f"no rows for hardware {profile.id!r} in the table")
+    if len(set(paths)) != len(paths):
+        raise CalibrationError(f"a parameter is named twice in {list(paths)}")
+    for path in paths:
+        _bounds_for(path)
+    if len(rows) < len(paths):
+        raise CalibrationError(
+            f"{len(paths)} parameters cannot be identified from {len(rows)} row{'s' if len(rows) > 1 else ''} "
+            f"({', '.join(r.id for r in rows)}): any of many values would fit exactly; fit at most {len(rows)} "
+            f"(e.g. --fit {paths[0]}) or add rows"
+        )
+    if len(rows) == len(paths):
+        warnings.warn(
+            f"{len(paths)} parameters fitted to {len(rows)} rows: the fit is exact and cannot be cross-validated "
+            "(no leave-one-out); treat the result as unvalidated",
+            InfersimWarning,
+            stacklevel=2,
+        )
     x = _fit_once(profile, paths, rows, catalog)
     fitted = _apply(profile, paths, x)
     provenance = f"fitted to rows {', '.join(r.id for r in rows)}"

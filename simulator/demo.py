@@ -19,7 +19,7 @@ from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
 from simulator.serialize import estimate_dict
-from simulator.tables import format_table
+from simulator.tables import format_number, format_table
 
 #: The speed-gap demo: the article's open model and our frontier stand-in on every profile.
 DEMO_MODELS = (("gpt-oss-120b", "mxfp4"), ("llama-3.3-70b", None), ("frontier-moe", None))
@@ -76,18 +76,31 @@ def speed_gap(catalog: Catalog) -> list[GapRow]:
 
 
 def speed_gap_text(rows: Sequence[GapRow]) -> str:
+    """The table, with a mark on loaded figures whose KV holds fewer than the users, and why."""
     table: list[list[object]] = []
+    limited = False
     for r in rows:
         if r.single is None or r.loaded is None:
-            table.append([r.model, r.hardware, "-", "-", "-", "-", "-", "does not fit"])
+            table.append([r.model, r.hardware, "-", "-", "-", "-", "-", "-", "does not fit"])
             continue
-        table.append([r.model, r.hardware, r.single.deployment.chips, f"{r.single.per_user_output_tok_s:,.0f}",
-                      f"{r.single.ttft_s * 1e3:.0f}", f"{r.loaded.per_user_output_tok_s:,.0f}",
-                      f"{r.loaded.aggregate_output_tok_s:,.0f}", r.single.bottleneck])  # fmt: skip
+        mark = "*" if r.loaded.capacity_limited else ""
+        limited = limited or r.loaded.capacity_limited
+        single_speed = format_number(r.single.per_user_output_tok_s, ",.0f")
+        table.append([r.model, r.hardware, r.single.deployment.chips, single_speed,
+                      f"{r.single.ttft_s * 1e3:.0f}", format_number(r.loaded.per_user_output_tok_s, ",.0f") + mark,
+                      f"{r.loaded.aggregate_output_tok_s:,.0f}{mark}", r.loaded.max_concurrency,
+                      r.single.bottleneck])  # fmt: skip
     users = DEMO_LOADED_USERS
     headers = ["model", "hardware", "chips", "tok/s/user @1", "TTFT ms @1", f"tok/s/user @{users}",
-               f"aggregate tok/s @{users}", "bottleneck @1"]  # fmt: skip
-    return format_table(headers, table)
+               f"aggregate tok/s @{users}", "KV holds", "bottleneck @1"]  # fmt: skip
+    text = format_table(headers, table)
+    if limited:
+        text += (
+            f"\n* the KV cache holds fewer than {users} users at {DEMO_INPUT_TOKENS}+{DEMO_OUTPUT_TOKENS} tokens "
+            f"(column 'KV holds'): the speeds are those of the users that fit; the others wait in a queue "
+            f"(TTFT grows by the response-time law: R = N / X)"
+        )
+    return text
 
 
 def agent_war(catalog: Catalog) -> list[ComparisonRow]:

@@ -26,15 +26,25 @@ def _axes(ax: Axes | None) -> Axes:
 
 
 def speed_gap(per_user_tok_s: Mapping[str, tuple[float, float]], model: str, loaded_users: int,
-              ax: Axes | None = None) -> Axes:  # fmt: skip
-    """Per-user output tok/s by hardware for one model: alone and with ``loaded_users`` users."""
+              ax: Axes | None = None, capacity_limited: Sequence[str] = ()) -> Axes:  # fmt: skip
+    """Per-user output tok/s by hardware for one model: alone and with ``loaded_users`` users.
+
+    Hardware in ``capacity_limited`` cannot hold ``loaded_users`` users' KV: its loaded bar
+    (hatched) is the speed of the users that fit, the rest queue.
+    """
     ax = _axes(ax)
     names = list(per_user_tok_s)
     x = np.arange(len(names))
     alone = [per_user_tok_s[n][0] for n in names]
     loaded = [per_user_tok_s[n][1] for n in names]
     ax.bar(x - 0.2, alone, 0.4, label="single stream")
-    ax.bar(x + 0.2, loaded, 0.4, label=f"{loaded_users} users")
+    bars = ax.bar(x + 0.2, loaded, 0.4, label=f"{loaded_users} users")
+    limited = [bar for bar, name in zip(bars, names, strict=True) if name in capacity_limited]
+    for bar in limited:
+        bar.set_hatch("//")
+    if limited:
+        ax.bar([np.nan], [np.nan], 0.4, color=bars[0].get_facecolor(), hatch="//",
+               label=f"KV holds fewer than {loaded_users}: speed of those that fit, the rest queue")  # fmt: skip
     ax.set_xticks(x, names, rotation=30, ha="right")
     ax.set_yscale("log")
     ax.set_ylabel("per-user output speed (tok/s)")

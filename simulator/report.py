@@ -159,7 +159,9 @@ def _demo_sections(folder: Path) -> list[Section]:
         fits = {r["hardware"]: (r["single_stream"]["per_user_output_tok_s"], r["loaded"]["per_user_output_tok_s"])
                 for r in rows if r["model"] == model and "single_stream" in r}  # fmt: skip
         users = next(r["loaded"]["concurrency"] for r in rows if r["model"] == model and "loaded" in r)
-        sections.append(Section(f"The speed gap: {model}", figure=plots.speed_gap(fits, model, users)))
+        limited = [r["hardware"] for r in rows if r["model"] == model and r.get("loaded", {}).get("capacity_limited")]
+        figure = plots.speed_gap(fits, model, users, capacity_limited=limited)
+        sections.append(Section(f"The speed gap: {model}", figure=figure))
     first = [r["single_stream"]["deployment"] for r in rows if r["model"] == models[0] and "single_stream" in r]
     catalog = Catalog()
     chosen = {d["hardware"]: plan(catalog.hardware(d["hardware"]), catalog.model(d["model"]), DeploymentSpec(

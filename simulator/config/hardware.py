@@ -26,7 +26,7 @@ class ComputeSpec(Spec):
     """Matrix-engine peaks per precision (dense, no sparsity) and the achievable fraction."""
 
     peak: dict[Precision, Sourced[PositiveFlops]] = Field(
-        description="dense peak FLOP/s per chip for each precision the chip computes in"
+        min_length=1, description="dense peak FLOP/s per chip for each precision the chip computes in"
     )
     efficiency: Sourced[Fraction] = Field(description="achievable / peak for large matmuls")
     cores: Sourced[PositiveInt] = Field(description="cores / SMs / PEs per chip")
