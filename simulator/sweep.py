@@ -262,9 +262,11 @@ Close = Callable[[bool], None]  # close(interrupted): stop the executor, at once
 
 
 def _worker_init(parent_pid: int) -> None:
-    """In each local worker: leave Ctrl-C to the parent, and exit as soon as the parent is gone
-    (a killed sweep must not leave workers computing for minutes)."""
+    """In each local worker: leave Ctrl-C to the parent, die on SIGTERM (the parent's handler is
+    inherited by fork), and exit as soon as the parent is gone (a killed sweep must not leave
+    workers computing for minutes)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     def watch() -> None:
         while os.getppid() == parent_pid:
@@ -282,10 +284,12 @@ def _local(jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]) -
             pool.shutdown(wait=True)
             return
         # queued runs are cancelled and running ones stopped: the cache keeps every finished run
-        processes = list(getattr(pool, "_processes", {}).values())  # no public API before Python 3.14
-        pool.shutdown(wait=False, cancel_futures=True)
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API before Python 3.14
         for process in processes:
             process.terminate()
+        for process in processes:
+            process.join()
+        pool.shutdown(wait=True, cancel_futures=True)  # the pool sees its workers gone: returns at once
 
     return (lambda p: pool.submit(run_point, p.scenario_json, metrics, dirs)), close
 

@@ -77,10 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"infersim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("infersim: interrupted; nothing was written", file=sys.stderr)
+        print("infersim: interrupted; no results folder was written", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Terminated:
-        print("infersim: terminated; nothing was written", file=sys.stderr)
+        print("infersim: terminated; no results folder was written", file=sys.stderr)
         return EXIT_TERMINATED
     except BrokenPipeError:  # the reader (e.g. `| head`) closed early: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

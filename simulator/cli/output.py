@@ -95,6 +95,8 @@ class ResultsFolder:
     def check(self) -> None:
         """Refuse a target that cannot or must not hold these results (ConfigError, before any work)."""
         path = self.path
+        if self.command is None and not path.is_dir():
+            raise ConfigError(f"{path}: no such folder (expected a results folder)")
         reason = _forbidden_reason(path)
         if reason:
             raise ConfigError(
@@ -169,19 +171,23 @@ class ResultsFolder:
                 shutil.rmtree(staging, ignore_errors=True)
 
     def _commit(self, staging: Path, files: Mapping[str, FileContents], replace: bool, owned: tuple[str, ...]) -> None:
+        """Mark first (so that a concurrent check sees infersim's folder), move, prune, mark again."""
         marker = read_marker(self.path) or {}
         listed = marker.get("files")
         earlier = {str(n) for n in listed} if isinstance(listed, list) else set()
-        same_command = marker.get("command") == self.command
+        command = self.command if self.command is not None else str(marker.get("command", "report"))
+        self._mark(staging, command, earlier | set(files))
         for name in files:
             (self.path / name).parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging / name, self.path / name)
+        same_command = marker.get("command") == self.command
         stale = {n for n in earlier - set(files) if (replace and same_command) or n.startswith(owned)}
         for name in sorted(stale):
             _remove_with_empty_parents(self.path, name)
-        kept = earlier - stale
-        command = self.command if self.command is not None else marker.get("command", "report")
-        record = {"tool": "infersim", "command": command, "version": __version__, "files": sorted(kept | set(files))}
+        self._mark(staging, command, (earlier - stale) | set(files))
+
+    def _mark(self, staging: Path, command: str, files: set[str]) -> None:
+        record = {"tool": "infersim", "command": command, "version": __version__, "files": sorted(files)}
         (staging / MARKER).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         os.replace(staging / MARKER, self.path / MARKER)
 

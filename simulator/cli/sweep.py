@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import yaml
@@ -22,7 +23,11 @@ def sweep(args: argparse.Namespace) -> int:
     dirs = (str(args.hardware_dir) if args.hardware_dir else None, str(args.model_dir) if args.model_dir else None)
     bar = progress_bar(f"sweep of {len(runs)} runs") if interactive(args) else None
     progress = (lambda done, total: bar(done / total)) if bar else None
-    rows = run_sweep(spec, runs, out.path, args.executor, args.jobs, args.address, dirs, progress)
+    try:
+        rows = run_sweep(spec, runs, out.path, args.executor, args.jobs, args.address, dirs, progress)
+    except BaseException:
+        print(f"infersim: finished runs are kept in {out.path / 'cache'}: rerun the sweep to resume", file=sys.stderr)
+        raise
     factors = list(dict.fromkeys(k for p in runs for k in p.factors))
     summary = summarize_rows(rows, factors, spec.metrics)
     runs_name, runs_table = table_file(rows, "runs")
