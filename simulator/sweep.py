@@ -232,7 +232,6 @@ class Cache:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The cached row, or None when absent or unreadable (then the run is simply repeated)."""
@@ -246,6 +245,7 @@ class Cache:
         return row if isinstance(row, dict) else None
 
     def put(self, key: str, row: dict[str, Any]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
         with os.fdopen(handle, "w") as f:
             json.dump(row, f)
@@ -298,14 +298,19 @@ def _local(jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]) -
 DASK_ADDRESS = re.compile(r"^(?:(?:tcp|tls|ws|wss|ucx)://)?(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
 
 
+def check_address(address: str | None) -> None:
+    """A Dask scheduler address must be ``[protocol://]host:port`` (checked before connecting)."""
+    if address is not None and not DASK_ADDRESS.match(address):
+        raise ConfigError(f"--address {address!r}: expected a Dask scheduler address such as tcp://10.0.0.5:8786")
+
+
 def _dask(address: str | None, jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]
           ) -> tuple[Submit, Close]:  # fmt: skip
     try:
         from distributed import Client, LocalCluster
     except ImportError:
         raise ConfigError("the dask executor needs dask.distributed: pip install 'infersim[dask]'") from None
-    if address is not None and not DASK_ADDRESS.match(address):
-        raise ConfigError(f"--address {address!r}: expected a Dask scheduler address such as tcp://10.0.0.5:8786")
+    check_address(address)
     cluster = None
     if address is None:
         cluster = LocalCluster(  # type: ignore[no-untyped-call]
@@ -336,8 +341,13 @@ def run_sweep(
     address: str | None = None,
     dirs: tuple[str | None, str | None] = (None, None),
     progress: Callable[[int, int], None] | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every run's row, from the cache where present; the rest simulated on the executor."""
+    """Every run's row, from the cache where present; the rest simulated on the executor.
+
+    ``ready`` is called once the executor is up (or nothing is left to run), before any run is
+    submitted: the caller creates its results folder then, so a sweep that cannot start leaves none.
+    """
     cache = Cache(out / "cache")
     rows: dict[int, dict[str, Any]] = {}
     todo = []
@@ -350,10 +360,14 @@ def run_sweep(
     done = len(rows)
     if progress:
         progress(done, len(runs))
+    if not todo and ready:
+        ready()
     if todo:
         make = _dask if executor == "dask" else None
         submit, close = make(address, jobs, spec.metrics, dirs) if make else _local(jobs, spec.metrics, dirs)
         try:
+            if ready:
+                ready()
             futures = {submit(p): p for p in todo}
             for future in _completed(futures, executor):
                 point = futures[future]

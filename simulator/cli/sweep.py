@@ -9,24 +9,34 @@ from pathlib import Path
 import yaml
 
 from simulator import __version__
+from simulator.cli import Terminated
 from simulator.cli.common import catalog, interactive, json_text, maybe_report, progress_bar
 from simulator.cli.output import ResultsFolder
 from simulator.cli.simulate import limits
-from simulator.sweep import expand, load_sweep, run_sweep, summarize_rows, table_file
+from simulator.sweep import check_address, expand, load_sweep, run_sweep, summarize_rows, table_file
 
 
 def sweep(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep)
     runs = expand(spec, args.sweep, catalog(args), limits(args))
+    check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"sweep-{spec.name}", "sweep", args.overwrite)
-    out.write({}, replace=False)  # the folder exists, marked as a sweep's, before its cache fills
     dirs = (str(args.hardware_dir) if args.hardware_dir else None, str(args.model_dir) if args.model_dir else None)
     bar = progress_bar(f"sweep of {len(runs)} runs") if interactive(args) else None
     progress = (lambda done, total: bar(done / total)) if bar else None
+    started = False
+
+    def ready() -> None:  # the executor is up: the folder exists, marked as a sweep's, before its cache fills
+        nonlocal started
+        out.write({}, replace=False)
+        started = True
+
     try:
-        rows = run_sweep(spec, runs, out.path, args.executor, args.jobs, args.address, dirs, progress)
-    except BaseException:
-        print(f"infersim: finished runs are kept in {out.path / 'cache'}: rerun the sweep to resume", file=sys.stderr)
+        rows = run_sweep(spec, runs, out.path, args.executor, args.jobs, args.address, dirs, progress, ready)
+    except (KeyboardInterrupt, Terminated):
+        if started:
+            print(f"infersim: finished runs are kept in {out.path / 'cache'}; rerun the sweep to resume",
+                  file=sys.stderr)  # fmt: skip
         raise
     factors = list(dict.fromkeys(k for p in runs for k in p.factors))
     summary = summarize_rows(rows, factors, spec.metrics)

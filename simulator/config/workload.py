@@ -65,6 +65,14 @@ class AgentTaskSpec(Spec):
     context: ContextPolicy = Field(default_factory=ContextPolicy)
     fanout: FanOutSpec | None = None
 
+    @model_validator(mode="after")
+    def _calls_have_tokens(self) -> AgentTaskSpec:
+        for name in ("steps", "first_input_tokens", "output_tokens"):
+            mean = getattr(self, name).mean
+            if mean < 1:
+                raise ValueError(f"{name}: must average at least 1 (calls of at least 1 token); got {mean:g}")
+        return self
+
 
 class WorkloadSpec(Profile):
     """A named, documented workload (``workloads/<id>.yaml``); ``sources`` say where its numbers come from."""
