@@ -7,6 +7,18 @@ KV budget and batch cap allow). An empty ``chips`` means the automatic placement
 (:data:`DEFAULT_INPUT_TOKENS`, :data:`DEFAULT_OUTPUT_TOKENS`). A row that cannot be predicted
 is returned with its reason, never dropped.
 
+Optional columns say how the measurement was taken, so the simulator runs the same load:
+
+- ``load``: ``closed`` (``concurrency`` users in a closed loop, the default), ``poisson``
+  (``requests`` arriving as a Poisson process at ``request_rate_per_s``, as benchmark clients
+  with a request rate send them), ``offline`` (``requests`` all queued at t = 0, as
+  throughput benchmarks run them; the metric is over the whole run) or ``static`` (one
+  static batch of ``concurrency`` requests, as latency benchmarks run them);
+- ``stack``: the serving stack the row was measured on (its batching limits and overheads).
+
+A row at concurrency 1 in a closed loop is predicted in closed form; every other row by an
+engine run of its load.
+
 Relative error is ``(predicted - measured) / measured``.
 
 Two laws flag rows that no honest parameter set can match, so that they are reported
@@ -30,18 +42,21 @@ from typing import get_args
 import numpy as np
 
 from simulator.analytic.estimate import Estimate, estimate, saturation_concurrency
-from simulator.analytic.placement import Deployment, PlacementError, plan
+from simulator.analytic.placement import Deployment, plan
 from simulator.analytic.roofline import deployment_ceiling_tok_s
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.files import integer, number, read_csv
 from simulator.config.loading import Catalog, ConfigError
 from simulator.config.scenario import Scenario
+from simulator.errors import InfersimError
 from simulator.runner import simulate
 
 METRICS = ("per_user_output_tok_s", "ttft_s", "itl_s", "aggregate_output_tok_s", "e2e_s")
 #: Whether the measured system decoded speculatively: known yes, known no, or not stated.
 SPEC_DECODING = ("yes", "none", "unknown")
+#: How a row's load was generated (see the module docstring).
+LOADS = ("closed", "poisson", "offline", "static")
 REQUIRED_COLUMNS = (
     "id", "hardware", "chips", "model", "weights", "spec_decoding",
     "input_tokens", "output_tokens", "concurrency", "metric", "value",
@@ -68,6 +83,15 @@ class MeasurementRow:
     metric: str
     value: float
     claim_type: str = ""
+    load: str = "closed"
+    request_rate_per_s: float | None = None
+    requests: int | None = None
+    stack: str | None = None
+
+    @property
+    def single_stream(self) -> bool:
+        """One request at a time: the closed form predicts it."""
+        return self.concurrency == 1 and self.load in ("closed", "static")
 
 
 @dataclass(frozen=True)
@@ -113,6 +137,17 @@ def read_table(path: Path) -> list[MeasurementRow]:
                 f"{where}: spec_decoding: expected one of {list(SPEC_DECODING)}, got {raw['spec_decoding']!r}"
             )
         conc = raw["concurrency"].strip()
+        load = (raw.get("load") or "").strip() or "closed"
+        if load not in LOADS:
+            raise ConfigError(f"{where}: load: expected one of {list(LOADS)} or empty, got {load!r}")
+        rate = (raw.get("request_rate_per_s") or "").strip()
+        requests = _int_or_none(raw.get("requests") or "", "requests", where)
+        if load == "poisson" and (not rate or requests is None):
+            raise ConfigError(f"{where}: a poisson load needs request_rate_per_s and requests")
+        if load == "offline" and requests is None:
+            raise ConfigError(f"{where}: an offline load needs requests (how many were queued at once)")
+        if load in ("closed", "static") and not conc:
+            raise ConfigError(f"{where}: concurrency: a {load} load needs it (an integer or max)")
         rows.append(
             MeasurementRow(
                 id=row_id,
@@ -123,10 +158,14 @@ def read_table(path: Path) -> list[MeasurementRow]:
                 spec_decoding=raw["spec_decoding"],
                 input_tokens=_int_or_none(raw["input_tokens"], "input_tokens", where) or DEFAULT_INPUT_TOKENS,
                 output_tokens=_int_or_none(raw["output_tokens"], "output_tokens", where) or DEFAULT_OUTPUT_TOKENS,
-                concurrency=None if conc == "max" else _int_or_none(conc, "concurrency", where),
+                concurrency=None if conc in ("max", "") else _int_or_none(conc, "concurrency", where),
                 metric=raw["metric"],
                 value=number(raw["value"], where, "value", positive=True),
                 claim_type=raw.get("claim_type", ""),
+                load=load,
+                request_rate_per_s=number(rate, where, "request_rate_per_s", positive=True) if rate else None,
+                requests=requests,
+                stack=(raw.get("stack") or "").strip() or None,
             )
         )
     if not rows:
@@ -139,7 +178,7 @@ def metric_value(result: Estimate, metric: str) -> float:
 
 
 def _ceiling_flag(row: MeasurementRow, deployment: Deployment) -> str:
-    if row.metric != "per_user_output_tok_s" or row.concurrency != 1 or row.spec_decoding == "yes":
+    if row.metric != "per_user_output_tok_s" or not row.single_stream or row.spec_decoding == "yes":
         return ""
     ceiling = deployment_ceiling_tok_s(deployment)
     if row.value <= ceiling:
@@ -156,11 +195,12 @@ def consistency_flags(rows: Sequence[MeasurementRow]) -> dict[str, str]:
     """Aggregate rows above ``C / ITL`` of a matching ITL row, by row id."""
 
     def key(r: MeasurementRow) -> tuple[object, ...]:
-        return (r.hardware, r.model, r.chips, r.weights, r.input_tokens, r.output_tokens, r.concurrency)
+        return (r.hardware, r.model, r.chips, r.weights, r.input_tokens, r.output_tokens, r.concurrency, r.load)
 
-    itl = {key(r): r for r in rows if r.metric == "itl_s" and r.concurrency}
+    closed = [r for r in rows if r.load == "closed" and r.concurrency]
+    itl = {key(r): r for r in closed if r.metric == "itl_s"}
     flags = {}
-    for r in rows:
+    for r in closed:
         match = itl.get(key(r))
         if r.metric == "aggregate_output_tok_s" and match and r.concurrency:
             bound = r.concurrency / match.value
@@ -183,26 +223,45 @@ _SUMMARY_KEY = {
 
 
 def loaded_scenario(row: MeasurementRow, users: int, request_s: float) -> Scenario:
-    """The closed loop that reproduces a loaded measurement: C users, the row's lengths.
+    """The load that reproduces a measurement, with the row's lengths (module docstring).
 
-    Users start spread over one request duration (as a benchmark's clients drift apart); the
-    run lasts six request durations, the first two of them warm-up, without drain.
+    ``closed``: ``users`` start spread over one request duration (as a benchmark's clients drift
+    apart); the run lasts six request durations, the first two of them warm-up, without drain.
+    ``poisson``, ``offline`` and ``static`` send exactly their requests and run until the last
+    completes, every request measured (as the benchmarks report them).
     """
-    return Scenario.model_validate({
+    data: dict[str, object] = {
         "name": f"validate-{row.id}",
-        "deployment": {"hardware": row.hardware, "model": row.model, "chips": row.chips, "weights": row.weights},
-        "load": {"kind": "closed", "users": users, "start_spread": f"{request_s} s"},
+        "deployment": _deployment_fields(row),
         "requests": {
             "input_tokens": {"dist": "constant", "value": row.input_tokens},
             "output_tokens": {"dist": "constant", "value": row.output_tokens},
         },
-        "run": {
+    }
+    if row.load == "poisson":
+        assert row.request_rate_per_s is not None and row.requests is not None
+        data["load"] = {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": row.request_rate_per_s}}
+        data["run"] = {"seed": 0, "max_requests": row.requests}
+    elif row.load in ("offline", "static"):
+        count = row.requests if row.load == "offline" else users
+        assert count is not None
+        data["load"] = {"kind": "closed", "users": count}
+        data["run"] = {"seed": 0, "max_requests": count}
+        if row.load == "static":
+            data["scheduler"] = {"policy": "static"}
+    else:
+        data["load"] = {"kind": "closed", "users": users, "start_spread": f"{request_s} s"}
+        data["run"] = {
             "seed": 0,
             "duration": f"{(WARMUP_REQUEST_DURATIONS + MEASURED_REQUEST_DURATIONS) * request_s} s",
             "warmup": f"{WARMUP_REQUEST_DURATIONS * request_s} s",
             "drain": False,
-        },
-    })  # fmt: skip
+        }
+    return Scenario.model_validate(data)
+
+
+def _deployment_fields(row: MeasurementRow) -> dict[str, object]:
+    return {"hardware": row.hardware, "model": row.model, "chips": row.chips, "weights": row.weights}
 
 
 def _engine_value(row: MeasurementRow, users: int, request_s: float, catalog: Catalog) -> float:
@@ -214,20 +273,21 @@ def _engine_value(row: MeasurementRow, users: int, request_s: float, catalog: Ca
 def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
     """The model's prediction for one row, or the reason it has none.
 
-    Concurrency 1: the closed-form estimate. Higher or ``max``: an engine run (closed loop).
+    Concurrency 1 in a closed loop: the closed-form estimate. Anything else: an engine run of the
+    row's load (:func:`loaded_scenario`).
     """
     try:
         hardware = catalog.hardware(row.hardware)
         model = catalog.model(row.model)
-        spec = DeploymentSpec(hardware=row.hardware, model=row.model, chips=row.chips, weights=row.weights)
+        spec = DeploymentSpec.model_validate(_deployment_fields(row))
         deployment = plan(hardware, model, spec)
-    except (ConfigError, PlacementError) as exc:
+        concurrency = row.concurrency or saturation_concurrency(deployment, row.input_tokens, row.output_tokens)
+        result = estimate(deployment, row.input_tokens, row.output_tokens, concurrency)
+        predicted = metric_value(result, row.metric)
+        if not row.single_stream:
+            predicted = _engine_value(row, concurrency, result.e2e_s, catalog)
+    except InfersimError as exc:  # the row asks for what the deployment cannot serve: reported, not dropped
         return RowResult(row, None, reason=str(exc).splitlines()[0])
-    concurrency = row.concurrency or saturation_concurrency(deployment, row.input_tokens, row.output_tokens)
-    result = estimate(deployment, row.input_tokens, row.output_tokens, concurrency)
-    predicted = metric_value(result, row.metric)
-    if concurrency > 1:
-        predicted = _engine_value(row, concurrency, result.e2e_s, catalog)
     return RowResult(
         row,
         predicted,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from simulator.config.model import ModelSpec
+from simulator.config.model import ModelSpec, TensorGroup
 
 GATED_FFN_MATRICES = 3  # gate, up, down (SwiGLU)
 FLOPS_PER_MAC = 2
@@ -91,32 +91,46 @@ def moe_layer_params(model: ModelSpec, shapes: LayerShapes) -> float:
     return experts * shapes.expert_params + shapes.router_params
 
 
+def group_params(model: ModelSpec) -> dict[TensorGroup, float]:
+    """Stored parameters per tensor group (a tied LM head stores nothing of its own)."""
+    s = layer_shapes(model)
+    moe = model.moe
+    moe_layers = moe.num_moe_layers if moe else 0
+    experts = (moe.num_routed_experts + moe.num_shared_experts) if moe else 0
+    return {
+        "attention": model.num_layers * s.attention_params,
+        "dense_ffn": model.num_dense_layers * s.dense_ffn_params,
+        "experts": moe_layers * experts * s.expert_params,
+        "router": moe_layers * s.router_params,
+        "embeddings": s.embedding_params,
+        "lm_head": 0.0 if model.tie_word_embeddings else s.lm_head_params,
+    }
+
+
 def total_params(model: ModelSpec) -> float:
     """Stored parameters: every layer, the embedding table and an untied LM head."""
+    return sum(group_params(model).values())
+
+
+def active_group_params(model: ModelSpec) -> dict[TensorGroup, float]:
+    """Parameters one token multiplies by, per group: k routed + shared experts, the LM head
+    (read even when tied); the input embedding is a row lookup, not streamed."""
     s = layer_shapes(model)
-    moe_layers = model.moe.num_moe_layers if model.moe else 0
-    head = 0.0 if model.tie_word_embeddings else s.lm_head_params
-    return (
-        model.num_layers * s.attention_params
-        + model.num_dense_layers * s.dense_ffn_params
-        + moe_layers * moe_layer_params(model, s)
-        + s.embedding_params
-        + head
-    )
+    moe = model.moe
+    moe_layers = moe.num_moe_layers if moe else 0
+    return {
+        "attention": model.num_layers * s.attention_params,
+        "dense_ffn": model.num_dense_layers * s.dense_ffn_params,
+        "experts": moe_layers * (moe.experts_per_token + moe.num_shared_experts) * s.expert_params if moe else 0.0,
+        "router": moe_layers * s.router_params,
+        "embeddings": 0.0,
+        "lm_head": s.lm_head_params,
+    }
 
 
 def active_params(model: ModelSpec) -> float:
     """Parameters one token multiplies by: attention, dense FFNs, k + shared experts, LM head."""
-    s = layer_shapes(model)
-    moe = model.moe
-    per_moe_layer = (moe.experts_per_token + moe.num_shared_experts) * s.expert_params + s.router_params if moe else 0.0
-    moe_layers = moe.num_moe_layers if moe else 0
-    return (
-        model.num_layers * s.attention_params
-        + model.num_dense_layers * s.dense_ffn_params
-        + moe_layers * per_moe_layer
-        + s.lm_head_params
-    )
+    return sum(active_group_params(model).values())
 
 
 def expected_distinct_experts(

@@ -25,14 +25,14 @@ Capacity law (Vidur's MemoryPlanner, generalised over tiers)::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from simulator.analytic.architecture import kv_tokens_held, layer_shapes, moe_layer_params, total_params
-from simulator.analytic.precision import BYTES_PER_ELEMENT
+from simulator.analytic.architecture import group_params, kv_tokens_held, layer_shapes, moe_layer_params
+from simulator.analytic.precision import BYTES_PER_ELEMENT, group_precisions
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec, SpeculativeSpec
 from simulator.config.hardware import HardwareProfile, MemoryTier
-from simulator.config.model import ModelSpec
+from simulator.config.model import ModelSpec, TensorGroup
 from simulator.errors import InfersimError
 
 #: Largest system the automatic placement will consider, in scale-up domains.
@@ -55,7 +55,7 @@ class Deployment:
     tensor_parallel: int
     pipeline_parallel: int
     expert_parallel: int
-    weights: Precision
+    weights: Precision  # the headline weight format (the quantised groups')
     kv_cache: Precision
     activations: Precision
     speculative: SpeculativeSpec | None
@@ -65,6 +65,10 @@ class Deployment:
     kv_bytes_per_token: float  # all layers, one token of context, stored (with replication)
     kv_budget_bytes: float  # all chips
     chips_per_replica_domain: int
+    precision: dict[TensorGroup, Precision] = field(default_factory=dict)  # storage precision per group
+
+    def bytes_per_param(self, group: TensorGroup) -> float:
+        return BYTES_PER_ELEMENT[self.precision[group]]
 
     @property
     def layers_per_stage(self) -> float:
@@ -90,6 +94,11 @@ class Deployment:
         return sum(t.capacity.value * t.usable_fraction.value for t in self.resident_tiers) * self.chips
 
 
+def weight_bytes_of(model: ModelSpec, precision: dict[TensorGroup, Precision]) -> float:
+    """Stored weight bytes: every group's parameters at its precision."""
+    return sum(params * BYTES_PER_ELEMENT[precision[group]] for group, params in group_params(model).items())
+
+
 def default_kv_precision(weights: Precision, activations: Precision) -> Precision:
     """fp8 KV when weights are 8-bit or narrower (as FP8 serving stacks ship), else activations."""
     return "fp8" if BYTES_PER_ELEMENT[weights] <= 1.0 else activations
@@ -105,20 +114,21 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def _largest_layer_bytes(model: ModelSpec, bytes_per_weight: float) -> float:
+def _largest_layer_bytes(model: ModelSpec, precision: dict[TensorGroup, Precision]) -> float:
     shapes = layer_shapes(model)
-    ffn = max(shapes.dense_ffn_params if model.num_dense_layers else 0.0, moe_layer_params(model, shapes))
-    return (shapes.attention_params + ffn) * bytes_per_weight
+    dense = shapes.dense_ffn_params * BYTES_PER_ELEMENT[precision["dense_ffn"]] if model.num_dense_layers else 0.0
+    moe = moe_layer_params(model, shapes) * BYTES_PER_ELEMENT[precision["experts"]]
+    return shapes.attention_params * BYTES_PER_ELEMENT[precision["attention"]] + max(dense, moe)
 
 
 def _auto_layout(
-    hardware: HardwareProfile, model: ModelSpec, chips: int, tier: MemoryTier, bytes_per_weight: float
+    hardware: HardwareProfile, model: ModelSpec, chips: int, tier: MemoryTier, precision: dict[TensorGroup, Precision]
 ) -> tuple[int, int]:
     """(tensor_parallel, pipeline_parallel) for ``chips`` chips, as the module docstring says."""
     domain = hardware.interconnect.domain_chips.value
     if hardware.execution.layer_pipelined:
         per_chip = tier.capacity.value * tier.usable_fraction.value
-        tp = max(1, math.ceil(_largest_layer_bytes(model, bytes_per_weight) / per_chip))
+        tp = max(1, math.ceil(_largest_layer_bytes(model, precision) / per_chip))
         pp = min(model.num_layers, math.ceil(chips / tp))
         return max(tp, math.ceil(chips / pp)), pp
     tp = 1
@@ -148,11 +158,16 @@ def _round_chips(hardware: HardwareProfile, chips: int) -> int:
 
 
 def _layout(
-    hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, chips: int, tier: MemoryTier, bpw: float
+    hardware: HardwareProfile,
+    model: ModelSpec,
+    spec: DeploymentSpec,
+    chips: int,
+    tier: MemoryTier,
+    precision: dict[TensorGroup, Precision],
 ) -> tuple[int, int]:
     """(tensor_parallel, pipeline_parallel): as the spec pins them, or automatic."""
     if not (spec.tensor_parallel or spec.pipeline_parallel):
-        return _auto_layout(hardware, model, chips, tier, bpw)
+        return _auto_layout(hardware, model, chips, tier, precision)
     tp = spec.tensor_parallel or max(1, chips // (spec.pipeline_parallel or 1))
     pp = spec.pipeline_parallel or max(1, chips // tp)
     if tp * pp != chips:
@@ -170,8 +185,8 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec) -> D
     """
     weights: Precision = spec.weights or model.native_precision
     kv: Precision = spec.kv_cache or default_kv_precision(weights, spec.activations)
-    bytes_per_weight = BYTES_PER_ELEMENT[weights]
-    weight_bytes = total_params(model) * bytes_per_weight
+    precision = group_precisions(model, spec)
+    weight_bytes = weight_bytes_of(model, precision)
     kv_per_token_unreplicated = layer_shapes(model).kv_elements_per_token * model.num_layers * BYTES_PER_ELEMENT[kv]
     kv_floor = kv_per_token_unreplicated * spec.min_kv_tokens
     domain = hardware.interconnect.domain_chips.value
@@ -199,7 +214,7 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec) -> D
     assert chips is not None
 
     for _ in range(MAX_LAYOUT_ATTEMPTS):
-        tp, pp = _layout(hardware, model, spec, chips, tier, bytes_per_weight)
+        tp, pp = _layout(hardware, model, spec, chips, tier, precision)
         chips = tp * pp
         kv_per_token = kv_per_token_unreplicated * kv_replication(model, tp)
         kv_budget = chips * tier.capacity.value * tier.usable_fraction.value - weight_bytes
@@ -237,4 +252,5 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec) -> D
         kv_bytes_per_token=kv_per_token,
         kv_budget_bytes=kv_budget,
         chips_per_replica_domain=min(chips, domain),
+        precision=precision,
     )

@@ -15,9 +15,9 @@ Examples
 
 from __future__ import annotations
 
-from simulator.analytic.architecture import FLOPS_PER_MAC, active_params
+from simulator.analytic.architecture import FLOPS_PER_MAC, active_group_params, active_params
 from simulator.analytic.placement import Deployment
-from simulator.analytic.precision import BYTES_PER_ELEMENT, matmul_precision
+from simulator.analytic.precision import matmul_precision
 
 
 def ridge_point(peak_flops: float, bandwidth: float) -> float:
@@ -31,8 +31,9 @@ def single_stream_ceiling(bandwidth: float, bytes_per_token: float) -> float:
 
 
 def active_weight_bytes(deployment: Deployment) -> float:
-    """Weight bytes one token reads (all chips together): active parameters x bytes each."""
-    return active_params(deployment.model) * BYTES_PER_ELEMENT[deployment.weights]
+    """Weight bytes one token reads (all chips together): each group's active parameters at its precision."""
+    active = active_group_params(deployment.model)
+    return sum(params * deployment.bytes_per_param(group) for group, params in active.items())
 
 
 def deployment_ceiling_tok_s(deployment: Deployment) -> float:

@@ -43,7 +43,8 @@ import numpy.typing as npt
 
 from simulator.analytic.architecture import FLOPS_PER_MAC, expected_distinct_experts, layer_shapes
 from simulator.analytic.placement import Deployment, kv_replication
-from simulator.analytic.precision import BYTES_PER_ELEMENT, matmul_precision
+from simulator.analytic.precision import BYTES_PER_ELEMENT, compute_path
+from simulator.config.base import Precision
 
 COMPONENTS = (
     "weights_memory",
@@ -152,25 +153,25 @@ class StepCostModel:
         self.share = 1.0 / max(1.0, d.layers_per_stage) if hw.execution.layer_pipelined else 1.0
         tier = d.weights_tier
         self.bandwidth = tier.bandwidth.value * tier.efficiency.value * self.share  # B/s per chip
-        eff = hw.compute.efficiency.value * self.share
-        self.matmul_flops = hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value * eff
-        self.attention_flops = hw.compute.peak[matmul_precision(hw, d.activations, d.activations)].value * eff
-        bpw = BYTES_PER_ELEMENT[d.weights]
+
+        def flop_rate(precision: Precision) -> float:
+            return compute_path(hw, precision, d.activations).flops(hw) * self.share
+
         self.act_bytes = BYTES_PER_ELEMENT[d.activations]
         self.kv_bytes_per_token_layer = (
             self.shapes.kv_elements_per_token * BYTES_PER_ELEMENT[d.kv_cache] * kv_replication(model, tp) / tp
         )
         s = self.shapes
-        self.attn_weight_bytes = s.attention_params * bpw / tp
-        self.dense_weight_bytes = s.dense_ffn_params * bpw / tp
-        self.expert_weight_bytes = s.expert_params * bpw / tp
-        self.lm_head_bytes = s.lm_head_params * bpw / tp
+        self.attn_weight_bytes = s.attention_params * d.bytes_per_param("attention") / tp
+        self.dense_weight_bytes = s.dense_ffn_params * d.bytes_per_param("dense_ffn") / tp
+        self.expert_weight_bytes = s.expert_params * d.bytes_per_param("experts") / tp
+        self.lm_head_bytes = s.lm_head_params * d.bytes_per_param("lm_head") / tp
         moe = model.moe
         self.moe_layers = moe.num_moe_layers if moe else 0
         self.window_layers = model.attention.sliding_window_layers
         self.link_bw = hw.interconnect.bandwidth.value * hw.interconnect.efficiency.value
         self.alpha = hw.interconnect.latency.value
-        self.fabric_per_layer_s = self._fabric_per_layer(bpw)
+        self.fabric_per_layer_s = self._fabric_per_layer()
         # Operator table, one row each: attention projections, attention core over full and
         # windowed layers, dense FFN, MoE FFN, LM head. ``count`` is how often a pass runs it.
         layers = model.num_layers
@@ -181,9 +182,11 @@ class StepCostModel:
         self.op_weight_bytes = np.array(
             [self.attn_weight_bytes, 0.0, 0.0, self.dense_weight_bytes, 0.0, self.lm_head_bytes]
         )[:, None]
+        attention_core = flop_rate(d.activations)
         self.op_flop_rate = np.array(
-            [self.matmul_flops, self.attention_flops, self.attention_flops] + [self.matmul_flops] * 3
-        )[:, None]
+            [flop_rate(d.precision["attention"]), attention_core, attention_core, flop_rate(d.precision["dense_ffn"]),
+             flop_rate(d.precision["experts"]), flop_rate(d.precision["lm_head"])]
+        )[:, None]  # fmt: skip
         self.flops_per_pair = FLOPS_PER_MAC * s.num_heads * (s.attention_score_dim + s.attention_value_dim) / tp
         self.flops_per_token = (
             FLOPS_PER_MAC
@@ -211,7 +214,7 @@ class StepCostModel:
         self.kv_s_per_token = self.kv_bytes_per_token_layer / self.bandwidth
 
     # -- terms ---------------------------------------------------------------------------------
-    def _fabric_per_layer(self, bpw: float) -> tuple[float, float]:
+    def _fabric_per_layer(self) -> tuple[float, float]:
         """Traversal seconds per (dense, MoE) layer: hop_latency * sqrt(cores spanned)."""
         d, hw, s = self.deployment, self.deployment.hardware, self.shapes
         if hw.fabric is None:
@@ -219,13 +222,15 @@ class StepCostModel:
         cores = hw.compute.cores.value
         sram_per_core = d.weights_tier.capacity.value / cores
         moe = d.model.moe
-        active_expert_params = (moe.experts_per_token + moe.num_shared_experts) * s.expert_params if moe else 0.0
+        active_experts = (moe.experts_per_token + moe.num_shared_experts) if moe else 0
+        attention = s.attention_params * d.bytes_per_param("attention")
 
-        def traversal(ffn_params: float) -> float:
-            active = (s.attention_params + ffn_params) * bpw / d.tensor_parallel
+        def traversal(ffn_bytes: float) -> float:
+            active = (attention + ffn_bytes) / d.tensor_parallel
             return hw.fabric.hop_latency.value * math.sqrt(min(cores, active / sram_per_core))  # type: ignore[union-attr]
 
-        return traversal(s.dense_ffn_params), traversal(active_expert_params)
+        dense = s.dense_ffn_params * d.bytes_per_param("dense_ffn")
+        return traversal(dense), traversal(active_experts * s.expert_params * d.bytes_per_param("experts"))
 
     def _allreduce_s(self, tokens: FloatArray, tp: int) -> FloatArray:
         if tp == 1:

@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import Field
 
 from simulator.config.base import Precision, Spec
+from simulator.config.model import TensorGroup
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -42,7 +43,15 @@ class DeploymentSpec(Spec):
     expert_parallel: PositiveInt | None = Field(
         None, description="chips the experts of one MoE layer are spread over (<= tensor_parallel)"
     )
-    weights: Precision | None = Field(None, description="empty: the model's native precision")
+    weights: Precision | None = Field(
+        None,
+        description="empty (or the model's native precision): the published checkpoint as it is; another "
+        "precision: the matrix-multiply groups (attention, dense FFN, experts) quantised to it, the embedding, "
+        "LM head and router kept as the checkpoint stores them",
+    )
+    weights_by_group: dict[TensorGroup, Precision] = Field(
+        default_factory=dict, description="per-group overrides, applied last (e.g. {lm_head: fp8})"
+    )
     kv_cache: Precision | None = Field(
         None, description="empty: fp8 when weights are 8-bit or narrower, else the activations'"
     )

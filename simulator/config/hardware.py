@@ -22,14 +22,38 @@ PositiveFlops = Annotated[FlopsPerSecond, Field(gt=0.0)]
 NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
 
 
+class WeightOnlyPath(Spec):
+    """A weight format the matrix engine does not run natively: dequantised on the fly to ``compute``."""
+
+    compute: Precision = Field(description="precision the matmul runs in (a key of compute.peak)")
+    efficiency: Sourced[Fraction] = Field(description="achievable / peak of the compute precision on this path")
+
+
 class ComputeSpec(Spec):
-    """Matrix-engine peaks per precision (dense, no sparsity) and the achievable fraction."""
+    """Matrix-engine peaks per precision (dense, no sparsity) and the achievable fraction.
+
+    A weight precision with a peak runs natively; one listed under ``weight_only`` is
+    dequantised to that path's compute precision; any other is dequantised to the
+    activations' precision at the chip's efficiency (weight-only quantisation, e.g. W4A16).
+    """
 
     peak: dict[Precision, Sourced[PositiveFlops]] = Field(
         min_length=1, description="dense peak FLOP/s per chip for each precision the chip computes in"
     )
     efficiency: Sourced[Fraction] = Field(description="achievable / peak for large matmuls")
     cores: Sourced[PositiveInt] = Field(description="cores / SMs / PEs per chip")
+    weight_only: dict[Precision, WeightOnlyPath] = Field(
+        default_factory=dict, description="weight formats run by dequantising (no native engine), with their efficiency"
+    )
+
+    @model_validator(mode="after")
+    def _paths_computable(self) -> ComputeSpec:
+        for fmt, path in self.weight_only.items():
+            if path.compute not in self.peak:
+                raise ValueError(f"weight_only.{fmt}.compute: {path.compute} has no peak under compute.peak")
+            if fmt in self.peak:
+                raise ValueError(f"weight_only.{fmt}: the chip runs {fmt} natively (it has a peak); remove one")
+        return self
 
 
 class MemoryTier(Spec):

@@ -13,8 +13,18 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from simulator.config.base import Precision, Profile, Sourced, Spec
+from simulator.units import Bytes
 
 PositiveInt = Annotated[int, Field(ge=1)]
+
+#: Groups of tensors a checkpoint may store in different precisions: the attention projections,
+#: the dense FFNs, the MoE experts (routed and shared), the MoE router, the input embedding and
+#: the output projection (LM head).
+TensorGroup = Literal["attention", "dense_ffn", "experts", "router", "embeddings", "lm_head"]
+TENSOR_GROUPS: tuple[TensorGroup, ...] = ("attention", "dense_ffn", "experts", "router", "embeddings", "lm_head")
+#: The matrix-multiply groups a quantised deployment converts (ModelOpt and the serving stacks
+#: keep the embedding, the LM head and the router in 16-bit: ``exclude_modules: [lm_head]``).
+LINEAR_GROUPS: tuple[TensorGroup, ...] = ("attention", "dense_ffn", "experts")
 
 
 class MLASpec(Spec):
@@ -66,6 +76,9 @@ class MoESpec(Spec):
 class PublishedSize(Spec):
     params_total: Sourced[Annotated[float, Field(gt=0)]] = Field(description="parameters")
     params_active: Sourced[Annotated[float, Field(gt=0)]] = Field(description="per token")
+    checkpoint_bytes: Sourced[Annotated[Bytes, Field(gt=0)]] | None = Field(
+        None, description="size of the published weights on disk (the checkpoint's precision groups)"
+    )
 
 
 class ModelSpec(Profile):
@@ -78,7 +91,12 @@ class ModelSpec(Profile):
     vocab_size: PositiveInt
     tie_word_embeddings: bool = False
     max_context_tokens: PositiveInt
-    native_precision: Precision
+    native_precision: Precision = Field(description="precision of the published checkpoint's weights")
+    precision_by_group: dict[TensorGroup, Precision] = Field(
+        default_factory=dict,
+        description="groups the published checkpoint stores in another precision than native_precision "
+        "(e.g. gpt-oss: native mxfp4 experts, attention / router / embeddings / lm_head bf16)",
+    )
     attention: AttentionSpec
     moe: MoESpec | None = None
     published: PublishedSize
@@ -94,10 +112,16 @@ class ModelSpec(Profile):
         if self.attention.sliding_window_layers > self.num_layers:
             raise ValueError("attention.sliding_window_layers cannot exceed num_layers")
         sources = {self.published.params_total.source, self.published.params_active.source}
+        if self.published.checkpoint_bytes is not None:
+            sources.add(self.published.checkpoint_bytes.source)
         missing = sorted(sources - self.sources.keys())
         if missing:
             raise ValueError(f"source keys {missing} are used but not defined under `sources`")
         return self
+
+    def checkpoint_precision(self, group: TensorGroup) -> Precision:
+        """The precision the published checkpoint stores ``group`` in."""
+        return self.precision_by_group.get(group, self.native_precision)
 
     @property
     def num_dense_layers(self) -> int:
