@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from simulator.analytic.estimate import estimate, saturation_concurrency
-from simulator.analytic.placement import plan
+from simulator.analytic.placement import deploy
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
@@ -46,7 +46,7 @@ LOAD_FRACTION = 0.6
 
 def chat_scenario(hardware: str, model: str, requests: int, catalog: Catalog) -> Scenario:
     spec = DeploymentSpec(hardware=hardware, model=model)
-    deployment = plan(catalog.hardware(hardware), catalog.model(model), spec)
+    deployment = deploy(catalog, spec)
     users = saturation_concurrency(deployment, PROMPT_MEDIAN, ANSWER_MEDIAN)
     saturated = estimate(deployment, PROMPT_MEDIAN, ANSWER_MEDIAN, users)
     rate = LOAD_FRACTION * saturated.aggregate_output_tok_s / ANSWER_MEDIAN
@@ -75,7 +75,7 @@ AGENT_MEAN_CONTEXT = 1000 + 200 + AGENT_STEPS * 260 / 2
 
 def agent_scenario(hardware: str, model: str, agents: int, catalog: Catalog) -> Scenario:
     spec = DeploymentSpec(hardware=hardware, model=model)
-    deployment = plan(catalog.hardware(hardware), catalog.model(model), spec)
+    deployment = deploy(catalog, spec)
     kv_tokens = deployment.kv_budget_bytes / deployment.kv_bytes_per_token
     replicas = max(1, math.ceil(1.5 * agents * AGENT_MEAN_CONTEXT / kv_tokens))
     return Scenario.model_validate({

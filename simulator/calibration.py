@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from simulator.config.base import Sourced, Spec
+from simulator.config.base import Profile, Sourced, Spec
 from simulator.config.hardware import HardwareProfile
 from simulator.config.loading import Catalog
 from simulator.errors import InfersimError, InfersimWarning
@@ -60,7 +60,7 @@ def _child(node: object, key: str) -> object:
     return getattr(node, key, None)
 
 
-def get_sourced(profile: HardwareProfile, path: str) -> Sourced[float]:
+def get_sourced(profile: Profile, path: str) -> Sourced[float]:
     """The sourced number at a dotted path (tiers by name, peaks by precision)."""
     node: object = profile
     for part in path.split("."):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simulator.analytic.estimate import Estimate, estimate
-from simulator.analytic.placement import PlacementError, plan
+from simulator.analytic.placement import PlacementError, deploy
 from simulator.compare import ComparisonRow, compare
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
@@ -65,7 +65,7 @@ def speed_gap(catalog: Catalog) -> list[GapRow]:
         for hardware_id in catalog.hardware_ids():
             spec = DeploymentSpec(hardware=hardware_id, model=model_id, weights=weights)
             try:
-                d = plan(catalog.hardware(hardware_id), catalog.model(model_id), spec)
+                d = deploy(catalog, spec)
             except PlacementError as exc:
                 out.append(GapRow(model_id, hardware_id, error=str(exc)))
                 continue

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.analytic.placement import plan as place
+from simulator.analytic.placement import deploy
 from simulator.config.fleet import BackendSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass
@@ -179,7 +179,7 @@ class Planner:
     def _price(self, backend: BackendSpec) -> tuple[float, bool]:
         """($/h of one replica, paid per token?) of a backend."""
         d = backend.deployment
-        deployment = place(self.catalog.hardware(d.hardware), self.catalog.model(d.model), d)
+        deployment = deploy(self.catalog, d)
         pricing = backend_pricing(deployment, backend, self.scenario.cost)
         return deployment.chips * pricing.usd_per_chip_hour, pricing.token_price is not None
 

@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from simulator import __version__, plots
-from simulator.analytic.placement import plan
+from simulator.analytic.placement import deploy
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.files import read_csv, read_json, read_text, read_yaml
 from simulator.config.loading import Catalog, ConfigError
@@ -164,7 +164,7 @@ def _demo_sections(folder: Path) -> list[Section]:
         sections.append(Section(f"The speed gap: {model}", figure=figure))
     first = [r["single_stream"]["deployment"] for r in rows if r["model"] == models[0] and "single_stream" in r]
     catalog = Catalog()
-    chosen = {d["hardware"]: plan(catalog.hardware(d["hardware"]), catalog.model(d["model"]), DeploymentSpec(
+    chosen = {d["hardware"]: deploy(catalog, DeploymentSpec(
         hardware=d["hardware"], model=d["model"], chips=d["chips"], weights=d["weights"]))
         for d in first if d["hardware"] in ROOFLINE_HARDWARE}  # fmt: skip
     sections.append(

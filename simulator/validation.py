@@ -42,7 +42,7 @@ from typing import get_args
 import numpy as np
 
 from simulator.analytic.estimate import Estimate, estimate, saturation_concurrency
-from simulator.analytic.placement import Deployment, plan
+from simulator.analytic.placement import Deployment, deploy
 from simulator.analytic.roofline import deployment_ceiling_tok_s
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
@@ -261,7 +261,8 @@ def loaded_scenario(row: MeasurementRow, users: int, request_s: float) -> Scenar
 
 
 def _deployment_fields(row: MeasurementRow) -> dict[str, object]:
-    return {"hardware": row.hardware, "model": row.model, "chips": row.chips, "weights": row.weights}
+    return {"hardware": row.hardware, "model": row.model, "chips": row.chips, "weights": row.weights,
+            "stack": row.stack}  # fmt: skip
 
 
 def _engine_value(row: MeasurementRow, users: int, request_s: float, catalog: Catalog) -> float:
@@ -278,9 +279,8 @@ def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
     """
     try:
         hardware = catalog.hardware(row.hardware)
-        model = catalog.model(row.model)
         spec = DeploymentSpec.model_validate(_deployment_fields(row))
-        deployment = plan(hardware, model, spec)
+        deployment = deploy(catalog, spec)
         concurrency = row.concurrency or saturation_concurrency(deployment, row.input_tokens, row.output_tokens)
         result = estimate(deployment, row.input_tokens, row.output_tokens, concurrency)
         predicted = metric_value(result, row.metric)

@@ -4,8 +4,9 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
 
 - ``C`` users in a closed loop with no think time, every request ``I`` prompt tokens and
   ``O`` output tokens; decoding sequences hold on average ``I + O/2`` tokens of context.
-- Prefill is chunked by ``max_batched_tokens``; chunks of one prompt follow each other
-  through the pipeline: ``prefill = pass(last) + sum(pass(others)) / stages``.
+- Prefill is chunked by the stack's ``max_batched_tokens`` (whole, when it does not chunk);
+  chunks of one prompt follow each other through the pipeline:
+  ``prefill = pass(last) + sum(pass(others)) / stages``.
 - TTFT at ``C`` is the prefill with the other users' decodes riding in the same passes.
 - Each decode step also carries the other users' new prompts: ``(C - 1) * I / O`` prefill
   tokens per step (each of them starts one request per ``O`` of my tokens).
@@ -141,7 +142,8 @@ class Estimate:
 
 def _prefill_s(cost: StepCostModel, input_tokens: int, riding_decodes: int, context: float) -> float:
     """Makespan of a chunked prefill, with ``riding_decodes`` decodes in each pass."""
-    chunk = cost.deployment.hardware.execution.max_batched_tokens.value
+    stack = cost.deployment.stack
+    chunk = stack.max_batched_tokens.value if stack.chunked_prefill else input_tokens  # unchunked: whole
     chunk = max(1, chunk - riding_decodes)
     starts = np.arange(0, input_tokens, chunk)
     passes = []

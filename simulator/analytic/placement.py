@@ -32,7 +32,9 @@ from simulator.analytic.precision import BYTES_PER_ELEMENT, group_precisions
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec, SpeculativeSpec
 from simulator.config.hardware import HardwareProfile, MemoryTier
+from simulator.config.loading import Catalog
 from simulator.config.model import ModelSpec, TensorGroup
+from simulator.config.stack import StackProfile
 from simulator.errors import InfersimError
 
 #: Largest system the automatic placement will consider, in scale-up domains.
@@ -51,6 +53,7 @@ class Deployment:
 
     hardware: HardwareProfile
     model: ModelSpec
+    stack: StackProfile
     chips: int
     tensor_parallel: int
     pipeline_parallel: int
@@ -83,10 +86,15 @@ class Deployment:
         per_token_layer = self.kv_bytes_per_token / self.model.num_layers
         return float(kv_tokens_held(self.model, context_tokens)) * per_token_layer
 
+    @property
+    def max_batch_size(self) -> int:
+        """Sequences one replica runs at once, at most: the stack's cap."""
+        return self.stack.max_batch_size.value
+
     def max_sequences(self, context_tokens: float) -> int:
         """Sequences of this context whose KV fits, capped by the batch limit."""
         fit = int(self.kv_budget_bytes // self.kv_bytes_for_context(context_tokens))
-        return min(fit, self.hardware.execution.max_batch_size.value)
+        return min(fit, self.max_batch_size)
 
     @property
     def resident_models_capacity_bytes(self) -> float:
@@ -175,7 +183,15 @@ def _layout(
     return tp, pp
 
 
-def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec) -> Deployment:
+def deploy(catalog: Catalog, spec: DeploymentSpec) -> Deployment:
+    """The deployment ``spec`` asks for, with its profiles from ``catalog`` (the stack: the spec's,
+    else the hardware's default)."""
+    hardware = catalog.hardware(spec.hardware)
+    stack = catalog.stack(spec.stack or hardware.execution.default_stack)
+    return plan(hardware, catalog.model(spec.model), spec, stack)
+
+
+def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stack: StackProfile) -> Deployment:
     """Resolve a deployment: precisions, tier, chips, layout and KV budget.
 
     Raises
@@ -238,6 +254,7 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec) -> D
     return Deployment(
         hardware=hardware,
         model=model,
+        stack=stack,
         chips=chips,
         tensor_parallel=tp,
         pipeline_parallel=pp,

@@ -17,8 +17,9 @@ in its KV cache (``c``). Assumptions:
   with a dispatch and a combine all-to-all, each ``ceil(log2 ep) alpha + (ep-1)/ep * msg_k /
   (bw * eff)`` (Bruck's latency), where ``msg_k`` carries k copies of every token.
 - **Pipeline hops**: ``pp - 1`` chip-to-chip transfers per pass, ``alpha + msg / (bw * eff)``.
-- **Fixed latency**: ``layer_latency`` per layer (kernel launches and syncs on a GPU, the
-  per-layer slot of a deterministic schedule on an LPU) and ``step_overhead`` per pass.
+- **Fixed latency**: per layer, the hardware's ``layer_latency`` (the per-layer slot of a
+  deterministic schedule on an LPU) plus the serving stack's (kernel launches and syncs on a
+  GPU), and the stack's ``step_overhead`` per pass.
 - **Fabric traversal** (spatial chips with a ``fabric``): a token crosses the cores that
   hold the weights it uses; on a 2D mesh that is ``sqrt(cores spanned)`` hops per layer, at
   ``hop_latency`` each, with ``cores spanned = active layer bytes / SRAM per core``.
@@ -202,7 +203,8 @@ class StepCostModel:
                 ]
             )
         )
-        self.fixed_s = layers * hw.execution.layer_latency.value + hw.execution.step_overhead.value
+        layer_s = hw.execution.layer_latency.value + d.stack.layer_latency.value
+        self.fixed_s = layers * layer_s + d.stack.step_overhead.value
         # Batch-independent parts of the operator terms, in seconds per unit of their driver.
         self.op_weight_s = self.op_weight_bytes / self.bandwidth
         self.op_compute_s_per_unit = (

@@ -9,7 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from simulator.analytic.estimate import Estimate, EstimateQuery, estimate, saturation_concurrency
-from simulator.analytic.placement import Deployment, plan
+from simulator.analytic.placement import Deployment, deploy
 from simulator.analytic.step_time import COMPONENTS
 from simulator.cli.common import catalog, json_text
 from simulator.cli.output import ResultsFolder
@@ -57,7 +57,7 @@ def _deployment(args: argparse.Namespace, cat: Catalog) -> Deployment:
         )
     except ValidationError as exc:
         raise _flag_errors(exc) from None
-    return plan(cat.hardware(args.hardware), cat.model(args.model), spec)
+    return deploy(cat, spec)
 
 
 def profiles(args: argparse.Namespace) -> int:

@@ -12,16 +12,26 @@ PositiveInt = Annotated[int, Field(ge=1)]
 
 
 class ContinuousBatching(Spec):
-    """Iteration-level batching (Orca, vLLM): sequences join and leave between iterations."""
+    """Iteration-level batching (Orca, vLLM): sequences join and leave between iterations.
+
+    Every field left empty takes the deployment's serving stack's value (``stack_profiles/``).
+    """
 
     policy: Literal["continuous"] = "continuous"
-    priority: Literal["decode-first", "prefill-first"] = Field(
-        "decode-first",
+    priority: Literal["decode-first", "prefill-first"] | None = Field(
+        None,
         description="decode-first: running decodes go first, prefill chunks fill the token budget "
-        "(Sarathi, vLLM V1); prefill-first: any pending prefill runs alone and decodes wait (vLLM V0)",
+        "(Sarathi, vLLM V1); prefill-first: any pending prefill runs alone and decodes wait (vLLM V0); "
+        "empty: the stack's",
     )
-    max_batch_size: PositiveInt | None = Field(None, description="empty: the hardware's")
-    max_batched_tokens: PositiveInt | None = Field(None, description="empty: the hardware's")
+    max_batch_size: PositiveInt | None = Field(None, description="empty: the stack's")
+    max_batched_tokens: PositiveInt | None = Field(None, description="empty: the stack's")
+    chunked_prefill: bool | None = Field(None, description="split prompts across iterations; empty: the stack's")
+    admission: Literal["on-demand", "reserve-full"] | None = Field(
+        None,
+        description="on-demand: KV allocated as it grows, preempt when it runs out; reserve-full: admit only "
+        "when the whole prompt + output KV fits (never preempts); empty: the stack's",
+    )
     kv_block_tokens: PositiveInt = 16
     preemption: Literal["recompute", "swap"] = Field(
         "recompute",
@@ -34,8 +44,8 @@ class StaticBatching(Spec):
     """A batch forms when the replica is idle and runs to completion; arrivals wait for the next."""
 
     policy: Literal["static"] = "static"
-    max_batch_size: PositiveInt | None = None
-    max_batched_tokens: PositiveInt | None = None
+    max_batch_size: PositiveInt | None = Field(None, description="empty: the stack's")
+    max_batched_tokens: PositiveInt | None = Field(None, description="empty: the stack's")
     kv_block_tokens: PositiveInt = 16
 
 

@@ -37,6 +37,7 @@ class SpeculativeSpec(Spec):
 class DeploymentSpec(Spec):
     hardware: str = Field(description="hardware profile id")
     model: str = Field(description="model profile id")
+    stack: str | None = Field(None, description="serving stack profile id; empty: the hardware's default stack")
     chips: PositiveInt | None = Field(None, description="total chips; empty: smallest that fits")
     tensor_parallel: PositiveInt | None = None
     pipeline_parallel: PositiveInt | None = None

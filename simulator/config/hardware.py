@@ -97,14 +97,11 @@ class ExecutionSpec(Spec):
         "on all chips of a stage (GPU, RDU)."
     )
     layer_latency: Sourced[NonNegativeSeconds] = Field(
-        description="fixed time per layer per step: kernel launches and syncs, or the "
-        "deterministic schedule's per-layer slot"
+        description="hardware time per layer per step beyond the operators' own (a deterministic "
+        "schedule's per-layer slot, synchronisation across a fused block); the serving stack's software "
+        "time per layer is the stack's"
     )
-    step_overhead: Sourced[NonNegativeSeconds] = Field(
-        description="fixed time per iteration: scheduling, sampling, host round trip"
-    )
-    max_batch_size: Sourced[PositiveInt] = Field(description="sequences per iteration, at most")
-    max_batched_tokens: Sourced[PositiveInt] = Field(description="tokens per iteration, at most")
+    default_stack: str = Field(description="serving stack profile id this hardware runs unless told otherwise")
     deployment_unit_chips: Sourced[PositiveInt] | None = Field(
         None, description="chips are deployed in multiples of this (e.g. a rack sold as a unit)"
     )

@@ -15,6 +15,7 @@ from simulator.config.base import Profile
 from simulator.config.files import parse_yaml, read_yaml
 from simulator.config.hardware import HardwareProfile
 from simulator.config.model import ModelSpec
+from simulator.config.stack import StackProfile
 from simulator.config.workload import WorkloadSpec
 from simulator.errors import ConfigError
 
@@ -78,14 +79,20 @@ class Catalog:
     """Hardware and model profiles by id, loaded lazily from two directories."""
 
     def __init__(
-        self, hardware_dir: Path | None = None, model_dir: Path | None = None, workload_dir: Path | None = None
+        self,
+        hardware_dir: Path | None = None,
+        model_dir: Path | None = None,
+        workload_dir: Path | None = None,
+        stack_dir: Path | None = None,
     ) -> None:
         self.hardware_dir = _folder(hardware_dir, "hardware profile") or bundled_dir("hardware_profiles")
         self.model_dir = _folder(model_dir, "model profile") or bundled_dir("model_profiles")
         self.workload_dir = _folder(workload_dir, "workload") or bundled_dir("workloads")
+        self.stack_dir = _folder(stack_dir, "stack profile") or bundled_dir("stack_profiles")
         self._hardware: dict[str, HardwareProfile] = {}
         self._models: dict[str, ModelSpec] = {}
         self._workloads: dict[str, WorkloadSpec] = {}
+        self._stacks: dict[str, StackProfile] = {}
 
     def hardware_ids(self) -> list[str]:
         return sorted(path.stem for path in self.hardware_dir.glob("*.yaml"))
@@ -104,6 +111,14 @@ class Catalog:
         if profile_id not in self._models:
             self._models[profile_id] = self._load(ModelSpec, self.model_dir, profile_id, self.model_ids(), "model")
         return self._models[profile_id]
+
+    def stack_ids(self) -> list[str]:
+        return sorted(path.stem for path in self.stack_dir.glob("*.yaml"))
+
+    def stack(self, profile_id: str) -> StackProfile:
+        if profile_id not in self._stacks:
+            self._stacks[profile_id] = self._load(StackProfile, self.stack_dir, profile_id, self.stack_ids(), "stack")
+        return self._stacks[profile_id]
 
     def workload_ids(self) -> list[str]:
         return sorted(path.stem for path in self.workload_dir.glob("*.yaml"))

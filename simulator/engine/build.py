@@ -18,7 +18,7 @@ import numpy as np
 import simpy
 
 from simulator.analytic.estimate import estimate, saturation_concurrency
-from simulator.analytic.placement import Deployment, plan
+from simulator.analytic.placement import Deployment, deploy
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.batching import ContinuousBatching, Scheduler
 from simulator.config.distributions import Constant, Distribution
@@ -269,24 +269,30 @@ def swap_bandwidth(deployment: Deployment) -> float:
 
 
 def _policy(sched: Scheduler, deployment: Deployment, blocks: BlockManager, batch_cap: int) -> BatchPolicy:
-    hw = deployment.hardware.execution
-    tokens = sched.max_batched_tokens or hw.max_batched_tokens.value
+    """The batching policy the scheduler config asks for; its empty fields are the stack's."""
+    stack = deployment.stack
+    tokens = sched.max_batched_tokens or stack.max_batched_tokens.value
     spec = deployment.speculative
     step = spec.tokens_proposed + 1.0 if spec else 1.0
     window = deployment.model.attention.sliding_window
     slots = Slots(batch_cap)
     if isinstance(sched, ContinuousBatching):
-        prefill_first, swap = sched.priority == "prefill-first", sched.preemption == "swap"
-        return ContinuousBatchingPolicy(slots, blocks, tokens, step, window, prefill_first=prefill_first, swap=swap)
+        priority = sched.priority or stack.priority
+        chunked = stack.chunked_prefill if sched.chunked_prefill is None else sched.chunked_prefill
+        reserve_full = (sched.admission or stack.admission) == "reserve-full"
+        return ContinuousBatchingPolicy(
+            slots, blocks, tokens, step, window, prefill_first=priority == "prefill-first",
+            swap=sched.preemption == "swap", chunked=chunked, reserve_full=reserve_full,
+        )  # fmt: skip
     return StaticBatchingPolicy(slots, blocks, tokens, 1.0, window)
 
 
 def _backend(index: int, spec: BackendSpec, scenario: Scenario, catalog: Catalog) -> tuple[Backend, Scheduler]:
     """A backend's deployment, KV budget, limits and pricing (its replicas are added by build)."""
     d = spec.deployment
-    deployment = plan(catalog.hardware(d.hardware), catalog.model(d.model), d)
+    deployment = deploy(catalog, d)
     sched = spec.scheduler or scenario.scheduler
-    batch_cap = sched.max_batch_size or deployment.hardware.execution.max_batch_size.value
+    batch_cap = sched.max_batch_size or deployment.max_batch_size
     kv_blocks = int(deployment.kv_budget_bytes // (sched.kv_block_tokens * deployment.kv_bytes_per_token))
     max_tokens = min(kv_blocks * sched.kv_block_tokens, deployment.model.max_context_tokens)
     pricing = backend_pricing(deployment, spec, scenario.cost)
@@ -380,11 +386,7 @@ def run_size(scenario: Scenario, catalog: Catalog) -> RunSize:
     """Upper estimates of a run's model calls, clients and memory (:mod:`simulator.limits`),
     from its placements alone: nothing is built."""
     size = RunSize(replicas=sum(b.replicas for b in scenario.fleet))
-    deployments = {
-        b.name: plan(catalog.hardware(b.deployment.hardware), catalog.model(b.deployment.model), b.deployment)
-        for b in scenario.fleet
-        if b.replicas
-    }
+    deployments = {b.name: deploy(catalog, b.deployment) for b in scenario.fleet if b.replicas}
     duration = scenario.run.duration if scenario.run.duration is not None else math.inf
     rules = scenario.router.rules
     for klass in scenario.workload_classes:

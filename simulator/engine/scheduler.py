@@ -10,6 +10,13 @@ Pure Python and numpy (no SimPy). Assumptions:
   running decode takes one token (``gamma + 1`` with speculation), then unfinished prefills
   and new admissions (FCFS) fill the budget with chunks (Sarathi-Serve). *prefill-first*: if
   any prefill can run, the iteration holds only prefill chunks and decodes wait (vLLM V0).
+  Without chunked prefill a prompt is never split: it runs whole in one iteration if it fits
+  the budget left, or alone beyond the budget when it is the iteration's first prefill (as
+  TensorRT-LLM sizes ``max_num_tokens`` >= the longest prompt).
+- **Admission.** *on-demand*: a request is admitted when the KV of its prompt (chunk) fits;
+  blocks are added as it decodes. *reserve-full* (TensorRT-LLM's guaranteed-no-evict): it is
+  admitted only when the blocks of its whole prompt and output fit, all taken at admission,
+  so a decode never runs short and nothing is preempted.
 - **Preemption.** A decode that needs a block when none is free evicts the latest-admitted
   sequence, which returns to the front of the queue. *recompute*: its blocks are freed and it
   later re-prefills its prompt and the tokens it had generated. *swap*: its KV bytes move to a
@@ -322,6 +329,8 @@ class BatchPolicy:
         decode_step_tokens: float,
         window: int | None,
         swap: bool = False,
+        chunked: bool = True,
+        reserve_full: bool = False,
     ) -> None:
         self.slots = slots
         self.kv = blocks
@@ -329,6 +338,8 @@ class BatchPolicy:
         self.decode_step_tokens = decode_step_tokens
         self.window = window
         self.swap = swap
+        self.chunked = chunked
+        self.reserve_full = reserve_full
         self.swapped_blocks = 0.0  # blocks moved out or in by the current plan (the replica charges them)
         self.waiting = WaitingQueue()
 
@@ -340,6 +351,15 @@ class BatchPolicy:
         if not self.kv.allocate(int(need.sum())):
             return False
         s.blocks[slot_ids] += need
+        return True
+
+    def _reserve(self, slot: int, tokens: float) -> bool:
+        """Take the blocks of ``tokens`` of KV for a slot at once (reserve-full admission)."""
+        s = self.slots
+        need = max(float(self.kv.blocks_for(tokens)) - float(s.blocks[slot]), 0.0)
+        if not self.kv.allocate(int(need)):
+            return False
+        s.blocks[slot] += need
         return True
 
     def publish_prefilled(self, slots: IntArray) -> None:
@@ -402,21 +422,35 @@ class BatchPolicy:
             keys.append(key)
         return keys
 
-    def _admission_tokens(self, request: Request, budget: int) -> tuple[float, float, list[Hashable]]:
-        """(KV tokens held after admission, new tokens this iteration, reused block keys)."""
+    def _chunk(self, prompt_left: float, budget: int, first_prefill: bool) -> float:
+        """Prompt tokens this iteration: a chunk within the budget, or (unchunked) the whole prompt
+        when it fits or opens the iteration's prefill; 0 when it must wait."""
+        if self.chunked:
+            return float(min(prompt_left, budget))
+        return prompt_left if prompt_left <= budget or first_prefill else 0.0
+
+    def _admission_tokens(
+        self, request: Request, budget: int, first_prefill: bool = True
+    ) -> tuple[float, float, list[Hashable]]:
+        """(KV tokens reserved at admission, new tokens this iteration, reused block keys)."""
         if request.swapped is not None:
             context, prompt_left = request.swapped
-            new = min(prompt_left, budget) if prompt_left else min(self.decode_step_tokens, budget)
+            step = min(self.decode_step_tokens, budget)
+            new = self._chunk(prompt_left, budget, first_prefill) if prompt_left else step
             return context + new, new, []
         hit = self._prefix_hit(request)
         cached = float(len(hit) * self.kv.block_tokens)
-        chunk = float(min(request.input_tokens + request.generated - cached, budget))
-        return cached + chunk, chunk, hit
+        prompt = request.input_tokens + request.generated
+        chunk = self._chunk(prompt - cached, budget, first_prefill)
+        held = prompt + request.output_tokens - request.generated if self.reserve_full else cached + chunk
+        return held, chunk, hit
 
-    def _admissible(self, budget: int) -> bool:
+    def _admissible(self, budget: int, first_prefill: bool = True) -> bool:
         if not self.waiting or budget <= 0 or self.slots.count >= self.slots.capacity:
             return False
-        held, _, hit = self._admission_tokens(self.waiting[0], budget)
+        held, new, hit = self._admission_tokens(self.waiting[0], budget, first_prefill)
+        if new <= 0:
+            return False
         # reusing an idle cached block takes it out of the reclaimable pool
         reclaimable = self.kv.available - sum(key in self.kv.evictable for key in hit)
         return float(self.kv.blocks_for(held)) - len(hit) <= reclaimable
@@ -424,18 +458,21 @@ class BatchPolicy:
     def _schedule_prefills(self, q: FloatArray, budget: int, now: float) -> int:
         """Continue unfinished prefills (admission order), then admit new requests (FCFS)."""
         s = self.slots
+        first = True  # no prefill in this iteration yet
         pending = np.flatnonzero(s.active & (s.prompt_left > 0) & (q == 0))
         for slot in pending[np.argsort(s.order[pending])]:
             if budget <= 0:
                 return budget
-            chunk = min(float(s.prompt_left[slot]), float(budget))
-            if not self._grow(np.array([slot]), np.array([chunk])):
+            chunk = self._chunk(float(s.prompt_left[slot]), budget, first)
+            if chunk <= 0 or not self._grow(np.array([slot]), np.array([chunk])):
                 return budget
             q[slot] = chunk
             budget -= int(chunk)
-        while self._admissible(budget):
+            first = False
+        while self._admissible(budget, first):
             request = self.waiting.popleft()
-            _, new, hit = self._admission_tokens(request, budget)
+            held, new, hit = self._admission_tokens(request, budget, first)
+            first = False
             if request.swapped is not None:
                 self.swapped_blocks += float(self.kv.blocks_for(request.swapped[0]))
             self.kv.acquire(hit)
@@ -446,7 +483,7 @@ class BatchPolicy:
             if math.isnan(request.admitted_s):
                 request.admitted_s = now
                 request.cached_tokens = int(cached)
-            grown = self._grow(np.array([slot]), np.array([new]))
+            grown = self._reserve(slot, held) if self.reserve_full else self._grow(np.array([slot]), np.array([new]))
             assert grown, "admission is sized to the blocks available"
             q[slot] = new
             budget -= int(new)

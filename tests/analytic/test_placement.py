@@ -31,7 +31,7 @@ def test_max_sequences_is_budget_over_sequence_kv_capped_by_batch(h100_70b_tp4) 
     d = h100_70b_tp4
     for context in (128, 2_000, 20_000):
         fit = math.floor(d.kv_budget_bytes / (d.kv_bytes_per_token * context))
-        assert d.max_sequences(context) == min(fit, d.hardware.execution.max_batch_size.value)
+        assert d.max_sequences(context) == min(fit, d.stack.max_batch_size.value)
 
 
 def test_mla_latent_is_replicated_across_tensor_parallel_chips(catalog: Catalog) -> None:

@@ -29,14 +29,17 @@ def _scaled(d: Deployment, rate_factor: float, latency_factor: float) -> Deploym
     hw = d.hardware
     rates = [f"memory.{t.name}.bandwidth" for t in hw.memory] + [f"compute.peak.{p}" for p in hw.compute.peak]
     rates.append("interconnect.bandwidth")
-    latencies = ["interconnect.latency", "execution.layer_latency", "execution.step_overhead"]
+    latencies = ["interconnect.latency", "execution.layer_latency"]
     if hw.fabric is not None:
         latencies.append("fabric.hop_latency")
     for paths, factor in ((rates, rate_factor), (latencies, latency_factor)):
         for path in paths:
             hw = with_value(hw, path, get_sourced(hw, path).value * factor)  # type: ignore[assignment]
+    stack = d.stack
+    for path in ("layer_latency", "step_overhead"):  # the serving stack's software latencies
+        stack = with_value(stack, path, get_sourced(stack, path).value * latency_factor)  # type: ignore[assignment]
     tier = next(t for t in hw.memory if t.name == d.weights_tier.name)
-    return dataclasses.replace(d, hardware=hw, weights_tier=tier)
+    return dataclasses.replace(d, hardware=hw, weights_tier=tier, stack=stack)
 
 
 batches = st.lists(st.tuples(st.integers(1, 2048), st.integers(0, 32_000)), min_size=1, max_size=12).map(

@@ -15,8 +15,9 @@ CHAT = {"input_tokens": {"dist": "lognormal", "median": 400, "sigma": 1.0},
         "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.8}}  # fmt: skip
 DRAFT = {"tokens_proposed": 4, "acceptance_rate": 0.7, "draft_step_fraction": 0.1}
 OPEN = {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 30.0}}
-#: Llama 70B in fp8 on one H100, the embedding and LM head quantised too, so that only a few GB of KV fit.
-TIGHT_70B = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-70b", "chips": 1, "weights": "fp8",
+#: Llama 70B in fp8 on one H100, the embedding and LM head quantised too, so that only a few GB of KV fit;
+#: vLLM admits on demand and preempts when KV runs out.
+TIGHT_70B = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-70b", "chips": 1, "weights": "fp8", "stack": "vllm",
              "weights_by_group": {"embeddings": "fp8", "lm_head": "fp8"}}  # fmt: skip
 CASES: dict[str, dict[str, Any]] = {
     "decode-first": {"load": OPEN},

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from simulator.analytic.placement import plan
+from simulator.analytic.placement import deploy
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.deployment import DeploymentSpec
 from simulator.engine.recorder import Recorder
@@ -17,7 +17,7 @@ from simulator.engine.scheduler import BlockManager, ContinuousBatchingPolicy, R
 from tests.engine.conftest import CATALOG, SMALL
 
 BLOCK = 16
-COST = StepCostModel(plan(CATALOG.hardware(SMALL["hardware"]), CATALOG.model(SMALL["model"]), DeploymentSpec(**SMALL)))
+COST = StepCostModel(deploy(CATALOG, DeploymentSpec(**SMALL)))
 
 
 def _step(policy: ContinuousBatchingPolicy) -> np.ndarray:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.analytic.placement import plan
+from simulator.analytic.placement import deploy
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.deployment import DeploymentSpec
 from tests.engine.conftest import CATALOG, SMALL, run, service_time_s, service_times_by_output
 
-COST = StepCostModel(plan(CATALOG.hardware(SMALL["hardware"]), CATALOG.model(SMALL["model"]), DeploymentSpec(**SMALL)))
+COST = StepCostModel(deploy(CATALOG, DeploymentSpec(**SMALL)))
 BATCH_ONE = {"policy": "continuous", "max_batch_size": 1}
 #: Replications for the statistical laws: enough that the finite-run bias of a queue started
 #: empty (~1 % here) stays well inside 3 standard errors at rho = 0.5.

@@ -7,7 +7,7 @@ import pytest
 from matplotlib.axes import Axes
 
 from simulator import plots
-from simulator.analytic.placement import plan
+from simulator.analytic.placement import deploy
 from simulator.config.deployment import DeploymentSpec
 from tests.engine.conftest import CATALOG, run
 
@@ -52,7 +52,7 @@ def test_task_breakdown_stacks_every_part(agent_run) -> None:  # type: ignore[no
 
 def test_roofline_has_a_roof_and_operating_points_per_deployment() -> None:
     deployments = {
-        hw: plan(CATALOG.hardware(hw), CATALOG.model("llama-3.1-8b"), DeploymentSpec(hardware=hw, model="llama-3.1-8b"))
+        hw: deploy(CATALOG, DeploymentSpec(hardware=hw, model="llama-3.1-8b"))
         for hw in ("nvidia-h100-sxm", "cerebras-cs3")
     }
     ax = plots.roofline(deployments, (1, 16))

@@ -1,0 +1,48 @@
+"""Serving-stack profiles: how a serving engine batches, admits and what each step costs it.
+
+The same GPU batches 4,096 sequences under TensorRT-LLM's benchmark and 256 under an older
+vLLM; a kernel launch per operator costs more without CUDA graphs than with them. Those are
+properties of the software, not of the chip, so they live here, one YAML per stack in
+``stack_profiles/``, and a deployment selects one (its hardware names a default). Numbers are
+``{value, source, confidence}`` like any profile's; a parameter fitted across every chip that
+runs the stack (``layer_latency``) is one number, shared, not copied into each hardware file.
+
+- ``max_batch_size`` / ``max_batched_tokens``: sequences and tokens per iteration, per
+  data-parallel attention rank (the scheduler's caps; KV capacity may bind first).
+- ``chunked_prefill``: a prompt may be split across iterations (Sarathi, vLLM V1); without it a
+  prompt's prefill runs whole in one iteration (TensorRT-LLM's benchmark default).
+- ``priority``: ``decode-first`` runs every decode and fills the rest of the token budget with
+  prefill; ``prefill-first`` runs pending prefills alone and lets decodes wait (vLLM V0).
+- ``admission``: ``on-demand`` allocates KV as it grows and preempts when it runs out (vLLM);
+  ``reserve-full`` admits a request only when KV for its whole prompt and output fits
+  (TensorRT-LLM's GUARANTEED_NO_EVICT), so nothing is ever preempted.
+- ``layer_latency`` / ``step_overhead``: software time per layer per iteration (kernel
+  launches and synchronisation the stack does not hide) and per iteration (scheduling,
+  sampling, host round trip), added to the hardware's own per-layer latency.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from simulator.config.base import Profile, Sourced
+from simulator.units import Seconds
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
+
+
+class StackProfile(Profile):
+    """One serving engine's batching limits, admission rule and per-step software costs."""
+
+    description: str
+    max_batch_size: Sourced[PositiveInt] = Field(description="sequences per iteration, per attention rank")
+    max_batched_tokens: Sourced[PositiveInt] = Field(description="tokens per iteration, per attention rank")
+    chunked_prefill: bool = Field(description="a prompt may be split across iterations")
+    priority: Literal["decode-first", "prefill-first"]
+    admission: Literal["on-demand", "reserve-full"]
+    layer_latency: Sourced[NonNegativeSeconds] = Field(description="software time per layer per iteration")
+    step_overhead: Sourced[NonNegativeSeconds] = Field(description="software time per iteration")
+    notes: str = ""
