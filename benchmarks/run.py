@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from simulator.analytic.estimate import estimate, saturation_concurrency
-from simulator.analytic.placement import deploy
+from simulator.analytic.layouts import deploy
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simulator.analytic.estimate import Estimate, estimate
-from simulator.analytic.placement import PlacementError, deploy
+from simulator.analytic.layouts import deploy
+from simulator.analytic.placement import PlacementError
 from simulator.compare import ComparisonRow, compare
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.analytic.placement import deploy
+from simulator.analytic.layouts import deploy
 from simulator.config.fleet import BackendSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass

@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from simulator import __version__, plots
-from simulator.analytic.placement import deploy
+from simulator.analytic.layouts import deploy
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.files import read_csv, read_json, read_text, read_yaml
 from simulator.config.loading import Catalog, ConfigError

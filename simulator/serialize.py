@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from simulator.analytic.estimate import Estimate
+from simulator.analytic.layouts import LayoutChoice
 from simulator.analytic.placement import Deployment
 from simulator.analytic.step_time import COMPONENTS
 
@@ -13,10 +14,14 @@ def deployment_dict(d: Deployment) -> dict[str, object]:
     return {
         "hardware": d.hardware.id,
         "model": d.model.id,
+        "stack": d.stack.id,
         "chips": d.chips,
+        "layout": d.layout,
         "tensor_parallel": d.tensor_parallel,
+        "attention_data_parallel": d.attention_dp,
         "pipeline_parallel": d.pipeline_parallel,
         "expert_parallel": d.expert_parallel,
+        "precision_by_group": dict(d.precision),
         "weights": d.weights,
         "kv_cache": d.kv_cache,
         "activations": d.activations,
@@ -54,6 +59,15 @@ def estimate_dict(e: Estimate) -> dict[str, object]:
     if e.itl_s is None:
         out["undefined"] = dict.fromkeys(("itl_s", "per_user_output_tok_s"), _one_token_note(e))
     return out
+
+
+def layout_dict(choice: LayoutChoice) -> dict[str, object]:
+    """The layouts tried for a question, best first, with the metric each scored."""
+    return {
+        "metric": choice.question.metric,
+        "chosen": choice.deployment.layout,
+        "candidates": [{"layout": c.deployment.layout, "score": c.score} for c in choice.ranked],
+    }
 
 
 def _one_token_note(e: Estimate) -> str:

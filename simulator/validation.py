@@ -42,7 +42,8 @@ from typing import get_args
 import numpy as np
 
 from simulator.analytic.estimate import Estimate, estimate, saturation_concurrency
-from simulator.analytic.placement import Deployment, deploy
+from simulator.analytic.layouts import Question, deploy
+from simulator.analytic.placement import Deployment
 from simulator.analytic.roofline import deployment_ceiling_tok_s
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
@@ -280,7 +281,8 @@ def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
     try:
         hardware = catalog.hardware(row.hardware)
         spec = DeploymentSpec.model_validate(_deployment_fields(row))
-        deployment = deploy(catalog, spec)
+        question = Question(row.input_tokens, row.output_tokens, row.concurrency if row.load == "closed" else None)
+        deployment = deploy(catalog, spec, question)
         concurrency = row.concurrency or saturation_concurrency(deployment, row.input_tokens, row.output_tokens)
         result = estimate(deployment, row.input_tokens, row.output_tokens, concurrency)
         predicted = metric_value(result, row.metric)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, settings
 
-from simulator.analytic import placement
+from simulator.analytic import layouts
 from simulator.analytic.placement import Deployment
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
@@ -23,7 +23,7 @@ def catalog() -> Catalog:
 
 def deploy(catalog: Catalog, hardware: str, model: str, **fields: object) -> Deployment:
     spec = DeploymentSpec(hardware=hardware, model=model, **fields)  # type: ignore[arg-type]
-    return placement.deploy(catalog, spec)
+    return layouts.deploy(catalog, spec)
 
 
 @pytest.fixture(scope="session")

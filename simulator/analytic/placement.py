@@ -32,7 +32,6 @@ from simulator.analytic.precision import BYTES_PER_ELEMENT, group_precisions
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec, SpeculativeSpec
 from simulator.config.hardware import HardwareProfile, MemoryTier
-from simulator.config.loading import Catalog
 from simulator.config.model import ModelSpec, TensorGroup
 from simulator.config.stack import StackProfile
 from simulator.errors import InfersimError
@@ -69,6 +68,7 @@ class Deployment:
     kv_budget_bytes: float  # all chips
     chips_per_replica_domain: int
     precision: dict[TensorGroup, Precision] = field(default_factory=dict)  # storage precision per group
+    attention_dp: int = 1  # data-parallel attention ranks (1: attention is tensor-parallel)
 
     def bytes_per_param(self, group: TensorGroup) -> float:
         return BYTES_PER_ELEMENT[self.precision[group]]
@@ -88,8 +88,18 @@ class Deployment:
 
     @property
     def max_batch_size(self) -> int:
-        """Sequences one replica runs at once, at most: the stack's cap."""
-        return self.stack.max_batch_size.value
+        """Sequences one replica runs at once, at most: the stack's cap per attention rank."""
+        return self.stack.max_batch_size.value * self.attention_dp
+
+    @property
+    def layout(self) -> str:
+        """The parallel layout in the serving stacks' words, e.g. ``TP8``, ``DP8 EP8``, ``TP4 EP4 PP2``."""
+        parts = [f"DP{self.attention_dp}" if self.attention_dp > 1 else f"TP{self.tensor_parallel}"]
+        if self.model.moe is not None and self.expert_parallel > 1:
+            parts.append(f"EP{self.expert_parallel}")
+        if self.pipeline_parallel > 1:
+            parts.append(f"PP{self.pipeline_parallel}")
+        return " ".join(parts)
 
     def max_sequences(self, context_tokens: float) -> int:
         """Sequences of this context whose KV fits, capped by the batch limit."""
@@ -102,9 +112,51 @@ class Deployment:
         return sum(t.capacity.value * t.usable_fraction.value for t in self.resident_tiers) * self.chips
 
 
-def weight_bytes_of(model: ModelSpec, precision: dict[TensorGroup, Precision]) -> float:
-    """Stored weight bytes: every group's parameters at its precision."""
-    return sum(params * BYTES_PER_ELEMENT[precision[group]] for group, params in group_params(model).items())
+def routed_expert_params(model: ModelSpec) -> float:
+    """Parameters of the routed experts, the only weights data-parallel attention does not replicate."""
+    moe = model.moe
+    return moe.num_moe_layers * moe.num_routed_experts * layer_shapes(model).expert_params if moe else 0.0
+
+
+def weight_bytes_of(model: ModelSpec, precision: dict[TensorGroup, Precision], attention_dp: int = 1) -> float:
+    """Stored weight bytes on all chips: every group's parameters at its precision; with
+    data-parallel attention every rank keeps its own copy of all but the routed experts."""
+    routed = routed_expert_params(model) * BYTES_PER_ELEMENT[precision["experts"]]
+    total = sum(params * BYTES_PER_ELEMENT[precision[group]] for group, params in group_params(model).items())
+    return attention_dp * (total - routed) + routed
+
+
+def _data_parallel_attention(model: ModelSpec, stage_chips: int) -> tuple[int, int]:
+    """(attention ranks, tensor parallel) when every chip of a stage runs attention on its own sequences."""
+    if model.moe is None:
+        raise PlacementError(
+            f"{model.id} is dense: data-parallel attention only pays for MoE experts; for a dense model "
+            "use more replicas instead"
+        )
+    return stage_chips, 1
+
+
+def _check_replicated_fit(
+    model: ModelSpec,
+    precision: dict[TensorGroup, Precision],
+    tier: MemoryTier,
+    dp: int,
+    pp: int,
+    spec: DeploymentSpec,
+    hardware: HardwareProfile,
+) -> None:
+    """Each chip must hold its copy of the replicated weights and its share of the experts."""
+    ep = spec.expert_parallel or dp
+    routed = routed_expert_params(model) * BYTES_PER_ELEMENT[precision["experts"]]
+    replicated = weight_bytes_of(model, precision) - routed
+    per_chip = (replicated + routed / ep) / pp
+    room = tier.capacity.value * tier.usable_fraction.value
+    if per_chip > room:
+        raise PlacementError(
+            f"{model.id} with data-parallel attention on {dp * pp} x {hardware.id}: each chip needs "
+            f"{per_chip / 1e9:.1f} GB (its own copy of attention, dense layers and embeddings plus 1/{ep} of the "
+            f"experts) but has {room / 1e9:.1f} GB of {tier.name}"
+        )
 
 
 def default_kv_precision(weights: Precision, activations: Precision) -> Precision:
@@ -183,14 +235,6 @@ def _layout(
     return tp, pp
 
 
-def deploy(catalog: Catalog, spec: DeploymentSpec) -> Deployment:
-    """The deployment ``spec`` asks for, with its profiles from ``catalog`` (the stack: the spec's,
-    else the hardware's default)."""
-    hardware = catalog.hardware(spec.hardware)
-    stack = catalog.stack(spec.stack or hardware.execution.default_stack)
-    return plan(hardware, catalog.model(spec.model), spec, stack)
-
-
 def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stack: StackProfile) -> Deployment:
     """Resolve a deployment: precisions, tier, chips, layout and KV budget.
 
@@ -247,9 +291,16 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
         chips = _round_chips(hardware, _chips_needed(weight_bytes, floor, tier))
     if pp > model.num_layers:
         raise PlacementError(f"pipeline_parallel {pp} exceeds the model's {model.num_layers} layers")
-    ep = spec.expert_parallel or (tp if model.moe else 1)
-    if ep > tp or tp % ep:
-        raise PlacementError(f"expert_parallel {ep} must divide tensor_parallel {tp}")
+    dp = 1
+    if spec.attention_parallel == "data":
+        dp, tp = _data_parallel_attention(model, tp)
+        kv_per_token = kv_per_token_unreplicated  # each sequence's KV lives on its own rank, once
+        weight_bytes = weight_bytes_of(model, precision, dp)
+        _check_replicated_fit(model, precision, tier, dp, pp, spec, hardware)
+        kv_budget = chips * tier.capacity.value * tier.usable_fraction.value - weight_bytes
+    ep = spec.expert_parallel or (tp * dp if model.moe else 1)
+    if ep > tp * dp or (tp * dp) % ep:
+        raise PlacementError(f"expert_parallel {ep} must divide the {tp * dp} chips of a stage")
     slower = tuple(t for t in tiers if t.bandwidth.value < tier.bandwidth.value)
     return Deployment(
         hardware=hardware,
@@ -259,6 +310,7 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
         tensor_parallel=tp,
         pipeline_parallel=pp,
         expert_parallel=ep,
+        attention_dp=dp,
         weights=weights,
         kv_cache=kv,
         activations=spec.activations,

@@ -15,9 +15,9 @@ Examples
 
 from __future__ import annotations
 
-from simulator.analytic.architecture import FLOPS_PER_MAC, active_group_params, active_params
+from simulator.analytic.architecture import FLOPS_PER_MAC, active_group_params
 from simulator.analytic.placement import Deployment
-from simulator.analytic.precision import matmul_precision
+from simulator.analytic.precision import compute_path, matmul_precision
 
 
 def ridge_point(peak_flops: float, bandwidth: float) -> float:
@@ -53,15 +53,18 @@ def deployment_ridge_point(deployment: Deployment) -> float:
 def decode_lower_bound_s(deployment: Deployment, batch_size: int) -> tuple[float, float]:
     """(memory, compute) lower bounds of one decode pass, without KV, at achievable rates.
 
-    A pass reads at least the active weights once, spread over ``tp`` chips that work in
-    parallel, and does ``2 * active params * B`` FLOPs over them:
-    ``t >= active bytes / (tp * bw * eff)`` and ``t >= 2 P_active B / (tp * peak * eff)``.
+    A pass reads at least the active weights once, spread at best evenly over the ``n`` chips of
+    a pipeline stage (``tp`` x attention ranks) working in parallel, and does ``2 * active
+    params * B`` FLOPs over them, each group at its own matmul rate:
+    ``t >= active bytes / (n * bw * eff)`` and ``t >= sum_g 2 P_g B / (n * rate_g)``.
     """
-    hw, tp = deployment.hardware, deployment.tensor_parallel
-    tier = deployment.weights_tier
+    hw, d = deployment.hardware, deployment
+    chips = d.tensor_parallel * d.attention_dp
+    tier = d.weights_tier
     bandwidth = tier.bandwidth.value * tier.efficiency.value
-    precision = matmul_precision(hw, deployment.weights, deployment.activations)
-    flops = hw.compute.peak[precision].value * hw.compute.efficiency.value
-    memory_s = active_weight_bytes(deployment) / (tp * bandwidth)
-    compute_s = FLOPS_PER_MAC * active_params(deployment.model) * batch_size / (tp * flops)
+    memory_s = active_weight_bytes(d) / (chips * bandwidth)
+    compute_s = sum(
+        FLOPS_PER_MAC * params * batch_size / (chips * compute_path(hw, d.precision[group], d.activations).flops(hw))
+        for group, params in active_group_params(d.model).items()
+    )
     return memory_s, compute_s

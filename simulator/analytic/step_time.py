@@ -5,10 +5,18 @@ the chunk length for prefill, ``gamma + 1`` for a speculative verify) and the to
 in its KV cache (``c``). Assumptions:
 
 - **Operators.** Per layer: attention projections, the attention core (scores and values
-  over the KV), the FFN (dense, or MoE with the *expected* distinct experts the batch
-  touches); once per pass the LM head. Each operator runs at its own roofline,
-  ``max(bytes / (bandwidth * eff), flops / (peak * eff))``: its bytes are read from the tier
-  the deployment keeps weights and KV in, its FLOPs run at the matmul precision.
+  over the KV), the FFN (dense, or MoE: the busiest expert-parallel rank's experts, see
+  :mod:`simulator.analytic.moe`); once per pass the LM head. Each operator runs at its own
+  roofline of ``m = bytes / (bandwidth * eff)`` and ``c = flops / (rate * eff)``: ``max(m, c)``
+  on an ideal machine, ``(m^p + c^p)^(1/p)`` with the hardware's ``roofline_exponent`` ``p``
+  (measured kernels overlap memory and compute imperfectly near the ridge: p = 2 fits Vidur's
+  A100 kernel profiles). Bytes are read from the tier the deployment keeps weights and KV in,
+  FLOPs run at each tensor group's matmul path (:mod:`simulator.analytic.precision`).
+- **Data-parallel attention** (``attention_dp`` ranks): each rank runs attention, dense layers
+  and the LM head on its ``1/dp`` share of the batch with its own weights; experts are spread
+  over ``expert_parallel`` ranks and reached by a dispatch and a combine all-to-all per MoE
+  layer (each token sent once per distinct other rank), partly hidden by two-batch overlap
+  when the stack does it.
 - **Tensor parallelism** shards weights, FLOPs and KV over ``tp`` chips and costs two
   all-reduces per layer, each ``2 ceil(log2 tp) alpha + 2 (tp-1)/tp * msg / (bw * eff)`` with
   ``msg = tokens * hidden * activation bytes``: the latency of recursive doubling and the
@@ -42,7 +50,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from simulator.analytic.architecture import FLOPS_PER_MAC, expected_distinct_experts, layer_shapes
+from simulator.analytic.architecture import FLOPS_PER_MAC, layer_shapes
+from simulator.analytic.moe import busiest, busiest_rank_experts, busiest_rank_pairs, other_ranks
 from simulator.analytic.placement import Deployment, kv_replication
 from simulator.analytic.precision import BYTES_PER_ELEMENT, compute_path
 from simulator.config.base import Precision
@@ -58,6 +67,10 @@ COMPONENTS = (
 )
 
 FloatArray = npt.NDArray[np.float64]
+
+#: Tokens per attention rank below which two-batch overlap does not pay: SGLang measured a 27 %
+#: loss at 32 tokens per GPU and a gain from 64-128 up (lmsys.org/blog/2025-05-05-large-scale-ep).
+TWO_BATCH_OVERLAP_MIN_TOKENS = 128
 
 
 @dataclass(frozen=True)
@@ -165,13 +178,20 @@ class StepCostModel:
         s = self.shapes
         self.attn_weight_bytes = s.attention_params * d.bytes_per_param("attention") / tp
         self.dense_weight_bytes = s.dense_ffn_params * d.bytes_per_param("dense_ffn") / tp
-        self.expert_weight_bytes = s.expert_params * d.bytes_per_param("experts") / tp
+        self.expert_bytes = s.expert_params * d.bytes_per_param("experts")  # one whole expert
         self.lm_head_bytes = s.lm_head_params * d.bytes_per_param("lm_head") / tp
         moe = model.moe
         self.moe_layers = moe.num_moe_layers if moe else 0
         self.window_layers = model.attention.sliding_window_layers
-        self.link_bw = hw.interconnect.bandwidth.value * hw.interconnect.efficiency.value
-        self.alpha = hw.interconnect.latency.value
+        link = hw.interconnect
+        self.link_bw = link.bandwidth.value * link.efficiency.value
+        self.alpha = link.latency.value
+        self.alltoall_alpha = (link.alltoall_latency or link.latency).value
+        self.dp = d.attention_dp
+        self.expert_tp = tp * self.dp // d.expert_parallel  # chips each expert is split over
+        self.comm_overlap = d.stack.moe_comm_overlap.value
+        exponent = hw.compute.roofline_exponent
+        self.roofline_exponent = None if exponent is None else exponent.value
         self.fabric_per_layer_s = self._fabric_per_layer()
         # Operator table, one row each: attention projections, attention core over full and
         # windowed layers, dense FFN, MoE FFN, LM head. ``count`` is how often a pass runs it.
@@ -189,20 +209,11 @@ class StepCostModel:
              flop_rate(d.precision["experts"]), flop_rate(d.precision["lm_head"])]
         )[:, None]  # fmt: skip
         self.flops_per_pair = FLOPS_PER_MAC * s.num_heads * (s.attention_score_dim + s.attention_value_dim) / tp
-        self.flops_per_token = (
-            FLOPS_PER_MAC
-            / tp
-            * np.array(
-                [
-                    s.attention_params,
-                    s.dense_ffn_params,
-                    (moe.experts_per_token + moe.num_shared_experts) * s.expert_params + s.router_params
-                    if moe
-                    else 0.0,
-                    s.lm_head_params,
-                ]
-            )
-        )
+        # FLOPs per token of each row on one chip (the MoE row's are set per pass: busiest rank)
+        self.flops_per_token = FLOPS_PER_MAC / tp * np.array([s.attention_params, s.dense_ffn_params, 0.0,
+                                                              s.lm_head_params])  # fmt: skip
+        self.flops_per_expert_token = FLOPS_PER_MAC * s.expert_params
+        self.router_flops_per_token = FLOPS_PER_MAC * s.router_params / tp
         layer_s = hw.execution.layer_latency.value + d.stack.layer_latency.value
         self.fixed_s = layers * layer_s + d.stack.step_overhead.value
         # Batch-independent parts of the operator terms, in seconds per unit of their driver.
@@ -240,10 +251,47 @@ class StepCostModel:
         msg = tokens * self.deployment.model.hidden_size * self.act_bytes
         return 2 * math.ceil(math.log2(tp)) * self.alpha + 2 * (tp - 1) / tp * msg / self.link_bw
 
-    def _alltoall_s(self, tokens: FloatArray, ep: int) -> FloatArray:
-        k = self.deployment.model.moe.experts_per_token  # type: ignore[union-attr]
-        msg = tokens * k * self.deployment.model.hidden_size * self.act_bytes
-        return math.ceil(math.log2(ep)) * self.alpha + (ep - 1) / ep * msg / self.link_bw
+    def _alltoall_s(self, tokens_per_rank: FloatArray) -> FloatArray:
+        """One dispatch (or combine): each rank sends its tokens once to every distinct other rank
+        holding one of their experts, ``alltoall_latency + tokens * other_ranks * hidden * bytes / bw``."""
+        moe = self.deployment.model.moe
+        assert moe is not None
+        ranks = other_ranks(moe.num_routed_experts, moe.experts_per_token, self.deployment.expert_parallel)
+        msg = tokens_per_rank * ranks * self.deployment.model.hidden_size * self.act_bytes
+        return self.alltoall_alpha + msg / self.link_bw
+
+    def _overlap(self, memory_s: FloatArray, compute_s: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """(operator seconds, share of them charged to memory): ``max(m, c)`` on an ideal roofline,
+        ``(m^p + c^p)^(1/p)`` with the hardware's exponent (operators near the ridge overlap memory
+        and compute imperfectly), split in proportion ``m^p : c^p``."""
+        p = self.roofline_exponent
+        if p is None:
+            memory_bound = memory_s >= compute_s
+            return np.where(memory_bound, memory_s, compute_s), memory_bound.astype(np.float64)
+        memory_p, compute_p = np.power(memory_s, p), np.power(compute_s, p)
+        total = memory_p + compute_p
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(total > 0, memory_p / total, 0.0)
+        return np.power(total, 1.0 / p), share
+
+    def _moe_row(self, tokens: FloatArray, tokens_per_rank: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """(weight seconds, compute seconds) of one MoE layer on the busiest chip.
+
+        Routed experts: the busiest expert-parallel rank's distinct experts (weights read) and
+        token-expert pairs (FLOPs), each expert split over ``expert_tp`` chips; shared experts
+        run on every attention rank's own tokens, split like the dense layers (``tp``).
+        """
+        d = self.deployment
+        moe = d.model.moe
+        assert moe is not None
+        e, k, ep = moe.num_routed_experts, moe.experts_per_token, d.expert_parallel
+        experts = busiest(busiest_rank_experts, tokens, e, k, ep) / self.expert_tp
+        pairs = busiest(busiest_rank_pairs, tokens, k, ep) / self.expert_tp
+        shared = moe.num_shared_experts / d.tensor_parallel
+        weight_s = (experts + shared) * self.expert_bytes / self.bandwidth
+        flops = (pairs + shared * tokens_per_rank) * self.flops_per_expert_token
+        compute_s = (flops + tokens_per_rank * self.router_flops_per_token) / self.op_flop_rate[4, 0]
+        return weight_s, compute_s
 
     # -- public API ----------------------------------------------------------------------------
     def pass_times(self, batch: BatchAggregates) -> PassTimes:
@@ -253,40 +301,46 @@ class StepCostModel:
         goes to the memory components (weights and KV by their bytes) or to compute.
         """
         d, model = self.deployment, self.deployment.model
-        tp, ep, pp = d.tensor_parallel, d.expert_parallel, d.pipeline_parallel
+        tp, pp, dp = d.tensor_parallel, d.pipeline_parallel, self.dp
         tokens = batch.tokens
         n = tokens.size
+        rank = batch.scaled(1.0 / dp)  # one attention rank's share of the batch
         weight_s = np.repeat(self.op_weight_s, n, axis=1)
-        if self.moe_layers:
-            moe = model.moe
-            assert moe is not None
-            touched = expected_distinct_experts(moe.num_routed_experts, moe.experts_per_token, tokens)
-            weight_s[4] = (touched + moe.num_shared_experts) * self.expert_weight_bytes / self.bandwidth
         kv_s = np.zeros((6, n))
-        kv_s[1] = (batch.held_full + tokens) * self.kv_s_per_token
-        kv_s[2] = (batch.held_window + tokens) * self.kv_s_per_token
+        kv_s[1] = (rank.held_full + rank.tokens) * self.kv_s_per_token
+        kv_s[2] = (rank.held_window + rank.tokens) * self.kv_s_per_token
         drivers = np.empty((6, n))
-        drivers[0] = drivers[3] = drivers[4] = tokens
-        drivers[1], drivers[2], drivers[5] = batch.pairs_full, batch.pairs_window, batch.sequences
+        drivers[0] = drivers[3] = drivers[4] = rank.tokens
+        drivers[1], drivers[2], drivers[5] = rank.pairs_full, rank.pairs_window, rank.sequences
         compute_s = drivers * self.op_compute_s_per_unit
+        if self.moe_layers:
+            weight_s[4], compute_s[4] = self._moe_row(tokens, rank.tokens)
         count = self.op_count
-        memory_bound = (weight_s + kv_s >= compute_s) * count
-        compute_bound = count - memory_bound
+        memory_s = weight_s + kv_s
+        op_s, memory_share = self._overlap(memory_s, compute_s)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            weight_share = np.where(memory_s > 0, weight_s / memory_s, 0.0)
         parts = {
-            "weights_memory": (memory_bound * weight_s).sum(axis=0),
-            "kv_memory": (memory_bound * kv_s).sum(axis=0),
-            "compute": (compute_bound * compute_s).sum(axis=0),
+            "weights_memory": (count * op_s * memory_share * weight_share).sum(axis=0),
+            "kv_memory": (count * op_s * memory_share * (1.0 - weight_share)).sum(axis=0),
+            "compute": (count * op_s * (1.0 - memory_share)).sum(axis=0),
         }
-        allreduce = self._allreduce_s(tokens, tp)
-        moe_comm = 2 * self._alltoall_s(tokens, ep) if ep > 1 else allreduce
+        allreduce = self._allreduce_s(rank.tokens, tp)
+        if dp > 1:  # data-parallel attention: experts reached by a dispatch and a combine per MoE layer
+            exchange = 2 * self._alltoall_s(rank.tokens)
+            overlapped = rank.tokens >= TWO_BATCH_OVERLAP_MIN_TOKENS
+            moe_comm = np.where(overlapped, (1.0 - self.comm_overlap) * exchange, exchange)
+        else:  # tensor-parallel attention: every chip holds every token, the MoE output is all-reduced
+            moe_comm = allreduce
         parts["communication"] = (model.num_layers + self.dense_layers) * allreduce + self.moe_layers * moe_comm
         msg = tokens * model.hidden_size * self.act_bytes
         parts["pipeline_hops"] = (pp - 1) * (self.alpha + msg / self.link_bw)
         dense_fabric, moe_fabric = self.fabric_per_layer_s
         parts["fabric"] = np.full(n, self.dense_layers * dense_fabric + self.moe_layers * moe_fabric)
         parts["fixed_latency"] = np.full(n, self.fixed_s)
-        total_flops = tp * (count * compute_s * self.op_flop_rate).sum(axis=0)
-        total_bytes = tp * self.bandwidth * (count * (weight_s + kv_s)).sum(axis=0)
+        chips = tp * dp
+        total_flops = chips * (count * compute_s * self.op_flop_rate).sum(axis=0)
+        total_bytes = chips * self.bandwidth * (count * (weight_s + kv_s)).sum(axis=0)
         return PassTimes(parts, total_flops, total_bytes)
 
     def pass_time(self, new_tokens: npt.ArrayLike, context_tokens: npt.ArrayLike) -> StepTime:

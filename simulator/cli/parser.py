@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chips", type=int, help="total chips (default: the smallest placement that fits)")
     p.add_argument("--tensor-parallel", type=int, help="chips one layer is split over (default: automatic)")
     p.add_argument("--pipeline-parallel", type=int, help="pipeline stages (default: automatic)")
+    p.add_argument("--expert-parallel", type=int, help="chips the experts are spread over (default: chosen)")
+    p.add_argument("--attention-parallel", choices=("tensor", "data"),
+                   help="attention split over the chips (tensor) or run per chip on its own sequences (data); "
+                   "default: the layout that answers the question best")  # fmt: skip
+    p.add_argument("--stack", help="serving stack profile id (default: the hardware's)")
     p.add_argument("--weights", choices=get_args(Precision), help="weight precision (default: the model's native)")
     p.add_argument("--kv-cache", choices=get_args(Precision), help="KV-cache precision (default: fp8 for 8-bit "
                    "or narrower weights, else the activations')")  # fmt: skip

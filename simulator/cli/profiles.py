@@ -9,14 +9,14 @@ import yaml
 from pydantic import ValidationError
 
 from simulator.analytic.estimate import Estimate, EstimateQuery, estimate, saturation_concurrency
-from simulator.analytic.placement import Deployment, deploy
+from simulator.analytic.layouts import LayoutChoice, Question, choose_layout
 from simulator.analytic.step_time import COMPONENTS
 from simulator.cli.common import catalog, json_text
 from simulator.cli.output import ResultsFolder
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.errors import ConfigError
-from simulator.serialize import estimate_dict
+from simulator.serialize import estimate_dict, layout_dict
 from simulator.tables import format_number, format_table
 from simulator.validation import BUNDLED_TABLE, read_table, summarize, validate
 
@@ -25,6 +25,7 @@ GB = 1e9
 #: Flags of ``estimate`` by the schema field they set (errors name the flag, not the field).
 ESTIMATE_FLAGS = {
     "chips": "--chips",
+    "expert_parallel": "--expert-parallel",
     "tensor_parallel": "--tensor-parallel",
     "pipeline_parallel": "--pipeline-parallel",
     "weights": "--weights",
@@ -44,7 +45,7 @@ def _flag_errors(exc: ValidationError) -> ConfigError:
     return ConfigError("; ".join(lines))
 
 
-def _deployment(args: argparse.Namespace, cat: Catalog) -> Deployment:
+def _layout(args: argparse.Namespace, cat: Catalog, question: Question) -> LayoutChoice:
     try:
         spec = DeploymentSpec(
             hardware=args.hardware,
@@ -52,12 +53,15 @@ def _deployment(args: argparse.Namespace, cat: Catalog) -> Deployment:
             chips=args.chips,
             tensor_parallel=args.tensor_parallel,
             pipeline_parallel=args.pipeline_parallel,
+            expert_parallel=args.expert_parallel,
+            attention_parallel=args.attention_parallel,
             weights=args.weights,
             kv_cache=args.kv_cache,
+            stack=args.stack,
         )
     except ValidationError as exc:
         raise _flag_errors(exc) from None
-    return deploy(cat, spec)
+    return choose_layout(cat, spec, question)
 
 
 def profiles(args: argparse.Namespace) -> int:
@@ -88,16 +92,19 @@ def profiles(args: argparse.Namespace) -> int:
     return 0
 
 
-def estimate_text(e: Estimate) -> str:
+def estimate_text(e: Estimate, choice: LayoutChoice | None = None) -> str:
     d = e.deployment
     info = estimate_dict(e)
+    groups = ", ".join(f"{g} {p}" for g, p in d.precision.items() if g != "router")
     lines = [
-        f"{d.model.id} on {d.chips} x {d.hardware.id}  (tp {d.tensor_parallel}, pp {d.pipeline_parallel}, "
-        f"ep {d.expert_parallel}; weights {d.weights}, KV {d.kv_cache})",
+        f"{d.model.id} on {d.chips} x {d.hardware.id} with {d.stack.id}  ({d.layout}; KV {d.kv_cache})",
+        f"  weights by group: {groups}",
         f"  weights {d.weight_bytes / GB:.1f} GB and KV in {d.weights_tier.name}; KV budget "
         f"{d.kv_budget_bytes / GB:.1f} GB = {d.max_kv_tokens:,} tokens; "
         f"max concurrency {info['max_concurrency']} at {e.input_tokens}+{e.output_tokens} tokens",
     ]
+    if choice is not None and len(choice.ranked) > 1:
+        lines.append(f"  {choice.describe()} (for {choice.question.metric})")
     if d.resident_tiers:
         lines.append(
             f"  slower tiers ({', '.join(t.name for t in d.resident_tiers)}) hold "
@@ -129,14 +136,15 @@ def estimate_command(args: argparse.Namespace) -> int:
                               concurrency=args.concurrency)  # fmt: skip
     except ValidationError as exc:
         raise _flag_errors(exc) from None
-    deployment = _deployment(args, catalog(args))
-    users = (
-        saturation_concurrency(deployment, query.input_tokens, query.output_tokens)
-        if query.concurrency == "max"
-        else query.concurrency
-    )
+    concurrency = None if query.concurrency == "max" else query.concurrency
+    choice = _layout(args, catalog(args), Question(query.input_tokens, query.output_tokens, concurrency))
+    deployment = choice.deployment
+    users = concurrency or saturation_concurrency(deployment, query.input_tokens, query.output_tokens)
     result = estimate(deployment, query.input_tokens, query.output_tokens, users)
-    print(json_text(estimate_dict(result)) if args.json else estimate_text(result), end="\n" if not args.json else "")
+    if args.json:
+        print(json_text(estimate_dict(result) | {"layout": layout_dict(choice)}), end="")
+    else:
+        print(estimate_text(result, choice))
     return 0
 
 

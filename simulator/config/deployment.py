@@ -6,7 +6,7 @@ Fields left empty (chips, layout) are filled by the automatic placement in
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -42,7 +42,13 @@ class DeploymentSpec(Spec):
     tensor_parallel: PositiveInt | None = None
     pipeline_parallel: PositiveInt | None = None
     expert_parallel: PositiveInt | None = Field(
-        None, description="chips the experts of one MoE layer are spread over (<= tensor_parallel)"
+        None, description="chips the experts of one MoE layer are spread over (empty: all chips of a stage)"
+    )
+    attention_parallel: Literal["tensor", "data"] | None = Field(
+        None,
+        description="tensor: attention split over the chips of a stage (all-reduces); data: every chip runs "
+        "attention on its own sequences and experts are reached by all-to-all (DeepSeek / SGLang / "
+        "TensorRT-LLM 'DEP'); empty: tensor",
     )
     weights: Precision | None = Field(
         None,

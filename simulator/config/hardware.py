@@ -45,6 +45,11 @@ class ComputeSpec(Spec):
     weight_only: dict[Precision, WeightOnlyPath] = Field(
         default_factory=dict, description="weight formats run by dequantising (no native engine), with their efficiency"
     )
+    roofline_exponent: Sourced[Annotated[float, Field(ge=1.0)]] | None = Field(
+        None,
+        description="an operator takes (t_memory^p + t_compute^p)^(1/p); empty: the ideal max(t_memory, "
+        "t_compute). Measured kernels sit near p = 2: memory and compute overlap imperfectly near the ridge",
+    )
 
     @model_validator(mode="after")
     def _paths_computable(self) -> ComputeSpec:
@@ -78,6 +83,9 @@ class InterconnectSpec(Spec):
     latency: Sourced[NonNegativeSeconds] = Field(description="per message step (alpha)")
     efficiency: Sourced[Fraction]
     domain_chips: Sourced[PositiveInt] = Field(description="chips in one scale-up domain")
+    alltoall_latency: Sourced[NonNegativeSeconds] | None = Field(
+        None, description="fixed time of one expert-parallel dispatch or combine (empty: latency)"
+    )
 
 
 class FabricSpec(Spec):

@@ -19,6 +19,8 @@ runs the stack (``layer_latency``) is one number, shared, not copied into each h
 - ``layer_latency`` / ``step_overhead``: software time per layer per iteration (kernel
   launches and synchronisation the stack does not hide) and per iteration (scheduling,
   sampling, host round trip), added to the hardware's own per-layer latency.
+- ``moe_comm_overlap``: the share of expert-parallel all-to-all time hidden behind compute by
+  two-batch overlap (DeepSeek, SGLang), applied when an attention rank holds at least 128 tokens.
 """
 
 from __future__ import annotations
@@ -45,4 +47,8 @@ class StackProfile(Profile):
     admission: Literal["on-demand", "reserve-full"]
     layer_latency: Sourced[NonNegativeSeconds] = Field(description="software time per layer per iteration")
     step_overhead: Sourced[NonNegativeSeconds] = Field(description="software time per iteration")
+    moe_comm_overlap: Sourced[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
+        description="share of the expert-parallel dispatch and combine hidden behind compute (two-batch "
+        "overlap) once each attention rank holds enough tokens"
+    )
     notes: str = ""

@@ -18,7 +18,8 @@ import numpy as np
 import simpy
 
 from simulator.analytic.estimate import estimate, saturation_concurrency
-from simulator.analytic.placement import Deployment, deploy
+from simulator.analytic.layouts import Question, deploy
+from simulator.analytic.placement import Deployment
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.batching import ContinuousBatching, Scheduler
 from simulator.config.distributions import Constant, Distribution
@@ -26,6 +27,7 @@ from simulator.config.fleet import BackendSpec, CostSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import (
     Arrivals,
+    ClosedLoop,
     OpenLoop,
     RateRamp,
     RateSteps,
@@ -290,7 +292,7 @@ def _policy(sched: Scheduler, deployment: Deployment, blocks: BlockManager, batc
 def _backend(index: int, spec: BackendSpec, scenario: Scenario, catalog: Catalog) -> tuple[Backend, Scheduler]:
     """A backend's deployment, KV budget, limits and pricing (its replicas are added by build)."""
     d = spec.deployment
-    deployment = deploy(catalog, d)
+    deployment = deploy(catalog, d, layout_question(scenario, catalog))
     sched = spec.scheduler or scenario.scheduler
     batch_cap = sched.max_batch_size or deployment.max_batch_size
     kv_blocks = int(deployment.kv_budget_bytes // (sched.kv_block_tokens * deployment.kv_bytes_per_token))
@@ -382,11 +384,29 @@ def build(scenario: Scenario, catalog: Catalog, limits: Limits | None = None) ->
     )  # fmt: skip
 
 
+def layout_question(scenario: Scenario, catalog: Catalog) -> Question:
+    """What an unpinned layout is chosen for: the first class's mean lengths and its users or
+    agents (saturation for open loops and traces)."""
+    klass = scenario.workload_classes[0]
+    load = klass.load
+    if isinstance(load, AgentsLoad):
+        task = catalog.workload(load.workload).task
+        prompt, answer = task.system_prompt_tokens.mean + task.first_input_tokens.mean, task.output_tokens.mean
+        users = load.agents
+    elif klass.requests is not None:
+        prompt, answer = klass.requests.input_tokens.mean, klass.requests.output_tokens.mean
+        users = load.users if isinstance(load, ClosedLoop) else None
+    else:
+        return Question()
+    return Question(max(1, round(prompt)), max(1, round(answer)), users)
+
+
 def run_size(scenario: Scenario, catalog: Catalog) -> RunSize:
     """Upper estimates of a run's model calls, clients and memory (:mod:`simulator.limits`),
     from its placements alone: nothing is built."""
     size = RunSize(replicas=sum(b.replicas for b in scenario.fleet))
-    deployments = {b.name: deploy(catalog, b.deployment) for b in scenario.fleet if b.replicas}
+    question = layout_question(scenario, catalog)
+    deployments = {b.name: deploy(catalog, b.deployment, question) for b in scenario.fleet if b.replicas}
     duration = scenario.run.duration if scenario.run.duration is not None else math.inf
     rules = scenario.router.rules
     for klass in scenario.workload_classes:

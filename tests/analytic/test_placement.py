@@ -7,7 +7,7 @@ import math
 import pytest
 
 from simulator.analytic.architecture import total_params
-from simulator.analytic.placement import PlacementError
+from simulator.analytic.placement import PlacementError, routed_expert_params
 from simulator.config.deployment import DEFAULT_MIN_KV_TOKENS as MIN_KV_TOKENS
 from simulator.config.loading import Catalog
 from tests.conftest import deploy
@@ -35,8 +35,20 @@ def test_max_sequences_is_budget_over_sequence_kv_capped_by_batch(h100_70b_tp4) 
 
 
 def test_mla_latent_is_replicated_across_tensor_parallel_chips(catalog: Catalog) -> None:
-    d = deploy(catalog, "nvidia-h200", "deepseek-r1", chips=8)
+    d = deploy(catalog, "nvidia-h200", "deepseek-r1", chips=8, attention_parallel="tensor")
     assert d.kv_bytes_per_token == pytest.approx(61 * (512 + 64) * 1.0 * 8, rel=1e-12)
+
+
+def test_data_parallel_attention_stores_kv_once_and_replicates_the_rest(catalog: Catalog) -> None:
+    """Under DP attention every chip keeps its own copy of attention, dense layers and embeddings
+    and 1/ep of the routed experts; each sequence's latent lives on one chip only."""
+    tp = deploy(catalog, "nvidia-h200", "deepseek-r1", chips=8, attention_parallel="tensor")
+    dp = deploy(catalog, "nvidia-h200", "deepseek-r1", chips=8, attention_parallel="data")
+    assert dp.attention_dp == 8 and dp.tensor_parallel == 1 and dp.expert_parallel == 8
+    assert dp.kv_bytes_per_token == pytest.approx(61 * (512 + 64) * 1.0, rel=1e-12)
+    routed = routed_expert_params(dp.model) * dp.bytes_per_param("experts")
+    assert dp.weight_bytes == pytest.approx(8 * (tp.weight_bytes - routed) + routed, rel=1e-12)
+    assert dp.max_batch_size == 8 * dp.stack.max_batch_size.value
 
 
 def test_cerebras_needs_four_wafers_for_70b_bf16_as_published(catalog: Catalog) -> None:

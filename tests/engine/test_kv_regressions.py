@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from simulator.analytic.placement import deploy
+from simulator.analytic.layouts import deploy
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.deployment import DeploymentSpec
 from simulator.engine.recorder import Recorder

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.analytic.placement import deploy
+from simulator.analytic.layouts import deploy
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.deployment import DeploymentSpec
 from tests.engine.conftest import CATALOG, SMALL, run, service_time_s, service_times_by_output

@@ -7,7 +7,7 @@ import pytest
 from matplotlib.axes import Axes
 
 from simulator import plots
-from simulator.analytic.placement import deploy
+from simulator.analytic.layouts import deploy
 from simulator.config.deployment import DeploymentSpec
 from tests.engine.conftest import CATALOG, run
 

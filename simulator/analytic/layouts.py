@@ -1,0 +1,136 @@
+"""Which parallel layout to serve a model with, chosen for the question asked.
+
+A mixture-of-experts model on a GPU domain can be served three ways (TensorRT-LLM, SGLang and
+vLLM all ship them):
+
+- ``TPn EPn``: attention split tensor-parallel over the n chips (two all-reduces per layer);
+  the experts spread over the same chips, every chip holding every token after the attention
+  all-reduce, so the expert outputs are all-reduced too;
+- ``TPn`` with each expert split over all n chips (``EP1``), the dense-model layout;
+- ``DPn EPn``: every chip runs attention on its own sequences (no all-reduce, no replicated KV,
+  n copies of attention and embeddings), experts spread over the chips and reached by a
+  dispatch and a combine all-to-all per MoE layer.
+
+Latency at one user favours the layout that moves the fewest bytes per token; throughput
+favours the one that holds the most sequences and communicates least per token. The choice
+is made by the closed-form estimate (:mod:`simulator.analytic.estimate`):
+
+- concurrency 1: the highest per-user output tok/s;
+- otherwise the highest output tok/s per chip at the stated concurrency, or at saturation
+  (the most sequences whose KV fits) when none is stated.
+
+A layout the deployment pins (``attention_parallel``, ``expert_parallel``, ``tensor_parallel``)
+is not searched. Dense models and layer-pipelined machines have one candidate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.analytic.estimate import estimate, saturation_concurrency
+from simulator.analytic.placement import Deployment, PlacementError, plan
+from simulator.config.deployment import DeploymentSpec
+from simulator.config.loading import Catalog
+
+#: The question a layout is chosen for when none is given: throughput at saturation on a
+#: 1,000-token prompt and a 1,000-token answer (the demo's and Artificial Analysis's lengths).
+DEFAULT_INPUT_TOKENS = 1000
+DEFAULT_OUTPUT_TOKENS = 1000
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a deployment is laid out for: request lengths and a concurrency (None: saturation)."""
+
+    input_tokens: int = DEFAULT_INPUT_TOKENS
+    output_tokens: int = DEFAULT_OUTPUT_TOKENS
+    concurrency: int | None = None
+
+    @property
+    def metric(self) -> str:
+        return "per-user output tok/s" if self.concurrency == 1 else "output tok/s per chip"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    deployment: Deployment
+    score: float  # the question's metric
+
+
+@dataclass(frozen=True)
+class LayoutChoice:
+    """The layout that won, the metric it maximised, and every layout tried (best first)."""
+
+    question: Question
+    ranked: tuple[Candidate, ...]
+
+    @property
+    def deployment(self) -> Deployment:
+        return self.ranked[0].deployment
+
+    @property
+    def runner_up(self) -> Candidate | None:
+        return self.ranked[1] if len(self.ranked) > 1 else None
+
+    def describe(self) -> str:
+        """The winner and the runner-up in words."""
+        best = self.ranked[0]
+        text = f"layout {best.deployment.layout} ({best.score:,.4g} {self.question.metric})"
+        if self.runner_up is not None:
+            text += f"; runner-up {self.runner_up.deployment.layout} ({self.runner_up.score:,.4g})"
+        return text
+
+
+def layout_specs(spec: DeploymentSpec, moe: bool, layer_pipelined: bool) -> list[DeploymentSpec]:
+    """The layouts to try: the spec itself when pinned, dense or layer-pipelined; else the three MoE layouts."""
+    pinned = spec.attention_parallel is not None or spec.expert_parallel is not None or spec.tensor_parallel
+    if pinned or not moe or layer_pipelined:
+        return [spec]
+    return [
+        spec.model_copy(update={"attention_parallel": "tensor"}),
+        spec.model_copy(update={"attention_parallel": "tensor", "expert_parallel": 1}),
+        spec.model_copy(update={"attention_parallel": "data"}),
+    ]
+
+
+def _score(deployment: Deployment, question: Question) -> float:
+    prompt, answer = question.input_tokens, question.output_tokens
+    users = question.concurrency or saturation_concurrency(deployment, prompt, answer)
+    result = estimate(deployment, prompt, answer, users, strict=False)
+    if question.concurrency == 1:
+        return result.per_user_output_tok_s or 1.0 / result.ttft_s
+    return result.aggregate_output_tok_s / deployment.chips
+
+
+def choose_layout(catalog: Catalog, spec: DeploymentSpec, question: Question | None = None) -> LayoutChoice:
+    """Every layout that fits, scored for ``question`` and ranked (module docstring).
+
+    Raises
+    ------
+    PlacementError
+        If no layout fits (the first candidate's reason).
+    """
+    question = question or Question()
+    hardware = catalog.hardware(spec.hardware)
+    model = catalog.model(spec.model)
+    stack = catalog.stack(spec.stack or hardware.execution.default_stack)
+    candidates: list[Candidate] = []
+    first_error: PlacementError | None = None
+    for variant in layout_specs(spec, model.moe is not None, hardware.execution.layer_pipelined):
+        try:
+            deployment = plan(hardware, model, variant, stack)
+        except PlacementError as exc:
+            first_error = first_error or exc
+            continue
+        candidates.append(Candidate(deployment, _score(deployment, question)))
+    if not candidates:
+        assert first_error is not None
+        raise first_error
+    ranked = sorted(candidates, key=lambda c: -c.score)
+    return LayoutChoice(question, tuple(ranked))
+
+
+def deploy(catalog: Catalog, spec: DeploymentSpec, question: Question | None = None) -> Deployment:
+    """The deployment ``spec`` asks for, its layout chosen for ``question`` when not pinned
+    (the stack: the spec's, else the hardware's default)."""
+    return choose_layout(catalog, spec, question).deployment
