@@ -103,6 +103,8 @@ class RowResult:
     family: str = ""
     bottleneck: str = ""
     flag: str = ""
+    served: str = ""  # how the row was run: layout, stack, speculation, context, in words
+    other_way: str = ""  # for information only: the prediction with the speculation question answered the other way
 
     @property
     def rel_error(self) -> float | None:
@@ -223,7 +225,9 @@ _SUMMARY_KEY = {
 }
 
 
-def loaded_scenario(row: MeasurementRow, users: int, request_s: float) -> Scenario:
+def loaded_scenario(
+    row: MeasurementRow, users: int, request_s: float, deployment: dict[str, object] | None = None
+) -> Scenario:
     """The load that reproduces a measurement, with the row's lengths (module docstring).
 
     ``closed``: ``users`` start spread over one request duration (as a benchmark's clients drift
@@ -233,7 +237,7 @@ def loaded_scenario(row: MeasurementRow, users: int, request_s: float) -> Scenar
     """
     data: dict[str, object] = {
         "name": f"validate-{row.id}",
-        "deployment": _deployment_fields(row),
+        "deployment": deployment or row_deployment(row),
         "requests": {
             "input_tokens": {"dist": "constant", "value": row.input_tokens},
             "output_tokens": {"dist": "constant", "value": row.output_tokens},
@@ -261,13 +265,51 @@ def loaded_scenario(row: MeasurementRow, users: int, request_s: float) -> Scenar
     return Scenario.model_validate(data)
 
 
-def _deployment_fields(row: MeasurementRow) -> dict[str, object]:
-    return {"hardware": row.hardware, "model": row.model, "chips": row.chips, "weights": row.weights,
-            "stack": row.stack}  # fmt: skip
+def row_deployment(row: MeasurementRow, catalog: Catalog | None = None) -> dict[str, object]:
+    """The deployment a row was measured on: its hardware, model, chips, precision and stack, the
+    speculation its stack is documented to run (``spec_decoding``), and a context window long
+    enough for its requests (a row measured beyond the model's window was served with a longer one)."""
+    fields: dict[str, object] = {"hardware": row.hardware, "model": row.model, "chips": row.chips,
+                                 "weights": row.weights, "stack": row.stack}  # fmt: skip
+    if catalog is None:
+        return fields
+    hardware, model = catalog.hardware(row.hardware), catalog.model(row.model)
+    stack = catalog.stack(row.stack or hardware.execution.default_stack)
+    speculation = stack.speculation_for(row.model, row.spec_decoding)
+    if speculation is not None:
+        fields["speculative"] = speculation.model_dump(exclude_none=True)
+    if row.input_tokens + row.output_tokens > model.max_context_tokens:
+        fields["context_tokens"] = row.input_tokens + row.output_tokens
+    return fields
 
 
-def _engine_value(row: MeasurementRow, users: int, request_s: float, catalog: Catalog) -> float:
-    summary = simulate(loaded_scenario(row, users, request_s), catalog).summary
+def _pinned(fields: dict[str, object], d: Deployment) -> dict[str, object]:
+    """The row's deployment with the layout the closed form chose pinned, so the engine runs it."""
+    layout = {"chips": d.chips, "tensor_parallel": d.tensor_parallel * d.attention_dp,
+              "pipeline_parallel": d.pipeline_parallel}  # fmt: skip
+    if d.model.moe is not None:
+        layout |= {"expert_parallel": d.expert_parallel,
+                   "attention_parallel": "data" if d.attention_dp > 1 else "tensor"}  # fmt: skip
+    return fields | layout
+
+
+def served(d: Deployment, fields: dict[str, object]) -> str:
+    """How a row was run, in words: layout, stack, speculation, context."""
+    words = [f"{d.chips} x {d.layout} on {d.stack.id}"]
+    spec = d.speculative
+    if spec is not None:
+        documented = d.stack.speculation
+        source = f" (documented: {d.stack.id} {documented.source})" if documented is not None else ""
+        words.append(f"speculative: {spec.draft_model or spec.draft} drafts {spec.tokens_proposed} tokens{source}")
+    if "context_tokens" in fields:
+        words.append(f"context extended to {fields['context_tokens']:,} tokens")
+    return "; ".join(words)
+
+
+def _engine_value(
+    row: MeasurementRow, users: int, request_s: float, catalog: Catalog, deployment: dict[str, object]
+) -> float:
+    summary = simulate(loaded_scenario(row, users, request_s, deployment), catalog).summary
     key, stat = _SUMMARY_KEY[row.metric]
     return float(summary[key] if stat is None else summary[key][stat])
 
@@ -280,14 +322,14 @@ def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
     """
     try:
         hardware = catalog.hardware(row.hardware)
-        spec = DeploymentSpec.model_validate(_deployment_fields(row))
+        fields = row_deployment(row, catalog)
         question = Question(row.input_tokens, row.output_tokens, row.concurrency if row.load == "closed" else None)
-        deployment = deploy(catalog, spec, question)
+        deployment = deploy(catalog, DeploymentSpec.model_validate(fields), question)
         concurrency = row.concurrency or saturation_concurrency(deployment, row.input_tokens, row.output_tokens)
         result = estimate(deployment, row.input_tokens, row.output_tokens, concurrency)
         predicted = metric_value(result, row.metric)
         if not row.single_stream:
-            predicted = _engine_value(row, concurrency, result.e2e_s, catalog)
+            predicted = _engine_value(row, concurrency, result.e2e_s, catalog, _pinned(fields, deployment))
     except InfersimError as exc:  # the row asks for what the deployment cannot serve: reported, not dropped
         return RowResult(row, None, reason=str(exc).splitlines()[0])
     return RowResult(
@@ -295,8 +337,32 @@ def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
         predicted,
         family=hardware.family,
         bottleneck=result.bottleneck,
-        flag=_ceiling_flag(row, deployment),
+        flag="" if deployment.speculative else _ceiling_flag(row, deployment),
+        served=served(deployment, fields),
+        other_way=_other_way(row, fields, question, catalog),
     )
+
+
+def _other_way(row: MeasurementRow, fields: dict[str, object], question: Question, catalog: Catalog) -> str:
+    """A single-stream row's prediction had its speculation been decided the other way (information
+    only: the error statistics never choose between the two)."""
+    if not row.single_stream or row.spec_decoding == "none":
+        return ""
+    hardware = catalog.hardware(row.hardware)
+    stack = catalog.stack(row.stack or hardware.execution.default_stack)
+    if "speculative" in fields:
+        other, label = {k: v for k, v in fields.items() if k != "speculative"}, "without speculation"
+    elif stack.speculation is not None and stack.speculation.default is not None:
+        other = fields | {"speculative": stack.speculation.default.model_dump(exclude_none=True)}
+        label = "with the stack's default speculation"
+    else:
+        return ""
+    try:
+        d = deploy(catalog, DeploymentSpec.model_validate(other), question)
+        value = metric_value(estimate(d, row.input_tokens, row.output_tokens, 1), row.metric)
+    except InfersimError:
+        return ""
+    return f"{label}: {value:.4g}"
 
 
 def validate(rows: Sequence[MeasurementRow], catalog: Catalog) -> list[RowResult]:

@@ -8,11 +8,16 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
   chunks of one prompt follow each other through the pipeline:
   ``prefill = pass(last) + sum(pass(others)) / stages``.
 - TTFT at ``C`` is the prefill with the other users' decodes riding in the same passes.
-- Each decode step also carries the other users' new prompts: ``(C - 1) * I / O`` prefill
-  tokens per step (each of them starts one request per ``O`` of my tokens).
-- Speculative decoding (gamma proposals, acceptance alpha) yields
-  ``tau = (1 - alpha**(gamma+1)) / (1 - alpha)`` tokens per verify pass (Leviathan et al.
-  2023, eq. 1); a step costs ``gamma * draft_step_fraction * decode pass + verify pass``.
+- **Prefill interference** as the engine batches it: while one user decodes its ``O - 1``
+  tokens, the other ``C - 1`` users each prefill one prompt of ``n`` chunks. A
+  decode-first stack puts a chunk into a decode iteration (the iteration then costs
+  ``pass(decodes + chunk)``); a prefill-first stack runs it alone while decodes wait
+  (``pass(chunk)``). Either adds ``(C - 1) n / (O - 1)`` chunk costs to each decode step on
+  average, computed on whole iterations, never as fractional tokens inside the batch (which
+  would inflate an MoE layer's distinct experts).
+- Speculative decoding (:mod:`simulator.analytic.speculation`): a step is ``gamma`` draft
+  passes plus one verify pass of ``gamma + 1`` tokens per sequence, and emits
+  ``1 + sum_i prod_{j<=i} a_i`` tokens (``(1 - a^(gamma+1)) / (1 - a)`` at constant ``a``).
 - Per-user output tok/s is the decode rate ``1 / ITL`` (vLLM's 1/TPOT; Artificial
   Analysis's "output speed" after the first token); a 1-token answer has none. Aggregate
   output tok/s is ``C * O / (TTFT + (O - 1) * ITL)``.
@@ -64,20 +69,6 @@ _WHY = {
     "pipeline_hops": "latency-bound on chip-to-chip hops between pipeline stages",
     "fixed_latency": "latency-bound on fixed per-layer and per-step overheads (launches, syncs, schedule)",
 }
-
-
-def speculative_tokens_per_step(tokens_proposed: int, acceptance_rate: float) -> float:
-    """Expected tokens emitted per verify pass.
-
-    Examples
-    --------
-    >>> speculative_tokens_per_step(4, 0.0)
-    1.0
-    >>> round(speculative_tokens_per_step(3, 0.8), 4)
-    2.952
-    """
-    alpha, gamma = acceptance_rate, tokens_proposed
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
 @dataclass(frozen=True)
@@ -140,18 +131,48 @@ class Estimate:
         return f"decode is {why} ({share:.0%} of a {total * 1e3:.3g} ms pass)"
 
 
-def _prefill_s(cost: StepCostModel, input_tokens: int, riding_decodes: int, context: float) -> float:
-    """Makespan of a chunked prefill, with ``riding_decodes`` decodes in each pass."""
+def prefill_chunks(cost: StepCostModel, input_tokens: int, riding_decodes: int) -> list[tuple[float, float]]:
+    """(new tokens, cached tokens) of each chunk a prompt is prefilled in, beside ``riding_decodes``."""
     stack = cost.deployment.stack
     chunk = stack.max_batched_tokens.value if stack.chunked_prefill else input_tokens  # unchunked: whole
     chunk = max(1, chunk - riding_decodes)
-    starts = np.arange(0, input_tokens, chunk)
+    return [(float(min(chunk, input_tokens - start)), float(start)) for start in range(0, input_tokens, chunk)]
+
+
+def _prefill_s(cost: StepCostModel, input_tokens: int, riding_decodes: int, context: float) -> float:
+    """Makespan of a chunked prefill, with ``riding_decodes`` decodes in each pass."""
     passes = []
-    for start in starts:
-        q = np.concatenate([[min(chunk, input_tokens - start)], np.ones(riding_decodes)])
-        c = np.concatenate([[start], np.full(riding_decodes, context)])
-        passes.append(cost.pass_time(q, c).total_s)
+    for q, start in prefill_chunks(cost, input_tokens, riding_decodes):
+        new = np.concatenate([[q], np.ones(riding_decodes)])
+        cached = np.concatenate([[start], np.full(riding_decodes, context)])
+        passes.append(cost.pass_time(new, cached).total_s)
     return passes[-1] + sum(passes[:-1]) / max(1, min(cost.pipeline_stages, len(passes)))
+
+
+def loaded_decode_step(cost: StepCostModel, users: int, input_tokens: int, output_tokens: int) -> StepTime:
+    """Average decode step of one user among ``users`` (module docstring: interference, speculation)."""
+    window = cost.deployment.model.attention.sliding_window
+    context = input_tokens + output_tokens / 2.0
+    decode_new = np.full(users, len(cost.accepted) + 1.0)
+    decode_ctx = np.full(users, context)
+    step = cost.iteration_times(BatchAggregates.of(decode_new, decode_ctx, window)).step()
+    if cost.draft is not None:
+        step = step.plus(cost.draft_times(decode_ctx).step())
+    if users > 1 and output_tokens > 1:
+        per_step = (users - 1) / (output_tokens - 1)
+        prefill_first = cost.deployment.stack.priority == "prefill-first"
+        for q, start in prefill_chunks(cost, input_tokens, users):
+            if prefill_first:  # the chunk runs alone; the decodes wait for it
+                extra = cost.pass_time([q], [start])
+            else:  # the chunk rides in a decode iteration, which takes longer
+                with_chunk = BatchAggregates.of(np.append(decode_new, q), np.append(decode_ctx, start), window)
+                extra = (
+                    cost.iteration_times(with_chunk)
+                    .step()
+                    .plus(cost.iteration_times(BatchAggregates.of(decode_new, decode_ctx, window)).step().scaled(-1.0))
+                )
+            step = step.plus(extra.scaled(per_step))
+    return step
 
 
 def check_request(deployment: Deployment, input_tokens: int, output_tokens: int) -> None:
@@ -194,25 +215,13 @@ def estimate(
         queueing = (concurrency / most - 1.0) * at_most.e2e_s
         return replace(at_most, concurrency=concurrency, ttft_s=at_most.ttft_s + queueing, queueing_s=queueing)
     cost = StepCostModel(deployment)
-    window = deployment.model.attention.sliding_window
     users = max(1, concurrency)
     context = input_tokens + output_tokens / 2.0
     micro_batches = max(1, min(users, cost.pipeline_stages))
     riding = math.ceil((users - 1) / micro_batches)
     prefill_s = _prefill_s(cost, input_tokens, riding, context)
-
-    spec = deployment.speculative
-    new_tokens = np.full(users, spec.tokens_proposed + 1.0 if spec else 1.0)
-    cached = np.full(users, context)
-    interfering = (users - 1) * input_tokens / output_tokens if output_tokens else 0.0
-    if interfering:
-        new_tokens, cached = np.append(new_tokens, interfering), np.append(cached, input_tokens / 2.0)
-    step = cost.iteration_times(BatchAggregates.of(new_tokens, cached, window)).step()
-    tokens_per_step = 1.0
-    if spec:
-        _, draft = cost.cycle_time(users, context, 1.0)
-        step = step.plus(draft.scaled(spec.tokens_proposed * spec.draft_step_fraction))
-        tokens_per_step = speculative_tokens_per_step(spec.tokens_proposed, spec.acceptance_rate)
+    step = loaded_decode_step(cost, users, input_tokens, output_tokens)
+    tokens_per_step = cost.tokens_per_step
     return Estimate(
         deployment=deployment,
         input_tokens=input_tokens,

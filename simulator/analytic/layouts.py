@@ -25,11 +25,12 @@ is not searched. Dense models and layer-pipelined machines have one candidate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment, PlacementError, plan
-from simulator.config.deployment import DeploymentSpec
+from simulator.analytic.speculation import draft_architecture
+from simulator.config.deployment import DEFAULT_MIN_KV_TOKENS, DeploymentSpec
 from simulator.config.loading import Catalog
 
 #: The question a layout is chosen for when none is given: throughput at saturation on a
@@ -118,7 +119,7 @@ def choose_layout(catalog: Catalog, spec: DeploymentSpec, question: Question | N
     first_error: PlacementError | None = None
     for variant in layout_specs(spec, model.moe is not None, hardware.execution.layer_pipelined):
         try:
-            deployment = plan(hardware, model, variant, stack)
+            deployment = with_draft(plan(hardware, model, variant, stack), catalog)
         except PlacementError as exc:
             first_error = first_error or exc
             continue
@@ -128,6 +129,33 @@ def choose_layout(catalog: Catalog, spec: DeploymentSpec, question: Question | N
         raise first_error
     ranked = sorted(candidates, key=lambda c: -c.score)
     return LayoutChoice(question, tuple(ranked))
+
+
+def with_draft(deployment: Deployment, catalog: Catalog) -> Deployment:
+    """The deployment with its speculative draft placed on the same chips and tier; the draft's
+    weights and KV come out of the target's KV budget (:mod:`simulator.analytic.speculation`)."""
+    spec = deployment.speculative
+    if spec is None:
+        return deployment
+    separate = catalog.model(spec.draft_model) if spec.draft_model is not None else None
+    shape = draft_architecture(deployment.model, spec, separate)
+    weights = None if separate is not None else deployment.activations  # heads ship in 16-bit
+    draft_spec = DeploymentSpec(
+        hardware=deployment.hardware.id, model=shape.id, chips=deployment.chips, weights=weights,
+        min_kv_tokens=1, stack=deployment.stack.id,
+    )  # fmt: skip
+    draft = plan(deployment.hardware, shape, draft_spec, deployment.stack)
+    kv_per_token = deployment.kv_bytes_per_token + draft.kv_bytes_per_token
+    budget = deployment.kv_budget_bytes - draft.weight_bytes
+    if budget < kv_per_token * DEFAULT_MIN_KV_TOKENS:
+        raise PlacementError(
+            f"the {spec.draft} draft ({draft.weight_bytes / 1e9:.1f} GB) leaves too little KV room beside "
+            f"{deployment.model.id} on {deployment.chips} x {deployment.hardware.id}"
+        )
+    return replace(
+        deployment, draft=draft, kv_bytes_per_token=kv_per_token, kv_budget_bytes=budget,
+        weight_bytes=deployment.weight_bytes + draft.weight_bytes,
+    )  # fmt: skip
 
 
 def deploy(catalog: Catalog, spec: DeploymentSpec, question: Question | None = None) -> Deployment:

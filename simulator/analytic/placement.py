@@ -69,6 +69,18 @@ class Deployment:
     chips_per_replica_domain: int
     precision: dict[TensorGroup, Precision] = field(default_factory=dict)  # storage precision per group
     attention_dp: int = 1  # data-parallel attention ranks (1: attention is tensor-parallel)
+    draft: Deployment | None = None  # the speculative draft, on the same chips (its memory taken here)
+    spilled: dict[TensorGroup, tuple[MemoryTier, float]] = field(default_factory=dict)  # (slower tier, share)
+
+    def read_rate(self, group: TensorGroup) -> float:
+        """Achievable bytes/s per chip at which a group's weights are read: a share ``f`` in a slower
+        tier makes it ``1 / ((1 - f) / r_fast + f / r_slow)`` (the two parts read one after the other)."""
+        fast = self.weights_tier
+        rate = fast.bandwidth.value * fast.efficiency.value
+        if group not in self.spilled:
+            return rate
+        slow, share = self.spilled[group]
+        return 1.0 / ((1.0 - share) / rate + share / (slow.bandwidth.value * slow.efficiency.value))
 
     def bytes_per_param(self, group: TensorGroup) -> float:
         return BYTES_PER_ELEMENT[self.precision[group]]
@@ -110,6 +122,43 @@ class Deployment:
     def resident_models_capacity_bytes(self) -> float:
         """Capacity of slower weight tiers that can hold further resident models."""
         return sum(t.capacity.value * t.usable_fraction.value for t in self.resident_tiers) * self.chips
+
+
+#: Which groups leave the fastest tier first when the weights do not fit it: the embedding (only
+#: the rows of the step's tokens are read), then the experts (a step reads the ones it routes to),
+#: then the rest, streamed every step.
+SPILL_ORDER: tuple[TensorGroup, ...] = ("embeddings", "experts", "dense_ffn", "lm_head", "router", "attention")
+
+
+def _group_bytes(model: ModelSpec, precision: dict[TensorGroup, Precision], group: TensorGroup) -> float:
+    return group_params(model)[group] * BYTES_PER_ELEMENT[precision[group]]
+
+
+def spill(
+    model: ModelSpec, precision: dict[TensorGroup, Precision], chips: int, kv_floor: float, tiers: list[MemoryTier]
+) -> dict[TensorGroup, tuple[MemoryTier, float]]:
+    """The share of each group moved to the next weight tier, in :data:`SPILL_ORDER`, just enough
+    that the rest and the KV floor fit the fastest tier on ``chips`` chips; empty when even that
+    does not fit (SambaNova keeps part of the experts in DDR and the rest in HBM this way)."""
+    fast, slow = tiers[0], tiers[1]
+    excess = (
+        sum(_group_bytes(model, precision, g) for g in SPILL_ORDER)
+        + kv_floor
+        - (chips * fast.capacity.value * fast.usable_fraction.value)
+    )
+    slow_room = chips * slow.capacity.value * slow.usable_fraction.value
+    if excess > slow_room:
+        return {}
+    moved: dict[TensorGroup, tuple[MemoryTier, float]] = {}
+    for group in SPILL_ORDER:
+        size = _group_bytes(model, precision, group)
+        if excess <= 0:
+            break
+        if size > 0:
+            share = min(1.0, excess / size)
+            moved[group] = (slow, share)
+            excess -= share * size
+    return moved if excess <= 0 else {}
 
 
 def routed_expert_params(model: ModelSpec) -> float:
@@ -243,6 +292,8 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
     PlacementError
         If the weights do not fit on the chips given, or on any system of this hardware.
     """
+    if spec.context_tokens is not None:  # served with another context window than the model's own
+        model = model.model_copy(update={"max_context_tokens": spec.context_tokens})
     weights: Precision = spec.weights or model.native_precision
     kv: Precision = spec.kv_cache or default_kv_precision(weights, spec.activations)
     precision = group_precisions(model, spec)
@@ -255,6 +306,7 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
     tiers = hardware.weight_tiers
     tier = tiers[-1]
     chips = spec.chips
+    spilled: dict[TensorGroup, tuple[MemoryTier, float]] = {}
     for candidate in tiers:
         needed = _chips_needed(weight_bytes, kv_floor, candidate)
         if spec.chips is None and needed <= max_chips:
@@ -263,6 +315,12 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
         if spec.chips is not None and needed <= spec.chips:
             tier = candidate
             break
+        if spec.chips is not None and candidate is tiers[0] and len(tiers) > 1:
+            widest = kv_floor * kv_replication(model, min(spec.chips, domain))  # KV replicated over a split
+            spilled = spill(model, precision, spec.chips, widest, tiers)
+            if spilled:  # the fast tier keeps what it can; the rest is read from the slower one
+                tier = candidate
+                break
     else:
         needed = _chips_needed(weight_bytes, kv_floor, tiers[-1])
         where = f"on {spec.chips} chips" if spec.chips else f"on up to {max_chips} chips"
@@ -272,12 +330,13 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
             f"it needs at least {needed} chips of {tiers[-1].name}"
         )
     assert chips is not None
+    elsewhere = sum(_group_bytes(model, precision, g) * share for g, (_, share) in spilled.items())
 
     for _ in range(MAX_LAYOUT_ATTEMPTS):
         tp, pp = _layout(hardware, model, spec, chips, tier, precision)
         chips = tp * pp
         kv_per_token = kv_per_token_unreplicated * kv_replication(model, tp)
-        kv_budget = chips * tier.capacity.value * tier.usable_fraction.value - weight_bytes
+        kv_budget = chips * tier.capacity.value * tier.usable_fraction.value - (weight_bytes - elsewhere)
         floor = kv_per_token * spec.min_kv_tokens
         if kv_budget >= floor:
             break
@@ -322,4 +381,5 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
         kv_budget_bytes=kv_budget,
         chips_per_replica_domain=min(chips, domain),
         precision=precision,
+        spilled=spilled,
     )

@@ -7,8 +7,9 @@
   ``native_precision`` (gpt-oss: MXFP4 experts, everything else BF16). A deployment that asks
   for another weight precision quantises the matrix-multiply groups (attention, dense FFN,
   experts) and keeps the embedding, LM head and router as the checkpoint has them, as NVIDIA
-  ModelOpt exports and the serving stacks do (``exclude_modules: [lm_head]``); explicit
-  per-group overrides come last.
+  ModelOpt exports and the serving stacks do (``exclude_modules: [lm_head]``), unless the model
+  profile documents a published variant of that precision (``quantized_checkpoints``), which is
+  taken as published; explicit per-group overrides come last.
 - **Compute path.** A weight precision the chip has a peak for runs natively. Otherwise it is
   dequantised on the fly (weight-only quantisation: W4A16 MXFP4 on Hopper via Triton, Marlin on
   Ampere): the matmul runs in the precision of the profile's ``weight_only`` path for it, or in
@@ -42,7 +43,9 @@ BYTES_PER_ELEMENT: dict[Precision, float] = {
 def group_precisions(model: ModelSpec, spec: DeploymentSpec) -> dict[TensorGroup, Precision]:
     """The precision every tensor group is stored in on this deployment (module docstring)."""
     chosen = {group: model.checkpoint_precision(group) for group in TENSOR_GROUPS}
-    if spec.weights is not None and spec.weights != model.native_precision:
+    if spec.weights in model.quantized_checkpoints:  # a published variant: as it stores each group
+        chosen |= model.quantized_checkpoints[spec.weights]
+    elif spec.weights is not None and spec.weights != model.native_precision:
         chosen |= dict.fromkeys(LINEAR_GROUPS, spec.weights)
     return chosen | spec.weights_by_group
 

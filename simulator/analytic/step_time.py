@@ -54,7 +54,9 @@ from simulator.analytic.architecture import FLOPS_PER_MAC, layer_shapes
 from simulator.analytic.moe import busiest, busiest_rank_experts, busiest_rank_pairs, other_ranks
 from simulator.analytic.placement import Deployment, kv_replication
 from simulator.analytic.precision import BYTES_PER_ELEMENT, compute_path
+from simulator.analytic.speculation import acceptance, tokens_per_verify
 from simulator.config.base import Precision
+from simulator.config.model import TensorGroup
 
 COMPONENTS = (
     "weights_memory",
@@ -149,6 +151,11 @@ class PassTimes:
     def step(self, index: int = 0) -> StepTime:
         return StepTime({k: float(v[index]) for k, v in self.components_s.items()})
 
+    def scaled(self, factor: float) -> PassTimes:
+        """Every time, FLOP and byte count times ``factor`` (``factor`` identical passes)."""
+        return PassTimes({k: v * factor for k, v in self.components_s.items()}, self.flops * factor,
+                         self.bytes_moved * factor)  # fmt: skip
+
 
 class StepCostModel:
     """Pure step-time model of one deployment: batch state in, seconds out.
@@ -166,7 +173,10 @@ class StepCostModel:
         tp = d.tensor_parallel
         self.share = 1.0 / max(1.0, d.layers_per_stage) if hw.execution.layer_pipelined else 1.0
         tier = d.weights_tier
-        self.bandwidth = tier.bandwidth.value * tier.efficiency.value * self.share  # B/s per chip
+        self.bandwidth = tier.bandwidth.value * tier.efficiency.value * self.share  # B/s per chip (KV, weights)
+
+        def read_rate(group: TensorGroup) -> float:
+            return d.read_rate(group) * self.share
 
         def flop_rate(precision: Precision) -> float:
             return compute_path(hw, precision, d.activations).flops(hw) * self.share
@@ -192,6 +202,9 @@ class StepCostModel:
         self.comm_overlap = d.stack.moe_comm_overlap.value
         exponent = hw.compute.roofline_exponent
         self.roofline_exponent = None if exponent is None else exponent.value
+        # speculative decoding: the draft's own cost model and the acceptance of each draft position
+        self.draft = StepCostModel(d.draft) if d.draft is not None else None
+        self.accepted = acceptance(d.speculative) if d.speculative is not None else ()
         self.fabric_per_layer_s = self._fabric_per_layer()
         # Operator table, one row each: attention projections, attention core over full and
         # windowed layers, dense FFN, MoE FFN, LM head. ``count`` is how often a pass runs it.
@@ -217,7 +230,10 @@ class StepCostModel:
         layer_s = hw.execution.layer_latency.value + d.stack.layer_latency.value
         self.fixed_s = layers * layer_s + d.stack.step_overhead.value
         # Batch-independent parts of the operator terms, in seconds per unit of their driver.
-        self.op_weight_s = self.op_weight_bytes / self.bandwidth
+        row_rates = [read_rate("attention"), 1.0, 1.0, read_rate("dense_ffn"), read_rate("experts"),
+                     read_rate("lm_head")]  # fmt: skip
+        self.op_weight_s = self.op_weight_bytes / np.array(row_rates)[:, None]
+        self.expert_read_rate = row_rates[4]
         self.op_compute_s_per_unit = (
             np.array([self.flops_per_token[0], self.flops_per_pair, self.flops_per_pair, *self.flops_per_token[1:]])[
                 :, None
@@ -288,7 +304,7 @@ class StepCostModel:
         experts = busiest(busiest_rank_experts, tokens, e, k, ep) / self.expert_tp
         pairs = busiest(busiest_rank_pairs, tokens, k, ep) / self.expert_tp
         shared = moe.num_shared_experts / d.tensor_parallel
-        weight_s = (experts + shared) * self.expert_bytes / self.bandwidth
+        weight_s = (experts + shared) * self.expert_bytes / self.expert_read_rate
         flops = (pairs + shared * tokens_per_rank) * self.flops_per_expert_token
         compute_s = (flops + tokens_per_rank * self.router_flops_per_token) / self.op_flop_rate[4, 0]
         return weight_s, compute_s
@@ -374,6 +390,19 @@ class StepCostModel:
             micro.flops * micro_batches,
             micro.bytes_moved * micro_batches,
         )
+
+    def draft_times(self, context_tokens: FloatArray) -> PassTimes:
+        """Seconds of the ``gamma`` draft passes of one speculative step over sequences holding
+        ``context_tokens`` (one token per sequence each)."""
+        assert self.draft is not None
+        window = self.draft.deployment.model.attention.sliding_window
+        decode = BatchAggregates.of(np.ones(context_tokens.size), context_tokens, window)
+        return self.draft.iteration_times(decode).scaled(float(len(self.accepted)))
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Expected tokens a decode step emits per sequence: 1, or a verify's with speculation."""
+        return tokens_per_verify(self.accepted) if self.accepted else 1.0
 
     @property
     def pipeline_stages(self) -> int:

@@ -155,7 +155,8 @@ def validate_command(args: argparse.Namespace) -> int:
         rows = [
             {"id": r.row.id, "predicted": r.predicted, "measured": r.row.value, "rel_error": r.rel_error,
              "metric": r.row.metric, "hardware": r.row.hardware, "model": r.row.model,
-             "bottleneck": r.bottleneck, "flag": r.flag, "reason": r.reason}
+             "bottleneck": r.bottleneck, "flag": r.flag, "reason": r.reason, "served": r.served,
+             "other_way": r.other_way}
             for r in results
         ]  # fmt: skip
         print(json_text({"rows": rows, "summary": summary}), end="")
@@ -169,6 +170,10 @@ def validate_command(args: argparse.Namespace) -> int:
                      f"{r.row.value:.4g}", pred, err, r.bottleneck, "flagged" if r.flag else ""])  # fmt: skip
     headers = ["id", "hardware", "model", "w", "C", "metric", "measured", "predicted", "error", "bottleneck", ""]
     print(format_table(headers, table))
+    for r in results:
+        if "speculative" in r.served or "context" in r.served or r.other_way:
+            print(f"  {r.row.id} (spec_decoding {r.row.spec_decoding}): {r.served}"
+                  + (f"; for information, {r.other_way}" if r.other_way else ""))  # fmt: skip
     for item in summary["flagged"]:  # type: ignore[attr-defined]
         print(f"  flagged {item['id']}: {item['flag']}")
     for item in summary["unpredicted"]:  # type: ignore[attr-defined]

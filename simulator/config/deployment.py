@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from simulator.config.base import Precision, Spec
 from simulator.config.model import TensorGroup
@@ -20,18 +20,38 @@ PositiveInt = Annotated[int, Field(ge=1)]
 DEFAULT_MIN_KV_TOKENS = 4096
 
 
-class SpeculativeSpec(Spec):
-    """Draft-then-verify decoding.
+DraftKind = Literal["model", "eagle", "mtp"]
+SpeculationWorkload = Literal["chat", "code", "reasoning"]
+Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
-    Each step the draft proposes ``tokens_proposed`` (gamma) tokens, each accepted with
-    probability ``acceptance_rate`` (alpha, independent); the target verifies all in one pass.
+
+class SpeculativeSpec(Spec):
+    """Draft-then-verify decoding (see :mod:`simulator.analytic.speculation`).
+
+    Each step the draft proposes ``tokens_proposed`` (gamma) tokens; the target verifies them in
+    one pass and keeps the accepted ones plus one of its own.
     """
 
-    tokens_proposed: PositiveInt
-    acceptance_rate: Annotated[float, Field(ge=0.0, lt=1.0)]
-    draft_step_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
-        description="time of one draft decode step / time of one target decode step"
+    draft: DraftKind = Field(
+        description="model: a separate small model; eagle: an EAGLE-3 head (one layer); mtp: the "
+        "target's multi-token-prediction layer"
     )
+    draft_model: str | None = Field(None, description="model profile id of the draft (draft: model)")
+    tokens_proposed: PositiveInt = Field(description="draft tokens per step (gamma)")
+    acceptance_rate: Probability | list[Probability] | None = Field(
+        None,
+        description="per-token acceptance (or one per draft position); empty: the published default for "
+        "the draft kind and workload",
+    )
+    workload: SpeculationWorkload = Field("chat", description="which published acceptance applies")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpeculativeSpec:
+        if (self.draft == "model") != (self.draft_model is not None):
+            raise ValueError("give draft_model exactly when draft is 'model'")
+        if isinstance(self.acceptance_rate, list) and not self.acceptance_rate:
+            raise ValueError("acceptance_rate: give at least one value")
+        return self
 
 
 class DeploymentSpec(Spec):
@@ -67,3 +87,7 @@ class DeploymentSpec(Spec):
         DEFAULT_MIN_KV_TOKENS, description="tokens of KV the automatic placement must leave room for beside the weights"
     )
     speculative: SpeculativeSpec | None = None
+    context_tokens: PositiveInt | None = Field(
+        None,
+        description="context window the stack serves (RoPE scaling, e.g. vLLM --max-model-len); empty: the model's own",
+    )

@@ -97,6 +97,11 @@ class ModelSpec(Profile):
         description="groups the published checkpoint stores in another precision than native_precision "
         "(e.g. gpt-oss: native mxfp4 experts, attention / router / embeddings / lm_head bf16)",
     )
+    quantized_checkpoints: dict[Precision, dict[TensorGroup, Precision]] = Field(
+        default_factory=dict,
+        description="published quantised variants, by headline precision, and the groups they store in "
+        "another precision than the base checkpoint (e.g. DeepSeek-R1 NVFP4: experts fp4, attention bf16)",
+    )
     attention: AttentionSpec
     moe: MoESpec | None = None
     published: PublishedSize

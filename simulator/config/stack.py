@@ -21,6 +21,8 @@ runs the stack (``layer_latency``) is one number, shared, not copied into each h
   sampling, host round trip), added to the hardware's own per-layer latency.
 - ``moe_comm_overlap``: the share of expert-parallel all-to-all time hidden behind compute by
   two-batch overlap (DeepSeek, SGLang), applied when an attention rank holds at least 128 tokens.
+- ``speculation``: how the operator is documented to decode speculatively, per model and by
+  default, with the source; ``infersim validate`` runs a measurement as it was served.
 """
 
 from __future__ import annotations
@@ -29,11 +31,24 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from simulator.config.base import Profile, Sourced
+from simulator.config.base import Profile, Sourced, Spec
+from simulator.config.deployment import SpeculativeSpec
 from simulator.units import Seconds
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
+
+
+class StackSpeculation(Spec):
+    """How the stack's operator is documented to speculate, so measurements run as they were served."""
+
+    source: str = Field(description="key into the profile's sources: where the serving configuration is documented")
+    by_model: dict[str, SpeculativeSpec] = Field(
+        default_factory=dict, description="model id -> the speculation documented for it"
+    )
+    default: SpeculativeSpec | None = Field(
+        None, description="what a measurement marked speculative runs with when its model is not listed"
+    )
 
 
 class StackProfile(Profile):
@@ -51,4 +66,15 @@ class StackProfile(Profile):
         description="share of the expert-parallel dispatch and combine hidden behind compute (two-batch "
         "overlap) once each attention rank holds enough tokens"
     )
+    speculation: StackSpeculation | None = Field(
+        None, description="documented speculative decoding (validate runs rows marked yes or unknown with it)"
+    )
     notes: str = ""
+
+    def speculation_for(self, model_id: str, marked: str) -> SpeculativeSpec | None:
+        """The speculation a measurement ran with: ``yes`` -> the model's documented one, else the
+        stack's default; ``unknown`` -> the model's documented one, else none; ``none`` -> none."""
+        if marked == "none" or self.speculation is None:
+            return None
+        documented = self.speculation.by_model.get(model_id)
+        return documented or (self.speculation.default if marked == "yes" else None)

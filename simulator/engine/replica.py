@@ -1,8 +1,8 @@
 """One serving replica: a SimPy process that runs scheduler iterations.
 
 Each iteration costs ``StepCostModel.iteration_times`` of its batch (micro-batch pipelining
-included) plus, with speculative decoding, ``gamma * draft_step_fraction`` decode passes of
-the draft. A batch of pure decodes that nothing can join (no prefill pending, nobody
+included) plus, with speculative decoding, the draft's ``gamma`` passes over the decoding
+sequences (``StepCostModel.draft_times``). A batch of pure decodes that nothing can join (no prefill pending, nobody
 admissible) *jumps*: the per-step times of the next ``k`` steps are computed at once and the
 replica waits once, where ``k`` runs to the first completion or the first block shortage. The
 blocks the steps fill are allocated when the jump ends, for the steps actually run. While a
@@ -18,23 +18,13 @@ from collections.abc import Callable
 import numpy as np
 import simpy
 
+from simulator.analytic.speculation import draw_emitted
 from simulator.analytic.step_time import BatchAggregates, StepCostModel
-from simulator.config.deployment import SpeculativeSpec
 from simulator.engine import ProcessGenerator
 from simulator.engine.recorder import Recorder
 from simulator.engine.scheduler import BatchPolicy, Plan, Request, Slots
 
 FloatArray = np.ndarray
-
-
-def speculative_emitted(rng: np.random.Generator, spec: SpeculativeSpec, n: int) -> FloatArray:
-    """Tokens one verify pass emits per sequence: 1 + accepted drafts before the first rejection.
-
-    ``P(1 + j) = alpha^j (1 - alpha)`` for ``j < gamma`` and ``P(1 + gamma) = alpha^gamma``,
-    whose mean is ``(1 - alpha^(gamma+1)) / (1 - alpha)``.
-    """
-    accepted = rng.geometric(1.0 - spec.acceptance_rate, n) - 1 if spec.acceptance_rate > 0 else np.zeros(n)
-    return 1.0 + np.minimum(accepted, spec.tokens_proposed)
 
 
 class Replica:
@@ -133,15 +123,12 @@ class Replica:
         decoding = on & (s.prompt_left == 0)
         spec = self.speculative
         if spec is not None and decoding.any():
-            draft = BatchAggregates.of(np.ones(int(decoding.sum())), s.context[decoding], self.window)
-            duration += (
-                spec.tokens_proposed * spec.draft_step_fraction * float(self.cost.iteration_times(draft).total_s[0])
-            )
+            duration += float(self.cost.draft_times(s.context[decoding]).total_s[0])
         self.recorder.batch[self.index].record(start, float(s.count))
         self.recorder.iteration(self.index, np.array([duration]), times.flops, times.bytes_moved)
         prefill_tokens = float(np.where(on & ~decoding, plan.new_tokens, 0.0).sum())
         first_tokens = float((on & ~decoding & (s.prompt_left <= plan.new_tokens)).sum())
-        expected_output = first_tokens + (float(decoding.sum()) * (self._mean_emitted() if spec else 1.0))
+        expected_output = first_tokens + float(decoding.sum()) * self.cost.tokens_per_step
         self.recorder.tokens[self.index].span(start, start + duration, expected_output, prefill_tokens)
         yield self.env.timeout(duration)
         self._apply_iteration(plan, duration, decoding)
@@ -150,12 +137,6 @@ class Replica:
         """Seconds of KV swapped out and in by the plan just made (it blocks the iteration)."""
         blocks, self.policy.swapped_blocks = self.policy.swapped_blocks, 0.0
         return blocks * self.swap_s_per_block
-
-    def _mean_emitted(self) -> float:
-        spec = self.speculative
-        assert spec is not None
-        alpha, gamma = spec.acceptance_rate, spec.tokens_proposed
-        return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
     def _apply_iteration(self, plan: Plan, duration: float, decoding: np.ndarray) -> None:
         s, now = self.slots, self.env.now
@@ -170,7 +151,7 @@ class Replica:
         n_decoding = int(decoding.sum())
         if n_decoding:
             if self.speculative is not None:
-                emitted[decoding] = speculative_emitted(self.rng, self.speculative, n_decoding)
+                emitted[decoding] = draw_emitted(self.rng, self.cost.accepted, n_decoding)
             else:
                 emitted[decoding] = 1.0
         emitted = np.minimum(emitted, s.out_left)

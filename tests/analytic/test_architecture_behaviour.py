@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.analytic.estimate import estimate, speculative_tokens_per_step
+from simulator.analytic.estimate import estimate
+from simulator.analytic.speculation import acceptance, tokens_per_verify
 from simulator.config.deployment import SpeculativeSpec
 from simulator.config.loading import Catalog
 from tests.conftest import deploy
@@ -69,16 +70,24 @@ def test_gpu_clouds_serve_the_frontier_stand_in_at_about_50_to_60(catalog: Catal
 
 
 def test_speculative_tokens_per_step_law() -> None:
-    """tau = (1 - a^(g+1)) / (1 - a): 1 at a = 0, -> g + 1 as a -> 1."""
-    assert speculative_tokens_per_step(5, 0.0) == 1.0
-    assert speculative_tokens_per_step(5, 0.999999) == pytest.approx(6.0, rel=1e-5)
+    """tau = 1 + sum_i prod_{j<=i} a_j: (1 - a^(g+1)) / (1 - a) at constant a; 1 at a = 0, -> g + 1 as a -> 1."""
+    assert tokens_per_verify([0.0] * 5) == 1.0
+    assert tokens_per_verify([0.999999] * 5) == pytest.approx(6.0, rel=1e-5)
+    assert tokens_per_verify([0.7] * 4) == pytest.approx((1 - 0.7**5) / (1 - 0.7), rel=1e-12)
+    assert tokens_per_verify([0.9, 0.5]) == pytest.approx(1 + 0.9 + 0.45, rel=1e-12)
 
 
-def test_speculative_decoding_speeds_a_memory_bound_gpu(catalog: Catalog) -> None:
+@pytest.mark.parametrize(
+    "draft",
+    [{"draft": "model", "draft_model": "llama-3.1-8b", "tokens_proposed": 4},
+     {"draft": "eagle", "tokens_proposed": 3}],
+)  # fmt: skip
+def test_speculative_decoding_speeds_a_memory_bound_gpu(catalog: Catalog, draft: dict[str, object]) -> None:
+    """A verify pass of g + 1 tokens costs about one decode pass when memory-bound, and the draft's
+    passes cost what its shape costs: faster than plain decoding, slower than tau times it."""
     plain = deploy(catalog, "nvidia-h100-sxm", "llama-3.1-70b", chips=4)
-    draft = SpeculativeSpec(tokens_proposed=4, acceptance_rate=0.7, draft_step_fraction=0.1)
-    spec = deploy(catalog, "nvidia-h100-sxm", "llama-3.1-70b", chips=4, speculative=draft)
+    spec = deploy(catalog, "nvidia-h100-sxm", "llama-3.1-70b", chips=4, speculative=SpeculativeSpec(**draft))
     base, fast = estimate(plain, INPUT, OUTPUT, 1), estimate(spec, INPUT, OUTPUT, 1)
-    tau = speculative_tokens_per_step(4, 0.7)
-    # a verify pass of 5 tokens costs about one decode pass when memory-bound
-    assert 1.5 < fast.per_user_output_tok_s / base.per_user_output_tok_s < tau
+    tau = tokens_per_verify(acceptance(SpeculativeSpec(**draft)))
+    assert 1.0 < fast.per_user_output_tok_s / base.per_user_output_tok_s < tau
+    assert spec.weight_bytes > plain.weight_bytes and spec.kv_budget_bytes < plain.kv_budget_bytes

@@ -86,3 +86,22 @@ def test_automatic_placement_is_the_smallest_layout_that_fits(
 def test_a_model_that_does_not_fit_says_how_many_chips_it_needs(catalog: Catalog) -> None:
     with pytest.raises(PlacementError, match=r"needs at least \d+ chips"):
         deploy(catalog, "nvidia-h100-sxm", "llama-3.1-405b", chips=2)
+
+
+def test_weights_beyond_the_fast_tier_are_split_not_moved_whole(catalog: Catalog) -> None:
+    """Kimi-K2 (1 TB of fp8) on one 16-socket SambaNova rack: the fast tier keeps everything but the
+    embedding and the share of the experts that does not fit, which is read from DDR; each share is
+    timed on its tier (the experts' read rate lies between DDR's and HBM's)."""
+    d = deploy(catalog, "sambanova-sn40l", "kimi-k2", chips=16)
+    hbm, ddr = d.hardware.tier("hbm"), d.hardware.tier("ddr")
+    assert d.weights_tier is hbm and d.spilled["embeddings"] == (ddr, 1.0)
+    _, share = d.spilled["experts"]
+    assert 0 < share < 1 and set(d.spilled) == {"embeddings", "experts"}
+    fast = hbm.bandwidth.value * hbm.efficiency.value
+    slow = ddr.bandwidth.value * ddr.efficiency.value
+    assert slow < d.read_rate("experts") < fast and d.read_rate("attention") == fast
+    assert d.kv_budget_bytes >= d.kv_bytes_per_token * MIN_KV_TOKENS
+
+
+def test_weights_that_fit_the_fast_tier_never_spill(catalog: Catalog) -> None:
+    assert deploy(catalog, "sambanova-sn40l", "deepseek-r1", chips=16).spilled == {}

@@ -13,7 +13,7 @@ from tests.engine.conftest import SMALL, run
 
 CHAT = {"input_tokens": {"dist": "lognormal", "median": 400, "sigma": 1.0},
         "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.8}}  # fmt: skip
-DRAFT = {"tokens_proposed": 4, "acceptance_rate": 0.7, "draft_step_fraction": 0.1}
+DRAFT = {"draft": "eagle", "tokens_proposed": 4, "acceptance_rate": 0.7}
 OPEN = {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 30.0}}
 #: Llama 70B in fp8 on one H100, the embedding and LM head quantised too, so that only a few GB of KV fit;
 #: vLLM admits on demand and preempts when KV runs out.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simulator.calibration import CalibrationError, _PatchedCatalog, calibrate, derived_paths, get_sourced, with_value
@@ -46,3 +48,16 @@ def test_an_unknown_parameter_or_hardware_without_rows_is_refused() -> None:
         calibrate(base, ["compute.cores"], _synthetic_rows(base), CATALOG)
     with pytest.raises(CalibrationError, match="no rows for hardware"):
         calibrate(CATALOG.hardware("groq-lpu"), ["execution.layer_latency"], _synthetic_rows(base), CATALOG)
+
+
+def test_a_row_marked_speculative_runs_faster_than_the_same_row_marked_none() -> None:
+    """spec_decoding: yes runs the stack's documented speculation (SambaNova: an 8B draft, 5
+    tokens); none runs without; the error statistics take the row as marked, nothing else."""
+    base = MeasurementRow(id="X1", hardware="sambanova-sn40l", chips=16, model="llama-3.1-70b", weights="bf16",
+                          spec_decoding="none", input_tokens=1000, output_tokens=1000, concurrency=1,
+                          metric="per_user_output_tok_s", value=100.0)  # fmt: skip
+    plain = predict_row(base, CATALOG)
+    fast = predict_row(dataclasses.replace(base, spec_decoding="yes"), CATALOG)
+    assert plain.predicted is not None and fast.predicted is not None
+    assert fast.predicted > 1.2 * plain.predicted
+    assert "speculative: llama-3.1-8b drafts 5 tokens" in fast.served and "speculative" not in plain.served
