@@ -285,8 +285,8 @@ def row_deployment(row: MeasurementRow, catalog: Catalog | None = None) -> dict[
 
 def _pinned(fields: dict[str, object], d: Deployment) -> dict[str, object]:
     """The row's deployment with the layout the closed form chose pinned, so the engine runs it."""
-    layout = {"chips": d.chips, "tensor_parallel": d.tensor_parallel * d.attention_dp,
-              "pipeline_parallel": d.pipeline_parallel}  # fmt: skip
+    layout: dict[str, object] = {"chips": d.chips, "tensor_parallel": d.tensor_parallel * d.attention_dp,
+                                 "pipeline_parallel": d.pipeline_parallel}  # fmt: skip
     if d.model.moe is not None:
         layout |= {"expert_parallel": d.expert_parallel,
                    "attention_parallel": "data" if d.attention_dp > 1 else "tensor"}  # fmt: skip
