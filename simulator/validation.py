@@ -14,7 +14,11 @@ Optional columns say how the measurement was taken, so the simulator runs the sa
   with a request rate send them), ``offline`` (``requests`` all queued at t = 0, as
   throughput benchmarks run them; the metric is over the whole run) or ``static`` (one
   static batch of ``concurrency`` requests, as latency benchmarks run them);
-- ``stack``: the serving stack the row was measured on (its batching limits and overheads).
+- ``stack``: the serving stack the row was measured on (its batching limits and overheads);
+- ``layout``: the parallel layout the source states, in the words engines use: ``TP8``,
+  ``TP4 PP2``, ``TP8 EP4`` (attention over 8 chips, experts in 4 groups of 2), ``DEP8``
+  (attention data-parallel over 8 chips, experts over the same 8). Empty: the layout the
+  search picks for the row's question.
 
 A row at concurrency 1 in a closed loop is predicted in closed form; every other row by an
 engine run of its load.
@@ -35,7 +39,7 @@ beside, not hidden inside, the headline error:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import get_args
 
@@ -88,6 +92,7 @@ class MeasurementRow:
     request_rate_per_s: float | None = None
     requests: int | None = None
     stack: str | None = None
+    layout: dict[str, object] = field(default_factory=dict)
 
     @property
     def single_stream(self) -> bool:
@@ -116,6 +121,27 @@ class RowResult:
 def _int_or_none(text: str, column: str, where: str) -> int | None:
     """An empty cell, or a whole number >= 1."""
     return None if text.strip() == "" else integer(text.strip(), where, column, minimum=1)
+
+
+_LAYOUT_TERMS = {"TP": "tensor_parallel", "PP": "pipeline_parallel", "EP": "expert_parallel"}
+
+
+def parse_layout(text: str, where: str) -> dict[str, object]:
+    """Deployment fields of a layout in engine words (module docstring), e.g. ``DEP8`` ->
+    ``{tensor_parallel: 8, expert_parallel: 8, attention_parallel: data}``; empty -> ``{}``."""
+    fields: dict[str, object] = {}
+    for term in text.split():
+        head, digits = term.rstrip("0123456789"), term[len(term.rstrip("0123456789")) :]
+        if not digits or int(digits) < 1 or head not in (*_LAYOUT_TERMS, "DEP"):
+            raise ConfigError(f"{where}: layout: expected terms like TP8, PP2, EP4 or DEP8, got {term!r}")
+        size = int(digits)
+        if head == "DEP":
+            fields |= {"tensor_parallel": size, "expert_parallel": size, "attention_parallel": "data"}
+        else:
+            fields[_LAYOUT_TERMS[head]] = size
+    if "expert_parallel" in fields:
+        fields.setdefault("attention_parallel", "tensor")
+    return fields
 
 
 def read_table(path: Path) -> list[MeasurementRow]:
@@ -169,6 +195,7 @@ def read_table(path: Path) -> list[MeasurementRow]:
                 request_rate_per_s=number(rate, where, "request_rate_per_s", positive=True) if rate else None,
                 requests=requests,
                 stack=(raw.get("stack") or "").strip() or None,
+                layout=parse_layout(raw.get("layout") or "", where),
             )
         )
     if not rows:
@@ -266,14 +293,16 @@ def loaded_scenario(
 
 
 def row_deployment(row: MeasurementRow, catalog: Catalog | None = None) -> dict[str, object]:
-    """The deployment a row was measured on: its hardware, model, chips, precision and stack, the
+    """The deployment a row was measured on: its hardware, model, chips, precision, stack and layout, the
     speculation its stack is documented to run (``spec_decoding``), and a context window long
     enough for its requests (a row measured beyond the model's window was served with a longer one)."""
     fields: dict[str, object] = {"hardware": row.hardware, "model": row.model, "chips": row.chips,
-                                 "weights": row.weights, "stack": row.stack}  # fmt: skip
+                                 "weights": row.weights, "stack": row.stack, **row.layout}  # fmt: skip
     if catalog is None:
         return fields
     hardware, model = catalog.hardware(row.hardware), catalog.model(row.model)
+    if row.layout and model.moe is not None and "expert_parallel" not in row.layout:
+        fields |= {"expert_parallel": 1, "attention_parallel": "tensor"}  # engines' "TP8": experts split too
     stack = catalog.stack(row.stack or hardware.execution.default_stack)
     speculation = stack.speculation_for(row.model, row.spec_decoding)
     if speculation is not None:

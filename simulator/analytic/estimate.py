@@ -5,9 +5,10 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
 - ``C`` users in a closed loop with no think time, every request ``I`` prompt tokens and
   ``O`` output tokens; decoding sequences hold on average ``I + O/2`` tokens of context.
 - Prefill is chunked by the stack's ``max_batched_tokens`` (whole, when it does not chunk);
-  chunks of one prompt follow each other through the pipeline:
-  ``prefill = pass(last) + sum(pass(others)) / stages``.
-- TTFT at ``C`` is the prefill with the other users' decodes riding in the same passes.
+  the chunks run in successive iterations (a pipelined machine streams each chunk's tokens
+  through its stages, :meth:`StepCostModel.iteration_times`).
+- TTFT at ``C`` is the prefill with the other ``C - 1`` users' decodes riding in its
+  iterations.
 - **Prefill interference** as the engine batches it: while one user decodes its ``O - 1``
   tokens, the other ``C - 1`` users each prefill one prompt of ``n`` chunks. A
   decode-first stack puts a chunk into a decode iteration (the iteration then costs
@@ -30,7 +31,6 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Annotated, Literal
 
@@ -140,13 +140,15 @@ def prefill_chunks(cost: StepCostModel, input_tokens: int, riding_decodes: int) 
 
 
 def _prefill_s(cost: StepCostModel, input_tokens: int, riding_decodes: int, context: float) -> float:
-    """Makespan of a chunked prefill, with ``riding_decodes`` decodes in each pass."""
-    passes = []
+    """Seconds of a prompt's prefill: its chunks' iterations, one after another, each with
+    ``riding_decodes`` decodes of ``context`` cached tokens in it (as the engine runs them)."""
+    window = cost.deployment.model.attention.sliding_window
+    total = 0.0
     for q, start in prefill_chunks(cost, input_tokens, riding_decodes):
         new = np.concatenate([[q], np.ones(riding_decodes)])
         cached = np.concatenate([[start], np.full(riding_decodes, context)])
-        passes.append(cost.pass_time(new, cached).total_s)
-    return passes[-1] + sum(passes[:-1]) / max(1, min(cost.pipeline_stages, len(passes)))
+        total += cost.iteration_times(BatchAggregates.of(new, cached, window)).step().total_s
+    return total
 
 
 def loaded_decode_step(cost: StepCostModel, users: int, input_tokens: int, output_tokens: int) -> StepTime:
@@ -217,9 +219,7 @@ def estimate(
     cost = StepCostModel(deployment)
     users = max(1, concurrency)
     context = input_tokens + output_tokens / 2.0
-    micro_batches = max(1, min(users, cost.pipeline_stages))
-    riding = math.ceil((users - 1) / micro_batches)
-    prefill_s = _prefill_s(cost, input_tokens, riding, context)
+    prefill_s = _prefill_s(cost, input_tokens, users - 1, context)
     step = loaded_decode_step(cost, users, input_tokens, output_tokens)
     tokens_per_step = cost.tokens_per_step
     return Estimate(

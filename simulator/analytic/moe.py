@@ -2,9 +2,17 @@
 
 Assumptions (stated once, used by the step-time model):
 
-- Routing is uniform and independent across tokens: each token picks ``k`` distinct experts of
-  ``E`` uniformly (top-k over a router that balances load on average, as the auxiliary losses
-  and bias terms of trained MoE routers aim to).
+- Routing is independent across tokens: each token picks ``k`` distinct experts of ``E``. Which
+  experts, and which ranks a token is sent to, is taken as uniform (trained routers balance load
+  on average); how *many* tokens each expert gets is not: serving traffic has hot experts.
+- **Hot experts.** The tokens a layer's experts receive have a coefficient of variation ``v``
+  (std / mean over experts; the model's ``moe.expert_load_cv``, else
+  :data:`DEFAULT_EXPERT_LOAD_CV`). A rank holding ``m`` experts drawn from ``E`` receives a
+  share of the layer's token-expert pairs with coefficient of variation
+  ``v_r = v sqrt((E - m) / (m (E - 1)))`` (a sum of ``m`` draws without replacement), taken as
+  lognormal (a sum of skewed loads is skewed; Fenton-Wilkinson), and the busiest of ``ep`` ranks
+  carries ``h = E[max of ep] / mean`` times the mean share (:func:`hot_rank_factor`). With one
+  rank (or every expert split over all chips) ``h = 1``.
 - Experts are spread evenly: ``m = E / ep`` routed experts on each of ``ep`` ranks.
 - Ranks are independent in the busiest-rank expectations below (their loads are weakly
   negatively correlated, so the independent maximum is a slight over-estimate).
@@ -18,7 +26,13 @@ Quantities (``T`` tokens routed this layer):
 - Experts hit on the busiest rank: ``X_r ~ Binomial(m, 1 - (1 - k/E)^T)`` per rank, and
   ``E[max_r X_r] = sum_x (1 - F(x)^ep)``. At one token this is what makes a sparsely
   activated model slow on many sockets: 8 experts of 256 over 16 ranks leave one rank with 2.
-- Token-expert pairs on the busiest rank: ``Y_r ~ Binomial(T k, 1/ep)``, ``E[max_r Y_r]`` the same way.
+- Token-expert pairs on the busiest rank: ``Y_r ~ Binomial(T k, 1/ep)``, ``E[max_r Y_r]`` the same
+  way, from routing noise; hot experts add ``(h - 1) T k / ep``. The two excesses over the mean
+  add in quadrature (independent sources of spread): the noise dominates a small batch, the hot
+  experts a large one.
+- Expert weights read on the busiest rank are counted with uniform routing (at large batches
+  every expert is hit either way; at small ones hot experts make fewer distinct experts, so
+  this errs slow).
 """
 
 from __future__ import annotations
@@ -28,12 +42,20 @@ from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
+from scipy import integrate, stats
 
 FloatArray = npt.NDArray[np.float64]
 
 #: Standard deviations around the mean summed over in the busiest-rank expectation of a large binomial.
 _TAIL_SIGMAS = 8.0
+
+#: Coefficient of variation of the tokens a MoE layer's experts receive in serving traffic, for a
+#: model without its own measurement: DeepSeek-R1 on a machine-translation dataset, 32 GB200s
+#: with 8 experts each and no load balancer, averaged over layers and iterations: 128 tokens per
+#: expert on average with standard deviation 164.1 (NVIDIA TensorRT-LLM tech blog 4, "Scaling
+#: Expert Parallelism in TensorRT-LLM", Table 1, docs/source/blogs/tech_blog/ @ 1d263f15). The
+#: same table gives the check of :func:`hot_rank_factor`: hottest rank 2.56 x the mean.
+DEFAULT_EXPERT_LOAD_CV = 164.1 / 128.0
 
 
 def distinct_experts(num_experts: int, experts_per_token: int, tokens: npt.ArrayLike) -> FloatArray:
@@ -107,7 +129,44 @@ def busiest_rank_pairs(experts_per_token: int, ranks: int, tokens: int) -> float
     return expected_max_binomial(tokens * experts_per_token, 1.0 / ranks, ranks)
 
 
-def busiest(function: object, tokens: FloatArray, *args: int) -> FloatArray:
+@lru_cache(maxsize=4096)
+def hot_rank_factor(num_experts: int, ranks: int, expert_load_cv: float) -> float:
+    """Busiest rank's share of a layer's token-expert pairs over the mean share, at a large batch.
+
+    ``h = E[max of ep lognormal shares] / mean`` with the rank coefficient of variation
+    ``v_r = v sqrt((E - m) / (m (E - 1)))`` (module docstring); ``E[max] = int_0^inf 1 - F(x)^ep dx``.
+
+    Examples
+    --------
+    >>> hot_rank_factor(256, 1, 1.28)  # one rank holds every expert
+    1.0
+    >>> round(hot_rank_factor(256, 32, 0.0), 6)  # no hot experts
+    1.0
+    """
+    per_rank = num_experts // ranks
+    if ranks <= 1 or expert_load_cv <= 0.0 or per_rank >= num_experts:
+        return 1.0
+    rank_cv = expert_load_cv * math.sqrt((num_experts - per_rank) / (per_rank * (num_experts - 1)))
+    sigma = math.sqrt(math.log1p(rank_cv**2))
+    share = stats.lognorm(s=sigma, scale=math.exp(-(sigma**2) / 2.0))  # mean 1
+
+    def above(x: float) -> float:
+        return 1.0 - float(share.cdf(x)) ** ranks
+
+    upper = float(share.ppf(1.0 - 1e-12))
+    expected_max, _ = integrate.quad(above, 0.0, upper, limit=200)
+    return max(1.0, float(expected_max))
+
+
+@lru_cache(maxsize=65536)
+def busiest_rank_pairs_hot(experts_per_token: int, ranks: int, hot_factor: float, tokens: int) -> float:
+    """Token-expert pairs on the busiest rank with routing noise and hot experts (module docstring)."""
+    mean = tokens * experts_per_token / ranks
+    noise = busiest_rank_pairs(experts_per_token, ranks, tokens) - mean
+    return mean + math.hypot(noise, (hot_factor - 1.0) * mean)
+
+
+def busiest(function: object, tokens: FloatArray, *args: float) -> FloatArray:
     """Apply a cached busiest-rank expectation elementwise over token counts (rounded)."""
     counts = np.rint(np.asarray(tokens, dtype=np.float64)).astype(np.int64)
     unique, inverse = np.unique(counts, return_inverse=True)

@@ -10,6 +10,8 @@ Assumptions:
   layer over chips only when one layer does not fit on one chip. Other machines split
   tensor-parallel up to the scale-up domain (a power of two that divides the KV heads), then
   add pipeline stages across domains.
+- Experts: spread over every chip of a stage unless the deployment says otherwise, never over
+  more ranks than there are routed experts (then each expert is split over the rest).
 - Chips come in multiples of ``execution.deployment_unit_chips`` where the product is sold
   as a unit (a rack).
 - KV replication: with tensor parallelism wider than the KV heads each chip keeps the heads
@@ -185,6 +187,14 @@ def _data_parallel_attention(model: ModelSpec, stage_chips: int) -> tuple[int, i
     return stage_chips, 1
 
 
+def _default_expert_parallel(model: ModelSpec, stage_chips: int) -> int:
+    """Experts spread over every chip of a stage, or over the most chips that divide it and leave
+    each rank at least one expert (8 experts on 16 chips: EP8, each expert split over 2)."""
+    if model.moe is None:
+        return 1
+    return max(d for d in range(1, stage_chips + 1) if stage_chips % d == 0 and d <= model.moe.num_routed_experts)
+
+
 def _check_replicated_fit(
     model: ModelSpec,
     precision: dict[TensorGroup, Precision],
@@ -357,9 +367,14 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
         weight_bytes = weight_bytes_of(model, precision, dp)
         _check_replicated_fit(model, precision, tier, dp, pp, spec, hardware)
         kv_budget = chips * tier.capacity.value * tier.usable_fraction.value - weight_bytes
-    ep = spec.expert_parallel or (tp * dp if model.moe else 1)
+    ep = spec.expert_parallel or _default_expert_parallel(model, tp * dp)
     if ep > tp * dp or (tp * dp) % ep:
         raise PlacementError(f"expert_parallel {ep} must divide the {tp * dp} chips of a stage")
+    if model.moe is not None and ep > model.moe.num_routed_experts:
+        raise PlacementError(
+            f"expert_parallel {ep} exceeds {model.id}'s {model.moe.num_routed_experts} routed experts (a rank "
+            "needs at least one; split experts over more chips with a smaller expert_parallel)"
+        )
     slower = tuple(t for t in tiers if t.bandwidth.value < tier.bandwidth.value)
     return Deployment(
         hardware=hardware,

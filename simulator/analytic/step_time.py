@@ -33,10 +33,11 @@ in its KV cache (``c``). Assumptions:
   ``hop_latency`` each, with ``cores spanned = active layer bytes / SRAM per core``.
 - **Layer-pipelined execution** (``layer_pipelined``): each layer owns a region of its
   chip, so an operator gets ``1 / layers per chip`` of the chip's compute and bandwidth, and
-  up to ``num_layers`` micro-batches can be in flight (see :meth:`StepCostModel.cycle_time`).
+  up to ``num_layers`` micro-batches can be in flight, a prompt's tokens among them in causal
+  chunks (see :meth:`StepCostModel.iteration_times`).
 - Terms add (no overlap of communication with compute): a conservative, explainable choice.
-- Not modelled: activation traffic, norms and rotary embeddings, expert load imbalance,
-  logits all-gather, and host-side network time.
+- Not modelled: activation traffic, norms and rotary embeddings, expert load balancers
+  (EPLB: redundant hot experts), logits all-gather, and host-side network time.
 
 On SRAM machines the bandwidth terms are tiny and latency dominates: a bandwidth-only
 roofline would predict them about 100x too fast.
@@ -51,7 +52,14 @@ import numpy as np
 import numpy.typing as npt
 
 from simulator.analytic.architecture import FLOPS_PER_MAC, layer_shapes
-from simulator.analytic.moe import busiest, busiest_rank_experts, busiest_rank_pairs, other_ranks
+from simulator.analytic.moe import (
+    DEFAULT_EXPERT_LOAD_CV,
+    busiest,
+    busiest_rank_experts,
+    busiest_rank_pairs_hot,
+    hot_rank_factor,
+    other_ranks,
+)
 from simulator.analytic.placement import Deployment, kv_replication
 from simulator.analytic.precision import BYTES_PER_ELEMENT, compute_path
 from simulator.analytic.speculation import acceptance, tokens_per_verify
@@ -200,6 +208,8 @@ class StepCostModel:
         self.dp = d.attention_dp
         self.expert_tp = tp * self.dp // d.expert_parallel  # chips each expert is split over
         self.comm_overlap = d.stack.moe_comm_overlap.value
+        load_cv = moe.expert_load_cv.value if moe and moe.expert_load_cv else DEFAULT_EXPERT_LOAD_CV
+        self.hot_rank = hot_rank_factor(moe.num_routed_experts, d.expert_parallel, load_cv) if moe else 1.0
         exponent = hw.compute.roofline_exponent
         self.roofline_exponent = None if exponent is None else exponent.value
         # speculative decoding: the draft's own cost model and the acceptance of each draft position
@@ -269,12 +279,13 @@ class StepCostModel:
 
     def _alltoall_s(self, tokens_per_rank: FloatArray) -> FloatArray:
         """One dispatch (or combine): each rank sends its tokens once to every distinct other rank
-        holding one of their experts, ``alltoall_latency + tokens * other_ranks * hidden * bytes / bw``."""
+        holding one of their experts, and the busiest rank receives ``h`` (hot experts) times the
+        mean: ``alltoall_latency + h * tokens * other_ranks * hidden * bytes / bw``."""
         moe = self.deployment.model.moe
         assert moe is not None
         ranks = other_ranks(moe.num_routed_experts, moe.experts_per_token, self.deployment.expert_parallel)
         msg = tokens_per_rank * ranks * self.deployment.model.hidden_size * self.act_bytes
-        return self.alltoall_alpha + msg / self.link_bw
+        return self.alltoall_alpha + self.hot_rank * msg / self.link_bw
 
     def _overlap(self, memory_s: FloatArray, compute_s: FloatArray) -> tuple[FloatArray, FloatArray]:
         """(operator seconds, share of them charged to memory): ``max(m, c)`` on an ideal roofline,
@@ -294,7 +305,7 @@ class StepCostModel:
         """(weight seconds, compute seconds) of one MoE layer on the busiest chip.
 
         Routed experts: the busiest expert-parallel rank's distinct experts (weights read) and
-        token-expert pairs (FLOPs), each expert split over ``expert_tp`` chips; shared experts
+        token-expert pairs (FLOPs, hot experts included), each expert split over ``expert_tp`` chips; shared experts
         run on every attention rank's own tokens, split like the dense layers (``tp``).
         """
         d = self.deployment
@@ -302,7 +313,7 @@ class StepCostModel:
         assert moe is not None
         e, k, ep = moe.num_routed_experts, moe.experts_per_token, d.expert_parallel
         experts = busiest(busiest_rank_experts, tokens, e, k, ep) / self.expert_tp
-        pairs = busiest(busiest_rank_pairs, tokens, k, ep) / self.expert_tp
+        pairs = busiest(busiest_rank_pairs_hot, tokens, k, ep, self.hot_rank) / self.expert_tp
         shared = moe.num_shared_experts / d.tensor_parallel
         weight_s = (experts + shared) * self.expert_bytes / self.expert_read_rate
         flops = (pairs + shared * tokens_per_rank) * self.flops_per_expert_token
@@ -375,21 +386,20 @@ class StepCostModel:
     def iteration_times(self, batch: BatchAggregates) -> PassTimes:
         """Seconds between iterations when ``batch`` is split over the pipeline's stages.
 
-        ``n = min(sequences, stages)`` micro-batches of ``1/n`` of the batch each; every
-        sequence advances once per ``max(pass(batch/n), n * pass(batch/n) / stages)``.
-        With one stage (a GPU) this is ``pass(batch)``.
+        The batch's tokens are split into ``n = min(tokens, stages)`` micro-batches of ``1/n``
+        of it each: a decode's one token is indivisible, but a prompt's (or a verify's) tokens
+        stream through the stages in causal order, chunk after chunk, so one prompt alone fills
+        the pipeline. Every micro-batch comes back once per ``pass(batch/n)`` (with ``n <=
+        stages`` no stage holds more than a pass's worth of work). The fill of an idle pipeline
+        (the last micro-batch entering ``(n - 1) / stages`` of a pass late) is not charged. With
+        one stage (a GPU) this is ``pass(batch)``.
         """
         stages = self.pipeline_stages
         if stages == 1:
             return self.pass_times(batch)
-        micro_batches = np.clip(batch.sequences, 1.0, stages)
+        micro_batches = np.clip(batch.tokens, 1.0, stages)
         micro = self.pass_times(batch.scaled(1.0 / micro_batches))
-        stretch = np.maximum(1.0, micro_batches / stages)
-        return PassTimes(
-            {k: v * stretch for k, v in micro.components_s.items()},
-            micro.flops * micro_batches,
-            micro.bytes_moved * micro_batches,
-        )
+        return PassTimes(micro.components_s, micro.flops * micro_batches, micro.bytes_moved * micro_batches)
 
     def draft_times(self, context_tokens: FloatArray) -> PassTimes:
         """Seconds of the ``gamma`` draft passes of one speculative step over sequences holding

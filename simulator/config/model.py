@@ -65,6 +65,11 @@ class MoESpec(Spec):
     experts_per_token: PositiveInt
     expert_intermediate_size: PositiveInt
     num_moe_layers: PositiveInt = Field(description="MoE layers; the other layers are dense")
+    expert_load_cv: Sourced[Annotated[float, Field(ge=0)]] | None = Field(
+        None,
+        description="coefficient of variation (std / mean) of the tokens a layer's experts receive in "
+        "serving traffic; empty: simulator.analytic.moe.DEFAULT_EXPERT_LOAD_CV",
+    )
 
     @model_validator(mode="after")
     def _k_le_e(self) -> MoESpec:

@@ -7,10 +7,13 @@ import pytest
 
 from simulator.analytic.layouts import Question, choose_layout
 from simulator.analytic.moe import (
+    DEFAULT_EXPERT_LOAD_CV,
     busiest_rank_experts,
     busiest_rank_pairs,
+    busiest_rank_pairs_hot,
     distinct_experts,
     distinct_ranks,
+    hot_rank_factor,
     other_ranks,
 )
 from simulator.analytic.placement import PlacementError
@@ -61,6 +64,43 @@ def test_busiest_rank_loads_bracket_the_mean_and_the_total() -> None:
         pairs = busiest_rank_pairs(8, 8, tokens)
         assert 8 * tokens / 8 <= pairs <= 8 * tokens
         assert distinct_experts(128, 8, tokens) / 8 <= busiest_rank_experts(128, 8, 8, tokens) <= 16
+
+
+@pytest.mark.parametrize(("experts", "ranks", "cv"), [(256, 32, 1.28), (128, 8, 1.28), (128, 8, 0.5), (64, 4, 1.0),
+                                                      (8, 2, 1.28), (128, 16, 2.0)])  # fmt: skip
+def test_hot_rank_factor_matches_a_monte_carlo_draw_of_skewed_expert_loads(experts: int, ranks: int, cv: float) -> None:
+    """Expert loads lognormal with coefficient of variation ``cv``, experts placed on ranks at random: the
+    busiest rank's load over the mean is the closed form's (a lognormal sum, Fenton-Wilkinson) within 5 %."""
+    rng = np.random.default_rng(3)
+    draws = 4000
+    sigma = np.sqrt(np.log1p(cv * cv))
+    loads = rng.lognormal(-(sigma**2) / 2, sigma, size=(draws, experts))
+    placed = np.take_along_axis(loads, np.argsort(rng.random((draws, experts)), axis=1), axis=1)
+    per_rank = placed.reshape(draws, ranks, experts // ranks).sum(axis=2)
+    busiest = (per_rank.max(axis=1) / per_rank.mean(axis=1)).mean()
+    assert hot_rank_factor(experts, ranks, cv) == pytest.approx(busiest, rel=0.05)
+
+
+def test_hot_rank_factor_reproduces_the_measured_deepseek_imbalance_within_15_percent() -> None:
+    """TensorRT-LLM measured DeepSeek-R1 on 32 ranks of 8 experts without a load balancer: the hottest
+    rank received 2.56 x the mean (the same table's per-expert spread is the default CV). The measured
+    loads cluster on a few hot experts, so the lognormal model sits below, by at most 15 %."""
+    factor = hot_rank_factor(256, 32, DEFAULT_EXPERT_LOAD_CV)
+    assert 2.56 * 0.85 <= factor <= 2.56
+
+
+def test_hot_experts_add_to_the_busiest_rank_and_vanish_without_ranks_or_skew() -> None:
+    """h = 1 on one rank or with even loads; pairs on the busiest rank grow with h, by at most h x mean
+    plus the routing noise; at a large batch they approach h x mean."""
+    assert hot_rank_factor(128, 1, 1.28) == 1.0 and hot_rank_factor(128, 8, 0.0) == 1.0
+    assert hot_rank_factor(128, 8, 0.5) < hot_rank_factor(128, 8, 1.0) < hot_rank_factor(128, 8, 2.0)
+    h = hot_rank_factor(128, 8, 1.28)
+    for tokens in (1, 64, 4096):
+        mean = tokens * 8 / 8
+        noise = busiest_rank_pairs(8, 8, tokens) - mean
+        hot = busiest_rank_pairs_hot(8, 8, h, tokens)
+        assert busiest_rank_pairs(8, 8, tokens) <= hot <= h * mean + noise + 1e-9
+    assert busiest_rank_pairs_hot(8, 8, h, 100_000) == pytest.approx(h * 100_000, rel=0.01)
 
 
 def test_dispatch_bytes_are_conserved_across_expert_parallel_sizes(catalog: Catalog) -> None:

@@ -7,9 +7,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from simulator.analytic.layouts import deploy
+from simulator.analytic.step_time import BatchAggregates, StepCostModel
+from simulator.config.deployment import DeploymentSpec
 from simulator.engine.build import ScenarioError
 from simulator.runner import RunResult
-from tests.engine.conftest import SMALL, run
+from tests.engine.conftest import CATALOG, SMALL, run
 
 CHAT = {"input_tokens": {"dist": "lognormal", "median": 400, "sigma": 1.0},
         "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.8}}  # fmt: skip
@@ -74,6 +77,27 @@ def test_tokens_emitted_equal_tokens_requested(case: tuple[str, RunResult]) -> N
     ok = rec.requests["dropped"] == 0
     emitted, _ = rec.tokens_in_window(0.0, rec.end_s)
     assert emitted == pytest.approx(rec.requests["output_tokens"][ok].sum(), rel=1e-12)
+
+
+def test_no_first_token_comes_sooner_than_its_prompt_alone(case: tuple[str, RunResult]) -> None:
+    """TTFT >= the iteration of the request's uncached prompt on an idle replica, unchunked.
+
+    Waiting, chunking (k passes of 1/k of a prompt each cost at least one pass of it) and sharing
+    an iteration with other work (pass time grows with every batch statistic; a pipelined
+    machine splits a batch into ``min(tokens, stages)`` micro-batches, no smaller for more
+    tokens) can only add to it: the time of a prompt must never fall as load rises.
+    """
+    name, result = case
+    cost = StepCostModel(deploy(CATALOG, DeploymentSpec(**CASES[name].get("deployment", SMALL))))
+    window = cost.deployment.model.attention.sliding_window
+    r = result.records.requests
+    ok = r["dropped"] == 0
+    cached = r["cached_tokens"][ok]
+    uncached = r["input_tokens"][ok] - cached
+    ttft = r["first_token_s"][ok] - r["arrival_s"][ok]
+    alone = np.array([cost.iteration_times(BatchAggregates.of([q], [c], window)).step().total_s
+                      for q, c in zip(uncached, cached, strict=True)])  # fmt: skip
+    assert np.all(ttft >= alone * (1 - 1e-9))
 
 
 def test_kv_and_batch_stay_within_their_budgets(case: tuple[str, RunResult]) -> None:
