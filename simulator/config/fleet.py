@@ -72,7 +72,7 @@ class RouterSpec(Spec):
 
 
 class CostSpec(Spec):
-    """How a run's cost is counted (see :mod:`simulator.results.economics`)."""
+    """How a run's cost is counted (see :mod:`simulator.analytic.economics`)."""
 
     basis: CostBasis = Field(
         "auto",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
+from simulator.analytic.economics import CostError, Pricing, assumptions_of, resolve_pricing
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment, plan
 from simulator.analytic.step_time import StepCostModel
@@ -49,7 +50,6 @@ from simulator.engine.scheduler import (
 from simulator.errors import InfersimError
 from simulator.limits import Limits, RunSize, class_calls
 from simulator.limits import check as check_size
-from simulator.results.economics import CostError, Pricing, assumptions_of, resolve_pricing
 from simulator.traces import TraceRequest
 
 if TYPE_CHECKING:

@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simulator.analytic.economics import SECONDS_PER_HOUR, Pricing, api_usd
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment
 from simulator.config.fleet import RouterSpec
 from simulator.config.hardware import TokenPrice
 from simulator.engine.replica import Replica
 from simulator.engine.scheduler import Request
-from simulator.results.economics import SECONDS_PER_HOUR, Pricing, api_usd
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ completions in the window; ``goodput_requests_per_s`` counts those meeting every
 are time-weighted means over the same window; utilisation is achieved / peak FLOP/s and
 bytes/s of a replica's chips over the window. ``cost`` holds the fleet's $/h, $, idle $, $/1M
 output tokens, $/task, tasks per $, J/token and J/task of the window
-(:mod:`simulator.results.economics`), busy time prorated; ``backends`` the same per backend,
+(:mod:`simulator.analytic.economics`), busy time prorated; ``backends`` the same per backend,
 with what each served. Dropped requests (too long for every allowed backend) and requests
 rejected over the API budget are counted apart.
 """
@@ -44,10 +44,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from simulator.analytic.economics import RunCost, api_usd, assumptions_of, run_cost
 from simulator.config.fleet import CostSpec
 from simulator.config.scenario import SLOSpec, WorkloadClass
 from simulator.config.workload import AgentsLoad, TraceLoad
-from simulator.results.economics import RunCost, api_usd, assumptions_of, run_cost
 from simulator.results.records import BackendRecord, FloatArray, RunRecords
 
 PERCENTILES = (50, 90, 95, 99)

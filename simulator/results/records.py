@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from simulator.analytic.economics import Pricing
 from simulator.config.hardware import HardwareProfile
 from simulator.engine.build import Simulation
 from simulator.engine.recorder import (
@@ -17,7 +18,6 @@ from simulator.engine.recorder import (
     ReplicaTotals,
     TokenCounter,
 )
-from simulator.results.economics import Pricing
 
 FloatArray = npt.NDArray[np.float64]
 
