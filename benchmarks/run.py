@@ -31,7 +31,6 @@ from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
 from simulator.engine.build import build
 from simulator.results.metrics import summarize
-from simulator.results.records import freeze
 from simulator.tables import format_table
 
 CASES = {
@@ -106,7 +105,7 @@ def _timed(scenario: Scenario, catalog: Catalog, requests: int, kind: str) -> di
     start = time.perf_counter()
     simulation = build(scenario, catalog)
     end_s = simulation.run()
-    summary = summarize(freeze(simulation, end_s), scenario.slo)
+    summary = summarize(simulation.records(end_s), scenario.slo)
     wall = time.perf_counter() - start
     events = next(simulation.env._eid)  # SimPy's running event id: events scheduled so far
     calls = summary["requests_completed"]

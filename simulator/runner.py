@@ -12,8 +12,8 @@ from simulator.config.scenario import Scenario
 from simulator.config.workload import TraceLoad
 from simulator.engine.build import build
 from simulator.limits import Limits
+from simulator.records import RunRecords
 from simulator.results.metrics import summarize
-from simulator.results.records import RunRecords, freeze
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def simulate(
     """
     simulation = build(scenario, catalog, limits)
     end_s = simulation.run(progress)
-    records = freeze(simulation, end_s)
+    records = simulation.records(end_s)
     return RunResult(scenario, records, summarize(records, scenario.slo, scenario.workload_classes, scenario.cost))
 
 
@@ -78,7 +78,7 @@ def summary_shape(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
     """The summary a run of ``scenario`` would have, before anything runs (every number undefined):
     its keys are the metric paths a sweep or a plan may ask for."""
     simulation = build(scenario, catalog, limits=None)
-    records = freeze(simulation, 0.0)
+    records = simulation.records(0.0)
     return summarize(records, scenario.slo, scenario.workload_classes, scenario.cost)
 
 

@@ -59,7 +59,9 @@ def imports(path: Path, name: str) -> dict[str, str]:
             elif isinstance(child, ast.ImportFrom):
                 base = child.module or ""
                 if child.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - child.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - child.level + 1] + ([base] if base else [])
+                    )
                 targets = [f"{base}.{alias.name}" for alias in child.names] + [base]
             for target in targets:
                 while target and target not in MODULES:
@@ -138,13 +140,17 @@ def main() -> int:
         print(f"  {name:<22} -> {', '.join(sorted(p.removeprefix('simulator.') for p in packages[name])) or '-'}")
     print("\nmodules (imports inside functions or under TYPE_CHECKING are marked):")
     for source in sorted(edges):
-        marked = [t.removeprefix("simulator.") + ("" if h == "top" else f" ({h})") for t, h in sorted(edges[source].items())]
+        marked = [
+            t.removeprefix("simulator.") + ("" if h == "top" else f" ({h})") for t, h in sorted(edges[source].items())
+        ]
         print(f"  {source.removeprefix('simulator.'):<22} -> {', '.join(marked) or '-'}")
     cycles = strongly_connected({s: set(t) for s, t in edges.items()})
     print("\nimport cycles:", "none" if not cycles else "")
     for cycle in cycles:
         print("  " + " <-> ".join(c.removeprefix("simulator.") for c in cycle))
-    broken = [(s, t) for s, ts in edges.items() for t in ts for a, b in FORBIDDEN if s.startswith(a) and t.startswith(b)]
+    broken = [
+        (s, t) for s, ts in edges.items() for t in ts for a, b in FORBIDDEN if s.startswith(a) and t.startswith(b)
+    ]
     print("layer violations:", "none" if not broken else "")
     for source, target in broken:
         print(f"  {source} -> {target}")

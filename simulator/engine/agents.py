@@ -28,6 +28,7 @@ from simulator.engine.build import ClassSource, TaskCounter
 from simulator.engine.load import REFUSED_BACKOFF_S
 from simulator.engine.recorder import Recorder
 from simulator.engine.scheduler import Request
+from simulator.records import TaskRecord
 
 
 def _draw(spec: Distribution, rng: np.random.Generator, minimum: float = 0.0) -> float:
@@ -82,7 +83,7 @@ class TaskTally:
         self.cached_tokens += request.cached_tokens
 
     def record(self, recorder: Recorder, end_s: float) -> None:
-        recorder.task((
+        recorder.task(TaskRecord(
             self.task_id, self.agent, self.start_s, end_s, self.calls, self.model_s, self.queue_s, self.tool_s,
             self.subagent_s, self.network_s, self.input_tokens, self.output_tokens, self.cached_tokens,
             float(self.failed), self.parent, self.klass,

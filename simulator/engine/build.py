@@ -20,6 +20,7 @@ import simpy
 from simulator.analytic.economics import CostError, Pricing, assumptions_of, resolve_pricing
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment, plan
+from simulator.analytic.precision import matmul_precision
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.batching import ContinuousBatching, Scheduler
 from simulator.config.distributions import Constant, Distribution
@@ -50,6 +51,7 @@ from simulator.engine.scheduler import (
 from simulator.errors import InfersimError
 from simulator.limits import Limits, RunSize, class_calls
 from simulator.limits import check as check_size
+from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, BackendRecord, RequestRecord, RunRecords
 from simulator.traces import TraceRequest
 
 if TYPE_CHECKING:
@@ -134,7 +136,7 @@ class RequestFactory:
         replica = self.router.route(request, self.env.now) if fits else None
         if replica is None:
             self.dropped += 1
-            self.recorder.dropped(record_fields(request, dropped=DROPPED_OVER_BUDGET if fits else DROPPED_TOO_LONG))
+            self.recorder.dropped(request_record(request, dropped=DROPPED_OVER_BUDGET if fits else DROPPED_TOO_LONG))
             return None
         block_tokens = replica.policy.kv.block_tokens
         if block_hashes is not None:
@@ -164,7 +166,7 @@ class RequestFactory:
     def _deliver(self, request: Request) -> None:
         """The last token reaches the client."""
         now = self.env.now
-        self.recorder.departure(now, record_fields(request, dropped=0, done_s=now))
+        self.recorder.departure(now, request_record(request, dropped=0, done_s=now))
         self.router.charge(self.replica_backend[request.replica], request, now)
         if request.done is not None:
             request.done.succeed()
@@ -208,13 +210,9 @@ class ClassSource:
         )
 
 
-DROPPED_TOO_LONG = 1
-DROPPED_OVER_BUDGET = 2
-
-
-def record_fields(request: Request, dropped: int, done_s: float = math.nan) -> tuple[float, ...]:
-    """The request's row; the first token is stamped when the client sees it."""
-    return (
+def request_record(request: Request, dropped: int, done_s: float = math.nan) -> RequestRecord:
+    """The request's record; the first token is stamped when the client sees it."""
+    return RequestRecord(
         request.id, request.replica, request.user, request.arrival_s, request.admitted_s,
         request.first_token_s + request.one_way_s, done_s, request.input_tokens, request.output_tokens,
         request.preemptions, float(dropped), request.cached_tokens, request.task, request.klass,
@@ -250,6 +248,23 @@ class Simulation:
         if progress is not None:
             progress(1.0)
         return float(self.env.now)
+
+    def records(self, end_s: float) -> RunRecords:
+        """What the run recorded, frozen (call once, after :meth:`run`)."""
+        backends = []
+        for b in self.backends:
+            d, hw = b.deployment, b.deployment.hardware
+            backends.append(BackendRecord(
+                name=b.name, hardware=hw, model_id=d.model.id, chips_per_replica=d.chips,
+                replicas=[r.index for r in b.replicas], kv_blocks_per_replica=b.kv_blocks, max_batch_size=b.batch_cap,
+                peak_flops_per_chip=hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value,
+                peak_bandwidth_per_chip=d.weights_tier.bandwidth.value,
+                pricing=b.pricing,
+            ))  # fmt: skip
+        return self.recorder.freeze(
+            end_s, self.scenario.run.warmup, backends, self.factory.count - self.recorder.request_count,
+            self.capacity_requests_per_s, self.offered_requests_per_s,
+        )  # fmt: skip
 
 
 def swap_bandwidth(deployment: Deployment) -> float:

@@ -48,7 +48,7 @@ from simulator.analytic.economics import RunCost, api_usd, assumptions_of, run_c
 from simulator.config.fleet import CostSpec
 from simulator.config.scenario import SLOSpec, WorkloadClass
 from simulator.config.workload import AgentsLoad, TraceLoad
-from simulator.results.records import BackendRecord, FloatArray, RunRecords
+from simulator.records import BackendRecord, FloatArray, RunRecords
 
 PERCENTILES = (50, 90, 95, 99)
 #: Where a task's time goes (the columns ``<part>_s`` of the task records).

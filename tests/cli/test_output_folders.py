@@ -115,7 +115,9 @@ def test_a_file_as_target_is_refused(user_folder: Path, capsys: pytest.CaptureFi
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permissions")
-def test_an_unwritable_place_is_refused_before_simulating(user_folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unwritable_place_is_refused_before_simulating(
+    user_folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     locked = user_folder / "locked"
     locked.mkdir(mode=0o500)
     assert main(["run", "s.yaml", "-o", "locked/out"]) == 2

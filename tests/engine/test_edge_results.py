@@ -34,8 +34,11 @@ def test_an_open_loop_estimate_is_rate_times_duration() -> None:
 @pytest.mark.parametrize(
     ("parts", "words"),
     [
-        ({"load": {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 1}}, "run": {"duration": "1e308 s"}},
-         "model calls"),
+        (
+            {"load": {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 1}},
+             "run": {"duration": "1e308 s"}},
+            "model calls",
+        ),
         ({"load": {"kind": "closed", "users": 1_000_000_000}, "run": {"duration": "10 s"}}, "concurrent users"),
         ({"replicas": 1_000_000, "run": {"duration": "10 s"}}, "replicas"),
     ],
