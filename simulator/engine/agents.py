@@ -24,10 +24,9 @@ import simpy
 from simulator.config.distributions import Distribution
 from simulator.config.workload import AgentsLoad, AgentTaskSpec
 from simulator.engine import ProcessGenerator
-from simulator.engine.build import ClassSource, TaskCounter
-from simulator.engine.load import REFUSED_BACKOFF_S
+from simulator.engine.clients import REFUSED_BACKOFF_S, ClassSource, TaskCounter
 from simulator.engine.recorder import Recorder
-from simulator.engine.scheduler import Request
+from simulator.engine.request import Request
 from simulator.records import TaskRecord
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -23,7 +22,7 @@ from simulator.analytic.placement import Deployment, plan
 from simulator.analytic.precision import matmul_precision
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.batching import ContinuousBatching, Scheduler
-from simulator.config.distributions import Constant, Distribution
+from simulator.config.distributions import Constant
 from simulator.config.fleet import BackendSpec, CostSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import (
@@ -36,187 +35,24 @@ from simulator.config.scenario import (
     WorkloadClass,
 )
 from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
+from simulator.engine.agents import AgentRuntime, closed_loop_agent, open_loop_tasks
+from simulator.engine.clients import ClassSource, LengthSampler, RequestFactory, TaskCounter
 from simulator.engine.fleet import Backend, ClassRouting, Router
+from simulator.engine.kv import BlockManager
 from simulator.engine.load import closed_loop_user, open_loop
 from simulator.engine.recorder import Recorder
+from simulator.engine.replay import REQUEST_FORMATS, request_trace, start_replay
 from simulator.engine.replica import Replica
-from simulator.engine.scheduler import (
-    BatchPolicy,
-    BlockManager,
-    ContinuousBatchingPolicy,
-    Request,
-    Slots,
-    StaticBatchingPolicy,
-)
+from simulator.engine.scheduler import BatchPolicy, ContinuousBatchingPolicy, Slots, StaticBatchingPolicy
 from simulator.errors import InfersimError
 from simulator.limits import Limits, RunSize, class_calls
 from simulator.limits import check as check_size
-from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, BackendRecord, RequestRecord, RunRecords
+from simulator.records import BackendRecord, RunRecords
 from simulator.traces import TraceRequest
-
-if TYPE_CHECKING:
-    from simulator.engine.agents import AgentRuntime
-
-LENGTH_CHUNK = 1024
-PROGRESS_TICKS = 100
-
-
-@dataclass
-class TaskCounter:
-    """Global task and session ids (one per conversation), shared by every class of a run."""
-
-    tasks: itertools.count[int]
-    sessions: itertools.count[int]
 
 
 class ScenarioError(InfersimError):
     """A scenario that validates but cannot run as asked; the message says why."""
-
-
-class LengthSampler:
-    """Integer token counts >= 1 from a distribution, drawn in chunks."""
-
-    def __init__(self, spec: Distribution, rng: np.random.Generator) -> None:
-        self.spec, self.rng = spec, rng
-        self._buffer: list[int] = []
-
-    def draw(self) -> int:
-        if not self._buffer:
-            values = np.maximum(np.rint(self.spec.sample(self.rng, LENGTH_CHUNK)), 1.0)
-            self._buffer = values.astype(np.int64)[::-1].tolist()
-        return self._buffer.pop()
-
-
-class RequestFactory:
-    """Makes requests at the current time for every class: ids, the infeasible dropped, routing.
-
-    A request is dropped (``dropped = 1``) when no backend its class may use can hold it and
-    rejected (``dropped = 2``) when only over-budget backends could serve it. It reaches its
-    replica half a network round trip after it is sent, and the client sees its first and
-    last token half a round trip after the replica emits them.
-    """
-
-    def __init__(
-        self,
-        env: simpy.Environment,
-        scenario: Scenario,
-        router: Router,
-        replica_backend: list[Backend],
-        recorder: Recorder,
-    ) -> None:
-        self.env, self.router, self.replica_backend, self.recorder = env, router, replica_backend, recorder
-        self.max_requests = scenario.run.max_requests or math.inf
-        self.duration_s = scenario.run.duration or math.inf
-        self.count = 0
-        self.dropped = 0
-        self.progress: Callable[[float], None] | None = None
-        self._next_tick = 1
-
-    @property
-    def exhausted(self) -> bool:
-        return self.count >= self.max_requests
-
-    def make(
-        self,
-        klass: int,
-        priority: int,
-        user: int,
-        lengths: tuple[int, int],
-        session: Hashable | None,
-        task: int,
-        block_hashes: tuple[int, ...] | None,
-        hash_block_tokens: int,
-    ) -> Request | None:
-        request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes)
-        request.task, request.klass, request.priority = task, klass, priority
-        self.count += 1
-        if self.progress is not None:
-            self._tick(self.progress)
-        fits = self.router.fits_somewhere(request)
-        replica = self.router.route(request, self.env.now) if fits else None
-        if replica is None:
-            self.dropped += 1
-            self.recorder.dropped(request_record(request, dropped=DROPPED_OVER_BUDGET if fits else DROPPED_TOO_LONG))
-            return None
-        block_tokens = replica.policy.kv.block_tokens
-        if block_hashes is not None:
-            request.hash_ratio = max(1, hash_block_tokens // block_tokens)
-        request.one_way_s = self.replica_backend[replica.index].one_way_s
-        request.done = self.env.event()
-        self.recorder.arrival(self.env.now)
-        if request.one_way_s > 0:
-            replica.reserve(request)  # load-aware routers see it while it crosses the network
-            self.env.timeout(request.one_way_s).callbacks.append(lambda _: replica.submit(request))
-        else:
-            replica.submit(request)
-        return request
-
-    def _tick(self, progress: Callable[[float], None]) -> None:
-        done = max(self.env.now / self.duration_s, self.count / self.max_requests)
-        while self._next_tick < PROGRESS_TICKS and done >= self._next_tick / PROGRESS_TICKS:
-            progress(self._next_tick / PROGRESS_TICKS)
-            self._next_tick += 1
-
-    def complete(self, request: Request) -> None:
-        if request.one_way_s > 0:
-            self.env.timeout(request.one_way_s).callbacks.append(lambda _: self._deliver(request))
-        else:
-            self._deliver(request)
-
-    def _deliver(self, request: Request) -> None:
-        """The last token reaches the client."""
-        now = self.env.now
-        self.recorder.departure(now, request_record(request, dropped=0, done_s=now))
-        self.router.charge(self.replica_backend[request.replica], request, now)
-        if request.done is not None:
-            request.done.succeed()
-
-
-class ClassSource:
-    """One workload class's view of the factory: its lengths, its priority, its index."""
-
-    def __init__(
-        self,
-        factory: RequestFactory,
-        klass: int,
-        priority: int,
-        samplers: dict[int, tuple[LengthSampler, LengthSampler]],
-    ) -> None:
-        self.factory, self.klass, self.priority, self.samplers = factory, klass, priority, samplers
-
-    @property
-    def exhausted(self) -> bool:
-        return self.factory.exhausted
-
-    def submit(
-        self,
-        user: int,
-        lengths: tuple[int, int] | None = None,
-        session: Hashable | None = None,
-        task: int = -1,
-        block_hashes: tuple[int, ...] | None = None,
-        hash_block_tokens: int = 0,
-    ) -> Request | None:
-        """A request now: lengths drawn for ``user`` unless given; a session sticks to one replica.
-
-        ``block_hashes`` (traces) name the prompt's KV blocks of ``hash_block_tokens`` each.
-        """
-        if lengths is None:
-            input_sampler, output_sampler = self.samplers.get(user, self.samplers[-1])
-            lengths = (input_sampler.draw(), output_sampler.draw())
-        session_key = None if session is None else (self.klass, session)
-        return self.factory.make(
-            self.klass, self.priority, user, lengths, session_key, task, block_hashes, hash_block_tokens
-        )
-
-
-def request_record(request: Request, dropped: int, done_s: float = math.nan) -> RequestRecord:
-    """The request's record; the first token is stamped when the client sees it."""
-    return RequestRecord(
-        request.id, request.replica, request.user, request.arrival_s, request.admitted_s,
-        request.first_token_s + request.one_way_s, done_s, request.input_tokens, request.output_tokens,
-        request.preemptions, float(dropped), request.cached_tokens, request.task, request.klass,
-    )  # fmt: skip
 
 
 @dataclass
@@ -427,8 +263,6 @@ def run_size(scenario: Scenario, catalog: Catalog) -> RunSize:
 
 def _request_trace(klass: WorkloadClass) -> list[TraceRequest] | None:
     """An Azure or Mooncake trace's requests, read once (None for other loads)."""
-    from simulator.engine.replay import REQUEST_FORMATS, request_trace
-
     load = klass.load
     return request_trace(load) if isinstance(load, TraceLoad) and load.format in REQUEST_FORMATS else None
 
@@ -508,13 +342,9 @@ def _start_class(
         env.process(open_loop(env, load.arrivals, np.random.default_rng(arrivals_ss), source, stop_s))
     elif isinstance(load, AgentsLoad):
         assert task is not None
-        from simulator.engine.agents import AgentRuntime
-
         runtime = AgentRuntime(env, source, recorder, counter, max_tokens, stop_s, index)
         _start_agents(runtime, load, task, arrivals_ss, users_ss)
     elif isinstance(load, TraceLoad):
-        from simulator.engine.replay import start_replay
-
         rng = np.random.default_rng(arrivals_ss)
         start_replay(env, load, source, recorder, rng, stop_s, counter, index, trace_rows)
     else:
@@ -536,8 +366,6 @@ def _start_agents(
     arrivals_ss: np.random.SeedSequence,
     agents_ss: np.random.SeedSequence,
 ) -> None:
-    from simulator.engine.agents import closed_loop_agent, open_loop_tasks
-
     if load.agents is None:
         rt.env.process(open_loop_tasks(rt, load, task, np.random.default_rng(arrivals_ss)))
         return

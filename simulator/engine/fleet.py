@@ -38,7 +38,7 @@ from simulator.analytic.placement import Deployment
 from simulator.config.fleet import RouterSpec
 from simulator.config.hardware import TokenPrice
 from simulator.engine.replica import Replica
-from simulator.engine.scheduler import Request
+from simulator.engine.request import Request
 
 
 @dataclass(frozen=True)

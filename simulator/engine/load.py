@@ -4,14 +4,13 @@ Arrival times are drawn in vectorised chunks; the process then waits once per ar
 Non-homogeneous rates (steps, ramps) use Lewis-Shedler thinning of a Poisson process at the
 peak rate: a candidate at ``t`` is kept with probability ``rate(t) / peak``.
 
-A closed-loop user whose request is refused (too long for every backend, or over the API
-budget) retries after ``REFUSED_BACKOFF_S``, as a client backing off would; it never spins.
+A closed-loop user whose request is refused backs off ``REFUSED_BACKOFF_S``
+(:mod:`~simulator.engine.clients`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -26,13 +25,9 @@ from simulator.config.scenario import (
     RateSteps,
 )
 from simulator.engine import ProcessGenerator
-
-if TYPE_CHECKING:
-    from simulator.engine.build import ClassSource
+from simulator.engine.clients import REFUSED_BACKOFF_S, ClassSource
 
 CHUNK = 4096
-#: Seconds a closed-loop user (or agent) waits after a refused request before the next one.
-REFUSED_BACKOFF_S = 1.0
 
 
 def _rate_function(spec: RateSteps | RateRamp) -> tuple[Callable[[np.ndarray], np.ndarray], float]:

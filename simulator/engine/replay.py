@@ -15,7 +15,7 @@ import simpy
 from simulator.config.workload import TraceLoad
 from simulator.engine import ProcessGenerator
 from simulator.engine.agents import TaskTally
-from simulator.engine.build import ClassSource, TaskCounter
+from simulator.engine.clients import ClassSource, TaskCounter
 from simulator.engine.recorder import Recorder
 from simulator.taskgraph import GraphStep, TaskGraph, load_task_graphs
 from simulator.traces import Session, TraceRequest, load_azure, load_mooncake, load_weka_dir, sample, scale_rate

@@ -22,7 +22,8 @@ from simulator.analytic.step_time import BatchAggregates, StepCostModel
 from simulator.config.deployment import SpeculativeSpec
 from simulator.engine import ProcessGenerator
 from simulator.engine.recorder import Recorder
-from simulator.engine.scheduler import BatchPolicy, Plan, Request, Slots
+from simulator.engine.request import Request
+from simulator.engine.scheduler import BatchPolicy, Plan, Slots
 
 FloatArray = np.ndarray
 

@@ -2,9 +2,8 @@
 
 Pure Python and numpy (no SimPy). Assumptions:
 
-- **Paged KV.** The budget is ``floor(kv_budget / (block_tokens * kv bytes per token))``
-  blocks; a sequence holding ``n`` tokens of KV owns ``ceil(n / block_tokens)`` blocks.
-  (Sliding-window layers are charged like full ones: conservative for gpt-oss.)
+- **Paged KV** (:mod:`simulator.engine.kv`): a sequence holding ``n`` tokens of KV owns
+  ``ceil(n / block_tokens)`` blocks; admission and growth take blocks, completion frees them.
 - **Continuous batching** (Orca, vLLM). Each iteration has a token budget
   (``max_batched_tokens``) and a sequence cap (``max_batch_size``). *decode-first*: every
   running decode takes one token (``gamma + 1`` with speculation), then unfinished prefills
@@ -23,8 +22,8 @@ Pure Python and numpy (no SimPy). Assumptions:
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
-from collections.abc import Hashable, Iterator, Sequence
+from collections import deque
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,177 +31,14 @@ import numpy as np
 import numpy.typing as npt
 
 from simulator.analytic.step_time import BatchAggregates
+from simulator.engine.kv import BlockManager
+from simulator.engine.request import Request
 
 if TYPE_CHECKING:
-    import simpy
+    pass
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-
-class Request:
-    """One model call and its timestamps (seconds). ``generated`` counts emitted tokens."""
-
-    __slots__ = (
-        "admitted_s",
-        "arrival_s",
-        "block_hashes",
-        "cached_tokens",
-        "done",
-        "first_token_s",
-        "generated",
-        "hash_ratio",
-        "id",
-        "input_tokens",
-        "klass",
-        "one_way_s",
-        "output_tokens",
-        "preemptions",
-        "priority",
-        "published_upto",
-        "replica",
-        "reserved_usd",
-        "session",
-        "shared",
-        "swapped",
-        "task",
-        "user",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        request_id: int,
-        arrival_s: float,
-        input_tokens: int,
-        output_tokens: int,
-        user: int,
-        session: Hashable | None = None,
-        block_hashes: Sequence[Hashable] | None = None,
-        hash_ratio: int = 1,
-    ) -> None:
-        self.id = request_id
-        self.arrival_s = arrival_s
-        self.input_tokens = input_tokens
-        self.output_tokens = output_tokens
-        self.user = user
-        self.generated = 0
-        self.admitted_s = math.nan
-        self.first_token_s = math.nan
-        self.preemptions = 0
-        self.replica = -1
-        self.done: simpy.Event | None = None  # when somebody waits on the request
-        self.swapped: tuple[float, float] | None = None  # (context, prompt_left) while swapped out
-        self.session = session  # conversation id: block i of its context is (session, i)
-        self.block_hashes = block_hashes  # explicit prompt block hashes (traces), first
-        self.hash_ratio = hash_ratio  # our KV blocks per trace hash block
-        self.cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
-        self.shared: list[Hashable] = []  # cached blocks this request references while running
-        self.task = -1  # the agent task this call belongs to
-        self.klass = 0  # workload class index
-        self.priority = 0  # higher is admitted first
-        self.published_upto = 0  # leading blocks of this request that are shared prefix KV
-        self.one_way_s = 0.0  # half the network round trip to its backend
-        self.reserved_usd = 0.0  # API budget reserved for it when routed
-
-    @property
-    def cacheable(self) -> bool:
-        """Whether any of its blocks has a key (a session or trace hashes): else none is shared."""
-        return self.session is not None or self.block_hashes is not None
-
-    def block_key(self, index: int) -> Hashable | None:
-        """Key of the KV block covering tokens [index * bs, (index + 1) * bs) of this context."""
-        if self.block_hashes is not None:
-            trace_block, part = divmod(index, self.hash_ratio)
-            if trace_block < len(self.block_hashes):
-                return (self.session, self.block_hashes[trace_block], part)
-            return None
-        return None if self.session is None else (self.session, index)
-
-
-BlockKey = Hashable
-
-
-class BlockManager:
-    """Paged KV: free blocks, blocks in use, and a prefix cache of reusable full blocks.
-
-    A cached block is identified by its key (a block hash, or ``(session, index)``); blocks in
-    use by running sequences are reference-counted, so sequences sharing a prefix share its
-    blocks. Unreferenced cached blocks are kept in LRU order and are reclaimed, oldest first,
-    only when an allocation finds no free block.
-    """
-
-    def __init__(self, total_blocks: int, block_tokens: int, caching: bool = False) -> None:
-        self.total = total_blocks
-        self.free = total_blocks
-        self.block_tokens = block_tokens
-        self.caching = caching
-        self.evictable: OrderedDict[BlockKey, None] = OrderedDict()
-        self.in_use: dict[BlockKey, int] = {}
-
-    def blocks_for(self, tokens: FloatArray | float) -> FloatArray:
-        return np.ceil(np.asarray(tokens, dtype=np.float64) / self.block_tokens)
-
-    @property
-    def used(self) -> int:
-        """Blocks holding KV of running sequences (cached, unreferenced blocks excluded)."""
-        return self.total - self.free - len(self.evictable)
-
-    @property
-    def available(self) -> int:
-        return self.free + len(self.evictable)
-
-    def allocate(self, blocks: int) -> bool:
-        """Take ``blocks`` free blocks, reclaiming LRU cached ones if needed."""
-        if blocks > self.available:
-            return False
-        while self.free < blocks:
-            self.evictable.popitem(last=False)
-            self.free += 1
-        self.free -= blocks
-        return True
-
-    def acquire(self, keys: Sequence[BlockKey]) -> None:
-        """Reference resident blocks for a sequence that reuses them."""
-        for key in keys:
-            if key in self.evictable:
-                del self.evictable[key]
-            self.in_use[key] = self.in_use.get(key, 0) + 1
-
-    def publish(self, keys: Sequence[BlockKey | None]) -> list[BlockKey]:
-        """Make freshly computed full blocks shareable; returns the keys now referenced.
-
-        A key another sequence already published stays that sequence's; this copy remains a
-        private block of its owner (it was computed twice).
-        """
-        published = []
-        for key in keys:
-            if key is None or key in self.in_use or key in self.evictable:
-                break
-            self.in_use[key] = 1
-            published.append(key)
-        return published
-
-    def release(self, shared: Sequence[BlockKey], owned: int, keys: Sequence[BlockKey | None]) -> None:
-        """A sequence leaves: drop its references, cache its full ``keys`` blocks, free the rest.
-
-        ``keys`` names the owned full blocks in order (None: not cacheable); owned blocks beyond
-        them (a partial last block) are freed. Blocks enter the LRU tail first (as vLLM frees
-        them in reverse), so eviction trims a cached context from its end and keeps its prefix.
-        """
-        cached = 0
-        if self.caching:
-            for key in reversed(keys[:owned]):
-                if key is not None and key not in self.evictable and key not in self.in_use:
-                    self.evictable[key] = None
-                    cached += 1
-        for key in reversed(shared):
-            count = self.in_use[key] - 1
-            if count:
-                self.in_use[key] = count
-            else:
-                del self.in_use[key]
-                self.evictable[key] = None
-        self.free += owned - cached
 
 
 class WaitingQueue:

@@ -11,9 +11,11 @@ import simpy
 from simulator.analytic.placement import plan
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.deployment import DeploymentSpec
+from simulator.engine.kv import BlockManager
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
-from simulator.engine.scheduler import BlockManager, ContinuousBatchingPolicy, Request, Slots
+from simulator.engine.request import Request
+from simulator.engine.scheduler import ContinuousBatchingPolicy, Slots
 from tests.engine.conftest import CATALOG, SMALL
 
 BLOCK = 16
