@@ -32,8 +32,9 @@ import numpy as np
 from pydantic import Field
 
 from simulator.analytic.placement import Deployment
-from simulator.analytic.step_time import BatchAggregates, StepCostModel, StepTime
+from simulator.analytic.step_time import BatchAggregates, CostModel, FloatArray, StepCostModel, StepTime
 from simulator.config.base import Spec
+from simulator.config.deployment import SpeculativeSpec
 from simulator.errors import InfersimError
 
 #: Most users the closed form is asked about (above the maximum it is queueing arithmetic).
@@ -77,6 +78,29 @@ def speculative_tokens_per_step(tokens_proposed: int, acceptance_rate: float) ->
     """
     alpha, gamma = acceptance_rate, tokens_proposed
     return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def draft_pass_s(cost: CostModel, context_tokens: FloatArray, window: int | None, spec: SpeculativeSpec) -> float:
+    """Seconds the draft model takes to propose for every sequence of one verify pass.
+
+    Parameters
+    ----------
+    cost
+        The target's step-time model.
+    context_tokens
+        Tokens in the KV cache of each decoding sequence, shape (B,).
+    window
+        The model's sliding window (tokens), or None.
+    spec
+        Speculative decoding: ``gamma`` proposals, each draft step ``draft_step_fraction`` of a target step.
+
+    Notes
+    -----
+    ``gamma * draft_step_fraction * t(decode pass of the B sequences)``: the draft runs
+    ``gamma`` sequential decode steps, each a fixed fraction of the target's.
+    """
+    batch = BatchAggregates.of(np.ones(context_tokens.size), context_tokens, window)
+    return spec.tokens_proposed * spec.draft_step_fraction * float(cost.iteration_times(batch).total_s[0])
 
 
 @dataclass(frozen=True)

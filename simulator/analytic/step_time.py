@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -113,6 +114,33 @@ class BatchAggregates:
             pairs_window=np.array([(q * np.minimum(causal, w)).sum()]),
         )
 
+    @classmethod
+    def decode_steps(cls, context_tokens: FloatArray, steps: int, window: int | None) -> BatchAggregates:
+        """Aggregates of ``steps`` decode steps of a fixed batch, one entry per step.
+
+        Step ``j`` (from 0) decodes one token for each sequence, whose cache then holds
+        ``c + j + 1`` tokens: ``held_full = sum c + n (j + 1)`` and, with a window,
+        ``held_window = sum min(c + j + 1, W)``; a decode's causal pairs equal what it holds.
+        """
+        n = float(context_tokens.size)
+        j = np.arange(steps, dtype=np.float64)
+        held = context_tokens.sum() + n * (j + 1.0)
+        if window is None:
+            held_window = held
+        else:
+            w = float(window)
+            small = context_tokens[context_tokens + 1.0 < w]
+            growing = np.minimum(small[None, :] + 1.0 + j[:, None], w).sum(axis=1)  # those below the window
+            held_window = w * (context_tokens.size - small.size) + growing
+        return cls(
+            tokens=np.full(steps, n),
+            sequences=np.full(steps, n),
+            held_full=held,
+            held_window=np.asarray(held_window, dtype=np.float64),
+            pairs_full=held,
+            pairs_window=np.asarray(held_window, dtype=np.float64),
+        )
+
     def scaled(self, factor: FloatArray | float) -> BatchAggregates:
         """Every statistic times ``factor`` (one micro-batch of an evenly split batch)."""
         return BatchAggregates(*(getattr(self, f) * factor for f in self.__dataclass_fields__))
@@ -133,6 +161,18 @@ class PassTimes:
 
     def step(self, index: int = 0) -> StepTime:
         return StepTime({k: float(v[index]) for k, v in self.components_s.items()})
+
+
+class CostModel(Protocol):
+    """What the engine asks of a step-time model: the seconds (and the work) of iterations.
+
+    :class:`StepCostModel` is the roofline model of this module; a test double (a constant
+    step time) or another execution style implements the same method.
+    """
+
+    def iteration_times(self, batch: BatchAggregates) -> PassTimes:
+        """Seconds between iterations for each entry of ``batch``, by component, with FLOPs and bytes."""
+        ...
 
 
 class StepCostModel:

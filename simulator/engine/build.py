@@ -21,7 +21,7 @@ from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment, plan
 from simulator.analytic.precision import matmul_precision
 from simulator.analytic.step_time import StepCostModel
-from simulator.config.batching import ContinuousBatching, Scheduler
+from simulator.config.batching import ContinuousBatching
 from simulator.config.distributions import Constant
 from simulator.config.fleet import BackendSpec, CostSpec
 from simulator.config.loading import Catalog
@@ -38,16 +38,16 @@ from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
 from simulator.engine.agents import AgentRuntime, closed_loop_agent, open_loop_tasks
 from simulator.engine.clients import ClassSource, LengthSampler, RequestFactory, TaskCounter
 from simulator.engine.fleet import Backend, ClassRouting, Router
-from simulator.engine.kv import BlockManager
 from simulator.engine.load import closed_loop_user, open_loop
 from simulator.engine.recorder import Recorder
 from simulator.engine.replay import REQUEST_FORMATS, request_trace, start_replay
 from simulator.engine.replica import Replica
-from simulator.engine.scheduler import BatchPolicy, ContinuousBatchingPolicy, Slots, StaticBatchingPolicy
+from simulator.engine.scheduler import batch_policy
 from simulator.errors import InfersimError
 from simulator.limits import Limits, RunSize, class_calls
 from simulator.limits import check as check_size
 from simulator.records import BackendRecord, RunRecords
+from simulator.resolve import BackendPlan
 from simulator.traces import TraceRequest
 
 
@@ -92,10 +92,11 @@ class Simulation:
             d, hw = b.deployment, b.deployment.hardware
             backends.append(BackendRecord(
                 name=b.name, hardware=hw, model_id=d.model.id, chips_per_replica=d.chips,
-                replicas=[r.index for r in b.replicas], kv_blocks_per_replica=b.kv_blocks, max_batch_size=b.batch_cap,
+                replicas=[r.index for r in b.replicas], kv_blocks_per_replica=b.plan.kv_blocks,
+                max_batch_size=b.batch_cap,
                 peak_flops_per_chip=hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value,
                 peak_bandwidth_per_chip=d.weights_tier.bandwidth.value,
-                pricing=b.pricing,
+                pricing=b.plan.pricing,
             ))  # fmt: skip
         return self.recorder.freeze(
             end_s, self.scenario.run.warmup, backends, self.factory.count - self.recorder.request_count,
@@ -119,32 +120,23 @@ def swap_bandwidth(deployment: Deployment) -> float:
     return deployment.chips * tier.bandwidth.value * tier.efficiency.value
 
 
-def _policy(sched: Scheduler, deployment: Deployment, blocks: BlockManager, batch_cap: int) -> BatchPolicy:
-    hw = deployment.hardware.execution
-    tokens = sched.max_batched_tokens or hw.max_batched_tokens.value
-    spec = deployment.speculative
-    step = spec.tokens_proposed + 1.0 if spec else 1.0
-    window = deployment.model.attention.sliding_window
-    slots = Slots(batch_cap)
-    if isinstance(sched, ContinuousBatching):
-        prefill_first, swap = sched.priority == "prefill-first", sched.preemption == "swap"
-        return ContinuousBatchingPolicy(slots, blocks, tokens, step, window, prefill_first=prefill_first, swap=swap)
-    return StaticBatchingPolicy(slots, blocks, tokens, 1.0, window)
-
-
-def _backend(index: int, spec: BackendSpec, scenario: Scenario, catalog: Catalog) -> tuple[Backend, Scheduler]:
-    """A backend's deployment, KV budget, limits and pricing (its replicas are added by build)."""
+def _backend(index: int, spec: BackendSpec, scenario: Scenario, catalog: Catalog) -> BackendPlan:
+    """A backend's deployment, KV budget, limits and pricing."""
     d = spec.deployment
     deployment = plan(catalog.hardware(d.hardware), catalog.model(d.model), d)
     sched = spec.scheduler or scenario.scheduler
     batch_cap = sched.max_batch_size or deployment.hardware.execution.max_batch_size.value
     kv_blocks = int(deployment.kv_budget_bytes // (sched.kv_block_tokens * deployment.kv_bytes_per_token))
     max_tokens = min(kv_blocks * sched.kv_block_tokens, deployment.model.max_context_tokens)
-    pricing = backend_pricing(deployment, spec, scenario.cost)
-    backend = Backend(
-        index, spec.name, deployment, [], max_tokens, kv_blocks, batch_cap, spec.network_rtt / 2.0, pricing
-    )
-    return backend, sched
+    swap_s_per_block = 0.0
+    if isinstance(sched, ContinuousBatching) and sched.preemption == "swap":
+        swap_s_per_block = sched.kv_block_tokens * deployment.kv_bytes_per_token / swap_bandwidth(deployment)
+    return BackendPlan(
+        index, spec.name, deployment, spec.replicas, sched, batch_cap,
+        sched.max_batched_tokens or deployment.hardware.execution.max_batched_tokens.value, sched.kv_block_tokens,
+        kv_blocks, max_tokens, swap_s_per_block, spec.network_rtt / 2.0,
+        backend_pricing(deployment, spec, scenario.cost), scenario.prefix_caching, StepCostModel(deployment),
+    )  # fmt: skip
 
 
 def backend_pricing(deployment: Deployment, spec: BackendSpec, cost: CostSpec) -> Pricing:
@@ -186,17 +178,13 @@ def build(scenario: Scenario, catalog: Catalog, limits: Limits | None = None) ->
     router = Router(scenario.router, routing, np.random.default_rng(router_ss))
     factory = RequestFactory(env, scenario, router, replica_backend, recorder)
     for index, spec in enumerate(fleet):
-        backend, sched = _backend(index, spec, scenario, catalog)
-        d = backend.deployment
-        swap_s_per_block = 0.0
-        if isinstance(sched, ContinuousBatching) and sched.preemption == "swap":
-            swap_s_per_block = sched.kv_block_tokens * d.kv_bytes_per_token / swap_bandwidth(d)
-        cost = StepCostModel(d)
+        backend_plan = _backend(index, spec, scenario, catalog)
+        backend = Backend(backend_plan, [])
         for _ in range(spec.replicas):
-            blocks = BlockManager(backend.kv_blocks, sched.kv_block_tokens, caching=scenario.prefix_caching)
-            policy = _policy(sched, d, blocks, backend.batch_cap)
+            policy = batch_policy(backend_plan.scheduler, backend_plan)
             rng = np.random.default_rng(replica_seeds[len(replicas)])
-            replica = Replica(env, len(replicas), cost, policy, recorder, rng, factory.complete, swap_s_per_block)
+            replica = Replica(env, len(replicas), backend_plan.cost, policy, recorder, rng, factory.complete,
+                              backend_plan.deployment.speculative, backend_plan.swap_s_per_block)  # fmt: skip
             replicas.append(replica)
             backend.replicas.append(replica)
             replica_backend.append(backend)

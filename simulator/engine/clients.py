@@ -106,7 +106,7 @@ class RequestFactory:
             self.dropped += 1
             self.recorder.dropped(request_record(request, dropped=DROPPED_OVER_BUDGET if fits else DROPPED_TOO_LONG))
             return None
-        block_tokens = replica.policy.kv.block_tokens
+        block_tokens = replica.block_tokens
         if block_hashes is not None:
             request.hash_ratio = max(1, hash_block_tokens // block_tokens)
         request.one_way_s = self.replica_backend[replica.index].one_way_s

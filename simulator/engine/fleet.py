@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.analytic.economics import SECONDS_PER_HOUR, Pricing, api_usd
+from simulator.analytic.economics import SECONDS_PER_HOUR, api_usd
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment
 from simulator.config.fleet import RouterSpec
 from simulator.config.hardware import TokenPrice
 from simulator.engine.replica import Replica
 from simulator.engine.request import Request
+from simulator.resolve import BackendPlan
 
 
 @dataclass(frozen=True)
@@ -53,22 +54,41 @@ class ClassRouting:
 
 @dataclass
 class Backend:
-    """One deployment and its replicas, as the router and the metrics see it."""
+    """One resolved backend and its running replicas, as the router sees them."""
 
-    index: int
-    name: str
-    deployment: Deployment
+    plan: BackendPlan
     replicas: list[Replica]
-    max_tokens: int  # prompt + output one request may hold (KV or context)
-    kv_blocks: int  # per replica
-    batch_cap: int
-    one_way_s: float  # half the network round trip
-    pricing: Pricing
     _estimates: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
 
     @property
+    def index(self) -> int:
+        return self.plan.index
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def deployment(self) -> Deployment:
+        return self.plan.deployment
+
+    @property
+    def max_tokens(self) -> int:
+        """Prompt + output tokens one request may hold (KV or context)."""
+        return self.plan.max_tokens
+
+    @property
+    def batch_cap(self) -> int:
+        return self.plan.batch_cap
+
+    @property
+    def one_way_s(self) -> float:
+        """Half the network round trip."""
+        return self.plan.one_way_s
+
+    @property
     def token_price(self) -> TokenPrice | None:
-        return self.pricing.token_price
+        return self.plan.pricing.token_price
 
     @property
     def metered(self) -> bool:
@@ -76,7 +96,7 @@ class Backend:
 
     @property
     def usd_per_replica_hour(self) -> float:
-        return self.deployment.chips * self.pricing.usd_per_chip_hour
+        return self.deployment.chips * self.plan.pricing.usd_per_chip_hour
 
     def price_usd(self, input_tokens: float, output_tokens: float) -> float:
         """What a metered backend charges for one request (0 for rented or owned ones)."""
@@ -222,7 +242,7 @@ def _predict(backend: Backend, prompt: int, output: int) -> tuple[float, float]:
     n, cap = replica.outstanding, backend.batch_cap
     prefill, itl = backend.prefill_and_itl(prompt, output, min(n + 1, cap))
     ahead = max(0, n + 1 - cap)
-    if ahead == 0 and replica.kv_headroom < replica.policy.kv.blocks_for(prompt + output):
+    if ahead == 0 and replica.kv_headroom < replica.blocks_for(prompt + output):
         ahead = 1
     wait = ahead * (prefill + (output - 1) * itl) / cap
     return 2.0 * backend.one_way_s + wait + prefill, itl
