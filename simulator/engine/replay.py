@@ -9,6 +9,8 @@ parallel first and the call waits for the slowest (fan-out, then join).
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import simpy
 
@@ -107,8 +109,13 @@ def _run_session(
     parent: int,
     klass: int,
 ) -> ProcessGenerator:
-    """One session (or sub-agent) as a task; its hash ids are scoped to this session."""
-    tally = TaskTally(next(counter.tasks), hash(scope) % 2**31, env.now, parent=parent, klass=klass)
+    """One session (or sub-agent) as a task; its hash ids are scoped to this session.
+
+    Its agent id is a checksum of the scope: the same in every process (``hash`` of a string is not).
+    """
+    tally = TaskTally(
+        next(counter.tasks), zlib.crc32(repr(scope).encode()) % 2**31, env.now, parent=parent, klass=klass
+    )
     for number, call in enumerate(session.calls):
         if call.subagents:
             branches = [
