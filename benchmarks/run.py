@@ -30,6 +30,7 @@ from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
 from simulator.engine.build import build
+from simulator.resolve import resolve
 from simulator.results.metrics import summarize
 from simulator.tables import format_table
 
@@ -103,7 +104,7 @@ def measure(hardware: str, model: str, requests: int, kind: str = "chat") -> dic
 
 def _timed(scenario: Scenario, catalog: Catalog, requests: int, kind: str) -> dict[str, object]:
     start = time.perf_counter()
-    simulation = build(scenario, catalog)
+    simulation = build(resolve(scenario, catalog))
     end_s = simulation.run()
     summary = summarize(simulation.records(end_s), scenario.slo)
     wall = time.perf_counter() - start

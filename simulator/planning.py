@@ -29,12 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.analytic.placement import plan as place
 from simulator.config.fleet import BackendSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass
-from simulator.engine.build import ScenarioError, backend_pricing
 from simulator.limits import Limits
+from simulator.resolve import ScenarioError, backend_plan
 from simulator.runner import simulate
 from simulator.tables import format_table
 
@@ -166,7 +165,7 @@ class Planner:
                 f"{scenario.name}: no class has slo.targets, so every fleet meets them; add targets such as "
                 "{metric: ttft_s, stat: p99, max: 1 s}"
             )
-        prices = [self._price(b) for b in self.fleet]
+        prices = [self._price(i, b) for i, b in enumerate(self.fleet)]
         self.usd_per_replica_hour: tuple[float, ...] = tuple(usd for usd, _ in prices)
         self.metered: tuple[bool, ...] = tuple(metered for _, metered in prices)
         self.limits = tuple(
@@ -176,12 +175,10 @@ class Planner:
         )  # fmt: skip
         self._memo: dict[tuple[Counts, str], Evaluation] = {}
 
-    def _price(self, backend: BackendSpec) -> tuple[float, bool]:
+    def _price(self, index: int, backend: BackendSpec) -> tuple[float, bool]:
         """($/h of one replica, paid per token?) of a backend."""
-        d = backend.deployment
-        deployment = place(self.catalog.hardware(d.hardware), self.catalog.model(d.model), d)
-        pricing = backend_pricing(deployment, backend, self.scenario.cost)
-        return deployment.chips * pricing.usd_per_chip_hour, pricing.token_price is not None
+        resolved = backend_plan(index, backend, self.scenario, self.catalog)
+        return resolved.usd_per_replica_hour, resolved.pricing.token_price is not None
 
     def fixed_cost(self, counts: Counts) -> float:
         return sum(n * usd for n, usd in zip(counts, self.usd_per_replica_hour, strict=True))

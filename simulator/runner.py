@@ -12,7 +12,9 @@ from simulator.config.scenario import Scenario
 from simulator.config.workload import TraceLoad
 from simulator.engine.build import build
 from simulator.limits import Limits
+from simulator.limits import check as check_size
 from simulator.records import RunRecords
+from simulator.resolve import resolve
 from simulator.results.metrics import summarize
 
 
@@ -68,7 +70,10 @@ def simulate(
 
     ``limits``: the size a run may reach before it needs ``limits=None`` (:mod:`simulator.limits`).
     """
-    simulation = build(scenario, catalog, limits)
+    resolved = resolve(scenario, catalog)
+    if limits is not None:
+        check_size(resolved.size, limits)
+    simulation = build(resolved)
     end_s = simulation.run(progress)
     records = simulation.records(end_s)
     return RunResult(scenario, records, summarize(records, scenario.slo, scenario.workload_classes, scenario.cost))
@@ -77,8 +82,7 @@ def simulate(
 def summary_shape(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
     """The summary a run of ``scenario`` would have, before anything runs (every number undefined):
     its keys are the metric paths a sweep or a plan may ask for."""
-    simulation = build(scenario, catalog, limits=None)
-    records = simulation.records(0.0)
+    records = build(resolve(scenario, catalog)).records(0.0)
     return summarize(records, scenario.slo, scenario.workload_classes, scenario.cost)
 
 

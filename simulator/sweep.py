@@ -47,9 +47,9 @@ from simulator.config.files import read_json
 from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_data
 from simulator.config.scenario import Scenario
 from simulator.config.workload import AgentsLoad, TraceLoad
-from simulator.engine.build import run_size
 from simulator.limits import Limits
 from simulator.limits import check as check_size
+from simulator.resolve import ScenarioError, resolve
 from simulator.runner import load_scenario_data, metric_paths, scenario_from, simulate, summary_shape
 
 DEFAULT_METRICS = (
@@ -161,7 +161,7 @@ def expand(
     for number, factors in enumerate(factor_points(spec)):
         base = scenario_from(dict(data), factors, str(scenario_path))
         if limits is not None:
-            check_size(run_size(base, catalog), limits)
+            _check_size(base, catalog, limits)
         if number == 0 and "metrics" in spec.model_fields_set:  # the defaults may name task metrics a chat run lacks
             check_metrics(spec.metrics, summary_shape(base, catalog), sweep_path)
         inputs = _inputs_digest(base, catalog, spec.metrics)
@@ -172,6 +172,16 @@ def expand(
             key = hashlib.sha256(f"{__version__}\n{inputs}\n{text}".encode()).hexdigest()[:32]
             runs.append(RunPoint(len(runs), factors, replication, seed, text, key))
     return runs
+
+
+def _check_size(scenario: Scenario, catalog: Catalog, limits: Limits) -> None:
+    """A run over the size limits fails the sweep up front; one that cannot run as asked is left
+    to fail as its own row (a sweep may well cross the edge of what fits)."""
+    try:
+        size = resolve(scenario, catalog).size
+    except ScenarioError:
+        return
+    check_size(size, limits)
 
 
 def _inputs_digest(scenario: Scenario, catalog: Catalog, metrics: list[str]) -> str:

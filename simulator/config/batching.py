@@ -11,7 +11,25 @@ from simulator.config.base import Spec
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
-class ContinuousBatching(Spec):
+class BatchingSpec(Spec):
+    """What every batching policy is given: caps per iteration and the KV block size.
+
+    A policy is tagged by ``policy``; the engine builds it from its config class
+    (``simulator.engine.scheduler.batch_policy``, one registered builder per policy).
+    """
+
+    policy: str
+    max_batch_size: PositiveInt | None = Field(None, description="empty: the hardware's")
+    max_batched_tokens: PositiveInt | None = Field(None, description="empty: the hardware's")
+    kv_block_tokens: PositiveInt = 16
+
+    @property
+    def swaps(self) -> bool:
+        """Whether preemption moves KV to a slower memory tier (which the scenario must have)."""
+        return False
+
+
+class ContinuousBatching(BatchingSpec):
     """Iteration-level batching (Orca, vLLM): sequences join and leave between iterations."""
 
     policy: Literal["continuous"] = "continuous"
@@ -20,23 +38,21 @@ class ContinuousBatching(Spec):
         description="decode-first: running decodes go first, prefill chunks fill the token budget "
         "(Sarathi, vLLM V1); prefill-first: any pending prefill runs alone and decodes wait (vLLM V0)",
     )
-    max_batch_size: PositiveInt | None = Field(None, description="empty: the hardware's")
-    max_batched_tokens: PositiveInt | None = Field(None, description="empty: the hardware's")
-    kv_block_tokens: PositiveInt = 16
     preemption: Literal["recompute", "swap"] = Field(
         "recompute",
         description="when KV runs out the latest-admitted sequence is evicted: recompute re-prefills it later; "
         "swap moves its KV to the next slower memory tier and back",
     )
 
+    @property
+    def swaps(self) -> bool:
+        return self.preemption == "swap"
 
-class StaticBatching(Spec):
+
+class StaticBatching(BatchingSpec):
     """A batch forms when the replica is idle and runs to completion; arrivals wait for the next."""
 
     policy: Literal["static"] = "static"
-    max_batch_size: PositiveInt | None = None
-    max_batched_tokens: PositiveInt | None = None
-    kv_block_tokens: PositiveInt = 16
 
 
 Scheduler = Annotated[ContinuousBatching | StaticBatching, Field(discriminator="policy")]

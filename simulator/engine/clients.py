@@ -8,10 +8,14 @@ priority). Load processes (:mod:`~simulator.engine.load`, :mod:`~simulator.engin
 
 A client whose request is refused (too long for every backend, or over the API budget)
 retries after ``REFUSED_BACKOFF_S``, as a client backing off would; it never spins.
+
+Each class's load is started by the function registered for its config class
+(:func:`start_load`): a new kind of load is a config class and one registered starter.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Hashable
@@ -21,11 +25,12 @@ import numpy as np
 import simpy
 
 from simulator.config.distributions import Distribution
-from simulator.config.scenario import Scenario
+from simulator.config.scenario import RunSpec
 from simulator.engine.fleet import Backend, Router
 from simulator.engine.recorder import Recorder
 from simulator.engine.request import Request
 from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, RequestRecord
+from simulator.resolve import ClassPlan
 
 LENGTH_CHUNK = 1024
 PROGRESS_TICKS = 100
@@ -67,14 +72,14 @@ class RequestFactory:
     def __init__(
         self,
         env: simpy.Environment,
-        scenario: Scenario,
+        run: RunSpec,
         router: Router,
         replica_backend: list[Backend],
         recorder: Recorder,
     ) -> None:
         self.env, self.router, self.replica_backend, self.recorder = env, router, replica_backend, recorder
-        self.max_requests = scenario.run.max_requests or math.inf
-        self.duration_s = scenario.run.duration or math.inf
+        self.max_requests = run.max_requests or math.inf
+        self.duration_s = run.duration or math.inf
         self.count = 0
         self.dropped = 0
         self.progress: Callable[[float], None] | None = None
@@ -185,3 +190,49 @@ def request_record(request: Request, dropped: int, done_s: float = math.nan) -> 
         request.first_token_s + request.one_way_s, done_s, request.input_tokens, request.output_tokens,
         request.preemptions, float(dropped), request.cached_tokens, request.task, request.klass,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ClassRun:
+    """What the load processes of one workload class share."""
+
+    env: simpy.Environment
+    plan: ClassPlan
+    source: ClassSource
+    recorder: Recorder
+    counter: TaskCounter
+    stop_s: float  # arrivals stop here
+    arrivals: np.random.SeedSequence  # the arrival process's stream
+    clients: np.random.SeedSequence  # spawned into one stream per user or agent
+
+
+@functools.singledispatch
+def start_load(load: object, run: ClassRun) -> None:
+    """Start the processes of a class's load, by the class of its config.
+
+    A new kind of load registers its starter with ``@start_load.register``.
+    """
+    raise TypeError(f"no load process is registered for {type(load).__name__} (@start_load.register one)")
+
+
+def start_class(
+    env: simpy.Environment,
+    plan: ClassPlan,
+    factory: RequestFactory,
+    recorder: Recorder,
+    counter: TaskCounter,
+    stop_s: float,
+    seeds: np.random.SeedSequence,
+) -> ClassSource:
+    """Start one class's load; its streams are spawned from its own seed sequence."""
+    arrivals_ss, lengths_ss, clients_ss = seeds.spawn(3)
+    samplers: dict[int, tuple[LengthSampler, LengthSampler]] = {}
+    if plan.lengths is not None:
+        in_ss, out_ss = lengths_ss.spawn(2)
+        samplers[-1] = (
+            LengthSampler(plan.lengths.input_tokens, np.random.default_rng(in_ss)),
+            LengthSampler(plan.lengths.output_tokens, np.random.default_rng(out_ss)),
+        )
+    source = ClassSource(factory, plan.index, plan.priority, samplers)
+    start_load(plan.load, ClassRun(env, plan, source, recorder, counter, stop_s, arrivals_ss, clients_ss))
+    return source

@@ -39,17 +39,7 @@ from simulator.config.fleet import RouterSpec
 from simulator.config.hardware import TokenPrice
 from simulator.engine.replica import Replica
 from simulator.engine.request import Request
-from simulator.resolve import BackendPlan
-
-
-@dataclass(frozen=True)
-class ClassRouting:
-    """What the router knows about a workload class."""
-
-    name: str
-    ttft_bound_s: float | None
-    tpot_bound_s: float | None
-    mean_output_tokens: float | None  # None: use the request's own (trace replays carry it)
+from simulator.resolve import BackendPlan, ClassRouting
 
 
 @dataclass
@@ -136,15 +126,10 @@ class Router:
         self.bucket_usd = self._bucket_cap
         self._bucket_t = 0.0
 
-    def bind(self, backends: list[Backend]) -> None:
-        """Connect the built backends: each class may use its rule's backends (else all) that have replicas."""
-        by_name = {b.name: b for b in backends}
+    def bind(self, backends: list[Backend], allowed: list[tuple[int, ...]]) -> None:
+        """Connect the built backends; ``allowed`` holds the backend indices each class may use."""
         self._backend_of = {r.index: b for b in backends for r in b.replicas}
-        rules = self.spec.rules
-        self.allowed = [
-            [b for b in ([by_name[n] for n in rules[c.name]] if c.name in rules else backends) if b.replicas]
-            for c in self.classes
-        ]
+        self.allowed = [[backends[i] for i in indices] for indices in allowed]
 
     @property
     def _bucket_cap(self) -> float:

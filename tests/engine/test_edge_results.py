@@ -11,8 +11,8 @@ import pytest
 
 from simulator.config.loading import bundled_dir
 from simulator.config.scenario import Scenario
-from simulator.engine.build import run_size
 from simulator.limits import Limits, RunTooLargeError
+from simulator.resolve import resolve
 from simulator.runner import simulate
 from simulator.serialize import strict_json
 from tests.engine.conftest import CATALOG, scenario
@@ -21,14 +21,14 @@ from tests.engine.conftest import CATALOG, scenario
 def test_the_run_size_estimate_bounds_the_calls_a_closed_loop_makes() -> None:
     """Users cannot send more than ``users x duration / (think + fastest request)`` requests."""
     s = scenario(run={"seed": 1, "duration": "20 s", "drain": False})
-    estimate = run_size(s, CATALOG).requests
+    estimate = resolve(s, CATALOG).size.requests
     made = simulate(s, CATALOG).summary["requests_completed"]
     assert 0 < made <= estimate
 
 
 def test_an_open_loop_estimate_is_rate_times_duration() -> None:
     s = scenario(load={"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 3}}, run={"duration": "50 s"})
-    assert run_size(s, CATALOG).requests == pytest.approx(150.0)
+    assert resolve(s, CATALOG).size.requests == pytest.approx(150.0)
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_a_run_too_large_is_refused_before_anything_is_built(parts: dict[str, ob
 
 def test_max_requests_caps_the_estimate() -> None:
     s = scenario(load={"kind": "closed", "users": 100_000}, run={"duration": "1e9 s", "max_requests": 10})
-    size = run_size(s, CATALOG)
+    size = resolve(s, CATALOG).size
     assert size.requests == 10 and size.users == 100_000
     assert size.memory_bytes < Limits().max_memory_bytes
 

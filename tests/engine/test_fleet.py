@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from simulator.engine.build import build
+from simulator.resolve import resolve
 from simulator.runner import RunResult
 from tests.engine.conftest import CATALOG, run, scenario
 
@@ -252,7 +253,7 @@ def test_progress_reporting_never_extends_a_draining_run() -> None:
                               "duration": "10000 s", "drain": True}}  # fmt: skip
     plain = run(**kwargs)
 
-    simulation = build(scenario(**kwargs), CATALOG)
+    simulation = build(resolve(scenario(**kwargs), CATALOG))
     seen: list[float] = []
     assert simulation.run(seen.append) == pytest.approx(plain.records.end_s, rel=1e-12)
     assert seen[-1] == 1.0 and plain.records.end_s < 100

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from simulator.engine.build import ScenarioError
+from simulator.resolve import ScenarioError
 from simulator.runner import RunResult
 from tests.engine.conftest import SMALL, run
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from simulator.config.scenario import Scenario
-from simulator.engine.build import ScenarioError
 from simulator.planning import answer_scenario, plan_fleet, target_ratios
+from simulator.resolve import ScenarioError
 from simulator.runner import simulate
 from tests.engine.conftest import CATALOG, scenario
 
