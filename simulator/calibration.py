@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from scipy.optimize import least_squares
 from simulator.config.base import Sourced, Spec
 from simulator.config.hardware import HardwareProfile
 from simulator.config.loading import Catalog
+from simulator.config.paths import Mark, get_path, with_values
 from simulator.errors import InfersimError, InfersimWarning
 from simulator.validation import MeasurementRow, RowResult, predict_row
 
@@ -52,55 +53,17 @@ def _bounds_for(path: str) -> tuple[float, float]:
     return FITTABLE[key]
 
 
-def _child(node: object, key: str) -> object:
-    if isinstance(node, list):
-        return next((item for item in node if item.name == key), None)
-    if isinstance(node, dict):
-        return node.get(key)
-    return getattr(node, key, None)
+#: How a fit marks the parameters it sets.
+FIT = Mark("fit", "infersim calibrate (scipy least squares on log error)", "derived")
 
 
-def get_sourced(profile: HardwareProfile, path: str) -> Sourced[float]:
-    """The sourced number at a dotted path (tiers by name, peaks by precision)."""
-    node: object = profile
-    for part in path.split("."):
-        node = _child(node, part)
-        if node is None:
-            raise CalibrationError(f"{profile.id}: {path!r} does not resolve (no {part!r})")
-    if not isinstance(node, Sourced):
+def fitted_value(profile: HardwareProfile, path: str) -> float:
+    """The number at a parameter path (:mod:`simulator.config.paths`)."""
+    number = get_path(profile, path)
+    if not isinstance(number, Sourced):
         raise CalibrationError(f"{profile.id}: {path!r} is not a sourced number")
-    return node
-
-
-def _replaced(node: object, path: str, updates: dict[str, object]) -> object:
-    if not path:
-        assert isinstance(node, Sourced)
-        return node.model_copy(update=updates)
-    key, _, rest = path.partition(".")
-    if isinstance(node, list):
-        return [_replaced(item, rest, updates) if item.name == key else item for item in node]
-    if isinstance(node, dict):
-        return node | {key: _replaced(node[key], rest, updates)}
-    assert isinstance(node, Spec)
-    return node.model_copy(update={key: _replaced(getattr(node, key), rest, updates)})
-
-
-def with_value(spec: Spec, path: str, value: float, **sourced_updates: str) -> Spec:
-    """A copy of ``spec`` with the sourced number at dotted ``path`` set to ``value``.
-
-    Memory tiers are addressed by ``name`` (``memory.hbm.efficiency``), peaks by precision
-    (``compute.peak.bf16``).
-    """
-    result = _replaced(spec, path, {"value": value, **sourced_updates})
-    assert isinstance(result, Spec)
-    return result
-
-
-class _PatchedCatalog(Catalog):
-    def __init__(self, base: Catalog, profile: HardwareProfile) -> None:
-        super().__init__(base.hardware_dir, base.model_dir)
-        self._models = base._models
-        self._hardware = {profile.id: profile}
+    value: float = number.value
+    return value
 
 
 @dataclass(frozen=True)
@@ -116,10 +79,8 @@ def _log_errors(results: Sequence[RowResult]) -> np.ndarray:
     return np.array([np.log(r.predicted / r.row.value) for r in results if r.predicted])
 
 
-def _apply(profile: HardwareProfile, paths: Sequence[str], x: np.ndarray) -> HardwareProfile:
-    for path, value in zip(paths, x, strict=True):
-        profile = with_value(profile, path, float(value))  # type: ignore[assignment]
-    return profile
+def _apply(profile: HardwareProfile, paths: Sequence[str], x: np.ndarray, mark: Mark | None = None) -> HardwareProfile:
+    return with_values(profile, {path: float(value) for path, value in zip(paths, x, strict=True)}, mark)
 
 
 def _fit_once(
@@ -131,12 +92,12 @@ def _fit_once(
 ) -> np.ndarray:
     """Bounded least squares on the log errors, from ``start`` (default: the profile's values)."""
     lower, upper = np.array([_bounds_for(p) for p in paths]).T
-    initial = [get_sourced(profile, p).value for p in paths] if start is None else start
+    initial = [fitted_value(profile, p) for p in paths] if start is None else start
     x0 = np.clip(initial, lower, upper)
     scale = np.maximum(np.abs(x0), upper * 1e-3)
 
     def residuals(z: np.ndarray) -> np.ndarray:
-        patched = _PatchedCatalog(catalog, _apply(profile, paths, z * scale))
+        patched = catalog.with_profiles(hardware=[_apply(profile, paths, z * scale)])
         return _log_errors([predict_row(r, patched) for r in rows])
 
     solution = least_squares(
@@ -169,25 +130,19 @@ def calibrate(profile: HardwareProfile, paths: Sequence[str], rows: Sequence[Mea
             stacklevel=2,
         )
     x = _fit_once(profile, paths, rows, catalog)
-    fitted = _apply(profile, paths, x)
-    provenance = f"fitted to rows {', '.join(r.id for r in rows)}"
-    for path, value in zip(paths, x, strict=True):
-        fitted = with_value(fitted, path, float(value), confidence="derived", source="fit", note=provenance)  # type: ignore[assignment]
-    fitted = fitted.model_copy(
-        update={"sources": fitted.sources | {"fit": "infersim calibrate (scipy least squares on log error)"}}
-    )
+    fitted = _apply(profile, paths, x, replace(FIT, note=f"fitted to rows {', '.join(r.id for r in rows)}"))
     loo: list[float] = []
     if len(rows) > len(paths):
         for i, held_out in enumerate(rows):
             x_i = _fit_once(profile, paths, rows[:i] + rows[i + 1 :], catalog, start=x)  # warm start
-            result = predict_row(held_out, _PatchedCatalog(catalog, _apply(profile, paths, x_i)))
+            result = predict_row(held_out, catalog.with_profiles(hardware=[_apply(profile, paths, x_i)]))
             if result.rel_error is not None:
                 loo.append(abs(result.rel_error))
     return Fit(
         profile=fitted,
         parameters=dict(zip(paths, map(float, x), strict=True)),
-        before=[predict_row(r, _PatchedCatalog(catalog, profile)) for r in rows],
-        after=[predict_row(r, _PatchedCatalog(catalog, fitted)) for r in rows],
+        before=[predict_row(r, catalog.with_profiles(hardware=[profile])) for r in rows],
+        after=[predict_row(r, catalog.with_profiles(hardware=[fitted])) for r in rows],
         loo_abs_rel_errors=loo,
     )
 

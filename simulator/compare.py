@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.config.loading import Catalog, ConfigError
+from simulator.config.paths import with_values
 from simulator.config.scenario import Scenario
 from simulator.limits import Limits
 from simulator.runner import RunResult, simulate
@@ -27,12 +28,17 @@ from simulator.tables import format_number, format_table
 LAYOUT_FIELDS = ("chips", "tensor_parallel", "pipeline_parallel", "expert_parallel")
 
 
-def on_hardware(scenario: Scenario, hardware: str) -> Scenario:
-    """The scenario with its single deployment moved to ``hardware`` (automatic layout)."""
-    if scenario.deployment is None:
-        raise ConfigError(f"{scenario.name}: compare moves one deployment across hardware; this scenario has backends")
-    deployment = scenario.deployment.model_copy(update={"hardware": hardware} | dict.fromkeys(LAYOUT_FIELDS))
-    return scenario.model_copy(update={"deployment": deployment, "name": f"{scenario.name}-{hardware}"})
+def on_hardware(name: str, hardware: str) -> dict[str, object]:
+    """The field paths and values that move a scenario's one deployment to ``hardware`` (automatic
+    layout), its name made ``<name>-<hardware>``; other paths of the same profile apply after them."""
+    return {"name": f"{name}-{hardware}", "deployment.hardware": hardware} | {
+        f"deployment.{field}": None for field in LAYOUT_FIELDS
+    }
+
+
+def check_one_deployment(name: str, has_backends: bool) -> None:
+    if has_backends:
+        raise ConfigError(f"{name}: compare moves one deployment across hardware; this scenario has backends")
 
 
 @dataclass(frozen=True)
@@ -88,11 +94,20 @@ def compare(
 ) -> list[ComparisonRow]:
     """Run every (hardware, load) pair; ``loads`` are labelled variants of the scenario."""
     variants = loads or [("", scenario)]
-    return [
-        ComparisonRow(hw, label, simulate(on_hardware(variant, hw), catalog, limits=limits))
-        for label, variant in variants
-        for hw in hardware
-    ]
+    for _, variant in variants:
+        check_one_deployment(variant.name, variant.backends is not None)
+    cases = [(hw, label, with_values(variant, on_hardware(variant.name, hw))) for label, variant in variants
+             for hw in hardware]  # fmt: skip
+    return compare_cases(cases, catalog, limits)
+
+
+def compare_cases(
+    cases: Iterable[tuple[str, str, Scenario]],
+    catalog: Catalog,
+    limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
+) -> list[ComparisonRow]:
+    """Run every ``(hardware, load label, scenario)`` case."""
+    return [ComparisonRow(hw, label, simulate(scenario, catalog, limits=limits)) for hw, label, scenario in cases]
 
 
 HEADERS = [

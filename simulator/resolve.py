@@ -17,6 +17,9 @@ one per backend and one per workload class; the engine only wires them into proc
   replicas. Its load is resolved by the function registered for the load's config class
   (:func:`load_plan`): the agent workload looked up, trace files read, the mean call that must
   fit a replica, the peak offered load and an upper bound on the calls it makes.
+- **Self-contained.** The resolved scenario holds the hardware, model and workload profiles
+  it ran with (with their provenance), so written out it reruns the same after the
+  catalog's profiles change.
 - **Capacity.** A class offered ``lambda`` requests/s alone on its backends uses
   ``rho = lambda / sum(replicas x X)``, with ``X`` the analytic saturation throughput of one
   replica at the class's mean lengths; classes whose backends overlap share one ``rho`` (the
@@ -40,6 +43,7 @@ from simulator.config.batching import BatchingSpec
 from simulator.config.distributions import Constant
 from simulator.config.fleet import BackendSpec
 from simulator.config.loading import Catalog
+from simulator.config.paths import write_in
 from simulator.config.scenario import ClosedLoop, Load, OpenLoop, RequestLengths, Scenario, WorkloadClass
 from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
 from simulator.errors import InfersimError
@@ -167,7 +171,7 @@ class ClassPlan:
 class ResolvedScenario:
     """A scenario with everything it needs resolved: what the engine wires and the limits check."""
 
-    scenario: Scenario
+    scenario: Scenario  # self-contained: every profile it names written in
     backends: tuple[BackendPlan, ...]
     classes: tuple[ClassPlan, ...]
     capacity_requests_per_s: float  # the fleet's saturation throughput (NaN unless every class is open)
@@ -397,6 +401,7 @@ def resolve(scenario: Scenario, catalog: Catalog) -> ResolvedScenario:
     PlacementError, ConfigError
         If a model does not fit its hardware, or a profile, workload or trace cannot be read.
     """
+    scenario = write_in(scenario, catalog)
     backends = tuple(backend_plan(i, spec, scenario, catalog) for i, spec in enumerate(scenario.fleet))
     classes = tuple(
         _class_plan(i, klass, scenario, catalog, backends) for i, klass in enumerate(scenario.workload_classes)

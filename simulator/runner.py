@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.config.loading import Catalog, ConfigError, apply_override, read_yaml, validate_data
+from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_data
+from simulator.config.paths import set_path
 from simulator.config.scenario import Scenario
 from simulator.config.workload import TraceLoad
 from simulator.engine.build import build
@@ -20,7 +21,7 @@ from simulator.results.metrics import summarize
 
 @dataclass(frozen=True)
 class RunResult:
-    scenario: Scenario
+    scenario: Scenario  # as it ran: every profile it names written in
     records: RunRecords
     summary: dict[str, Any]
 
@@ -32,13 +33,17 @@ def load_scenario_data(path: Path) -> dict[str, object]:
     return data
 
 
-def scenario_from(data: dict[str, object], overrides: dict[str, object], source: str) -> Scenario:
-    """Apply dotted overrides to raw scenario data, then validate (errors name the path).
+def scenario_from(
+    data: dict[str, object], overrides: dict[str, object], source: str, catalog: Catalog | None = None
+) -> Scenario:
+    """Apply field-path overrides to raw scenario data, then validate (errors name the path).
 
-    A relative trace path is taken relative to the scenario file, and must exist.
+    A path may go into a profile the scenario names (:mod:`simulator.config.paths`): the
+    ``catalog`` supplies it. A relative trace path is taken relative to the scenario file,
+    and must exist.
     """
     for path, value in overrides.items():
-        data = apply_override(data, path, value, source)
+        data = set_path(data, path, value, Scenario, catalog, where=f"{source}: --set ")
     scenario = validate_data(Scenario, data, source)
     base = Path(source).parent
     if isinstance(scenario.load, TraceLoad):
@@ -76,7 +81,8 @@ def simulate(
     simulation = build(resolved)
     end_s = simulation.run(progress)
     records = simulation.records(end_s)
-    return RunResult(scenario, records, summarize(records, scenario.slo, scenario.workload_classes, scenario.cost))
+    ran = resolved.scenario  # self-contained: the profiles it ran with written in
+    return RunResult(ran, records, summarize(records, ran.slo, ran.workload_classes, ran.cost))
 
 
 def summary_shape(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:

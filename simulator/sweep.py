@@ -9,8 +9,8 @@ values, the replication and seed, the chosen metrics (dotted paths into the run 
 and ``error`` (a run that fails is a row with its message, not an aborted sweep).
 
 Rows are cached under ``DIR/cache/<key>.json`` where ``key`` is the SHA-256 of the resolved
-scenario, the profiles, workloads and traces it reads, the metric columns and the infersim
-version: a rerun, or a sweep killed half-way, only simulates what is missing (failed runs
+scenario (every profile and workload it uses written in), the traces it reads, the metric
+columns and the infersim version: a rerun, or a sweep killed half-way, only simulates what is missing (failed runs
 are not cached, so they are retried). ``summary`` groups rows by factor values across seeds: the mean and the half-width
 of a 95 % Student-t confidence interval for every metric.
 """
@@ -45,8 +45,9 @@ from simulator import __version__
 from simulator.config.base import Spec
 from simulator.config.files import read_json
 from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_data
+from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
-from simulator.config.workload import AgentsLoad, TraceLoad
+from simulator.config.workload import TraceLoad
 from simulator.limits import Limits
 from simulator.limits import check as check_size
 from simulator.resolve import ScenarioError, resolve
@@ -159,12 +160,12 @@ def expand(
     data = load_scenario_data(scenario_path)
     runs: list[RunPoint] = []
     for number, factors in enumerate(factor_points(spec)):
-        base = scenario_from(dict(data), factors, str(scenario_path))
+        base = write_in(scenario_from(dict(data), factors, str(scenario_path), catalog), catalog)
         if limits is not None:
             _check_size(base, catalog, limits)
         if number == 0 and "metrics" in spec.model_fields_set:  # the defaults may name task metrics a chat run lacks
             check_metrics(spec.metrics, summary_shape(base, catalog), sweep_path)
-        inputs = _inputs_digest(base, catalog, spec.metrics)
+        inputs = _inputs_digest(base, spec.metrics)
         seeds = replication_seeds(base.run.seed, spec.replications) if spec.replications > 1 else [base.run.seed]
         for replication, seed in enumerate(seeds):
             scenario = base.model_copy(update={"run": base.run.model_copy(update={"seed": seed})})
@@ -184,17 +185,12 @@ def _check_size(scenario: Scenario, catalog: Catalog, limits: Limits) -> None:
     check_size(size, limits)
 
 
-def _inputs_digest(scenario: Scenario, catalog: Catalog, metrics: list[str]) -> str:
-    """What a run reads besides its scenario: the profiles, workloads and traces it uses, and the
+def _inputs_digest(scenario: Scenario, metrics: list[str]) -> str:
+    """What a run reads besides its (self-contained) scenario: the traces it replays, and the
     metric columns asked for; a change to any of them is a cache miss."""
     digest = hashlib.sha256(json.dumps(metrics).encode())
-    for backend in scenario.fleet:
-        digest.update(catalog.hardware(backend.deployment.hardware).model_dump_json().encode())
-        digest.update(catalog.model(backend.deployment.model).model_dump_json().encode())
     for klass in scenario.workload_classes:
-        if isinstance(klass.load, AgentsLoad):
-            digest.update(catalog.workload(klass.load.workload).model_dump_json().encode())
-        elif isinstance(klass.load, TraceLoad):
+        if isinstance(klass.load, TraceLoad):
             path = klass.load.path
             files = sorted(path.glob("*.json")) if path.is_dir() else [path]
             try:

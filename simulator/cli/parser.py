@@ -73,10 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"infersim {__version__}")
     parser.add_argument(
-        "--hardware-dir", type=Path, help="folder of hardware profile YAMLs to use instead of the bundled ones"
+        "--hardware-dir",
+        type=Path,
+        help="folder of hardware profile YAMLs added to the bundled ones (one with a bundled id shadows it)",
     )
     parser.add_argument(
-        "--model-dir", type=Path, help="folder of model profile YAMLs to use instead of the bundled ones"
+        "--model-dir",
+        type=Path,
+        help="folder of model profile YAMLs added to the bundled ones (one with a bundled id shadows it)",
     )
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an unexpected error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -1,18 +1,27 @@
 """A deployment: one model on one hardware profile, with a layout and precisions.
 
-Fields left empty (chips, layout) are filled by the automatic placement in
-:mod:`simulator.analytic.placement`; the config itself stays pure data.
+The hardware and the model are named by profile id (looked up in the catalog) or given whole
+(inline), as a resolved scenario gives them. Fields left empty (chips, layout) are filled by
+the automatic placement in :mod:`simulator.analytic.placement`; the config itself stays pure data.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag
 
-from simulator.config.base import Precision, Spec
+from simulator.config.base import Precision, Spec, reference_tag
+from simulator.config.hardware import HardwareProfile
+from simulator.config.model import ModelSpec
 
 PositiveInt = Annotated[int, Field(ge=1)]
+#: A hardware profile by id, or the profile itself.
+HardwareRef = Annotated[
+    Annotated[str, Tag("id")] | Annotated[HardwareProfile, Tag("profile")], Discriminator(reference_tag)
+]
+#: A model profile by id, or the profile itself.
+ModelRef = Annotated[Annotated[str, Tag("id")] | Annotated[ModelSpec, Tag("profile")], Discriminator(reference_tag)]
 
 #: Tokens of KV the automatic placement reserves beside the weights unless told otherwise
 #: (one long-ish request).
@@ -34,8 +43,8 @@ class SpeculativeSpec(Spec):
 
 
 class DeploymentSpec(Spec):
-    hardware: str = Field(description="hardware profile id")
-    model: str = Field(description="model profile id")
+    hardware: HardwareRef = Field(description="hardware profile id, or the whole profile (inline)")
+    model: ModelRef = Field(description="model profile id, or the whole profile (inline)")
     chips: PositiveInt | None = Field(None, description="total chips; empty: smallest that fits")
     tensor_parallel: PositiveInt | None = None
     pipeline_parallel: PositiveInt | None = None
@@ -51,3 +60,11 @@ class DeploymentSpec(Spec):
         DEFAULT_MIN_KV_TOKENS, description="tokens of KV the automatic placement must leave room for beside the weights"
     )
     speculative: SpeculativeSpec | None = None
+
+    @property
+    def hardware_id(self) -> str:
+        return self.hardware if isinstance(self.hardware, str) else self.hardware.id
+
+    @property
+    def model_id(self) -> str:
+        return self.model if isinstance(self.model, str) else self.model.id

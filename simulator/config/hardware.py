@@ -7,7 +7,7 @@ GPU, one LPU, one SN40L socket, one CS-3 wafer) unless the field says otherwise.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -24,6 +24,9 @@ NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
 
 class ComputeSpec(Spec):
     """Matrix-engine peaks per precision (dense, no sparsity) and the achievable fraction."""
+
+    #: A peak may be named by its precision alone in field paths (``compute.bf16``).
+    path_aliases: ClassVar[dict[str, str]] = {precision: f"peak.{precision}" for precision in get_args(Precision)}
 
     peak: dict[Precision, Sourced[PositiveFlops]] = Field(
         min_length=1, description="dense peak FLOP/s per chip for each precision the chip computes in"

@@ -150,7 +150,8 @@ class SLOTarget(Spec):
     @classmethod
     def _in_si(cls, value: object, info: ValidationInfo) -> object:
         metric = info.data.get("metric")
-        return value if value is None or metric is None else _bound_value(str(metric), value)
+        si_number = isinstance(value, int | float) and bool(info.context and info.context.get("si_numbers"))
+        return value if value is None or metric is None or si_number else _bound_value(str(metric), value)
 
     @field_serializer("max", "min")
     def _with_unit(self, value: float | None) -> float | str | None:
@@ -330,7 +331,7 @@ class Scenario(Spec):
         if self.backends is not None:
             return self.backends
         assert self.deployment is not None
-        return [BackendSpec(name=self.deployment.hardware, deployment=self.deployment, replicas=self.replicas)]
+        return [BackendSpec(name=self.deployment.hardware_id, deployment=self.deployment, replicas=self.replicas)]
 
     @property
     def workload_classes(self) -> list[WorkloadClass]:

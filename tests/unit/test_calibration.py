@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.calibration import CalibrationError, _PatchedCatalog, calibrate, derived_paths, get_sourced, with_value
+from simulator.calibration import CalibrationError, calibrate, derived_paths
+from simulator.config.base import Sourced
 from simulator.config.hardware import HardwareProfile
 from simulator.config.loading import Catalog
+from simulator.config.paths import get_path, with_values
 from simulator.validation import MeasurementRow, predict_row
 
 CATALOG = Catalog()
@@ -20,7 +22,7 @@ def _synthetic_rows(truth: HardwareProfile) -> list[MeasurementRow]:
     for i, (model, weights, output) in enumerate(CASES):
         row = MeasurementRow(f"S{i}", truth.id, None, model, weights, "none", 1000, output, 1,  # type: ignore[arg-type]
                              "per_user_output_tok_s", 1.0)  # fmt: skip
-        predicted = predict_row(row, _PatchedCatalog(CATALOG, truth)).predicted
+        predicted = predict_row(row, CATALOG.with_profiles(hardware=[truth])).predicted
         assert predicted is not None
         rows.append(MeasurementRow(**{**row.__dict__, "value": predicted}))
     return rows
@@ -29,15 +31,19 @@ def _synthetic_rows(truth: HardwareProfile) -> list[MeasurementRow]:
 def test_calibration_recovers_the_parameters_that_generated_the_rows() -> None:
     base = CATALOG.hardware("cerebras-cs3")
     paths = ["fabric.hop_latency", "execution.layer_latency"]
-    truth = with_value(with_value(base, paths[0], 2.0e-7), paths[1], 3.0e-6)
-    assert isinstance(truth, HardwareProfile)
+    truth = with_values(base, {paths[0]: 2.0e-7, paths[1]: 3.0e-6})
     fit = calibrate(base, paths, _synthetic_rows(truth), CATALOG)
     assert fit.parameters[paths[0]] == pytest.approx(2.0e-7, rel=1e-3)
     assert fit.parameters[paths[1]] == pytest.approx(3.0e-6, rel=1e-3)
     assert max(abs(r.rel_error or 0.0) for r in fit.after) < 1e-4
     assert max(fit.loo_abs_rel_errors) < 1e-3  # each held-out row is predicted by the other four
-    fitted = get_sourced(fit.profile, paths[0])
-    assert fitted.confidence == "derived" and "S0" in fitted.note and derived_paths(fit.profile) == paths
+    fitted = get_path(fit.profile, paths[0])
+    assert (
+        isinstance(fitted, Sourced)
+        and fitted.confidence == "derived"
+        and "S0" in fitted.note
+        and derived_paths(fit.profile) == paths
+    )
 
 
 def test_an_unknown_parameter_or_hardware_without_rows_is_refused() -> None:
