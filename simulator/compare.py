@@ -49,33 +49,33 @@ class ComparisonRow:
 
     def to_dict(self) -> dict[str, Any]:
         s = self.result.summary
-        backend = next(iter(s["backends"].values()))
-        cost = s["cost"]
+        backend = next(iter(s.backends.values()))
+        cost = s.cost
         row: dict[str, Any] = {
             "hardware": self.hardware,
             "load": self.load,
-            "chips": backend["chips"],
-            "cost_basis": cost["basis"],
-            "per_user_output_tok_s_p50": s["per_user_output_tok_s"]["p50"],
-            "ttft_s_p50": s["ttft_s"]["p50"],
-            "ttft_s_p99": s["ttft_s"]["p99"],
-            "output_tok_s": s["output_tok_s"],
-            "output_tok_s_per_chip": s["output_tok_s"] / backend["chips"],
-            "output_tok_per_usd": s["output_tok_s"] * 3600.0 / cost["usd_per_hour"],
-            "usd_per_hour": cost["usd_per_hour"],
-            "usd_per_million_output_tokens": cost["usd_per_million_output_tokens"],
-            "joules_per_output_token": cost["joules_per_output_token"],
+            "chips": backend.chips,
+            "cost_basis": cost.basis,
+            "per_user_output_tok_s_p50": s.per_user_output_tok_s.p50,
+            "ttft_s_p50": s.ttft_s.p50,
+            "ttft_s_p99": s.ttft_s.p99,
+            "output_tok_s": s.output_tok_s,
+            "output_tok_s_per_chip": s.output_tok_s / backend.chips,
+            "output_tok_per_usd": s.output_tok_s * 3600.0 / cost.usd_per_hour,
+            "usd_per_hour": cost.usd_per_hour,
+            "usd_per_million_output_tokens": cost.usd_per_million_output_tokens,
+            "joules_per_output_token": cost.joules_per_output_token,
             "api_usd_per_million_output_tokens": self._list_price(),
         }
-        if "tasks" in s:
-            t = s["tasks"]
+        if s.tasks is not None:
+            t = s.tasks
             row |= {
-                "task_time_s_p50": t["task_time_s"]["p50"],
-                "task_time_s_p90": t["task_time_s"]["p90"],
-                "tasks_completed": t["tasks_completed"],
-                "usd_per_task": cost["usd_per_task"],
-                "tasks_per_usd": cost["tasks_per_usd"],
-                "task_seconds": t["mean_seconds"],
+                "task_time_s_p50": t.task_time_s.p50,
+                "task_time_s_p90": t.task_time_s.p90,
+                "tasks_completed": t.tasks_completed,
+                "usd_per_task": cost.usd_per_task,
+                "tasks_per_usd": cost.tasks_per_usd,
+                "task_seconds": t.mean_seconds.to_dict(),
             }
         return row
 

@@ -34,6 +34,7 @@ from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass
 from simulator.limits import Limits
 from simulator.resolve import ScenarioError, backend_plan
+from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
 from simulator.tables import format_table
 
@@ -120,21 +121,21 @@ class PlanResult:
         }
 
 
-def target_value(summary: dict[str, Any], target: SLOTarget) -> float:
-    """The statistic a target bounds, from one class's summary (NaN when nothing was measured)."""
+def target_value(summary: LatencyStats, tasks: TaskSummary | None, target: SLOTarget) -> float:
+    """The statistic a target bounds, from one class's latencies and tasks (NaN when nothing was measured)."""
+    stats: DistributionStats | None = getattr(summary, target.metric, None)
     if target.metric == "task_time_s":
-        tasks = summary.get("tasks")
-        return float("nan") if tasks is None else float(tasks["task_time_s"][target.stat])
-    return float(summary[target.metric][target.stat])
+        stats = tasks.task_time_s if tasks else None
+    return math.nan if stats is None else float(getattr(stats, target.stat))
 
 
-def target_ratios(summary: dict[str, Any], classes: list[WorkloadClass]) -> list[Miss]:
+def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Miss]:
     """Every target of every class, with its normalised ratio (> 1: missed; inf: nothing measured)."""
     found = []
     for klass in classes:
-        part = summary["classes"][klass.name] if len(classes) > 1 else summary
+        part: RunSummary | ClassSummary = summary.classes[klass.name] if summary.classes else summary
         for target in klass.slo.targets:
-            value = target_value(part, target)
+            value = target_value(part, part.tasks, target)
             if not math.isfinite(value):
                 ratio = math.inf  # nothing measured
             elif target.upper:
@@ -206,7 +207,7 @@ class Planner:
                 if miss.ratio > 1.0 and (known is None or miss.ratio > known.ratio):
                     misses[(miss.klass, miss.target)] = miss
             api_spend += sum(
-                b["cost"]["usd_per_hour"] for b, metered in zip(summary["backends"].values(), self.metered, strict=True)
+                b.cost.usd_per_hour for b, metered in zip(summary.backends.values(), self.metered, strict=True)
                 if metered
             ) / self.scenario.plan.replications  # fmt: skip
         fixed = self.fixed_cost(counts)

@@ -17,13 +17,14 @@ from simulator.limits import check as check_size
 from simulator.records import RunRecords
 from simulator.resolve import resolve
 from simulator.results.metrics import summarize
+from simulator.results.summary import RunSummary
 
 
 @dataclass(frozen=True)
 class RunResult:
     scenario: Scenario  # as it ran: every profile it names written in
     records: RunRecords
-    summary: dict[str, Any]
+    summary: RunSummary
 
 
 def load_scenario_data(path: Path) -> dict[str, object]:
@@ -85,26 +86,30 @@ def simulate(
     return RunResult(ran, records, summarize(records, ran.slo, ran.workload_classes, ran.cost))
 
 
-def summary_shape(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
+def summary_shape(scenario: Scenario, catalog: Catalog) -> RunSummary:
     """The summary a run of ``scenario`` would have, before anything runs (every number undefined):
     its keys are the metric paths a sweep or a plan may ask for."""
     records = build(resolve(scenario, catalog)).records(0.0)
     return summarize(records, scenario.slo, scenario.workload_classes, scenario.cost)
 
 
-def metric_paths(summary: dict[str, Any], prefix: str = "") -> set[str]:
+def metric_paths(summary: RunSummary) -> set[str]:
     """Dotted paths of every number in a summary (``undefined`` reasons excluded)."""
+    return _paths(summary.to_dict())
+
+
+def _paths(document: dict[str, Any], prefix: str = "") -> set[str]:
     paths: set[str] = set()
-    for key, value in summary.items():
+    for key, value in document.items():
         if key == "undefined":
             continue
         path = f"{prefix}{key}"
         if isinstance(value, dict):
-            paths |= metric_paths(value, f"{path}.")
+            paths |= _paths(value, f"{path}.")
         elif isinstance(value, list):
             for index, item in enumerate(value):
                 if isinstance(item, dict):
-                    paths |= metric_paths(item, f"{path}.{index}.")
+                    paths |= _paths(item, f"{path}.{index}.")
         elif isinstance(value, int | float) or value is None:
             paths.add(path)
     return paths

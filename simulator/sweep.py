@@ -51,6 +51,7 @@ from simulator.config.workload import TraceLoad
 from simulator.limits import Limits
 from simulator.limits import check as check_size
 from simulator.resolve import ScenarioError, resolve
+from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, metric_paths, scenario_from, simulate, summary_shape
 
 DEFAULT_METRICS = (
@@ -201,7 +202,7 @@ def _inputs_digest(scenario: Scenario, metrics: list[str]) -> str:
     return digest.hexdigest()
 
 
-def check_metrics(metrics: list[str], shape: dict[str, Any], sweep_path: Path) -> None:
+def check_metrics(metrics: list[str], shape: RunSummary, sweep_path: Path) -> None:
     """Every metric must name a number of the run summary (a typo would be a silent NaN column)."""
     known = metric_paths(shape)
     for index, name in enumerate(metrics):
@@ -211,16 +212,6 @@ def check_metrics(metrics: list[str], shape: dict[str, Any], sweep_path: Path) -
             raise ConfigError(f"{sweep_path}: metrics.{index}: {name!r} is not a number in a run's summary{hint}")
 
 
-def metric(summary: dict[str, Any], path: str) -> float:
-    """A dotted path into a run summary (NaN where the run has no such value)."""
-    node: Any = summary
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return math.nan
-        node = node[part]
-    return float(node) if isinstance(node, int | float) else math.nan
-
-
 def run_point(scenario_json: str, metrics: list[str], dirs: tuple[str | None, str | None]) -> dict[str, Any]:
     """Simulate one resolved scenario (in a worker process); errors become the row's ``error``."""
     try:
@@ -228,7 +219,7 @@ def run_point(scenario_json: str, metrics: list[str], dirs: tuple[str | None, st
         scenario = Scenario.model_validate_json(scenario_json)
         summary = simulate(scenario, catalog, limits=None).summary  # its size was checked by expand
 
-        return {name: metric(summary, name) for name in metrics} | {"error": ""}
+        return {name: summary.metric(name) for name in metrics} | {"error": ""}
     except Exception as exc:  # a failed run is a row, not an aborted sweep
         return dict.fromkeys(metrics, math.nan) | {"error": f"{type(exc).__name__}: {exc}"}
 

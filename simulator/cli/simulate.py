@@ -57,12 +57,12 @@ def run(args: argparse.Namespace) -> int:
         files = run_files(results[0][1])
     else:
         files = {f"run-{i:03d}/{name}": text for i, (_, r) in enumerate(results) for name, text in run_files(r).items()}
-        files["sweep.json"] = json_text([{"set": c, "summary": r.summary} for c, r in results])
+        files["sweep.json"] = json_text([{"set": c, "summary": r.summary.to_dict()} for c, r in results])
     out.write(files)
     maybe_report(args, out)
     if args.json:
-        payload: object = results[0][1].summary if len(results) == 1 else [
-            {"set": c, "summary": r.summary} for c, r in results]  # fmt: skip
+        payload: object = results[0][1].summary.to_dict() if len(results) == 1 else [
+            {"set": c, "summary": r.summary.to_dict()} for c, r in results]  # fmt: skip
         print(json_text(payload), end="")
         return 0
     for combo, result in results:
@@ -73,9 +73,7 @@ def run(args: argparse.Namespace) -> int:
     labels = [_label(c) or r.scenario.name for c, r in results]
     rows = [summary_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True)]
     print(format_table(SUMMARY_HEADERS, rows))
-    task_rows = [
-        task_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True) if "tasks" in r.summary
-    ]
+    task_rows = [task_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True) if r.summary.tasks]
     if task_rows:
         print()
         print(format_table(TASK_HEADERS, task_rows))

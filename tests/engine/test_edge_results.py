@@ -22,7 +22,7 @@ def test_the_run_size_estimate_bounds_the_calls_a_closed_loop_makes() -> None:
     """Users cannot send more than ``users x duration / (think + fastest request)`` requests."""
     s = scenario(run={"seed": 1, "duration": "20 s", "drain": False})
     estimate = resolve(s, CATALOG).size.requests
-    made = simulate(s, CATALOG).summary["requests_completed"]
+    made = simulate(s, CATALOG).summary.requests_completed
     assert 0 < made <= estimate
 
 
@@ -64,7 +64,7 @@ def test_undefined_statistics_are_null_with_their_reason() -> None:
                            "output_tokens": {"dist": "constant", "value": 1}}),
         CATALOG,
     )  # fmt: skip
-    text = json.dumps(strict_json(result.summary), allow_nan=False)  # strict JSON: no NaN literal
+    text = json.dumps(strict_json(result.summary.to_dict()), allow_nan=False)  # strict JSON: no NaN literal
     summary = json.loads(text)
     assert summary["ttft_s"]["p50"] > 0
     assert summary["tpot_s"]["p50"] is None and "1-token answer" in summary["tpot_s"]["undefined"]["p50"]
@@ -82,8 +82,10 @@ def test_a_replay_faster_than_the_fleet_is_overloaded() -> None:
         "run": {"seed": 1, "duration": "2 s", "drain": False},
     })  # fmt: skip
     summary = simulate(s, CATALOG).summary
-    assert math.isfinite(summary["capacity_requests_per_s"]) and summary["overloaded"] is True
-    assert summary["offered_requests_per_s"] > summary["capacity_requests_per_s"]
+    assert math.isfinite(summary.capacity_requests_per_s) and summary.overloaded is True
+    assert (
+        summary.offered_requests_per_s is not None and summary.offered_requests_per_s > summary.capacity_requests_per_s
+    )
 
 
 def test_levels_csv_holds_every_replica(tmp_path: Path) -> None:

@@ -91,8 +91,8 @@ def test_prefix_caching_reproduces_the_mooncake_reuse_fraction() -> None:
     """With a cache that holds the window, the hit rate equals the trace's already-seen block fraction."""
     rows = window(load_mooncake(MOONCAKE), 0.0, 120.0)
     result = _replay("mooncake", MOONCAKE, window=["0 s", "120 s"])
-    assert result.summary["requests_completed"] == len(rows)
-    assert result.summary["prefix_cache_hit_rate"] == pytest.approx(infinite_cache_reuse(rows), abs=0.01)
+    assert result.summary.requests_completed == len(rows)
+    assert result.summary.prefix_cache_hit_rate == pytest.approx(infinite_cache_reuse(rows), abs=0.01)
 
 
 def test_replay_at_k_times_the_rate_compresses_arrivals() -> None:
