@@ -1,4 +1,4 @@
-"""Run a scenario end to end: build, simulate, freeze the records, derive the summary."""
+"""Run a scenario end to end: resolve, build, simulate, freeze the records, derive the summary."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from simulator.engine.build import build
 from simulator.limits import Limits
 from simulator.limits import check as check_size
 from simulator.records import RunRecords
-from simulator.resolve import resolve
+from simulator.resolve import ResolvedScenario, resolve
 from simulator.results.metrics import summarize
 from simulator.results.summary import RunSummary
 
@@ -67,16 +67,18 @@ def _resolved(load: TraceLoad, base: Path, source: str, where: str) -> TraceLoad
 
 
 def simulate(
-    scenario: Scenario,
+    scenario: Scenario | ResolvedScenario,
     catalog: Catalog,
     progress: Callable[[float], None] | None = None,
     limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
 ) -> RunResult:
-    """Build, run (``progress`` gets the fraction done), freeze and summarise one scenario.
+    """Resolve, build, run (``progress`` gets the fraction done), freeze and summarise one scenario.
 
-    ``limits``: the size a run may reach before it needs ``limits=None`` (:mod:`simulator.limits`).
+    A scenario already resolved runs as its plans say (a plan may be replaced, e.g. its cost
+    model by a test double). ``limits``: the size a run may reach before it needs
+    ``limits=None`` (:mod:`simulator.limits`).
     """
-    resolved = resolve(scenario, catalog)
+    resolved = scenario if isinstance(scenario, ResolvedScenario) else resolve(scenario, catalog)
     if limits is not None:
         check_size(resolved.size, limits)
     simulation = build(resolved)
