@@ -25,13 +25,9 @@ Names are imported when first used, so ``import simulator`` stays light.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = version("infersim")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0+unknown"
+from simulator.version import __version__
 
 if TYPE_CHECKING:
     from simulator import plots

@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 
-from simulator import __version__, plots
+from simulator import plots
 from simulator.analytic.placement import plan
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.files import read_csv, read_json, read_text, read_yaml
 from simulator.config.loading import Catalog, ConfigError
 from simulator.results.summary import RunSummary
 from simulator.tables import format_number
+from simulator.version import __version__
 
 #: Deployments the demo report draws on its roofline (one per architecture family).
 ROOFLINE_HARDWARE = ("cerebras-cs3", "groq-lpu", "sambanova-sn40l", "nvidia-h100-sxm")

@@ -41,7 +41,6 @@ from pydantic import Field, model_validator
 from scipy import stats
 from scipy.stats import qmc
 
-from simulator import __version__
 from simulator.config.base import Spec
 from simulator.config.files import read_json
 from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_data
@@ -53,6 +52,7 @@ from simulator.limits import check as check_size
 from simulator.resolve import ScenarioError, resolve
 from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, metric_paths, scenario_from, simulate, summary_shape
+from simulator.version import __version__
 
 DEFAULT_METRICS = (
     "per_user_output_tok_s.p50", "ttft_s.p50", "ttft_s.p99", "tpot_s.mean", "e2e_s.p50", "output_tok_s",

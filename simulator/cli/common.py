@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 
 import yaml
 
-from simulator import __version__
 from simulator.cli.output import ResultsFolder
 from simulator.config.loading import Catalog, parse_override
 from simulator.config.scenario import Scenario
@@ -19,6 +18,7 @@ from simulator.results.summary import RunSummary
 from simulator.runner import RunResult
 from simulator.serialize import strict_json
 from simulator.tables import format_number
+from simulator.version import __version__
 
 
 def catalog(args: argparse.Namespace) -> Catalog:

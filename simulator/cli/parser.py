@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import get_args
 
-from simulator import __version__
 from simulator.config.base import Precision
+from simulator.version import __version__
 
 #: Prompt and answer lengths ``estimate`` assumes unless told (a chat turn; also the demo's).
 DEFAULT_INPUT_TOKENS = 1000

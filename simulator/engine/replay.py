@@ -1,10 +1,16 @@
-"""Trace replay processes: recorded requests at their arrival times, or agent sessions.
+"""Trace replay processes: recorded requests at their arrival times, agent sessions, task graphs.
+
+The trace was read when the scenario was resolved (:func:`simulator.resolve.load_plan`); here
+its rows become processes, each format by its replay in :data:`REPLAYS`, after ``sample``
+keeps each row (or session, or graph) with its probability.
 
 Request traces (Azure, Mooncake) are open loop: each row arrives at its (windowed, scaled)
 time with its lengths and, for Mooncake, its prompt block hashes, which drive prefix reuse.
 Agent sessions (WEKA) are closed loop, one task per session: each call is sent
 ``think_time`` after the previous call's last token; sub-agents attached to a call run in
-parallel first and the call waits for the slowest (fan-out, then join).
+parallel first and the call waits for the slowest (fan-out, then join). Task graphs
+(:mod:`simulator.taskgraph`) arrive at their recorded times; each step starts when the steps
+it is after have finished.
 """
 
 from __future__ import annotations
