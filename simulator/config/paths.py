@@ -103,7 +103,7 @@ class _Walk:
     def fail(self, message: str) -> ConfigError:
         return ConfigError(f"{self.where}{self.path}: {message}")
 
-    def model_of(self, annotation: Any, node: Any, at: str) -> Any:
+    def model_of(self, annotation: Any, node: Any) -> Any:
         """The schema type of ``node``: a union resolved by the data's tags; a reference made inline."""
         members = _members(_strip(annotation))
         if len(members) == 1:
@@ -150,7 +150,7 @@ class _Walk:
 
 def _expand(parts: list[str], annotation: Any, node: Any, walk: _Walk) -> list[str]:
     """The next part with any shorthand of the schema spelled out."""
-    model = walk.model_of(annotation, node, "")
+    model = walk.model_of(annotation, node)
     aliases: dict[str, str] = getattr(model, "path_aliases", {}) if _is_model(model) else {}
     head = parts[0]
     return [*aliases[head].split("."), *parts[1:]] if head in aliases and head not in model.model_fields else parts
@@ -198,7 +198,7 @@ def set_path(
     while True:
         parts = _expand(parts, annotation, node, walk)
         at = ".".join(done)
-        model = walk.model_of(annotation, node, at)
+        model = walk.model_of(annotation, node)
         if _is_model(model) and issubclass(model, Profile) and isinstance(node, dict):
             walk.profile = node
         key, child_annotation = walk.child(node, model, parts[0], at)
@@ -207,7 +207,7 @@ def set_path(
             _assign(node, key, value, _strip(child_annotation), walk, mark)
             return root
         child = node[key] if _has(node, key) else None
-        child_model = walk.model_of(child_annotation, child, ".".join(done))
+        child_model = walk.model_of(child_annotation, child)
         if child_model is str and isinstance(child, str):  # a profile by id: copied in, the path goes on
             kind = next(m for m in _members(_strip(child_annotation)) if _is_model(m) and issubclass(m, Profile))
             child = walk.inline(kind, child)

@@ -588,7 +588,7 @@ def batch_policy(spec: object, backend: BackendPlan) -> BatchPolicy:
 def _continuous(spec: ContinuousBatching, backend: BackendPlan) -> BatchPolicy:
     return ContinuousBatchingPolicy(
         Slots(backend.batch_cap), paged_kv(backend), backend.max_batched_tokens, backend.decode_step_tokens,
-        backend.window, prefill_first=spec.priority == "prefill-first", swap=spec.preemption == "swap",
+        backend.window, prefill_first=spec.priority == "prefill-first", swap=spec.swaps,
     )  # fmt: skip
 
 
