@@ -30,8 +30,8 @@ from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
 from simulator.engine.build import build
+from simulator.resolve import resolve
 from simulator.results.metrics import summarize
-from simulator.results.records import freeze
 from simulator.tables import format_table
 
 CASES = {
@@ -104,18 +104,18 @@ def measure(hardware: str, model: str, requests: int, kind: str = "chat") -> dic
 
 def _timed(scenario: Scenario, catalog: Catalog, requests: int, kind: str) -> dict[str, object]:
     start = time.perf_counter()
-    simulation = build(scenario, catalog)
+    simulation = build(resolve(scenario, catalog))
     end_s = simulation.run()
-    summary = summarize(freeze(simulation, end_s), scenario.slo)
+    summary = summarize(simulation.records(end_s), scenario.slo)
     wall = time.perf_counter() - start
     events = next(simulation.env._eid)  # SimPy's running event id: events scheduled so far
-    calls = summary["requests_completed"]
+    calls = summary.requests_completed
     return {
         "hardware": scenario.deployment.hardware if scenario.deployment else "", "case": f"{requests:,} {kind}",
         "requests": calls, "wall_s": wall, "requests_per_wall_s": calls / wall,
-        "events_per_wall_s": events / wall, "steps": sum(r["iterations"] for r in summary["replicas"]),
+        "events_per_wall_s": events / wall, "steps": sum(r.iterations for r in summary.replicas),
         "simulated_s": end_s, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "batch": summary["mean_batch_size"], "replicas": scenario.replicas,
+        "batch": summary.mean_batch_size, "replicas": scenario.replicas,
     }  # fmt: skip
 
 

@@ -1,12 +1,82 @@
 """infersim: how fast LLMs run on very different inference hardware, and what it costs.
 
-Layers, one direction: ``config`` (pydantic data) -> ``analytic`` (pure numpy physics) ->
-``cli`` (the only module that writes files).
+Layers, one direction (each imports only those above it in this list):
+
+- ``config``: pydantic data (profiles, scenarios) and the one field-path language;
+- ``analytic``: pure numpy physics and economics (placement, step times, estimates, prices);
+- ``resolve``: a scenario's frozen plans, every lookup, placement, price and check done once;
+- ``engine``: SimPy processes wired from those plans, writing the ``records``;
+- ``results``: metrics and the typed run summary, derived from the records;
+- ``compare``, ``planning``, ``sweep``, ``validation``, ``calibration``, ``plots``,
+  ``report``, ``demo``: what the commands do with runs;
+- ``cli``: the ``infersim`` command, the only package that writes files.
+
+The public API (:mod:`simulator.api`), for notebooks and scripts::
+
+    import simulator
+
+    scenario = simulator.load_scenario("scenarios/h100-llama70b-trtllm.yaml", {"load.users": 4})
+    result = simulator.simulate(scenario)
+    print(result.summary.per_user_output_tok_s.p50, result.summary.cost.usd_per_million_output_tokens)
+
+Names are imported when first used, so ``import simulator`` stays light.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-try:
-    __version__ = version("infersim")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0+unknown"
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from simulator.version import __version__
+
+if TYPE_CHECKING:
+    from simulator import plots
+    from simulator.analytic import roofline
+    from simulator.analytic.estimate import estimate
+    from simulator.api import compare_hardware, deploy, load_scenario, override, plan_fleet, resolve, simulate
+    from simulator.config.loading import Catalog
+    from simulator.errors import InfersimError
+
+#: Public name -> (module, attribute; empty: the module itself).
+_PUBLIC = {
+    "Catalog": ("simulator.config.loading", "Catalog"),
+    "InfersimError": ("simulator.errors", "InfersimError"),
+    "compare_hardware": ("simulator.api", "compare_hardware"),
+    "deploy": ("simulator.api", "deploy"),
+    "estimate": ("simulator.analytic.estimate", "estimate"),
+    "load_scenario": ("simulator.api", "load_scenario"),
+    "override": ("simulator.api", "override"),
+    "plan_fleet": ("simulator.api", "plan_fleet"),
+    "plots": ("simulator.plots", ""),
+    "resolve": ("simulator.api", "resolve"),
+    "roofline": ("simulator.analytic.roofline", ""),
+    "simulate": ("simulator.api", "simulate"),
+}
+
+__all__ = [
+    "Catalog",
+    "InfersimError",
+    "__version__",
+    "compare_hardware",
+    "deploy",
+    "estimate",
+    "load_scenario",
+    "override",
+    "plan_fleet",
+    "plots",
+    "resolve",
+    "roofline",
+    "simulate",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'simulator' has no attribute {name!r}")
+    module, attribute = _PUBLIC[name]
+    found = importlib.import_module(module)
+    return getattr(found, attribute) if attribute else found
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

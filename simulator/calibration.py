@@ -1,18 +1,36 @@
-"""Fit a hardware profile's achievable efficiencies and latency terms to measured rows.
+"""Fit hardware and serving-stack profiles' achievable efficiencies and latencies to measured rows.
 
 Only physically meaningful parameters are fitted, each within bounds (efficiencies in
-(0, 1], latencies >= 0): the fitted profile still predicts every model on that hardware.
-The objective is the sum of squared log-ratios ``log(predicted / measured)`` over the rows,
-so a 2x over- and a 2x under-prediction weigh the same. Fitted values are written with
-``confidence: derived`` and the ids of the rows they were fitted on.
+(0, 1], latencies >= 0): a fitted profile still predicts every model on that hardware. A
+parameter belongs to one profile: a hardware parameter (``compute.efficiency``) is fitted on
+the rows measured on that hardware; a serving-stack parameter (``trtllm.layer_latency``, the
+per-layer launch and sync time of one software stack) is *shared*: fitted jointly on every row
+served by that stack, whatever its hardware, and written once into the stack's profile.
+
+- **Objective.** The sum of squared log-ratios ``r_i = log(predicted_i / measured_i)``, so a
+  2x over- and a 2x under-prediction weigh the same; bounded trust-region least squares.
+- **Jacobian.** Forward differences, each parameter moving only the rows it touches (its
+  hardware's, or its stack's), so a joint fit costs about one prediction per row and parameter.
+- **Identifiability.** At the solution the scaled Jacobian ``J`` must have full column rank:
+  a singular value below :data:`IDENTIFIABLE` of the largest means some combination of
+  parameters does not change any row (two latencies that only ever add, a fit on one load
+  point); the fit warns and names the parameters of that combination.
+- **Leave-one-out** (PRESS): ``r_i / (1 - h_ii)`` with ``h_ii`` the leverage of row ``i``
+  (the diagonal of ``J (J'J)^-1 J'``): the error row ``i`` would have if the others alone were
+  fitted, exact for a linear model and first order here; a row with ``h_ii -> 1`` alone
+  determines a parameter and has no leave-one-out error.
+
+Fitted values are written with ``confidence: derived``, source ``fit`` and the ids of the rows
+they were fitted on (and, for a shared parameter, the hardware those rows span).
 """
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -20,179 +38,294 @@ from scipy.optimize import least_squares
 from simulator.config.base import Profile, Sourced, Spec
 from simulator.config.hardware import HardwareProfile
 from simulator.config.loading import Catalog
+from simulator.config.paths import Mark, get_path, with_values
+from simulator.config.stack import StackProfile
 from simulator.errors import InfersimError, InfersimWarning
 from simulator.validation import MeasurementRow, RowResult, predict_row
 
-#: Parameters a fit may move, with their bounds (SI units).
-FITTABLE: dict[str, tuple[float, float]] = {
+#: Hardware parameters a fit may move, with their bounds (SI units).
+HARDWARE_FITTABLE: dict[str, tuple[float, float]] = {
     "compute.efficiency": (0.05, 1.0),
+    "compute.weight_only.*.efficiency": (0.05, 1.0),
     "memory.*.efficiency": (0.05, 1.0),
     "interconnect.latency": (0.0, 1e-3),
+    "interconnect.alltoall_latency": (0.0, 1e-3),
     "interconnect.efficiency": (0.05, 1.0),
     "execution.layer_latency": (0.0, 1e-3),
-    "execution.step_overhead": (0.0, 0.05),
     "fabric.hop_latency": (0.0, 1e-5),
 }
-
+#: Serving-stack parameters (shared by every row the stack served), with their bounds.
+STACK_FITTABLE: dict[str, tuple[float, float]] = {
+    "layer_latency": (0.0, 1e-3),
+    "step_overhead": (0.0, 0.05),
+}
 
 #: Stopping tolerances of the fit: relative change of the parameters and of the cost; 1e-6 is
 #: far below the spread of published measurements, and each evaluation may be an engine run.
 XTOL = FTOL = 1e-6
+#: Relative forward-difference step of the Jacobian (of the scaled parameter, which is ~1).
+STEP = 1e-4
+#: Smallest singular value of the scaled Jacobian, relative to the largest, of an identified fit.
+IDENTIFIABLE = 1e-6
+
+#: How a fit marks the parameters it sets.
+FIT = Mark("fit", "infersim calibrate (scipy least squares on log error)", "derived")
 
 
 class CalibrationError(InfersimError):
-    """A fit that cannot be set up: unknown parameter, no rows for this hardware."""
+    """A fit that cannot be set up: unknown parameter, no rows for a profile, too few rows."""
 
 
-def _bounds_for(path: str) -> tuple[float, float]:
-    parts = path.split(".")
-    key = f"memory.*.{parts[2]}" if parts[0] == "memory" and len(parts) == 3 else path
-    if key not in FITTABLE:
-        raise CalibrationError(f"cannot fit {path!r}; fittable: {', '.join(FITTABLE)} (memory.<tier>.efficiency)")
-    return FITTABLE[key]
+@dataclass(frozen=True)
+class Parameter:
+    """One number of one profile: ``kind`` ``hardware`` or ``stack``, the profile's id, the path in it."""
+
+    kind: Literal["hardware", "stack"]
+    profile_id: str
+    path: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.profile_id}.{self.path}"
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        table = HARDWARE_FITTABLE if self.kind == "hardware" else STACK_FITTABLE
+        parts = self.path.split(".")
+        if parts[0] == "memory" and len(parts) == 3:  # a tier by name
+            parts[1] = "*"
+        if parts[:2] == ["compute", "weight_only"] and len(parts) == 4:  # a weight-only path by format
+            parts[2] = "*"
+        key = ".".join(parts)
+        if key not in table:
+            raise CalibrationError(f"cannot fit {self.kind} parameter {self.path!r}; fittable: {', '.join(table)}")
+        return table[key]
+
+    def touches(self, row: MeasurementRow, catalog: Catalog) -> bool:
+        """Whether this parameter moves the prediction of ``row``."""
+        if self.kind == "hardware":
+            return row.hardware == self.profile_id
+        return row_stack(row, catalog) == self.profile_id
 
 
-def _child(node: object, key: str) -> object:
-    if isinstance(node, list):
-        return next((item for item in node if item.name == key), None)
-    if isinstance(node, dict):
-        return node.get(key)
-    return getattr(node, key, None)
+def row_stack(row: MeasurementRow, catalog: Catalog) -> str:
+    """The serving stack a row was measured on: its own, else its hardware's default."""
+    return row.stack or catalog.hardware(row.hardware).execution.default_stack
 
 
-def get_sourced(profile: Profile, path: str) -> Sourced[float]:
-    """The sourced number at a dotted path (tiers by name, peaks by precision)."""
-    node: object = profile
-    for part in path.split("."):
-        node = _child(node, part)
-        if node is None:
-            raise CalibrationError(f"{profile.id}: {path!r} does not resolve (no {part!r})")
-    if not isinstance(node, Sourced):
-        raise CalibrationError(f"{profile.id}: {path!r} is not a sourced number")
-    return node
-
-
-def _replaced(node: object, path: str, updates: dict[str, object]) -> object:
-    if not path:
-        assert isinstance(node, Sourced)
-        return node.model_copy(update=updates)
-    key, _, rest = path.partition(".")
-    if isinstance(node, list):
-        return [_replaced(item, rest, updates) if item.name == key else item for item in node]
-    if isinstance(node, dict):
-        return node | {key: _replaced(node[key], rest, updates)}
-    assert isinstance(node, Spec)
-    return node.model_copy(update={key: _replaced(getattr(node, key), rest, updates)})
-
-
-def with_value(spec: Spec, path: str, value: float, **sourced_updates: str) -> Spec:
-    """A copy of ``spec`` with the sourced number at dotted ``path`` set to ``value``.
-
-    Memory tiers are addressed by ``name`` (``memory.hbm.efficiency``), peaks by precision
-    (``compute.peak.bf16``).
-    """
-    result = _replaced(spec, path, {"value": value, **sourced_updates})
-    assert isinstance(result, Spec)
-    return result
-
-
-class _PatchedCatalog(Catalog):
-    def __init__(self, base: Catalog, profile: HardwareProfile) -> None:
-        super().__init__(base.hardware_dir, base.model_dir)
-        self._models = base._models
-        self._hardware = {profile.id: profile}
+def parse_parameters(
+    hardware_ids: Sequence[str], hardware_paths: Iterable[str], stack_paths: Iterable[str]
+) -> list[Parameter]:
+    """Hardware paths once per hardware; stack paths ``<stack id>.<field>`` once each (shared)."""
+    parameters = [Parameter("hardware", h, p) for h in hardware_ids for p in hardware_paths]
+    for text in stack_paths:
+        stack_id, _, path = text.partition(".")
+        if not path:
+            raise CalibrationError(f"shared parameter {text!r}: expected <stack id>.<field>, e.g. trtllm.layer_latency")
+        parameters.append(Parameter("stack", stack_id, path))
+    names = [p.name for p in parameters]
+    if len(set(names)) != len(names):
+        raise CalibrationError(f"a parameter is named twice in {names}")
+    for parameter in parameters:
+        parameter.bounds  # noqa: B018 - raises for a parameter that is not fittable
+    return parameters
 
 
 @dataclass(frozen=True)
 class Fit:
-    profile: HardwareProfile
+    """Fitted profiles (hardware and stacks), the values, and the errors before, after and held out."""
+
+    hardware: dict[str, HardwareProfile]
+    stacks: dict[str, StackProfile]
     parameters: dict[str, float]
     before: list[RowResult]
     after: list[RowResult]
-    loo_abs_rel_errors: list[float]
+    loo_abs_rel_errors: dict[str, float]  # by row id; rows that alone fix a parameter are absent
+    unidentified: list[list[str]]  # parameter combinations the rows cannot tell apart
+
+    @property
+    def profile(self) -> HardwareProfile:
+        """The one fitted hardware profile (single-hardware fits)."""
+        (only,) = self.hardware.values()
+        return only
+
+
+def _number(profile: Profile, path: str) -> float:
+    number = get_path(profile, path)
+    if not isinstance(number, Sourced):
+        raise CalibrationError(f"{profile.id}: {path!r} is not a sourced number")
+    value: float = number.value
+    return value
+
+
+class _Problem:
+    """The rows, the parameters and the profiles they live in; predictions by parameter vector."""
+
+    def __init__(self, parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog: Catalog) -> None:
+        self.parameters, self.rows, self.catalog = list(parameters), list(rows), catalog
+        self.hardware = {p.profile_id: catalog.hardware(p.profile_id) for p in parameters if p.kind == "hardware"}
+        self.stacks = {p.profile_id: catalog.stack(p.profile_id) for p in parameters if p.kind == "stack"}
+        self.touches = np.array([[p.touches(r, catalog) for p in parameters] for r in rows], dtype=bool)
+        self.lower, self.upper = np.array([p.bounds for p in parameters], dtype=float).T
+        start = [_number(self._profile(p), p.path) for p in parameters]
+        self.x0 = np.clip(start, self.lower, self.upper)
+        self.scale = np.maximum(np.abs(self.x0), self.upper * 1e-3)
+        self._cache: dict[bytes, np.ndarray] = {}
+
+    def _profile(self, parameter: Parameter) -> Profile:
+        return (
+            self.hardware[parameter.profile_id] if parameter.kind == "hardware" else self.stacks[parameter.profile_id]
+        )
+
+    def profiles(
+        self, x: np.ndarray, mark: Mark | None = None, notes: dict[str, str] | None = None
+    ) -> tuple[dict[str, HardwareProfile], dict[str, StackProfile]]:
+        """The profiles with the parameters set to ``x`` (SI values), marked as fitted when ``mark``."""
+        hardware, stacks = dict(self.hardware), dict(self.stacks)
+        for parameter, value in zip(self.parameters, x, strict=True):
+            given = replace(mark, note=(notes or {}).get(parameter.name, mark.note)) if mark else None
+            if parameter.kind == "hardware":
+                hardware[parameter.profile_id] = with_values(hardware[parameter.profile_id],
+                                                             {parameter.path: float(value)}, given)  # fmt: skip
+            else:
+                stacks[parameter.profile_id] = with_values(stacks[parameter.profile_id], {parameter.path: float(value)},
+                                                           given)  # fmt: skip
+        return hardware, stacks
+
+    def predict(self, x: np.ndarray, rows: Sequence[int] | None = None) -> list[RowResult]:
+        hardware, stacks = self.profiles(x)
+        catalog = self.catalog.with_profiles(hardware=list(hardware.values()), stacks=list(stacks.values()))
+        chosen = range(len(self.rows)) if rows is None else rows
+        return [predict_row(self.rows[i], catalog) for i in chosen]
+
+    def residuals(self, z: np.ndarray) -> np.ndarray:
+        """Log errors of every row at scaled parameters ``z``."""
+        key = z.tobytes()
+        if key not in self._cache:
+            self._cache = {key: _log_errors(self.predict(z * self.scale))}
+        return self._cache[key]
+
+    def jacobian(self, z: np.ndarray) -> np.ndarray:
+        """Forward differences, each column over the rows its parameter touches (others are 0)."""
+        base = self.residuals(z)
+        jac = np.zeros((len(self.rows), len(self.parameters)))
+        for j in range(len(self.parameters)):
+            step = STEP * max(1.0, abs(z[j]))
+            if z[j] + step > self.upper[j] / self.scale[j]:
+                step = -step  # at the upper bound: a backward difference
+            moved = z.copy()
+            moved[j] += step
+            touched = np.flatnonzero(self.touches[:, j]).tolist()
+            jac[touched, j] = (_log_errors(self.predict(moved * self.scale, touched)) - base[touched]) / step
+        return jac
+
+    def solve(self, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bounded least squares from ``start`` (SI values): (fitted SI values, Jacobian there)."""
+        solution = least_squares(self.residuals, start / self.scale, jac=self.jacobian,
+                                 bounds=(self.lower / self.scale, self.upper / self.scale), method="trf",
+                                 xtol=XTOL, ftol=FTOL)  # fmt: skip
+        return solution.x * self.scale, self.jacobian(solution.x)
 
 
 def _log_errors(results: Sequence[RowResult]) -> np.ndarray:
-    return np.array([np.log(r.predicted / r.row.value) for r in results if r.predicted])
+    return np.array([math.log(r.predicted / r.row.value) if r.predicted else 0.0 for r in results])
 
 
-def _apply(profile: HardwareProfile, paths: Sequence[str], x: np.ndarray) -> HardwareProfile:
-    for path, value in zip(paths, x, strict=True):
-        profile = with_value(profile, path, float(value))  # type: ignore[assignment]
-    return profile
+def leverages(jacobian: np.ndarray) -> np.ndarray:
+    """Diagonal of the hat matrix ``J (J'J)^+ J'`` (the pseudo-inverse where ``J`` is rank-deficient)."""
+    u, s, _ = np.linalg.svd(jacobian, full_matrices=False)
+    kept = s > IDENTIFIABLE * (s.max() if s.size else 0.0)
+    h: np.ndarray = np.sum(u[:, kept] ** 2, axis=1)
+    return h
 
 
-def _fit_once(
-    profile: HardwareProfile,
-    paths: Sequence[str],
-    rows: Sequence[MeasurementRow],
-    catalog: Catalog,
-    start: np.ndarray | None = None,
-) -> np.ndarray:
-    """Bounded least squares on the log errors, from ``start`` (default: the profile's values)."""
-    lower, upper = np.array([_bounds_for(p) for p in paths]).T
-    initial = [get_sourced(profile, p).value for p in paths] if start is None else start
-    x0 = np.clip(initial, lower, upper)
-    scale = np.maximum(np.abs(x0), upper * 1e-3)
-
-    def residuals(z: np.ndarray) -> np.ndarray:
-        patched = _PatchedCatalog(catalog, _apply(profile, paths, z * scale))
-        return _log_errors([predict_row(r, patched) for r in rows])
-
-    solution = least_squares(
-        residuals, x0 / scale, bounds=(lower / scale, upper / scale), method="trf", xtol=XTOL, ftol=FTOL
-    )
-    fitted: np.ndarray = solution.x * scale
-    return fitted
+def unidentified_combinations(jacobian: np.ndarray, names: Sequence[str]) -> list[list[str]]:
+    """Parameter combinations (right singular vectors with singular values below :data:`IDENTIFIABLE`
+    of the largest) that move no row: named by their parameters with loading above 0.1."""
+    _, s, vt = np.linalg.svd(jacobian, full_matrices=True)
+    values = np.zeros(vt.shape[0])
+    values[: s.size] = s
+    largest = values.max() if values.size else 0.0
+    return [[n for n, w in zip(names, vt[i], strict=True) if abs(w) > 0.1]
+            for i in range(vt.shape[0]) if values[i] <= IDENTIFIABLE * largest]  # fmt: skip
 
 
-def calibrate(profile: HardwareProfile, paths: Sequence[str], rows: Sequence[MeasurementRow], catalog: Catalog) -> Fit:
-    """Fit ``paths`` of ``profile`` to ``rows`` and cross-validate by leaving one row out."""
-    rows = [r for r in rows if r.hardware == profile.id]
-    if not rows:
-        raise CalibrationError(f"no rows for hardware {profile.id!r} in the table")
-    if len(set(paths)) != len(paths):
-        raise CalibrationError(f"a parameter is named twice in {list(paths)}")
-    for path in paths:
-        _bounds_for(path)
-    if len(rows) < len(paths):
+def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog: Catalog) -> Fit:
+    """Fit ``parameters`` jointly to ``rows`` (module docstring).
+
+    Raises
+    ------
+    CalibrationError
+        If a parameter moves none of the rows, or there are fewer rows than parameters.
+    """
+    if not parameters:
+        raise CalibrationError("no parameters to fit")
+    problem = _Problem(parameters, rows, catalog)
+    idle = [p.name for j, p in enumerate(parameters) if not problem.touches[:, j].any()]
+    if idle:
+        raise CalibrationError(f"no rows for {', '.join(idle)} in the table (a hardware parameter needs rows on that "
+                               "hardware; a stack parameter rows served by that stack)")  # fmt: skip
+    if len(rows) < len(parameters):
         raise CalibrationError(
-            f"{len(paths)} parameters cannot be identified from {len(rows)} row{'s' if len(rows) > 1 else ''} "
+            f"{len(parameters)} parameters cannot be identified from {len(rows)} row{'s' if len(rows) > 1 else ''} "
             f"({', '.join(r.id for r in rows)}): any of many values would fit exactly; fit at most {len(rows)} "
-            f"(e.g. --fit {paths[0]}) or add rows"
+            f"(e.g. --fit {parameters[0].path}) or add rows"
         )
-    if len(rows) == len(paths):
+    if len(rows) == len(parameters):
         warnings.warn(
-            f"{len(paths)} parameters fitted to {len(rows)} rows: the fit is exact and cannot be cross-validated "
-            "(no leave-one-out); treat the result as unvalidated",
+            f"{len(parameters)} parameters fitted to {len(rows)} rows: the fit is exact and cannot be "
+            "cross-validated (no leave-one-out); treat the result as unvalidated",
             InfersimWarning,
             stacklevel=2,
         )
-    x = _fit_once(profile, paths, rows, catalog)
-    fitted = _apply(profile, paths, x)
-    provenance = f"fitted to rows {', '.join(r.id for r in rows)}"
-    for path, value in zip(paths, x, strict=True):
-        fitted = with_value(fitted, path, float(value), confidence="derived", source="fit", note=provenance)  # type: ignore[assignment]
-    fitted = fitted.model_copy(
-        update={"sources": fitted.sources | {"fit": "infersim calibrate (scipy least squares on log error)"}}
-    )
-    loo: list[float] = []
-    if len(rows) > len(paths):
-        for i, held_out in enumerate(rows):
-            x_i = _fit_once(profile, paths, rows[:i] + rows[i + 1 :], catalog, start=x)  # warm start
-            result = predict_row(held_out, _PatchedCatalog(catalog, _apply(profile, paths, x_i)))
-            if result.rel_error is not None:
-                loo.append(abs(result.rel_error))
+    x, jacobian = problem.solve(problem.x0)
+    residuals = problem.residuals(x / problem.scale)
+    names = [p.name for p in parameters]
+    unidentified = unidentified_combinations(jacobian, names)
+    for combination in unidentified:
+        warnings.warn(f"the rows cannot tell {', '.join(combination) or 'some parameters'} apart (they move no row "
+                      "independently): add rows at other loads or lengths, or fit fewer parameters",
+                      InfersimWarning, stacklevel=2)  # fmt: skip
+    h = leverages(jacobian)
+    loo = {
+        row.id: abs(math.expm1(r / (1.0 - hi)))
+        for row, r, hi in zip(rows, residuals, h, strict=True)
+        if hi < 1.0 - 1e-9 and len(rows) > len(parameters)
+    }
+    notes = {p.name: _provenance(p, rows, problem.touches[:, j]) for j, p in enumerate(parameters)}
+    hardware, stacks = problem.profiles(x, FIT, notes)
+    before_hw, before_stacks = problem.hardware, problem.stacks
+    before = problem.catalog.with_profiles(hardware=list(before_hw.values()), stacks=list(before_stacks.values()))
+    after = problem.catalog.with_profiles(hardware=list(hardware.values()), stacks=list(stacks.values()))
     return Fit(
-        profile=fitted,
-        parameters=dict(zip(paths, map(float, x), strict=True)),
-        before=[predict_row(r, _PatchedCatalog(catalog, profile)) for r in rows],
-        after=[predict_row(r, _PatchedCatalog(catalog, fitted)) for r in rows],
+        hardware=hardware,
+        stacks=stacks,
+        parameters=dict(zip(names, map(float, x), strict=True)),
+        before=[predict_row(r, before) for r in rows],
+        after=[predict_row(r, after) for r in rows],
         loo_abs_rel_errors=loo,
+        unidentified=unidentified,
     )
 
 
-def derived_paths(profile: HardwareProfile) -> list[str]:
+def _provenance(parameter: Parameter, rows: Sequence[MeasurementRow], touched: np.ndarray) -> str:
+    ids = [r.id for r, t in zip(rows, touched, strict=True) if t]
+    if parameter.kind == "hardware":
+        return f"fitted to rows {', '.join(ids)}"
+    spanned = sorted({r.hardware for r, t in zip(rows, touched, strict=True) if t})
+    return f"shared: fitted jointly on the {parameter.profile_id} rows of {', '.join(spanned)} ({', '.join(ids)})"
+
+
+def calibrate(profile: HardwareProfile, paths: Sequence[str], rows: Sequence[MeasurementRow], catalog: Catalog) -> Fit:
+    """Fit ``paths`` of one hardware ``profile`` to its rows (the profile given replaces the catalog's)."""
+    rows = [r for r in rows if r.hardware == profile.id]
+    if not rows:
+        raise CalibrationError(f"no rows for hardware {profile.id!r} in the table")
+    parameters = parse_parameters([profile.id], paths, [])
+    return fit(parameters, rows, catalog.with_profiles(hardware=[profile]))
+
+
+def derived_paths(profile: Profile) -> list[str]:
     """Dotted paths of the numbers a previous fit produced (``confidence: derived``, source ``fit``)."""
     found: list[str] = []
 
@@ -211,32 +344,36 @@ def derived_paths(profile: HardwareProfile) -> list[str]:
                 walk(item, f"{prefix}.{key}")
 
     walk(profile, "")
-    return [p for p in found if _fittable(p)]
+    kind: Literal["hardware", "stack"] = "stack" if isinstance(profile, StackProfile) else "hardware"
+    return [p for p in found if _fittable(Parameter(kind, profile.id, p))]
 
 
-def _fittable(path: str) -> bool:
+def _fittable(parameter: Parameter) -> bool:
     try:
-        _bounds_for(path)
+        parameter.bounds  # noqa: B018
     except CalibrationError:
         return False
     return True
 
 
-def fit_report(fit: Fit) -> dict[str, Any]:
+def fit_report(result: Fit) -> dict[str, Any]:
     """Before/after error per row, the fitted values and the leave-one-out error."""
-    loo = fit.loo_abs_rel_errors
-    after = [abs(r.rel_error) for r in fit.after if r.rel_error is not None]
-    before = [abs(r.rel_error) for r in fit.before if r.rel_error is not None]
+    loo = list(result.loo_abs_rel_errors.values())
+    after = [abs(r.rel_error) for r in result.after if r.rel_error is not None]
+    before = [abs(r.rel_error) for r in result.before if r.rel_error is not None]
     return {
-        "hardware": fit.profile.id,
-        "parameters": fit.parameters,
+        "hardware": sorted(result.hardware),
+        "stacks": sorted(result.stacks),
+        "parameters": result.parameters,
         "rows": [
-            {"id": b.row.id, "measured": b.row.value, "before": b.predicted, "after": a.predicted,
-             "rel_error_before": b.rel_error, "rel_error_after": a.rel_error}
-            for b, a in zip(fit.before, fit.after, strict=True)
+            {"id": b.row.id, "hardware": b.row.hardware, "measured": b.row.value, "before": b.predicted,
+             "after": a.predicted, "rel_error_before": b.rel_error, "rel_error_after": a.rel_error,
+             "loo_abs_rel_error": result.loo_abs_rel_errors.get(b.row.id)}
+            for b, a in zip(result.before, result.after, strict=True)
         ],
         "median_abs_rel_error_before": float(np.median(before)) if before else None,
         "median_abs_rel_error_after": float(np.median(after)) if after else None,
         "loo_median_abs_rel_error": float(np.median(loo)) if loo else None,
         "loo_max_abs_rel_error": float(np.max(loo)) if loo else None,
+        "unidentified": result.unidentified,
     }  # fmt: skip

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.config.loading import Catalog, ConfigError
+from simulator.config.paths import with_values
 from simulator.config.scenario import Scenario
 from simulator.limits import Limits
 from simulator.runner import RunResult, simulate
@@ -27,12 +28,17 @@ from simulator.tables import format_number, format_table
 LAYOUT_FIELDS = ("chips", "tensor_parallel", "pipeline_parallel", "expert_parallel")
 
 
-def on_hardware(scenario: Scenario, hardware: str) -> Scenario:
-    """The scenario with its single deployment moved to ``hardware`` (automatic layout)."""
-    if scenario.deployment is None:
-        raise ConfigError(f"{scenario.name}: compare moves one deployment across hardware; this scenario has backends")
-    deployment = scenario.deployment.model_copy(update={"hardware": hardware} | dict.fromkeys(LAYOUT_FIELDS))
-    return scenario.model_copy(update={"deployment": deployment, "name": f"{scenario.name}-{hardware}"})
+def on_hardware(name: str, hardware: str) -> dict[str, object]:
+    """The field paths and values that move a scenario's one deployment to ``hardware`` (automatic
+    layout), its name made ``<name>-<hardware>``; other paths of the same profile apply after them."""
+    return {"name": f"{name}-{hardware}", "deployment.hardware": hardware} | {
+        f"deployment.{field}": None for field in LAYOUT_FIELDS
+    }
+
+
+def check_one_deployment(name: str, has_backends: bool) -> None:
+    if has_backends:
+        raise ConfigError(f"{name}: compare moves one deployment across hardware; this scenario has backends")
 
 
 @dataclass(frozen=True)
@@ -43,33 +49,33 @@ class ComparisonRow:
 
     def to_dict(self) -> dict[str, Any]:
         s = self.result.summary
-        backend = next(iter(s["backends"].values()))
-        cost = s["cost"]
+        backend = next(iter(s.backends.values()))
+        cost = s.cost
         row: dict[str, Any] = {
             "hardware": self.hardware,
             "load": self.load,
-            "chips": backend["chips"],
-            "cost_basis": cost["basis"],
-            "per_user_output_tok_s_p50": s["per_user_output_tok_s"]["p50"],
-            "ttft_s_p50": s["ttft_s"]["p50"],
-            "ttft_s_p99": s["ttft_s"]["p99"],
-            "output_tok_s": s["output_tok_s"],
-            "output_tok_s_per_chip": s["output_tok_s"] / backend["chips"],
-            "output_tok_per_usd": s["output_tok_s"] * 3600.0 / cost["usd_per_hour"],
-            "usd_per_hour": cost["usd_per_hour"],
-            "usd_per_million_output_tokens": cost["usd_per_million_output_tokens"],
-            "joules_per_output_token": cost["joules_per_output_token"],
+            "chips": backend.chips,
+            "cost_basis": cost.basis,
+            "per_user_output_tok_s_p50": s.per_user_output_tok_s.p50,
+            "ttft_s_p50": s.ttft_s.p50,
+            "ttft_s_p99": s.ttft_s.p99,
+            "output_tok_s": s.output_tok_s,
+            "output_tok_s_per_chip": s.output_tok_s / backend.chips,
+            "output_tok_per_usd": s.output_tok_s * 3600.0 / cost.usd_per_hour,
+            "usd_per_hour": cost.usd_per_hour,
+            "usd_per_million_output_tokens": cost.usd_per_million_output_tokens,
+            "joules_per_output_token": cost.joules_per_output_token,
             "api_usd_per_million_output_tokens": self._list_price(),
         }
-        if "tasks" in s:
-            t = s["tasks"]
+        if s.tasks is not None:
+            t = s.tasks
             row |= {
-                "task_time_s_p50": t["task_time_s"]["p50"],
-                "task_time_s_p90": t["task_time_s"]["p90"],
-                "tasks_completed": t["tasks_completed"],
-                "usd_per_task": cost["usd_per_task"],
-                "tasks_per_usd": cost["tasks_per_usd"],
-                "task_seconds": t["mean_seconds"],
+                "task_time_s_p50": t.task_time_s.p50,
+                "task_time_s_p90": t.task_time_s.p90,
+                "tasks_completed": t.tasks_completed,
+                "usd_per_task": cost.usd_per_task,
+                "tasks_per_usd": cost.tasks_per_usd,
+                "task_seconds": t.mean_seconds.to_dict(),
             }
         return row
 
@@ -88,11 +94,20 @@ def compare(
 ) -> list[ComparisonRow]:
     """Run every (hardware, load) pair; ``loads`` are labelled variants of the scenario."""
     variants = loads or [("", scenario)]
-    return [
-        ComparisonRow(hw, label, simulate(on_hardware(variant, hw), catalog, limits=limits))
-        for label, variant in variants
-        for hw in hardware
-    ]
+    for _, variant in variants:
+        check_one_deployment(variant.name, variant.backends is not None)
+    cases = [(hw, label, with_values(variant, on_hardware(variant.name, hw))) for label, variant in variants
+             for hw in hardware]  # fmt: skip
+    return compare_cases(cases, catalog, limits)
+
+
+def compare_cases(
+    cases: Iterable[tuple[str, str, Scenario]],
+    catalog: Catalog,
+    limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
+) -> list[ComparisonRow]:
+    """Run every ``(hardware, load label, scenario)`` case."""
+    return [ComparisonRow(hw, label, simulate(scenario, catalog, limits=limits)) for hw, label, scenario in cases]
 
 
 HEADERS = [

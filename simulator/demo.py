@@ -120,12 +120,12 @@ def task_table(rows: Sequence[ComparisonRow]) -> str:
     table: list[list[object]] = []
     for row in rows:
         s = row.result.summary
-        t = s["tasks"]
-        part = t["mean_seconds"]
-        table.append([row.hardware, row.load, t["tasks_completed"], f"{t['task_time_s']['p50']:.1f}",
-                      f"{part['model']:.1f}", f"{part['tool']:.1f}", f"{part['queue']:.1f}",
-                      f"{s['per_user_output_tok_s']['p50']:,.0f}", f"{s['cost']['usd_per_task']:.3g}",
-                      f"{s['cost']['usd_per_hour']:,.2f}"])  # fmt: skip
+        t = s.tasks
+        assert t is not None, "the speed war's agents run tasks"
+        part = t.mean_seconds
+        table.append([row.hardware, row.load, t.tasks_completed, f"{t.task_time_s.p50:.1f}", f"{part.model:.1f}",
+                      f"{part.tool:.1f}", f"{part.queue:.1f}", f"{s.per_user_output_tok_s.p50:,.0f}",
+                      f"{s.cost.usd_per_task:.3g}", f"{s.cost.usd_per_hour:,.2f}"])  # fmt: skip
     headers = ["hardware", "load", "tasks", "task p50 s", "model s", "tool s", "queue s", "tok/s/user p50",
                "$/task", "$/h"]  # fmt: skip
     return format_table(headers, table)

@@ -2,12 +2,13 @@
 
 A scenario can ask for more than any machine simulates (``duration: 1e308 s``, a billion
 users); without a check it hangs or exhausts memory. Before building processes, every
-class's model calls are bounded from above:
+class's model calls are bounded from above by the resolver of its load
+(:func:`simulator.resolve.load_plan`):
 
 - open loop: ``peak rate x duration`` (or ``run.max_requests``);
 - closed-loop users: ``users x duration / (mean think time + fastest request)``, where the
   fastest request is the closed-form end-to-end time of a mean-length request alone on the
-  fastest allowed backend (nothing completes faster, so no user sends more);
+  fastest allowed backend (:func:`fastest_call_s`; nothing completes faster, so no user sends more);
 - agents: ``agents x duration / fastest call`` (tools only lower it), open-loop tasks
   ``tasks_per_s x duration x mean calls per task``;
 - traces: their rows, known once loaded (files are finite), so only the clients count.
@@ -21,12 +22,11 @@ how it was made and the limit; the command line's ``--allow-large-runs`` skips t
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from simulator.analytic.estimate import estimate
 from simulator.analytic.placement import Deployment
-from simulator.config.scenario import ClosedLoop, OpenLoop, RateRamp, RateSteps
-from simulator.config.workload import AgentsLoad
 from simulator.errors import InfersimError
 
 #: Records, level monitors and counters per simulated request (measured: 257 B on a 1M-request run).
@@ -107,41 +107,8 @@ def check(size: RunSize, limits: Limits) -> None:
         )
 
 
-def class_calls(
-    load: object,
-    mean_input_tokens: float,
-    mean_output_tokens: float,
-    mean_calls_per_task: float,
-    deployments: list[Deployment],
-    duration_s: float,
-) -> tuple[float, int, int, str]:
-    """Upper bound on one class's model calls, and its users and agents (see the module docstring).
-
-    Returns
-    -------
-    (calls, users, agents, how the calls were estimated)
-    """
+def fastest_call_s(deployments: Sequence[Deployment], mean_input_tokens: float, mean_output_tokens: float) -> float:
+    """The closed-form end-to-end seconds of a mean-length call alone on the fastest deployment."""
     prompt = max(1, round(mean_input_tokens))
     answer = max(1, round(mean_output_tokens))
-    fastest_s = min(estimate(d, prompt, answer, 1, strict=False).e2e_s for d in deployments)
-    if isinstance(load, OpenLoop):
-        arrivals = load.arrivals
-        if isinstance(arrivals, RateSteps):
-            rate = max(step.rate_per_s for step in arrivals.steps)
-        elif isinstance(arrivals, RateRamp):
-            rate = max(arrivals.start_rate_per_s, arrivals.end_rate_per_s)
-        else:
-            rate = arrivals.rate_per_s
-        return rate * duration_s, 0, 0, f"{rate:g} req/s x {duration_s:g} s"
-    if isinstance(load, ClosedLoop):
-        cycle_s = load.think_time_s.mean + fastest_s
-        calls = load.users * duration_s / cycle_s
-        return calls, load.users, 0, f"{load.users:,} users x {duration_s:g} s / {cycle_s:.3g} s per request"
-    if isinstance(load, AgentsLoad):
-        if load.agents is not None:
-            calls = load.agents * duration_s / fastest_s
-            return calls, 0, load.agents, f"{load.agents:,} agents x {duration_s:g} s / {fastest_s:.3g} s per call"
-        assert load.tasks_per_s is not None
-        calls = load.tasks_per_s * duration_s * mean_calls_per_task
-        return calls, 0, 0, f"{load.tasks_per_s:g} tasks/s x {duration_s:g} s x {mean_calls_per_task:.3g} calls"
-    return 0.0, 0, 0, ""
+    return min(estimate(d, prompt, answer, 1, strict=False).e2e_s for d in deployments)

@@ -29,12 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.analytic.layouts import deploy
 from simulator.config.fleet import BackendSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass
-from simulator.engine.build import ScenarioError, backend_pricing
 from simulator.limits import Limits
+from simulator.resolve import ScenarioError, backend_plan, layout_question
+from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
 from simulator.tables import format_table
 
@@ -121,21 +121,21 @@ class PlanResult:
         }
 
 
-def target_value(summary: dict[str, Any], target: SLOTarget) -> float:
-    """The statistic a target bounds, from one class's summary (NaN when nothing was measured)."""
+def target_value(summary: LatencyStats, tasks: TaskSummary | None, target: SLOTarget) -> float:
+    """The statistic a target bounds, from one class's latencies and tasks (NaN when nothing was measured)."""
+    stats: DistributionStats | None = getattr(summary, target.metric, None)
     if target.metric == "task_time_s":
-        tasks = summary.get("tasks")
-        return float("nan") if tasks is None else float(tasks["task_time_s"][target.stat])
-    return float(summary[target.metric][target.stat])
+        stats = tasks.task_time_s if tasks else None
+    return math.nan if stats is None else float(getattr(stats, target.stat))
 
 
-def target_ratios(summary: dict[str, Any], classes: list[WorkloadClass]) -> list[Miss]:
+def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Miss]:
     """Every target of every class, with its normalised ratio (> 1: missed; inf: nothing measured)."""
     found = []
     for klass in classes:
-        part = summary["classes"][klass.name] if len(classes) > 1 else summary
+        part: RunSummary | ClassSummary = summary.classes[klass.name] if summary.classes else summary
         for target in klass.slo.targets:
-            value = target_value(part, target)
+            value = target_value(part, part.tasks, target)
             if not math.isfinite(value):
                 ratio = math.inf  # nothing measured
             elif target.upper:
@@ -166,7 +166,7 @@ class Planner:
                 f"{scenario.name}: no class has slo.targets, so every fleet meets them; add targets such as "
                 "{metric: ttft_s, stat: p99, max: 1 s}"
             )
-        prices = [self._price(b) for b in self.fleet]
+        prices = [self._price(i, b) for i, b in enumerate(self.fleet)]
         self.usd_per_replica_hour: tuple[float, ...] = tuple(usd for usd, _ in prices)
         self.metered: tuple[bool, ...] = tuple(metered for _, metered in prices)
         self.limits = tuple(
@@ -176,12 +176,11 @@ class Planner:
         )  # fmt: skip
         self._memo: dict[tuple[Counts, str], Evaluation] = {}
 
-    def _price(self, backend: BackendSpec) -> tuple[float, bool]:
+    def _price(self, index: int, backend: BackendSpec) -> tuple[float, bool]:
         """($/h of one replica, paid per token?) of a backend."""
-        d = backend.deployment
-        deployment = deploy(self.catalog, d)
-        pricing = backend_pricing(deployment, backend, self.scenario.cost)
-        return deployment.chips * pricing.usd_per_chip_hour, pricing.token_price is not None
+        question = layout_question(self.scenario, self.catalog)
+        resolved = backend_plan(index, backend, self.scenario, self.catalog, question)
+        return resolved.usd_per_replica_hour, resolved.pricing.token_price is not None
 
     def fixed_cost(self, counts: Counts) -> float:
         return sum(n * usd for n, usd in zip(counts, self.usd_per_replica_hour, strict=True))
@@ -209,7 +208,7 @@ class Planner:
                 if miss.ratio > 1.0 and (known is None or miss.ratio > known.ratio):
                     misses[(miss.klass, miss.target)] = miss
             api_spend += sum(
-                b["cost"]["usd_per_hour"] for b, metered in zip(summary["backends"].values(), self.metered, strict=True)
+                b.cost.usd_per_hour for b, metered in zip(summary.backends.values(), self.metered, strict=True)
                 if metered
             ) / self.scenario.plan.replications  # fmt: skip
         fixed = self.fixed_cost(counts)

@@ -17,12 +17,14 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 
-from simulator import __version__, plots
+from simulator import plots
 from simulator.analytic.layouts import deploy
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.files import read_csv, read_json, read_text, read_yaml
 from simulator.config.loading import Catalog, ConfigError
+from simulator.results.summary import RunSummary
 from simulator.tables import format_number
+from simulator.version import __version__
 
 #: Deployments the demo report draws on its roofline (one per architecture family).
 ROOFLINE_HARDWARE = ("cerebras-cs3", "groq-lpu", "sambanova-sn40l", "nvidia-h100-sxm")
@@ -50,46 +52,44 @@ def _html_table(headers: list[str], rows: list[list[object]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def read_summary(path: Path) -> RunSummary:
+    """A ``summary.json`` as the typed summary (``null`` read as NaN)."""
+    return RunSummary.model_validate(read_json(path))
+
+
 def _run_sections(folder: Path, label: str) -> list[Section]:
-    summary = read_json(folder / "summary.json")
-    rows = [
-        [
-            "TTFT p50 / p99 (s)",
-            f"{format_number(summary['ttft_s']['p50'])} / {format_number(summary['ttft_s']['p99'])}",
-        ],
-        ["TPOT mean (s)", format_number(summary["tpot_s"]["mean"])],
-        ["per-user output p50 (tok/s)", format_number(summary["per_user_output_tok_s"]["p50"])],
-        ["output (tok/s)", format_number(summary["output_tok_s"])],
-        ["requests completed", summary["requests_completed"]],
-        ["$/h", format_number(summary["cost"]["usd_per_hour"])],
-        ["$/1M output tokens", format_number(summary["cost"]["usd_per_million_output_tokens"])],
-        ["J/output token", format_number(summary["cost"]["joules_per_output_token"])],
+    summary = read_summary(folder / "summary.json")
+    rows: list[list[object]] = [
+        ["TTFT p50 / p99 (s)", f"{format_number(summary.ttft_s.p50)} / {format_number(summary.ttft_s.p99)}"],
+        ["TPOT mean (s)", format_number(summary.tpot_s.mean)],
+        ["per-user output p50 (tok/s)", format_number(summary.per_user_output_tok_s.p50)],
+        ["output (tok/s)", format_number(summary.output_tok_s)],
+        ["requests completed", summary.requests_completed],
+        ["$/h", format_number(summary.cost.usd_per_hour)],
+        ["$/1M output tokens", format_number(summary.cost.usd_per_million_output_tokens)],
+        ["J/output token", format_number(summary.cost.joules_per_output_token)],
     ]
     sections = [Section(f"{label}: summary", (["metric", "value"], rows))]
-    backends = summary.get("backends", {})
-    if backends:
+    if summary.backends:
         table: list[list[object]] = [
-            [name, b["hardware"], b["model"], b["replicas"], b["chips"], b["requests_completed"],
-             format_number(b["output_tok_s"]), format_number(b["busy_fraction"], ".0%"), b["cost"]["basis"],
-             format_number(b["cost"]["usd_per_hour"]), format_number(b["cost"]["idle_usd"])]
-            for name, b in backends.items()
+            [name, b.hardware, b.model, b.replicas, b.chips, b.requests_completed, format_number(b.output_tok_s),
+             format_number(b.busy_fraction, ".0%"), b.cost.basis, format_number(b.cost.usd_per_hour),
+             format_number(b.cost.idle_usd)]
+            for name, b in summary.backends.items()
         ]  # fmt: skip
         headers = ["backend", "hardware", "model", "replicas", "chips", "requests", "out tok/s", "busy", "basis",
                    "$/h", "idle $"]  # fmt: skip
         sections.append(Section(f"{label}: backends", (headers, table)))
-    if "tasks" in summary:
-        t = summary["tasks"]
+    if summary.tasks is not None:
+        t = summary.tasks
         task_rows: list[list[object]] = [
-            ["tasks completed", t["tasks_completed"]],
-            [
-                "task time p50 / p90 (s)",
-                f"{format_number(t['task_time_s']['p50'])} / {format_number(t['task_time_s']['p90'])}",
-            ],
-            ["$/task", format_number(summary["cost"]["usd_per_task"])],
-            ["calls/task", format_number(t["calls_per_task"])],
+            ["tasks completed", t.tasks_completed],
+            ["task time p50 / p90 (s)", f"{format_number(t.task_time_s.p50)} / {format_number(t.task_time_s.p90)}"],
+            ["$/task", format_number(summary.cost.usd_per_task)],
+            ["calls/task", format_number(t.calls_per_task)],
         ]
         sections.append(Section(f"{label}: agent tasks", (["metric", "value"], task_rows),
-                                plots.task_breakdown({label: t["mean_seconds"]})))  # fmt: skip
+                                plots.task_breakdown({label: t.mean_seconds.to_dict()})))  # fmt: skip
     levels = folder / "levels.csv"
     if levels.exists():
         series: dict[str, tuple[list[float], list[float]]] = {}
@@ -111,21 +111,20 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
 def _sweep_sections(folder: Path) -> list[Section]:
     sweep = read_json(folder / "sweep.json")
     labels = [", ".join(f"{k}={v}" for k, v in item["set"].items()) for item in sweep]
-    summaries = [item["summary"] for item in sweep]
+    summaries = [RunSummary.model_validate(item["summary"]) for item in sweep]
     headers = ["run", "TTFT p50 s", "TTFT p99 s", "tok/s/user p50", "out tok/s", "$/1M out"]
-    keys = (("ttft_s", "p50"), ("ttft_s", "p99"), ("per_user_output_tok_s", "p50"))
     rows: list[list[object]] = [
-        [label, *(format_number(s[k][stat]) for k, stat in keys), format_number(s["output_tok_s"]),
-         format_number(s["cost"]["usd_per_million_output_tokens"])]
+        [label, format_number(s.ttft_s.p50), format_number(s.ttft_s.p99), format_number(s.per_user_output_tok_s.p50),
+         format_number(s.output_tok_s), format_number(s.cost.usd_per_million_output_tokens)]
         for label, s in zip(labels, summaries, strict=True)
     ]  # fmt: skip
     sections = [Section("Runs", (headers, rows))]
-    series = {"TTFT p50": [s["ttft_s"]["p50"] for s in summaries], "TTFT p99": [s["ttft_s"]["p99"] for s in summaries],
-              "ITL p50": [s["itl_s"]["p50"] for s in summaries]}  # fmt: skip
+    series = {"TTFT p50": [s.ttft_s.p50 for s in summaries], "TTFT p99": [s.ttft_s.p99 for s in summaries],
+              "ITL p50": [s.itl_s.p50 for s in summaries]}  # fmt: skip
     sections.append(Section("Latency across the runs", figure=plots.latency_vs_load(
         list(range(1, len(sweep) + 1)), series, "run (in sweep order)")))  # fmt: skip
-    costs = [s["cost"]["usd_per_million_output_tokens"] for s in summaries]
-    tasks = [s["cost"]["usd_per_task"] for s in summaries] if all("tasks" in s for s in summaries) else None
+    costs = [s.cost.usd_per_million_output_tokens for s in summaries]
+    tasks = [s.cost.usd_per_task for s in summaries] if all(s.tasks is not None for s in summaries) else None
     sections.append(Section("Cost", figure=plots.cost(labels, costs, tasks)))
     return sections
 

@@ -1,4 +1,4 @@
-"""Run a scenario end to end: build, simulate, freeze the records, derive the summary."""
+"""Run a scenario end to end: resolve, build, simulate, freeze the records, derive the summary."""
 
 from __future__ import annotations
 
@@ -7,20 +7,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.config.loading import Catalog, ConfigError, apply_override, read_yaml, validate_data
+from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_data
+from simulator.config.paths import set_path
 from simulator.config.scenario import Scenario
 from simulator.config.workload import TraceLoad
 from simulator.engine.build import build
 from simulator.limits import Limits
+from simulator.limits import check as check_size
+from simulator.records import RunRecords
+from simulator.resolve import ResolvedScenario, resolve
 from simulator.results.metrics import summarize
-from simulator.results.records import RunRecords, freeze
+from simulator.results.summary import RunSummary
 
 
 @dataclass(frozen=True)
 class RunResult:
-    scenario: Scenario
+    scenario: Scenario  # as it ran: every profile it names written in
     records: RunRecords
-    summary: dict[str, Any]
+    summary: RunSummary
 
 
 def load_scenario_data(path: Path) -> dict[str, object]:
@@ -30,13 +34,17 @@ def load_scenario_data(path: Path) -> dict[str, object]:
     return data
 
 
-def scenario_from(data: dict[str, object], overrides: dict[str, object], source: str) -> Scenario:
-    """Apply dotted overrides to raw scenario data, then validate (errors name the path).
+def scenario_from(
+    data: dict[str, object], overrides: dict[str, object], source: str, catalog: Catalog | None = None
+) -> Scenario:
+    """Apply field-path overrides to raw scenario data, then validate (errors name the path).
 
-    A relative trace path is taken relative to the scenario file, and must exist.
+    A path may go into a profile the scenario names (:mod:`simulator.config.paths`): the
+    ``catalog`` supplies it. A relative trace path is taken relative to the scenario file,
+    and must exist.
     """
     for path, value in overrides.items():
-        data = apply_override(data, path, value, source)
+        data = set_path(data, path, value, Scenario, catalog, where=f"{source}: --set ")
     scenario = validate_data(Scenario, data, source)
     base = Path(source).parent
     if isinstance(scenario.load, TraceLoad):
@@ -59,42 +67,51 @@ def _resolved(load: TraceLoad, base: Path, source: str, where: str) -> TraceLoad
 
 
 def simulate(
-    scenario: Scenario,
+    scenario: Scenario | ResolvedScenario,
     catalog: Catalog,
     progress: Callable[[float], None] | None = None,
     limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
 ) -> RunResult:
-    """Build, run (``progress`` gets the fraction done), freeze and summarise one scenario.
+    """Resolve, build, run (``progress`` gets the fraction done), freeze and summarise one scenario.
 
-    ``limits``: the size a run may reach before it needs ``limits=None`` (:mod:`simulator.limits`).
+    A scenario already resolved runs as its plans say (a plan may be replaced, e.g. its cost
+    model by a test double). ``limits``: the size a run may reach before it needs
+    ``limits=None`` (:mod:`simulator.limits`).
     """
-    simulation = build(scenario, catalog, limits)
+    resolved = scenario if isinstance(scenario, ResolvedScenario) else resolve(scenario, catalog)
+    if limits is not None:
+        check_size(resolved.size, limits)
+    simulation = build(resolved)
     end_s = simulation.run(progress)
-    records = freeze(simulation, end_s)
-    return RunResult(scenario, records, summarize(records, scenario.slo, scenario.workload_classes, scenario.cost))
+    records = simulation.records(end_s)
+    ran = resolved.scenario  # self-contained: the profiles it ran with written in
+    return RunResult(ran, records, summarize(records, ran.slo, ran.workload_classes, ran.cost))
 
 
-def summary_shape(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
+def summary_shape(scenario: Scenario, catalog: Catalog) -> RunSummary:
     """The summary a run of ``scenario`` would have, before anything runs (every number undefined):
     its keys are the metric paths a sweep or a plan may ask for."""
-    simulation = build(scenario, catalog, limits=None)
-    records = freeze(simulation, 0.0)
+    records = build(resolve(scenario, catalog)).records(0.0)
     return summarize(records, scenario.slo, scenario.workload_classes, scenario.cost)
 
 
-def metric_paths(summary: dict[str, Any], prefix: str = "") -> set[str]:
+def metric_paths(summary: RunSummary) -> set[str]:
     """Dotted paths of every number in a summary (``undefined`` reasons excluded)."""
+    return _paths(summary.to_dict())
+
+
+def _paths(document: dict[str, Any], prefix: str = "") -> set[str]:
     paths: set[str] = set()
-    for key, value in summary.items():
+    for key, value in document.items():
         if key == "undefined":
             continue
         path = f"{prefix}{key}"
         if isinstance(value, dict):
-            paths |= metric_paths(value, f"{path}.")
+            paths |= _paths(value, f"{path}.")
         elif isinstance(value, list):
             for index, item in enumerate(value):
                 if isinstance(item, dict):
-                    paths |= metric_paths(item, f"{path}.{index}.")
+                    paths |= _paths(item, f"{path}.{index}.")
         elif isinstance(value, int | float) or value is None:
             paths.add(path)
     return paths

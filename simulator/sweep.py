@@ -9,8 +9,8 @@ values, the replication and seed, the chosen metrics (dotted paths into the run 
 and ``error`` (a run that fails is a row with its message, not an aborted sweep).
 
 Rows are cached under ``DIR/cache/<key>.json`` where ``key`` is the SHA-256 of the resolved
-scenario, the profiles, workloads and traces it reads, the metric columns and the infersim
-version: a rerun, or a sweep killed half-way, only simulates what is missing (failed runs
+scenario (every profile and workload it uses written in), the traces it reads, the metric
+columns and the infersim version: a rerun, or a sweep killed half-way, only simulates what is missing (failed runs
 are not cached, so they are retried). ``summary`` groups rows by factor values across seeds: the mean and the half-width
 of a 95 % Student-t confidence interval for every metric.
 """
@@ -41,16 +41,18 @@ from pydantic import Field, model_validator
 from scipy import stats
 from scipy.stats import qmc
 
-from simulator import __version__
 from simulator.config.base import Spec
 from simulator.config.files import read_json
 from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_data
+from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
-from simulator.config.workload import AgentsLoad, TraceLoad
-from simulator.engine.build import run_size
+from simulator.config.workload import TraceLoad
 from simulator.limits import Limits
 from simulator.limits import check as check_size
+from simulator.resolve import ScenarioError, resolve
+from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, metric_paths, scenario_from, simulate, summary_shape
+from simulator.version import __version__
 
 DEFAULT_METRICS = (
     "per_user_output_tok_s.p50", "ttft_s.p50", "ttft_s.p99", "tpot_s.mean", "e2e_s.p50", "output_tok_s",
@@ -159,12 +161,12 @@ def expand(
     data = load_scenario_data(scenario_path)
     runs: list[RunPoint] = []
     for number, factors in enumerate(factor_points(spec)):
-        base = scenario_from(dict(data), factors, str(scenario_path))
+        base = write_in(scenario_from(dict(data), factors, str(scenario_path), catalog), catalog)
         if limits is not None:
-            check_size(run_size(base, catalog), limits)
+            _check_size(base, catalog, limits)
         if number == 0 and "metrics" in spec.model_fields_set:  # the defaults may name task metrics a chat run lacks
             check_metrics(spec.metrics, summary_shape(base, catalog), sweep_path)
-        inputs = _inputs_digest(base, catalog, spec.metrics)
+        inputs = _inputs_digest(base, spec.metrics)
         seeds = replication_seeds(base.run.seed, spec.replications) if spec.replications > 1 else [base.run.seed]
         for replication, seed in enumerate(seeds):
             scenario = base.model_copy(update={"run": base.run.model_copy(update={"seed": seed})})
@@ -174,17 +176,22 @@ def expand(
     return runs
 
 
-def _inputs_digest(scenario: Scenario, catalog: Catalog, metrics: list[str]) -> str:
-    """What a run reads besides its scenario: the profiles, workloads and traces it uses, and the
+def _check_size(scenario: Scenario, catalog: Catalog, limits: Limits) -> None:
+    """A run over the size limits fails the sweep up front; one that cannot run as asked is left
+    to fail as its own row (a sweep may well cross the edge of what fits)."""
+    try:
+        size = resolve(scenario, catalog).size
+    except ScenarioError:
+        return
+    check_size(size, limits)
+
+
+def _inputs_digest(scenario: Scenario, metrics: list[str]) -> str:
+    """What a run reads besides its (self-contained) scenario: the traces it replays, and the
     metric columns asked for; a change to any of them is a cache miss."""
     digest = hashlib.sha256(json.dumps(metrics).encode())
-    for backend in scenario.fleet:
-        digest.update(catalog.hardware(backend.deployment.hardware).model_dump_json().encode())
-        digest.update(catalog.model(backend.deployment.model).model_dump_json().encode())
     for klass in scenario.workload_classes:
-        if isinstance(klass.load, AgentsLoad):
-            digest.update(catalog.workload(klass.load.workload).model_dump_json().encode())
-        elif isinstance(klass.load, TraceLoad):
+        if isinstance(klass.load, TraceLoad):
             path = klass.load.path
             files = sorted(path.glob("*.json")) if path.is_dir() else [path]
             try:
@@ -195,7 +202,7 @@ def _inputs_digest(scenario: Scenario, catalog: Catalog, metrics: list[str]) -> 
     return digest.hexdigest()
 
 
-def check_metrics(metrics: list[str], shape: dict[str, Any], sweep_path: Path) -> None:
+def check_metrics(metrics: list[str], shape: RunSummary, sweep_path: Path) -> None:
     """Every metric must name a number of the run summary (a typo would be a silent NaN column)."""
     known = metric_paths(shape)
     for index, name in enumerate(metrics):
@@ -205,16 +212,6 @@ def check_metrics(metrics: list[str], shape: dict[str, Any], sweep_path: Path) -
             raise ConfigError(f"{sweep_path}: metrics.{index}: {name!r} is not a number in a run's summary{hint}")
 
 
-def metric(summary: dict[str, Any], path: str) -> float:
-    """A dotted path into a run summary (NaN where the run has no such value)."""
-    node: Any = summary
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return math.nan
-        node = node[part]
-    return float(node) if isinstance(node, int | float) else math.nan
-
-
 def run_point(scenario_json: str, metrics: list[str], dirs: tuple[str | None, str | None]) -> dict[str, Any]:
     """Simulate one resolved scenario (in a worker process); errors become the row's ``error``."""
     try:
@@ -222,7 +219,7 @@ def run_point(scenario_json: str, metrics: list[str], dirs: tuple[str | None, st
         scenario = Scenario.model_validate_json(scenario_json)
         summary = simulate(scenario, catalog, limits=None).summary  # its size was checked by expand
 
-        return {name: metric(summary, name) for name in metrics} | {"error": ""}
+        return {name: summary.metric(name) for name in metrics} | {"error": ""}
     except Exception as exc:  # a failed run is a row, not an aborted sweep
         return dict.fromkeys(metrics, math.nan) | {"error": f"{type(exc).__name__}: {exc}"}
 

@@ -2,7 +2,8 @@
 
 Dimensional YAML fields *require* a unit: ``"3.35 TB/s"``, ``"44 GB"``, ``"10 us"``,
 ``"989 TFLOP/s"``. Decimal prefixes apply to ``B`` (1 GB = 1e9 B); binary ones to ``iB``
-(1 GiB = 2**30 B); a lowercase ``b`` means bits (1 Gb/s = 1.25e8 B/s). Inside Python every
+(1 GiB = 2**30 B); a lowercase ``b`` means bits (1 Gb/s = 1.25e8 B/s). Python callers may
+give bare numbers in SI units when they validate with the context :data:`SI_NUMBERS`. Inside Python every
 quantity is a float in seconds, bytes, bytes/s, FLOP/s, watts or US dollars.
 
 Examples
@@ -24,7 +25,7 @@ import re
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, PlainSerializer
+from pydantic import BeforeValidator, PlainSerializer, ValidationInfo
 
 Dimension = Literal["bytes", "bandwidth", "flops", "time", "power"]
 
@@ -105,12 +106,18 @@ def parse_quantity(text: str, dimension: Dimension) -> float:
     return value
 
 
+#: Validation context of Python callers: a bare number is a quantity in SI units (files need units).
+SI_NUMBERS = {"si_numbers": True}
+
+
 def _parser(dimension: Dimension) -> BeforeValidator:
-    def parse(value: object) -> float:
+    def parse(value: object, info: ValidationInfo) -> float:
         if isinstance(value, str):
             return parse_quantity(value, dimension)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"expected a string with a unit, e.g. {EXAMPLES[dimension]}")
+        if info.context and info.context.get("si_numbers"):
+            return float(value)
         raise ValueError(f"a bare number ({value}) has no unit; write it with one, e.g. {EXAMPLES[dimension]}")
 
     return BeforeValidator(parse)

@@ -243,12 +243,13 @@ def consistency_flags(rows: Sequence[MeasurementRow]) -> dict[str, str]:
 WARMUP_REQUEST_DURATIONS = 2.0
 MEASURED_REQUEST_DURATIONS = 4.0
 
-_SUMMARY_KEY = {
-    "ttft_s": ("ttft_s", "mean"),
-    "itl_s": ("itl_s", "mean"),
-    "e2e_s": ("e2e_s", "mean"),
-    "per_user_output_tok_s": ("per_user_output_tok_s", "mean"),
-    "aggregate_output_tok_s": ("output_tok_s", None),
+#: Where a measured metric is in an engine run's summary.
+_SUMMARY_METRIC = {
+    "ttft_s": "ttft_s.mean",
+    "itl_s": "itl_s.mean",
+    "e2e_s": "e2e_s.mean",
+    "per_user_output_tok_s": "per_user_output_tok_s.mean",
+    "aggregate_output_tok_s": "output_tok_s",
 }
 
 
@@ -339,8 +340,7 @@ def _engine_value(
     row: MeasurementRow, users: int, request_s: float, catalog: Catalog, deployment: dict[str, object]
 ) -> float:
     summary = simulate(loaded_scenario(row, users, request_s, deployment), catalog).summary
-    key, stat = _SUMMARY_KEY[row.metric]
-    return float(summary[key] if stat is None else summary[key][stat])
+    return summary.metric(_SUMMARY_METRIC[row.metric])
 
 
 def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from simulator.analytic.architecture import group_params, kv_tokens_held, layer_shapes, moe_layer_params
 from simulator.analytic.precision import BYTES_PER_ELEMENT, group_precisions
 from simulator.config.base import Precision
-from simulator.config.deployment import DeploymentSpec, SpeculativeSpec
+from simulator.config.deployment import DeploymentSpec
 from simulator.config.hardware import HardwareProfile, MemoryTier
 from simulator.config.model import ModelSpec, TensorGroup
+from simulator.config.speculation import SpeculativeSpec
 from simulator.config.stack import StackProfile
 from simulator.errors import InfersimError
 

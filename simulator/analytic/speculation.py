@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from simulator.config.deployment import DraftKind, SpeculationWorkload, SpeculativeSpec
 from simulator.config.model import ModelSpec
+from simulator.config.speculation import DraftKind, SpeculationWorkload, SpeculativeSpec
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -138,6 +139,33 @@ class BatchAggregates:
             pairs_window=np.array([(q * np.minimum(causal, w)).sum()]),
         )
 
+    @classmethod
+    def decode_steps(cls, context_tokens: FloatArray, steps: int, window: int | None) -> BatchAggregates:
+        """Aggregates of ``steps`` decode steps of a fixed batch, one entry per step.
+
+        Step ``j`` (from 0) decodes one token for each sequence, whose cache then holds
+        ``c + j + 1`` tokens: ``held_full = sum c + n (j + 1)`` and, with a window,
+        ``held_window = sum min(c + j + 1, W)``; a decode's causal pairs equal what it holds.
+        """
+        n = float(context_tokens.size)
+        j = np.arange(steps, dtype=np.float64)
+        held = context_tokens.sum() + n * (j + 1.0)
+        if window is None:
+            held_window = held
+        else:
+            w = float(window)
+            small = context_tokens[context_tokens + 1.0 < w]
+            growing = np.minimum(small[None, :] + 1.0 + j[:, None], w).sum(axis=1)  # those below the window
+            held_window = w * (context_tokens.size - small.size) + growing
+        return cls(
+            tokens=np.full(steps, n),
+            sequences=np.full(steps, n),
+            held_full=held,
+            held_window=np.asarray(held_window, dtype=np.float64),
+            pairs_full=held,
+            pairs_window=np.asarray(held_window, dtype=np.float64),
+        )
+
     def scaled(self, factor: FloatArray | float) -> BatchAggregates:
         """Every statistic times ``factor`` (one micro-batch of an evenly split batch)."""
         return BatchAggregates(*(getattr(self, f) * factor for f in self.__dataclass_fields__))
@@ -163,6 +191,25 @@ class PassTimes:
         """Every time, FLOP and byte count times ``factor`` (``factor`` identical passes)."""
         return PassTimes({k: v * factor for k, v in self.components_s.items()}, self.flops * factor,
                          self.bytes_moved * factor)  # fmt: skip
+
+
+class CostModel(Protocol):
+    """What the engine asks of a step-time model: the seconds (and the work) of iterations.
+
+    :class:`StepCostModel` is the roofline model of this module; a test double (a constant
+    step time) or another execution style implements the same method.
+    """
+
+    #: Acceptance of each draft position with speculative decoding; empty without it.
+    accepted: tuple[float, ...]
+
+    def iteration_times(self, batch: BatchAggregates) -> PassTimes:
+        """Seconds between iterations for each entry of ``batch``, by component, with FLOPs and bytes."""
+        ...
+
+    def draft_s(self, context_tokens: FloatArray) -> float:
+        """Seconds the draft takes to propose for decoding sequences holding ``context_tokens``."""
+        ...
 
 
 class StepCostModel:
@@ -408,6 +455,10 @@ class StepCostModel:
         window = self.draft.deployment.model.attention.sliding_window
         decode = BatchAggregates.of(np.ones(context_tokens.size), context_tokens, window)
         return self.draft.iteration_times(decode).scaled(float(len(self.accepted)))
+
+    def draft_s(self, context_tokens: FloatArray) -> float:
+        """Seconds of one step's draft passes (0 without speculative decoding)."""
+        return float(self.draft_times(context_tokens).total_s[0]) if self.draft is not None else 0.0
 
     @property
     def tokens_per_step(self) -> float:

@@ -7,22 +7,22 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import yaml
 
-from simulator import __version__
 from simulator.cli.output import ResultsFolder
 from simulator.config.loading import Catalog, parse_override
 from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError
+from simulator.results.summary import RunSummary
 from simulator.runner import RunResult
 from simulator.serialize import strict_json
 from simulator.tables import format_number
+from simulator.version import __version__
 
 
 def catalog(args: argparse.Namespace) -> Catalog:
-    return Catalog(args.hardware_dir, args.model_dir)
+    return Catalog(args.hardware_dir, args.model_dir, stack_dir=args.stack_dir)
 
 
 def sweep_values(overrides: Sequence[str]) -> list[dict[str, object]]:
@@ -55,7 +55,7 @@ def json_text(payload: object) -> str:
 
 def run_files(result: RunResult) -> dict[str, str]:
     return {
-        "summary.json": json_text(result.summary),
+        "summary.json": json_text(result.summary.to_dict()),
         "requests.csv": result.records.to_csv(),
         "levels.csv": result.records.levels_csv(),
         "scenario.resolved.yaml": scenario_yaml(result.scenario),
@@ -102,31 +102,28 @@ TASK_HEADERS = [
 ]  # fmt: skip
 
 
-def _ms(value: float | None) -> str:
-    return format_number(None if value is None else value * 1e3, ".1f")
+def _ms(value: float) -> str:
+    return format_number(value * 1e3, ".1f")
 
 
-def summary_row(label: str, summary: dict[str, Any]) -> list[object]:
+def summary_row(label: str, s: RunSummary) -> list[object]:
     return [
-        label, summary["requests_completed"], _ms(summary["ttft_s"]["p50"]), _ms(summary["ttft_s"]["p99"]),
-        format_number(None if summary["tpot_s"]["mean"] is None else summary["tpot_s"]["mean"] * 1e3, ".2f"),
-        format_number(None if summary["itl_s"]["p99"] is None else summary["itl_s"]["p99"] * 1e3, ".2f"),
-        format_number(summary["per_user_output_tok_s"]["p50"], ",.0f"), format_number(summary["output_tok_s"], ",.0f"),
-        format_number(summary["requests_per_s"], ".3g"), format_number(summary["mean_batch_size"], ".1f"),
-        format_number(summary["prefix_cache_hit_rate"], ".0%"),
-        format_number(summary["cost"]["usd_per_million_output_tokens"], ".3g"),
+        label, s.requests_completed, _ms(s.ttft_s.p50), _ms(s.ttft_s.p99), format_number(s.tpot_s.mean * 1e3, ".2f"),
+        format_number(s.itl_s.p99 * 1e3, ".2f"), format_number(s.per_user_output_tok_s.p50, ",.0f"),
+        format_number(s.output_tok_s, ",.0f"), format_number(s.requests_per_s, ".3g"),
+        format_number(s.mean_batch_size, ".1f"), format_number(s.prefix_cache_hit_rate, ".0%"),
+        format_number(s.cost.usd_per_million_output_tokens, ".3g"),
     ]  # fmt: skip
 
 
-def task_row(label: str, summary: dict[str, Any]) -> list[object]:
-    t = summary["tasks"]
-    part = t["mean_seconds"]
+def task_row(label: str, s: RunSummary) -> list[object]:
+    t = s.tasks
+    assert t is not None
+    part = t.mean_seconds
     return [
-        label, t["tasks_completed"], format_number(t["task_time_s"]["p50"], ".1f"),
-        format_number(t["task_time_s"]["p90"], ".1f"), format_number(part["model"], ".1f"),
-        format_number(part["tool"], ".1f"), format_number(part["subagent"], ".1f"), format_number(part["queue"], ".1f"),
-        format_number(part["network"], ".1f"), format_number(t["calls_per_task"], ".0f"),
-        format_number(summary["per_user_output_tok_s"]["p50"], ",.0f"),
-        format_number(summary["prefix_cache_hit_rate"], ".0%"), format_number(t["tasks_per_hour"], ",.1f"),
-        format_number(summary["cost"]["usd_per_task"], ".3g"),
+        label, t.tasks_completed, format_number(t.task_time_s.p50, ".1f"), format_number(t.task_time_s.p90, ".1f"),
+        format_number(part.model, ".1f"), format_number(part.tool, ".1f"), format_number(part.subagent, ".1f"),
+        format_number(part.queue, ".1f"), format_number(part.network, ".1f"), format_number(t.calls_per_task, ".0f"),
+        format_number(s.per_user_output_tok_s.p50, ",.0f"), format_number(s.prefix_cache_hit_rate, ".0%"),
+        format_number(t.tasks_per_hour, ",.1f"), format_number(s.cost.usd_per_task, ".3g"),
     ]  # fmt: skip

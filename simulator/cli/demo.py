@@ -7,7 +7,6 @@ from pathlib import Path
 
 import yaml
 
-from simulator import __version__
 from simulator.cli.common import catalog, json_text, run_files
 from simulator.cli.output import ResultsFolder
 from simulator.cli.report import write_report
@@ -25,6 +24,7 @@ from simulator.demo import (
     task_table,
 )
 from simulator.serialize import deployment_dict
+from simulator.version import __version__
 
 
 def demo(args: argparse.Namespace) -> int:

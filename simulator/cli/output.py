@@ -32,9 +32,9 @@ import signal
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from simulator import __version__
 from simulator.config.files import read_text
 from simulator.errors import ConfigError
+from simulator.version import __version__
 
 MARKER = ".infersim-results.json"
 LOCK = ".infersim-results.lock"

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import get_args
 
-from simulator import __version__
 from simulator.config.base import Precision
+from simulator.version import __version__
 
 #: Prompt and answer lengths ``estimate`` assumes unless told (a chat turn; also the demo's).
 DEFAULT_INPUT_TOKENS = 1000
@@ -73,10 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"infersim {__version__}")
     parser.add_argument(
-        "--hardware-dir", type=Path, help="folder of hardware profile YAMLs to use instead of the bundled ones"
+        "--hardware-dir",
+        type=Path,
+        help="folder of hardware profile YAMLs added to the bundled ones (one with a bundled id shadows it)",
     )
     parser.add_argument(
-        "--model-dir", type=Path, help="folder of model profile YAMLs to use instead of the bundled ones"
+        "--model-dir",
+        type=Path,
+        help="folder of model profile YAMLs added to the bundled ones (one with a bundled id shadows it)",
+    )
+    parser.add_argument(
+        "--stack-dir",
+        type=Path,
+        help="folder of serving stack profile YAMLs added to the bundled ones (one with a bundled id shadows it)",
     )
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an unexpected error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -111,10 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print every row and the summary as JSON")
 
     p = _command(sub, "calibrate", "simulator.cli.profiles:calibrate_command",
-                 "fit a hardware profile's efficiencies and latencies to measured rows")  # fmt: skip
-    p.add_argument("--hardware", required=True, help="hardware profile id to fit")
+                 "fit hardware and serving-stack efficiencies and latencies to measured rows")  # fmt: skip
+    p.add_argument("--hardware", required=True, help="comma-separated hardware profile ids to fit (jointly)")
     p.add_argument("--table", type=Path, help="measurement CSV (default: the bundled measurements)")
-    p.add_argument("--fit", help="comma-separated parameter paths (default: the profile's previously fitted ones)")
+    p.add_argument("--fit", help="comma-separated hardware parameter paths, fitted for each hardware (default: "
+                                 "each profile's previously fitted ones)")  # fmt: skip
+    p.add_argument("--shared", help="comma-separated serving-stack parameters <stack>.<field>, each fitted once "
+                                    "on every row that stack served (default: the stacks' fitted ones)")  # fmt: skip
     p.add_argument("--rows", help="comma-separated row ids (default: the hardware's unflagged, predictable rows)")
     _add_output(p, "runs/calibrate-<hardware>")
     p.add_argument("--json", action="store_true", help="print the fit as JSON")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from simulator.analytic.estimate import Estimate, EstimateQuery, estimate, saturation_concurrency
 from simulator.analytic.layouts import LayoutChoice, Question, choose_layout
@@ -192,45 +192,66 @@ def _stat_cells(stats: dict[str, float]) -> list[object]:
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
-    from simulator.calibration import calibrate, derived_paths, fit_report
+    from simulator.calibration import derived_paths, fit, fit_report, parse_parameters, row_stack
 
     cat = catalog(args)
-    profile = cat.hardware(args.hardware)
-    out = ResultsFolder(args.out or Path("runs") / f"calibrate-{profile.id}", "calibrate", args.overwrite)
-    table = [r for r in read_table(args.table or BUNDLED_TABLE) if r.hardware == profile.id]
+    hardware_ids = [h.strip() for h in args.hardware.split(",") if h.strip()]
+    profiles = [cat.hardware(h) for h in hardware_ids]
+    name = "-".join(hardware_ids) if len(hardware_ids) <= 2 else f"{len(hardware_ids)}-hardware"
+    out = ResultsFolder(args.out or Path("runs") / f"calibrate-{name}", "calibrate", args.overwrite)
+    table = [r for r in read_table(args.table or BUNDLED_TABLE) if r.hardware in hardware_ids]
     if args.rows:
         chosen = [r.strip() for r in args.rows.split(",") if r.strip()]
         unknown = sorted(set(chosen) - {r.id for r in table})
         if unknown or not chosen:
             raise ConfigError(
-                f"--rows: {', '.join(unknown) or '(none given)'}: not a row of {profile.id} in the table "
-                f"(its rows: {', '.join(r.id for r in table) or 'none'})"
+                f"--rows: {', '.join(unknown) or '(none given)'}: not a row of {', '.join(hardware_ids)} in the "
+                f"table (its rows: {', '.join(r.id for r in table) or 'none'})"
             )
         rows = [r for r in table if r.id in set(chosen)]
     else:
         results = validate(table, cat)
         rows = [r.row for r in results if not r.flag and r.predicted is not None]
-    paths = [p.strip() for p in args.fit.split(",") if p.strip()] if args.fit else derived_paths(profile)
-    if not paths:
-        raise ConfigError(f"{profile.id} has no previously fitted parameters; name them with --fit (e.g. "
-                          "compute.efficiency,execution.layer_latency)")  # fmt: skip
-    fit = calibrate(profile, paths, rows, cat)
-    report = fit_report(fit)
-    profile_yaml = yaml.safe_dump(fit.profile.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
-    out.write({f"{profile.id}.yaml": profile_yaml, "fit.json": json_text(report)})
+    if args.fit:
+        paths = [p.strip() for p in args.fit.split(",") if p.strip()]
+        per_hardware = {h: paths for h in hardware_ids}
+    else:
+        per_hardware = {p.id: derived_paths(p) for p in profiles}
+    if args.shared:
+        shared = [p.strip() for p in args.shared.split(",") if p.strip()]
+    else:
+        stacks = sorted({row_stack(r, cat) for r in rows})
+        shared = [f"{s}.{path}" for s in stacks for path in derived_paths(cat.stack(s))]
+    parameters = [q for h, paths in per_hardware.items() for q in parse_parameters([h], paths, [])]
+    parameters += parse_parameters([], [], shared)
+    if not parameters:
+        raise ConfigError(f"{', '.join(hardware_ids)} and their stacks have no previously fitted parameters; name "
+                          "them with --fit (e.g. compute.efficiency,memory.hbm.efficiency) or --shared (e.g. "
+                          "trtllm.layer_latency)")  # fmt: skip
+    result = fit(parameters, rows, cat)
+    report = fit_report(result)
+    files = {f"{p.id}.yaml": _yaml(p) for p in [*result.hardware.values(), *result.stacks.values()]}
+    out.write(files | {"fit.json": json_text(report)})
     if args.json:
         print(json_text(report), end="")
         return 0
     table_rows = [
-        [r["id"], f"{r['measured']:.4g}", f"{r['before']:.4g}", f"{r['rel_error_before']:+.0%}",
-         f"{r['after']:.4g}", f"{r['rel_error_after']:+.0%}"]
+        [r["id"], r["hardware"], f"{r['measured']:.4g}", f"{r['before']:.4g}", f"{r['rel_error_before']:+.0%}",
+         f"{r['after']:.4g}", f"{r['rel_error_after']:+.0%}",
+         "-" if r["loo_abs_rel_error"] is None else f"{r['loo_abs_rel_error']:.0%}"]
         for r in report["rows"]
     ]  # fmt: skip
-    print(format_table(["row", "measured", "before", "error", "after", "error"], table_rows))
-    for path, value in fit.parameters.items():
-        print(f"{path} = {value:.4g}")
+    print(format_table(["row", "hardware", "measured", "before", "error", "after", "error", "held out"], table_rows))
+    for parameter, value in result.parameters.items():
+        print(f"{parameter} = {value:.4g}")
     loo = report["loo_median_abs_rel_error"]
     print(f"leave-one-out |error|: median {loo:.1%}, max {report['loo_max_abs_rel_error']:.1%}" if loo is not None
           else "leave-one-out: needs more rows than parameters")  # fmt: skip
-    print(f"\nwrote {out.path}/{profile.id}.yaml (use it with --hardware-dir {out.path})")
+    hint = f"--hardware-dir {out.path}" + (f" --stack-dir {out.path}" if result.stacks else "")
+    print(f"\nwrote {', '.join(files)} to {out.path} (use them with {hint})")
     return 0
+
+
+def _yaml(profile: BaseModel) -> str:
+    text: str = yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    return text

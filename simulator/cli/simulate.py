@@ -22,8 +22,8 @@ from simulator.cli.common import (
     task_row,
 )
 from simulator.cli.output import ResultsFolder
-from simulator.compare import compare as compare_hardware
-from simulator.compare import comparison_table
+from simulator.compare import check_one_deployment, compare_cases, comparison_table, on_hardware
+from simulator.config.paths import write_in
 from simulator.errors import ConfigError
 from simulator.limits import Limits
 from simulator.planning import answer_scenario, plan_fleet, plan_text
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     cat = catalog(args)
     data = load_scenario_data(args.scenario)
     combos = sweep_values(args.set or [])
-    scenarios = [scenario_from(data, combo, str(args.scenario)) for combo in combos]  # all validated first
+    scenarios = [scenario_from(data, combo, str(args.scenario), cat) for combo in combos]  # all validated first
     out = ResultsFolder(args.out or Path("runs") / scenarios[0].name, "run", args.overwrite)
     results = []
     for index, (combo, scenario) in enumerate(zip(combos, scenarios, strict=True)):
@@ -57,12 +57,12 @@ def run(args: argparse.Namespace) -> int:
         files = run_files(results[0][1])
     else:
         files = {f"run-{i:03d}/{name}": text for i, (_, r) in enumerate(results) for name, text in run_files(r).items()}
-        files["sweep.json"] = json_text([{"set": c, "summary": r.summary} for c, r in results])
+        files["sweep.json"] = json_text([{"set": c, "summary": r.summary.to_dict()} for c, r in results])
     out.write(files)
     maybe_report(args, out)
     if args.json:
-        payload: object = results[0][1].summary if len(results) == 1 else [
-            {"set": c, "summary": r.summary} for c, r in results]  # fmt: skip
+        payload: object = results[0][1].summary.to_dict() if len(results) == 1 else [
+            {"set": c, "summary": r.summary.to_dict()} for c, r in results]  # fmt: skip
         print(json_text(payload), end="")
         return 0
     for combo, result in results:
@@ -73,9 +73,7 @@ def run(args: argparse.Namespace) -> int:
     labels = [_label(c) or r.scenario.name for c, r in results]
     rows = [summary_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True)]
     print(format_table(SUMMARY_HEADERS, rows))
-    task_rows = [
-        task_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True) if "tasks" in r.summary
-    ]
+    task_rows = [task_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True) if r.summary.tasks]
     if task_rows:
         print()
         print(format_table(TASK_HEADERS, task_rows))
@@ -93,10 +91,14 @@ def compare(args: argparse.Namespace) -> int:
         )
     for hw in hardware:
         cat.hardware(hw)  # unknown ids fail before any simulation
+    name = str(data.get("name", args.scenario.stem))
+    check_one_deployment(name, "backends" in data)
     combos = sweep_values(args.set or [])
-    loads = [(_label(c), scenario_from(data, c, str(args.scenario))) for c in combos]
-    out = ResultsFolder(args.out or Path("runs") / f"compare-{loads[0][1].name}", "compare", args.overwrite)
-    rows = compare_hardware(loads[0][1], hardware, loads, cat, limits(args))
+    # each case moves the deployment first, so a --set into its hardware applies to every hardware
+    cases = [(hw, _label(c), scenario_from(data, on_hardware(name, hw) | c, str(args.scenario), cat))
+             for c in combos for hw in hardware]  # fmt: skip
+    out = ResultsFolder(args.out or Path("runs") / f"compare-{name}", "compare", args.overwrite)
+    rows = compare_cases(cases, cat, limits(args))
     payload = [row.to_dict() for row in rows]
     files = {f"run-{i:03d}/{name}": text for i, row in enumerate(rows) for name, text in run_files(row.result).items()}
     files["compare.json"] = json_text(payload)
@@ -114,15 +116,15 @@ def compare(args: argparse.Namespace) -> int:
 def plan(args: argparse.Namespace) -> int:
     cat = catalog(args)
     scenario = scenario_from(load_scenario_data(args.scenario), single_values(args.set or [], "plan"),
-                             str(args.scenario))  # fmt: skip
+                             str(args.scenario), cat)  # fmt: skip
     out = ResultsFolder(args.out or Path("runs") / f"plan-{scenario.name}", "plan", args.overwrite)
     progress = (lambda text: print(f"infersim: {text}", file=sys.stderr)) if interactive(args) else None
     result = plan_fleet(scenario, cat, progress, limits(args))
     payload = result.to_dict()
     files = {"plan.json": json_text(payload), "plan.txt": plan_text(result) + "\n",
-             "scenario.resolved.yaml": scenario_yaml(scenario)}  # fmt: skip
+             "scenario.resolved.yaml": scenario_yaml(write_in(scenario, cat))}  # fmt: skip
     if result.answer is not None:
-        files["answer.yaml"] = scenario_yaml(answer_scenario(scenario, result.answer))
+        files["answer.yaml"] = scenario_yaml(write_in(answer_scenario(scenario, result.answer), cat))
     out.write(files)
     maybe_report(args, out)
     if args.json:

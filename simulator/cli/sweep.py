@@ -8,12 +8,12 @@ from pathlib import Path
 
 import yaml
 
-from simulator import __version__
 from simulator.cli import Terminated
 from simulator.cli.common import catalog, interactive, json_text, maybe_report, progress_bar
 from simulator.cli.output import ResultsFolder
 from simulator.cli.simulate import limits
 from simulator.sweep import check_address, expand, load_sweep, run_sweep, summarize_rows, table_file
+from simulator.version import __version__
 
 
 def sweep(args: argparse.Namespace) -> int:

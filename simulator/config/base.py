@@ -39,3 +39,8 @@ class Profile(Spec):
     id: str
     name: str
     sources: dict[str, str] = Field(description="source key -> citation (URL, paper, fit)")
+
+
+def reference_tag(value: object) -> str:
+    """Which form a profile reference takes: ``id`` (a string) or ``profile`` (the profile inline)."""
+    return "profile" if isinstance(value, dict | Profile) else "id"

@@ -11,11 +11,27 @@ from simulator.config.base import Spec
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
-class ContinuousBatching(Spec):
-    """Iteration-level batching (Orca, vLLM): sequences join and leave between iterations.
+class BatchingSpec(Spec):
+    """What every batching policy is given: caps per iteration and the KV block size.
 
-    Every field left empty takes the deployment's serving stack's value (``stack_profiles/``).
+    A policy is tagged by ``policy``; the engine builds it from its config class
+    (``simulator.engine.scheduler.batch_policy``, one registered builder per policy). Every cap
+    left empty takes the deployment's serving stack's value (``stack_profiles/``).
     """
+
+    policy: str
+    max_batch_size: PositiveInt | None = Field(None, description="empty: the stack's")
+    max_batched_tokens: PositiveInt | None = Field(None, description="empty: the stack's")
+    kv_block_tokens: PositiveInt = 16
+
+    @property
+    def swaps(self) -> bool:
+        """Whether preemption moves KV to a slower memory tier (which the scenario must have)."""
+        return False
+
+
+class ContinuousBatching(BatchingSpec):
+    """Iteration-level batching (Orca, vLLM): sequences join and leave between iterations."""
 
     policy: Literal["continuous"] = "continuous"
     priority: Literal["decode-first", "prefill-first"] | None = Field(
@@ -24,29 +40,27 @@ class ContinuousBatching(Spec):
         "(Sarathi, vLLM V1); prefill-first: any pending prefill runs alone and decodes wait (vLLM V0); "
         "empty: the stack's",
     )
-    max_batch_size: PositiveInt | None = Field(None, description="empty: the stack's")
-    max_batched_tokens: PositiveInt | None = Field(None, description="empty: the stack's")
     chunked_prefill: bool | None = Field(None, description="split prompts across iterations; empty: the stack's")
     admission: Literal["on-demand", "reserve-full"] | None = Field(
         None,
         description="on-demand: KV allocated as it grows, preempt when it runs out; reserve-full: admit only "
         "when the whole prompt + output KV fits (never preempts); empty: the stack's",
     )
-    kv_block_tokens: PositiveInt = 16
     preemption: Literal["recompute", "swap"] = Field(
         "recompute",
         description="when KV runs out the latest-admitted sequence is evicted: recompute re-prefills it later; "
         "swap moves its KV to the next slower memory tier and back",
     )
 
+    @property
+    def swaps(self) -> bool:
+        return self.preemption == "swap"
 
-class StaticBatching(Spec):
+
+class StaticBatching(BatchingSpec):
     """A batch forms when the replica is idle and runs to completion; arrivals wait for the next."""
 
     policy: Literal["static"] = "static"
-    max_batch_size: PositiveInt | None = Field(None, description="empty: the stack's")
-    max_batched_tokens: PositiveInt | None = Field(None, description="empty: the stack's")
-    kv_block_tokens: PositiveInt = 16
 
 
 Scheduler = Annotated[ContinuousBatching | StaticBatching, Field(discriminator="policy")]

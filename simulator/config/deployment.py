@@ -1,63 +1,34 @@
 """A deployment: one model on one hardware profile, with a layout and precisions.
 
-Fields left empty (chips, layout) are filled by the automatic placement in
-:mod:`simulator.analytic.placement`; the config itself stays pure data.
+The hardware and the model are named by profile id (looked up in the catalog) or given whole
+(inline), as a resolved scenario gives them. Fields left empty (chips, layout) are filled by
+the automatic placement in :mod:`simulator.analytic.placement`; the config itself stays pure data.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from simulator.config.base import Precision, Spec
-from simulator.config.model import TensorGroup
+from simulator.config.hardware import HardwareRef
+from simulator.config.model import ModelRef, TensorGroup
+from simulator.config.speculation import SpeculativeSpec
+from simulator.config.stack import StackRef
 
 PositiveInt = Annotated[int, Field(ge=1)]
-
 #: Tokens of KV the automatic placement reserves beside the weights unless told otherwise
 #: (one long-ish request).
 DEFAULT_MIN_KV_TOKENS = 4096
 
 
-DraftKind = Literal["model", "eagle", "mtp"]
-SpeculationWorkload = Literal["chat", "code", "reasoning"]
-Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
-
-
-class SpeculativeSpec(Spec):
-    """Draft-then-verify decoding (see :mod:`simulator.analytic.speculation`).
-
-    Each step the draft proposes ``tokens_proposed`` (gamma) tokens; the target verifies them in
-    one pass and keeps the accepted ones plus one of its own.
-    """
-
-    draft: DraftKind = Field(
-        description="model: a separate small model; eagle: an EAGLE-3 head (one layer); mtp: the "
-        "target's multi-token-prediction layer"
-    )
-    draft_model: str | None = Field(None, description="model profile id of the draft (draft: model)")
-    tokens_proposed: PositiveInt = Field(description="draft tokens per step (gamma)")
-    acceptance_rate: Probability | list[Probability] | None = Field(
-        None,
-        description="per-token acceptance (or one per draft position); empty: the published default for "
-        "the draft kind and workload",
-    )
-    workload: SpeculationWorkload = Field("chat", description="which published acceptance applies")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> SpeculativeSpec:
-        if (self.draft == "model") != (self.draft_model is not None):
-            raise ValueError("give draft_model exactly when draft is 'model'")
-        if isinstance(self.acceptance_rate, list) and not self.acceptance_rate:
-            raise ValueError("acceptance_rate: give at least one value")
-        return self
-
-
 class DeploymentSpec(Spec):
-    hardware: str = Field(description="hardware profile id")
-    model: str = Field(description="model profile id")
-    stack: str | None = Field(None, description="serving stack profile id; empty: the hardware's default stack")
+    hardware: HardwareRef = Field(description="hardware profile id, or the whole profile (inline)")
+    model: ModelRef = Field(description="model profile id, or the whole profile (inline)")
+    stack: StackRef | None = Field(
+        None, description="serving stack profile id, or the whole profile (inline); empty: the hardware's default"
+    )
     chips: PositiveInt | None = Field(None, description="total chips; empty: smallest that fits")
     tensor_parallel: PositiveInt | None = None
     pipeline_parallel: PositiveInt | None = None
@@ -91,3 +62,11 @@ class DeploymentSpec(Spec):
         None,
         description="context window the stack serves (RoPE scaling, e.g. vLLM --max-model-len); empty: the model's own",
     )
+
+    @property
+    def hardware_id(self) -> str:
+        return self.hardware if isinstance(self.hardware, str) else self.hardware.id
+
+    @property
+    def model_id(self) -> str:
+        return self.model if isinstance(self.model, str) else self.model.id

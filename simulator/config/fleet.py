@@ -7,7 +7,7 @@ replica within it (see :class:`RouterSpec`).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -24,6 +24,9 @@ BackendName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", description="le
 
 class BackendSpec(Spec):
     """One deployment times a replica count, at a network distance from the clients."""
+
+    #: A backend's ``hardware`` and ``model`` are its deployment's (field paths may say either).
+    path_aliases: ClassVar[dict[str, str]] = {"hardware": "deployment.hardware", "model": "deployment.model"}
 
     name: BackendName
     deployment: DeploymentSpec
@@ -72,7 +75,7 @@ class RouterSpec(Spec):
 
 
 class CostSpec(Spec):
-    """How a run's cost is counted (see :mod:`simulator.results.economics`)."""
+    """How a run's cost is counted (see :mod:`simulator.analytic.economics`)."""
 
     basis: CostBasis = Field(
         "auto",

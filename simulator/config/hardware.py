@@ -7,11 +7,11 @@ GPU, one LPU, one SN40L socket, one CS-3 wafer) unless the field says otherwise.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal, get_args
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
-from simulator.config.base import Precision, Profile, Sourced, Spec
+from simulator.config.base import Precision, Profile, Sourced, Spec, reference_tag
 from simulator.units import Bytes, BytesPerSecond, FlopsPerSecond, Seconds, Watts
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
@@ -36,6 +36,9 @@ class ComputeSpec(Spec):
     dequantised to that path's compute precision; any other is dequantised to the
     activations' precision at the chip's efficiency (weight-only quantisation, e.g. W4A16).
     """
+
+    #: A peak may be named by its precision alone in field paths (``compute.bf16``).
+    path_aliases: ClassVar[dict[str, str]] = {precision: f"peak.{precision}" for precision in get_args(Precision)}
 
     peak: dict[Precision, Sourced[PositiveFlops]] = Field(
         min_length=1, description="dense peak FLOP/s per chip for each precision the chip computes in"
@@ -198,3 +201,9 @@ def _sourced_values(spec: Spec) -> list[Sourced[object]]:
             elif isinstance(item, Spec):
                 found.extend(_sourced_values(item))
     return found
+
+
+#: A hardware profile by id, or the profile itself (inline, as a resolved scenario writes it).
+HardwareRef = Annotated[
+    Annotated[str, Tag("id")] | Annotated[HardwareProfile, Tag("profile")], Discriminator(reference_tag)
+]

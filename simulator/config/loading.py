@@ -1,13 +1,17 @@
 """YAML -> dict -> validated model, with errors that name the file and the field path.
 
 Bundled profiles are found beside the package (``hardware_profiles/``, ``model_profiles/``
-in a source checkout, or ``simulator/_bundled/`` in an installed wheel).
+in a source checkout, or ``simulator/_bundled/`` in an installed wheel); a user's folders add
+to them (:class:`Catalog`).
 """
 
 from __future__ import annotations
 
+import copy
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -17,9 +21,9 @@ from simulator.config.hardware import HardwareProfile
 from simulator.config.model import ModelSpec
 from simulator.config.stack import StackProfile
 from simulator.config.workload import WorkloadSpec
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, InfersimWarning
 
-__all__ = ["Catalog", "ConfigError", "apply_override", "load_file", "parse_override", "read_yaml", "validate_data"]
+__all__ = ["Catalog", "ConfigError", "load_file", "parse_override", "read_yaml", "validate_data"]
 
 M = TypeVar("M", bound=BaseModel)
 P = TypeVar("P", bound=Profile)
@@ -75,8 +79,53 @@ def load_file(model: type[M], path: Path) -> M:
     return validate_data(model, read_yaml(path), str(path))
 
 
+class Shelf(Generic[P]):
+    """One kind of profile by id: user folders first, then the bundled folder, then profiles given in memory.
+
+    A profile found in a user folder that the bundled folder also has *shadows* it; using it
+    warns (:class:`~simulator.errors.InfersimWarning`), once.
+    """
+
+    def __init__(self, model: type[P], kind: str, folders: tuple[Path, ...], given: tuple[P, ...] = ()) -> None:
+        self.model, self.kind, self.folders = model, kind, folders
+        self.given = {profile.id: profile for profile in given}
+        self._loaded: dict[str, P] = dict(self.given)
+
+    def ids(self) -> list[str]:
+        return sorted({path.stem for folder in self.folders for path in folder.glob("*.yaml")} | self.given.keys())
+
+    def get(self, profile_id: str) -> P:
+        if profile_id not in self._loaded:
+            found = [
+                folder / f"{profile_id}.yaml" for folder in self.folders if (folder / f"{profile_id}.yaml").exists()
+            ]
+            if not found:
+                raise ConfigError(
+                    f"unknown {self.kind} profile {profile_id!r}; known: {', '.join(self.ids())} "
+                    f"(in {', '.join(map(str, self.folders))})"
+                )
+            if len(found) > 1:
+                warnings.warn(
+                    f"{self.kind} profile {profile_id!r} from {found[0]} shadows the one in {found[-1]}",
+                    InfersimWarning,
+                    stacklevel=3,
+                )
+            loaded = load_file(self.model, found[0])
+            if loaded.id != profile_id:
+                raise ConfigError(f"{found[0]}: id: is {loaded.id!r} but the file name says {profile_id!r}")
+            self._loaded[profile_id] = loaded
+        return self._loaded[profile_id]
+
+    def with_given(self, profiles: Sequence[P]) -> Shelf[P]:
+        return Shelf(self.model, self.kind, self.folders, (*self.given.values(), *profiles))
+
+
 class Catalog:
-    """Hardware and model profiles by id, loaded lazily from two directories."""
+    """Hardware, model, workload and serving-stack profiles by id: the bundled ones, plus those of user folders.
+
+    A user folder *adds* profiles: ``--hardware-dir my-profiles`` keeps every bundled profile
+    and adds its own; one with a bundled profile's id shadows it, with a warning when used.
+    """
 
     def __init__(
         self,
@@ -85,68 +134,65 @@ class Catalog:
         workload_dir: Path | None = None,
         stack_dir: Path | None = None,
     ) -> None:
-        self.hardware_dir = _folder(hardware_dir, "hardware profile") or bundled_dir("hardware_profiles")
-        self.model_dir = _folder(model_dir, "model profile") or bundled_dir("model_profiles")
-        self.workload_dir = _folder(workload_dir, "workload") or bundled_dir("workloads")
-        self.stack_dir = _folder(stack_dir, "stack profile") or bundled_dir("stack_profiles")
-        self._hardware: dict[str, HardwareProfile] = {}
-        self._models: dict[str, ModelSpec] = {}
-        self._workloads: dict[str, WorkloadSpec] = {}
-        self._stacks: dict[str, StackProfile] = {}
+        self.hardware_shelf = Shelf(HardwareProfile, "hardware", _folders(hardware_dir, "hardware_profiles"))
+        self.model_shelf = Shelf(ModelSpec, "model", _folders(model_dir, "model_profiles"))
+        self.workload_shelf = Shelf(WorkloadSpec, "workload", _folders(workload_dir, "workloads"))
+        self.stack_shelf = Shelf(StackProfile, "stack", _folders(stack_dir, "stack_profiles"))
+
+    def with_profiles(
+        self,
+        hardware: Sequence[HardwareProfile] = (),
+        models: Sequence[ModelSpec] = (),
+        stacks: Sequence[StackProfile] = (),
+    ) -> Catalog:
+        """A catalog that also holds these profiles (in memory), ahead of any of the same id."""
+        catalog = copy.copy(self)
+        catalog.hardware_shelf = self.hardware_shelf.with_given(hardware)
+        catalog.model_shelf = self.model_shelf.with_given(models)
+        catalog.stack_shelf = self.stack_shelf.with_given(stacks)
+        return catalog
 
     def hardware_ids(self) -> list[str]:
-        return sorted(path.stem for path in self.hardware_dir.glob("*.yaml"))
+        return self.hardware_shelf.ids()
 
     def model_ids(self) -> list[str]:
-        return sorted(path.stem for path in self.model_dir.glob("*.yaml"))
-
-    def hardware(self, profile_id: str) -> HardwareProfile:
-        if profile_id not in self._hardware:
-            self._hardware[profile_id] = self._load(
-                HardwareProfile, self.hardware_dir, profile_id, self.hardware_ids(), "hardware"
-            )
-        return self._hardware[profile_id]
-
-    def model(self, profile_id: str) -> ModelSpec:
-        if profile_id not in self._models:
-            self._models[profile_id] = self._load(ModelSpec, self.model_dir, profile_id, self.model_ids(), "model")
-        return self._models[profile_id]
+        return self.model_shelf.ids()
 
     def stack_ids(self) -> list[str]:
-        return sorted(path.stem for path in self.stack_dir.glob("*.yaml"))
+        return self.stack_shelf.ids()
 
-    def stack(self, profile_id: str) -> StackProfile:
-        if profile_id not in self._stacks:
-            self._stacks[profile_id] = self._load(StackProfile, self.stack_dir, profile_id, self.stack_ids(), "stack")
-        return self._stacks[profile_id]
+    def stack(self, ref: str | StackProfile) -> StackProfile:
+        """The serving stack profile an id names (a profile given inline is its own answer)."""
+        return ref if isinstance(ref, StackProfile) else self.stack_shelf.get(ref)
 
     def workload_ids(self) -> list[str]:
-        return sorted(path.stem for path in self.workload_dir.glob("*.yaml"))
+        return self.workload_shelf.ids()
 
-    def workload(self, workload_id: str) -> WorkloadSpec:
-        if workload_id not in self._workloads:
-            self._workloads[workload_id] = self._load(
-                WorkloadSpec, self.workload_dir, workload_id, self.workload_ids(), "workload"
-            )
-        return self._workloads[workload_id]
+    def hardware(self, ref: str | HardwareProfile) -> HardwareProfile:
+        """The hardware profile an id names (a profile given inline is its own answer)."""
+        return ref if isinstance(ref, HardwareProfile) else self.hardware_shelf.get(ref)
 
-    @staticmethod
-    def _load(model: type[P], directory: Path, profile_id: str, known: list[str], kind: str) -> P:
-        path = directory / f"{profile_id}.yaml"
-        if not path.exists():
-            raise ConfigError(f"unknown {kind} profile {profile_id!r}; known: {', '.join(known)} (in {directory})")
-        loaded = load_file(model, path)
-        loaded_id = loaded.id
-        if loaded_id != profile_id:
-            raise ConfigError(f"{path}: id: is {loaded_id!r} but the file name says {profile_id!r}")
-        return loaded
+    def model(self, ref: str | ModelSpec) -> ModelSpec:
+        """The model profile an id names (a profile given inline is its own answer)."""
+        return ref if isinstance(ref, ModelSpec) else self.model_shelf.get(ref)
+
+    def workload(self, ref: str | WorkloadSpec) -> WorkloadSpec:
+        """The workload an id names (a workload given inline is its own answer)."""
+        return ref if isinstance(ref, WorkloadSpec) else self.workload_shelf.get(ref)
+
+    def profile(self, kind: type[P], profile_id: str) -> P:
+        """A profile of the given class by id (for field paths that go into a referenced profile)."""
+        shelves: tuple[Shelf[Any], ...] = (self.hardware_shelf, self.model_shelf, self.workload_shelf, self.stack_shelf)
+        shelf = next(s for s in shelves if s.model is kind)
+        found: P = shelf.get(profile_id)
+        return found
 
 
-def _folder(path: Path | None, kind: str) -> Path | None:
-    """A user-given profile folder, which must exist."""
-    if path is not None and not path.is_dir():
-        raise ConfigError(f"{path}: no such folder (given as the {kind} folder)")
-    return path
+def _folders(user: Path | None, bundled: str) -> tuple[Path, ...]:
+    """The user's folder (which must exist) ahead of the bundled one."""
+    if user is not None and not user.is_dir():
+        raise ConfigError(f"{user}: no such folder (given as the {bundled.replace('_', ' ').rstrip('s')} folder)")
+    return (*((user,) if user is not None else ()), bundled_dir(bundled))
 
 
 def parse_override(text: str) -> tuple[str, list[object]]:
@@ -161,34 +207,3 @@ def parse_override(text: str) -> tuple[str, list[object]]:
     parts = [raw] if flow or "," not in raw else raw.split(",")
     values = [parse_yaml(part, f"--set {text!r}") for part in parts]
     return path.strip(), values
-
-
-def apply_override(data: dict[str, object], path: str, value: object, source: str) -> dict[str, object]:
-    """A copy of ``data`` with ``path`` (dots; integers index lists) set to ``value``.
-
-    Intermediate mappings must exist (or be creatable inside a mapping); a path through a
-    scalar names the part that does not resolve.
-    """
-    import copy
-
-    root = copy.deepcopy(data)
-    node: object = root
-    parts = path.split(".")
-    for depth, part in enumerate(parts[:-1]):
-        where = ".".join(parts[: depth + 1])
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"{source}: --set {path}: {where} is not an index of a list of {len(node)}")
-            node = node[int(part)]
-        elif isinstance(node, dict):
-            node = node.setdefault(part, {})
-        else:
-            raise ConfigError(f"{source}: --set {path}: {'.'.join(parts[:depth])} is a value, not a mapping")
-    last = parts[-1]
-    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
-        node[int(last)] = value
-    elif isinstance(node, dict):
-        node[last] = value
-    else:
-        raise ConfigError(f"{source}: --set {path}: {'.'.join(parts[:-1]) or path} does not resolve to a mapping")
-    return root

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
-from simulator.config.base import Precision, Profile, Sourced, Spec
+from simulator.config.base import Precision, Profile, Sourced, Spec, reference_tag
 from simulator.units import Bytes
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -136,3 +136,7 @@ class ModelSpec(Profile):
     @property
     def num_dense_layers(self) -> int:
         return self.num_layers - (self.moe.num_moe_layers if self.moe else 0)
+
+
+#: A model profile by id, or the profile itself (inline, as a resolved scenario writes it).
+ModelRef = Annotated[Annotated[str, Tag("id")] | Annotated[ModelSpec, Tag("profile")], Discriminator(reference_tag)]

@@ -20,22 +20,41 @@ Rate = Annotated[float, Field(gt=0.0, description="requests per second")]
 NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
 
 
-class Poisson(Spec):
-    process: Literal["poisson"] = "poisson"
+class ArrivalProcess(Spec):
+    """An open-loop arrival process, tagged by ``process``; the engine draws its times
+    (``simulator.engine.load.arrival_times``, one registered generator per process)."""
+
+    process: str
+
+    @property
+    def peak_rate_per_s(self) -> float:
+        """The highest rate the process reaches (requests per second): what capacity must meet."""
+        raise NotImplementedError
+
+
+class SteadyRate(ArrivalProcess):
+    """A process with one rate throughout."""
+
     rate_per_s: Rate
 
+    @property
+    def peak_rate_per_s(self) -> float:
+        return self.rate_per_s
 
-class GammaArrivals(Spec):
+
+class Poisson(SteadyRate):
+    process: Literal["poisson"] = "poisson"
+
+
+class GammaArrivals(SteadyRate):
     """Renewal process with gamma gaps: squared coefficient of variation = ``burstiness``."""
 
     process: Literal["gamma"] = "gamma"
-    rate_per_s: Rate
     burstiness: Annotated[float, Field(gt=0.0)] = Field(description="CV^2 of the gaps; 1 is Poisson")
 
 
-class ConstantRate(Spec):
+class ConstantRate(SteadyRate):
     process: Literal["constant"] = "constant"
-    rate_per_s: Rate
 
 
 class RateStep(Spec):
@@ -43,11 +62,15 @@ class RateStep(Spec):
     rate_per_s: Annotated[float, Field(ge=0.0)]
 
 
-class RateSteps(Spec):
+class RateSteps(ArrivalProcess):
     """Poisson with a piecewise-constant rate: each step holds from ``at`` to the next."""
 
     process: Literal["steps"] = "steps"
     steps: list[RateStep] = Field(min_length=1)
+
+    @property
+    def peak_rate_per_s(self) -> float:
+        return max(step.rate_per_s for step in self.steps)
 
     @model_validator(mode="after")
     def _ordered(self) -> RateSteps:
@@ -57,13 +80,17 @@ class RateSteps(Spec):
         return self
 
 
-class RateRamp(Spec):
+class RateRamp(ArrivalProcess):
     """Poisson whose rate moves linearly from ``start`` to ``end`` over ``over``, then holds."""
 
     process: Literal["ramp"] = "ramp"
     start_rate_per_s: Annotated[float, Field(ge=0.0)]
     end_rate_per_s: Annotated[float, Field(ge=0.0)]
     over: Annotated[Seconds, Field(gt=0.0)]
+
+    @property
+    def peak_rate_per_s(self) -> float:
+        return max(self.start_rate_per_s, self.end_rate_per_s)
 
 
 Arrivals = Annotated[Poisson | GammaArrivals | ConstantRate | RateSteps | RateRamp, Field(discriminator="process")]
@@ -123,7 +150,8 @@ class SLOTarget(Spec):
     @classmethod
     def _in_si(cls, value: object, info: ValidationInfo) -> object:
         metric = info.data.get("metric")
-        return value if value is None or metric is None else _bound_value(str(metric), value)
+        si_number = isinstance(value, int | float) and bool(info.context and info.context.get("si_numbers"))
+        return value if value is None or metric is None or si_number else _bound_value(str(metric), value)
 
     @field_serializer("max", "min")
     def _with_unit(self, value: float | None) -> float | str | None:
@@ -303,7 +331,7 @@ class Scenario(Spec):
         if self.backends is not None:
             return self.backends
         assert self.deployment is not None
-        return [BackendSpec(name=self.deployment.hardware, deployment=self.deployment, replicas=self.replicas)]
+        return [BackendSpec(name=self.deployment.hardware_id, deployment=self.deployment, replicas=self.replicas)]
 
     @property
     def workload_classes(self) -> list[WorkloadClass]:

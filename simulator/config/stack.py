@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag
 
-from simulator.config.base import Profile, Sourced, Spec
-from simulator.config.deployment import SpeculativeSpec
+from simulator.config.base import Profile, Sourced, Spec, reference_tag
+from simulator.config.speculation import SpeculativeSpec
 from simulator.units import Seconds
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -78,3 +78,7 @@ class StackProfile(Profile):
             return None
         documented = self.speculation.by_model.get(model_id)
         return documented or (self.speculation.default if marked == "yes" else None)
+
+
+#: A serving stack profile by id, or the profile itself (inline, as a resolved scenario writes it).
+StackRef = Annotated[Annotated[str, Tag("id")] | Annotated[StackProfile, Tag("profile")], Discriminator(reference_tag)]

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
-from simulator.config.base import Profile, Spec
+from simulator.config.base import Profile, Spec, reference_tag
 from simulator.config.distributions import Constant, Distribution
 from simulator.units import Seconds
 
@@ -81,16 +81,26 @@ class WorkloadSpec(Profile):
     task: AgentTaskSpec
 
 
+#: A workload by id, or the workload itself.
+WorkloadRef = Annotated[
+    Annotated[str, Tag("id")] | Annotated[WorkloadSpec, Tag("profile")], Discriminator(reference_tag)
+]
+
+
 class AgentsLoad(Spec):
     """Agents running tasks: closed loop (``agents`` concurrent) or open loop (``tasks_per_s``)."""
 
     kind: Literal["agents"] = "agents"
-    workload: str = Field(description="workload id in workloads/")
+    workload: WorkloadRef = Field(description="workload id in workloads/, or the whole workload (inline)")
     agents: Annotated[int, Field(ge=1)] | None = None
     tasks_per_s: Annotated[float, Field(gt=0.0)] | None = None
     think_time_s: Distribution = Field(
         default_factory=lambda: Constant(value=0.0), description="closed loop: pause between an agent's tasks"
     )
+
+    @property
+    def workload_id(self) -> str:
+        return self.workload if isinstance(self.workload, str) else self.workload.id
 
     @model_validator(mode="after")
     def _one_mode(self) -> AgentsLoad:

@@ -24,10 +24,10 @@ import simpy
 from simulator.config.distributions import Distribution
 from simulator.config.workload import AgentsLoad, AgentTaskSpec
 from simulator.engine import ProcessGenerator
-from simulator.engine.build import ClassSource, TaskCounter
-from simulator.engine.load import REFUSED_BACKOFF_S
+from simulator.engine.clients import REFUSED_BACKOFF_S, ClassRun, ClassSource, TaskCounter, start_load
 from simulator.engine.recorder import Recorder
-from simulator.engine.scheduler import Request
+from simulator.engine.request import Request
+from simulator.records import TaskRecord
 
 
 def _draw(spec: Distribution, rng: np.random.Generator, minimum: float = 0.0) -> float:
@@ -82,7 +82,7 @@ class TaskTally:
         self.cached_tokens += request.cached_tokens
 
     def record(self, recorder: Recorder, end_s: float) -> None:
-        recorder.task((
+        recorder.task(TaskRecord(
             self.task_id, self.agent, self.start_s, end_s, self.calls, self.model_s, self.queue_s, self.tool_s,
             self.subagent_s, self.network_s, self.input_tokens, self.output_tokens, self.cached_tokens,
             float(self.failed), self.parent, self.klass,
@@ -170,3 +170,16 @@ def open_loop_tasks(
         if rt.env.now >= rt.stop_s or rt.source.exhausted:  # checked after the wait, at the arrival
             return
         rt.env.process(run_task(rt, spec, agent, np.random.default_rng(rng.integers(2**63))))
+
+
+@start_load.register
+def _agents(load: AgentsLoad, run: ClassRun) -> None:
+    """Closed loop: one process per agent, each on its own stream; open loop: one arrival process."""
+    task = run.plan.task
+    assert task is not None
+    rt = AgentRuntime(run.env, run.source, run.recorder, run.counter, run.plan.max_tokens, run.stop_s, run.plan.index)
+    if load.agents is None:
+        rt.env.process(open_loop_tasks(rt, load, task, np.random.default_rng(run.arrivals)))
+        return
+    for agent, ss in enumerate(run.clients.spawn(load.agents)):
+        rt.env.process(closed_loop_agent(rt, load, task, agent, np.random.default_rng(ss)))

@@ -1,249 +1,60 @@
-"""Elaboration: build the replicas and the load from a validated scenario, connect, run.
+"""Elaboration: wire a resolved scenario's plans into processes, then run.
 
-Randomness: ``SeedSequence(run.seed)`` is spawned into independent streams for the arrival
-process, the request lengths of open-loop arrivals, each replica's speculative draws, the
-router, and each closed-loop user (think times and lengths), so adding a user or a replica
-does not perturb the others (common random numbers for what-if comparisons).
+Everything a run needs was resolved before (:func:`simulator.resolve.resolve`): placements,
+prices, KV budgets, trace rows. Here each backend's replicas get the batching policy its
+scheduler's config class registered (:func:`~simulator.engine.scheduler.batch_policy`) and
+each class's load the processes its config class registered
+(:func:`~simulator.engine.clients.start_load`); nothing is dispatched by hand.
+
+Randomness: ``SeedSequence(run.seed)`` is spawned into independent streams for the replicas'
+speculative draws (one each), the router, and each class; a class spawns its own for its
+arrival process, its request lengths and each closed-loop user or agent (think times and
+lengths), so adding a user or a replica does not perturb the others (common random numbers
+for what-if comparisons).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
-from simulator.analytic.estimate import estimate, saturation_concurrency
-from simulator.analytic.layouts import Question, deploy
-from simulator.analytic.placement import Deployment
-from simulator.analytic.step_time import StepCostModel
-from simulator.config.batching import ContinuousBatching, Scheduler
-from simulator.config.distributions import Constant, Distribution
-from simulator.config.fleet import BackendSpec, CostSpec
-from simulator.config.loading import Catalog
-from simulator.config.scenario import (
-    Arrivals,
-    ClosedLoop,
-    OpenLoop,
-    RateRamp,
-    RateSteps,
-    RequestLengths,
-    Scenario,
-    WorkloadClass,
-)
-from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
-from simulator.engine.fleet import Backend, ClassRouting, Router
-from simulator.engine.load import closed_loop_user, open_loop
+from simulator.analytic.precision import matmul_precision
+
+# The bundled loads' modules register their processes with start_load when imported.
+from simulator.engine import agents, load, replay  # noqa: F401
+from simulator.engine.clients import RequestFactory, TaskCounter, start_class
+from simulator.engine.fleet import Backend, Router
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
-from simulator.engine.scheduler import (
-    BatchPolicy,
-    BlockManager,
-    ContinuousBatchingPolicy,
-    Request,
-    Slots,
-    StaticBatchingPolicy,
-)
-from simulator.errors import InfersimError
-from simulator.limits import Limits, RunSize, class_calls
-from simulator.limits import check as check_size
-from simulator.results.economics import CostError, Pricing, assumptions_of, resolve_pricing
-from simulator.traces import TraceRequest
-
-if TYPE_CHECKING:
-    from simulator.engine.agents import AgentRuntime
-
-LENGTH_CHUNK = 1024
-PROGRESS_TICKS = 100
-
-
-@dataclass
-class TaskCounter:
-    """Global task and session ids (one per conversation), shared by every class of a run."""
-
-    tasks: itertools.count[int]
-    sessions: itertools.count[int]
-
-
-class ScenarioError(InfersimError):
-    """A scenario that validates but cannot run as asked; the message says why."""
-
-
-class LengthSampler:
-    """Integer token counts >= 1 from a distribution, drawn in chunks."""
-
-    def __init__(self, spec: Distribution, rng: np.random.Generator) -> None:
-        self.spec, self.rng = spec, rng
-        self._buffer: list[int] = []
-
-    def draw(self) -> int:
-        if not self._buffer:
-            values = np.maximum(np.rint(self.spec.sample(self.rng, LENGTH_CHUNK)), 1.0)
-            self._buffer = values.astype(np.int64)[::-1].tolist()
-        return self._buffer.pop()
-
-
-class RequestFactory:
-    """Makes requests at the current time for every class: ids, the infeasible dropped, routing.
-
-    A request is dropped (``dropped = 1``) when no backend its class may use can hold it and
-    rejected (``dropped = 2``) when only over-budget backends could serve it. It reaches its
-    replica half a network round trip after it is sent, and the client sees its first and
-    last token half a round trip after the replica emits them.
-    """
-
-    def __init__(
-        self,
-        env: simpy.Environment,
-        scenario: Scenario,
-        router: Router,
-        replica_backend: list[Backend],
-        recorder: Recorder,
-    ) -> None:
-        self.env, self.router, self.replica_backend, self.recorder = env, router, replica_backend, recorder
-        self.max_requests = scenario.run.max_requests or math.inf
-        self.duration_s = scenario.run.duration or math.inf
-        self.count = 0
-        self.dropped = 0
-        self.progress: Callable[[float], None] | None = None
-        self._next_tick = 1
-
-    @property
-    def exhausted(self) -> bool:
-        return self.count >= self.max_requests
-
-    def make(
-        self,
-        klass: int,
-        priority: int,
-        user: int,
-        lengths: tuple[int, int],
-        session: Hashable | None,
-        task: int,
-        block_hashes: tuple[int, ...] | None,
-        hash_block_tokens: int,
-    ) -> Request | None:
-        request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes)
-        request.task, request.klass, request.priority = task, klass, priority
-        self.count += 1
-        if self.progress is not None:
-            self._tick(self.progress)
-        fits = self.router.fits_somewhere(request)
-        replica = self.router.route(request, self.env.now) if fits else None
-        if replica is None:
-            self.dropped += 1
-            self.recorder.dropped(record_fields(request, dropped=DROPPED_OVER_BUDGET if fits else DROPPED_TOO_LONG))
-            return None
-        block_tokens = replica.policy.kv.block_tokens
-        if block_hashes is not None:
-            request.hash_ratio = max(1, hash_block_tokens // block_tokens)
-        request.one_way_s = self.replica_backend[replica.index].one_way_s
-        request.done = self.env.event()
-        self.recorder.arrival(self.env.now)
-        if request.one_way_s > 0:
-            replica.reserve(request)  # load-aware routers see it while it crosses the network
-            self.env.timeout(request.one_way_s).callbacks.append(lambda _: replica.submit(request))
-        else:
-            replica.submit(request)
-        return request
-
-    def _tick(self, progress: Callable[[float], None]) -> None:
-        done = max(self.env.now / self.duration_s, self.count / self.max_requests)
-        while self._next_tick < PROGRESS_TICKS and done >= self._next_tick / PROGRESS_TICKS:
-            progress(self._next_tick / PROGRESS_TICKS)
-            self._next_tick += 1
-
-    def complete(self, request: Request) -> None:
-        if request.one_way_s > 0:
-            self.env.timeout(request.one_way_s).callbacks.append(lambda _: self._deliver(request))
-        else:
-            self._deliver(request)
-
-    def _deliver(self, request: Request) -> None:
-        """The last token reaches the client."""
-        now = self.env.now
-        self.recorder.departure(now, record_fields(request, dropped=0, done_s=now))
-        self.router.charge(self.replica_backend[request.replica], request, now)
-        if request.done is not None:
-            request.done.succeed()
-
-
-class ClassSource:
-    """One workload class's view of the factory: its lengths, its priority, its index."""
-
-    def __init__(
-        self,
-        factory: RequestFactory,
-        klass: int,
-        priority: int,
-        samplers: dict[int, tuple[LengthSampler, LengthSampler]],
-    ) -> None:
-        self.factory, self.klass, self.priority, self.samplers = factory, klass, priority, samplers
-
-    @property
-    def exhausted(self) -> bool:
-        return self.factory.exhausted
-
-    def submit(
-        self,
-        user: int,
-        lengths: tuple[int, int] | None = None,
-        session: Hashable | None = None,
-        task: int = -1,
-        block_hashes: tuple[int, ...] | None = None,
-        hash_block_tokens: int = 0,
-    ) -> Request | None:
-        """A request now: lengths drawn for ``user`` unless given; a session sticks to one replica.
-
-        ``block_hashes`` (traces) name the prompt's KV blocks of ``hash_block_tokens`` each.
-        """
-        if lengths is None:
-            input_sampler, output_sampler = self.samplers.get(user, self.samplers[-1])
-            lengths = (input_sampler.draw(), output_sampler.draw())
-        session_key = None if session is None else (self.klass, session)
-        return self.factory.make(
-            self.klass, self.priority, user, lengths, session_key, task, block_hashes, hash_block_tokens
-        )
-
-
-DROPPED_TOO_LONG = 1
-DROPPED_OVER_BUDGET = 2
-
-
-def record_fields(request: Request, dropped: int, done_s: float = math.nan) -> tuple[float, ...]:
-    """The request's row; the first token is stamped when the client sees it."""
-    return (
-        request.id, request.replica, request.user, request.arrival_s, request.admitted_s,
-        request.first_token_s + request.one_way_s, done_s, request.input_tokens, request.output_tokens,
-        request.preemptions, float(dropped), request.cached_tokens, request.task, request.klass,
-    )  # fmt: skip
+from simulator.engine.scheduler import batch_policy
+from simulator.records import BackendRecord, RunRecords
+from simulator.resolve import BackendPlan, ResolvedScenario
 
 
 @dataclass
 class Simulation:
     """A built, not yet run, simulation: everything wired, processes started."""
 
-    scenario: Scenario
+    resolved: ResolvedScenario
     backends: list[Backend]
     env: simpy.Environment
     recorder: Recorder
     replicas: list[Replica]
     factory: RequestFactory
-    capacity_requests_per_s: float
-    offered_requests_per_s: float | None
 
     def run(self, progress: Callable[[float], None] | None = None) -> float:
         """Run to the end the scenario asks for; returns the simulated end time (s).
 
         ``progress`` is called with the fraction of the arrivals made (of ``run.duration`` or
-        ``run.max_requests``), in steps of 1 / ``PROGRESS_TICKS``, and with 1.0 at the end; it
+        ``run.max_requests``), in steps of 1 / ``clients.PROGRESS_TICKS``, and with 1.0 at the end; it
         schedules no events, so a run reports the same results with or without it.
         """
-        run = self.scenario.run
+        run = self.resolved.scenario.run
         until = run.horizon
         if not run.drain:
             until = min(x for x in (run.horizon, run.duration) if x is not None)
@@ -253,315 +64,61 @@ class Simulation:
             progress(1.0)
         return float(self.env.now)
 
-
-def swap_bandwidth(deployment: Deployment) -> float:
-    """Bytes/s a replica moves KV to and from the next tier slower than its serving tier.
-
-    Every chip moves its own shard in parallel: ``chips * bandwidth * efficiency``.
-    """
-    serving = deployment.weights_tier.bandwidth.value
-    slower = [t for t in deployment.hardware.memory if t.bandwidth.value < serving]
-    if not slower:
-        raise ScenarioError(
-            f"swap preemption needs a memory tier slower than {deployment.weights_tier.name} on "
-            f"{deployment.hardware.id}, and the profile has none; use preemption: recompute"
-        )
-    tier = slower[0]
-    return deployment.chips * tier.bandwidth.value * tier.efficiency.value
-
-
-def _policy(sched: Scheduler, deployment: Deployment, blocks: BlockManager, batch_cap: int) -> BatchPolicy:
-    """The batching policy the scheduler config asks for; its empty fields are the stack's."""
-    stack = deployment.stack
-    tokens = sched.max_batched_tokens or stack.max_batched_tokens.value
-    spec = deployment.speculative
-    step = spec.tokens_proposed + 1.0 if spec else 1.0
-    window = deployment.model.attention.sliding_window
-    slots = Slots(batch_cap)
-    if isinstance(sched, ContinuousBatching):
-        priority = sched.priority or stack.priority
-        chunked = stack.chunked_prefill if sched.chunked_prefill is None else sched.chunked_prefill
-        reserve_full = (sched.admission or stack.admission) == "reserve-full"
-        return ContinuousBatchingPolicy(
-            slots, blocks, tokens, step, window, prefill_first=priority == "prefill-first",
-            swap=sched.preemption == "swap", chunked=chunked, reserve_full=reserve_full,
+    def records(self, end_s: float) -> RunRecords:
+        """What the run recorded, frozen (call once, after :meth:`run`)."""
+        resolved = self.resolved
+        return self.recorder.freeze(
+            end_s, resolved.scenario.run.warmup, [_record(b) for b in self.backends],
+            self.factory.count - self.recorder.request_count, resolved.capacity_requests_per_s,
+            resolved.offered_requests_per_s,
         )  # fmt: skip
-    return StaticBatchingPolicy(slots, blocks, tokens, 1.0, window)
 
 
-def _backend(index: int, spec: BackendSpec, scenario: Scenario, catalog: Catalog) -> tuple[Backend, Scheduler]:
-    """A backend's deployment, KV budget, limits and pricing (its replicas are added by build)."""
-    d = spec.deployment
-    deployment = deploy(catalog, d, layout_question(scenario, catalog))
-    sched = spec.scheduler or scenario.scheduler
-    batch_cap = sched.max_batch_size or deployment.max_batch_size
-    kv_blocks = int(deployment.kv_budget_bytes // (sched.kv_block_tokens * deployment.kv_bytes_per_token))
-    max_tokens = min(kv_blocks * sched.kv_block_tokens, deployment.model.max_context_tokens)
-    pricing = backend_pricing(deployment, spec, scenario.cost)
-    backend = Backend(
-        index, spec.name, deployment, [], max_tokens, kv_blocks, batch_cap, spec.network_rtt / 2.0, pricing
+def _record(backend: Backend) -> BackendRecord:
+    """What the metrics need to know of a backend."""
+    plan: BackendPlan = backend.plan
+    d, hw = plan.deployment, plan.deployment.hardware
+    return BackendRecord(
+        name=plan.name,
+        hardware=hw,
+        model_id=d.model.id,
+        chips_per_replica=d.chips,
+        replicas=[r.index for r in backend.replicas],
+        kv_blocks_per_replica=plan.kv_blocks,
+        max_batch_size=plan.batch_cap,
+        peak_flops_per_chip=hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value,
+        peak_bandwidth_per_chip=d.weights_tier.bandwidth.value,
+        pricing=plan.pricing,
     )
-    return backend, sched
 
 
-def backend_pricing(deployment: Deployment, spec: BackendSpec, cost: CostSpec) -> Pricing:
-    """How a backend is paid for; a price its basis needs but the profile lacks is a ScenarioError."""
-    try:
-        return resolve_pricing(deployment.hardware, deployment.model.id, spec.cost_basis or cost.basis,
-                               assumptions_of(cost))  # fmt: skip
-    except CostError as exc:
-        raise ScenarioError(f"backend {spec.name}: {exc}") from None
-
-
-def _class_routing(klass: WorkloadClass, task: AgentTaskSpec | None) -> ClassRouting:
-    ttft, tpot = klass.slo.request_bounds()
-    mean_output = task.output_tokens.mean if task else klass.requests.output_tokens.mean if klass.requests else None
-    return ClassRouting(klass.name, ttft, tpot, mean_output)
-
-
-def build(scenario: Scenario, catalog: Catalog, limits: Limits | None = None) -> Simulation:
-    """Construct every component, connect them, start the processes (nothing runs yet).
-
-    With ``limits``, a run estimated to exceed them raises :class:`~simulator.limits.RunTooLargeError`
-    before any process exists.
-    """
-    classes = scenario.workload_classes
-    tasks = [catalog.workload(c.load.workload).task if isinstance(c.load, AgentsLoad) else None for c in classes]
+def build(resolved: ResolvedScenario) -> Simulation:
+    """Construct every component, connect them, start the processes (nothing runs yet)."""
+    scenario = resolved.scenario
     env = simpy.Environment()
-    fleet = scenario.fleet
-    total_replicas = sum(b.replicas for b in fleet)
-    if limits is not None:
-        check_size(run_size(scenario, catalog), limits)
-    recorder = Recorder(total_replicas)
+    recorder = Recorder(resolved.replicas)
     root = np.random.SeedSequence(scenario.run.seed)
-    replicas_ss, router_ss, *class_seeds = root.spawn(2 + len(classes))
-    replica_seeds = replicas_ss.spawn(total_replicas)
+    replicas_ss, router_ss, *class_seeds = root.spawn(2 + len(resolved.classes))
+    replica_seeds = replicas_ss.spawn(resolved.replicas)
+    router = Router(scenario.router, [c.routing for c in resolved.classes], np.random.default_rng(router_ss))
+    replica_backend: list[Backend] = []
+    factory = RequestFactory(env, scenario.run, router, replica_backend, recorder)
     backends: list[Backend] = []
     replicas: list[Replica] = []
-    replica_backend: list[Backend] = []
-    routing = [_class_routing(c, t) for c, t in zip(classes, tasks, strict=True)]
-    router = Router(scenario.router, routing, np.random.default_rng(router_ss))
-    factory = RequestFactory(env, scenario, router, replica_backend, recorder)
-    for index, spec in enumerate(fleet):
-        backend, sched = _backend(index, spec, scenario, catalog)
-        d = backend.deployment
-        swap_s_per_block = 0.0
-        if isinstance(sched, ContinuousBatching) and sched.preemption == "swap":
-            swap_s_per_block = sched.kv_block_tokens * d.kv_bytes_per_token / swap_bandwidth(d)
-        cost = StepCostModel(d)
-        for _ in range(spec.replicas):
-            blocks = BlockManager(backend.kv_blocks, sched.kv_block_tokens, caching=scenario.prefix_caching)
-            policy = _policy(sched, d, blocks, backend.batch_cap)
+    for plan in resolved.backends:
+        backend = Backend(plan, [])
+        for _ in range(plan.replicas):
             rng = np.random.default_rng(replica_seeds[len(replicas)])
-            replica = Replica(env, len(replicas), cost, policy, recorder, rng, factory.complete, swap_s_per_block)
+            replica = Replica(env, len(replicas), plan.cost, batch_policy(plan.scheduler, plan), recorder, rng,
+                              factory.complete, plan.swap_s_per_block)  # fmt: skip
             replicas.append(replica)
             backend.replicas.append(replica)
             replica_backend.append(backend)
             env.process(replica.run())
         backends.append(backend)
-    router.bind(backends)
-    for klass_index, (klass, task) in enumerate(zip(classes, tasks, strict=True)):
-        _check_fits(klass, task, router.allowed[klass_index])
+    router.bind(backends, [c.backends for c in resolved.classes])
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
     counter = TaskCounter(itertools.count(), itertools.count())
-    offered, shares = 0.0, []
-    for index, (klass, task, class_ss) in enumerate(zip(classes, tasks, class_seeds, strict=True)):
-        max_tokens = max(b.max_tokens for b in router.allowed[index])
-        rows = _request_trace(klass)
-        _start_class(env, klass, index, task, factory, recorder, counter, max_tokens, stop_s, class_ss, rows)
-        offered_load = _offered(klass, rows)
-        if offered_load is not None:
-            rate, lengths = offered_load
-            alone = sum(len(b.replicas) * _capacity_requests_per_s(b.deployment, lengths, b.batch_cap)
-                        for b in router.allowed[index])  # fmt: skip
-            offered += rate
-            shares.append(({b.index for b in router.allowed[index]}, rate / alone))
-    all_open = len(shares) == len(classes)
-    worst = max(_utilisations(shares), default=0.0)
-    capacity = offered / worst if all_open and worst > 0 else math.nan
-    return Simulation(
-        scenario, backends, env, recorder, replicas, factory, capacity, offered if all_open else None,
-    )  # fmt: skip
-
-
-def layout_question(scenario: Scenario, catalog: Catalog) -> Question:
-    """What an unpinned layout is chosen for: the first class's mean lengths and its users or
-    agents (saturation for open loops and traces)."""
-    klass = scenario.workload_classes[0]
-    load = klass.load
-    if isinstance(load, AgentsLoad):
-        task = catalog.workload(load.workload).task
-        prompt, answer = task.system_prompt_tokens.mean + task.first_input_tokens.mean, task.output_tokens.mean
-        users = load.agents
-    elif klass.requests is not None:
-        prompt, answer = klass.requests.input_tokens.mean, klass.requests.output_tokens.mean
-        users = load.users if isinstance(load, ClosedLoop) else None
-    else:
-        return Question()
-    return Question(max(1, round(prompt)), max(1, round(answer)), users)
-
-
-def run_size(scenario: Scenario, catalog: Catalog) -> RunSize:
-    """Upper estimates of a run's model calls, clients and memory (:mod:`simulator.limits`),
-    from its placements alone: nothing is built."""
-    size = RunSize(replicas=sum(b.replicas for b in scenario.fleet))
-    question = layout_question(scenario, catalog)
-    deployments = {b.name: deploy(catalog, b.deployment, question) for b in scenario.fleet if b.replicas}
-    duration = scenario.run.duration if scenario.run.duration is not None else math.inf
-    rules = scenario.router.rules
-    for klass in scenario.workload_classes:
-        names = rules.get(klass.name, list(deployments))
-        allowed = [deployments[n] for n in names if n in deployments]
-        if isinstance(klass.load, AgentsLoad):
-            task = catalog.workload(klass.load.workload).task
-            lengths = (task.system_prompt_tokens.mean + task.first_input_tokens.mean, task.output_tokens.mean)
-            calls_per_task = task.steps.mean
-        elif klass.requests is not None:
-            lengths, calls_per_task = (klass.requests.input_tokens.mean, klass.requests.output_tokens.mean), 1.0
-        else:
-            continue  # a trace: finite rows, known once loaded
-        if not allowed:
-            continue  # reported by the fit check when the run is built
-        calls, users, agents, how = class_calls(klass.load, *lengths, calls_per_task, allowed, duration)
-        size.add_requests(calls, f"{klass.name}: {how}")
-        size.users += users
-        size.agents += agents
-    if scenario.run.max_requests is not None and size.requests > scenario.run.max_requests:
-        size.requests = float(scenario.run.max_requests)
-        size.how = [f"run.max_requests {scenario.run.max_requests:,}"]
-    return size
-
-
-def _request_trace(klass: WorkloadClass) -> list[TraceRequest] | None:
-    """An Azure or Mooncake trace's requests, read once (None for other loads)."""
-    from simulator.engine.replay import REQUEST_FORMATS, request_trace
-
-    load = klass.load
-    return request_trace(load) if isinstance(load, TraceLoad) and load.format in REQUEST_FORMATS else None
-
-
-def _offered(klass: WorkloadClass, rows: list[TraceRequest] | None) -> tuple[float, RequestLengths] | None:
-    """(peak offered requests/s, lengths) of an open-loop class or a request trace; None for closed loops."""
-    if isinstance(klass.load, OpenLoop) and klass.requests is not None:
-        return _peak_rate(klass.load.arrivals), klass.requests
-    if rows is not None and len(rows) > 1 and rows[-1].arrival_s > rows[0].arrival_s:
-        assert isinstance(klass.load, TraceLoad)
-        rate = klass.load.sample * (len(rows) - 1) / (rows[-1].arrival_s - rows[0].arrival_s)
-        lengths = RequestLengths(
-            input_tokens=Constant(value=float(np.mean([r.input_tokens for r in rows]))),
-            output_tokens=Constant(value=float(np.mean([r.output_tokens for r in rows]))),
-        )
-        return rate, lengths
-    return None
-
-
-def _utilisations(shares: list[tuple[set[int], float]]) -> list[float]:
-    """Offered utilisation of each group of backends that classes share: ``sum(rate_k / capacity_k)``
-    over the classes whose allowed backends overlap (connected components)."""
-    groups: list[tuple[set[int], float]] = []
-    for backends, share in shares:
-        joined = [g for g in groups if g[0] & backends]
-        groups = [g for g in groups if not g[0] & backends]
-        groups.append((backends.union(*(g[0] for g in joined)), share + sum(g[1] for g in joined)))
-    return [utilisation for _, utilisation in groups]
-
-
-def _check_fits(klass: WorkloadClass, task: AgentTaskSpec | None, backends: list[Backend]) -> None:
-    if not backends:
-        raise ScenarioError(f"{klass.name}: every backend this class may use (router.rules) has 0 replicas")
-    if isinstance(klass.load, TraceLoad):
-        return  # each trace request is checked on arrival (too long: dropped and reported)
-    if task is not None:
-        typical = task.system_prompt_tokens.mean + task.first_input_tokens.mean + task.output_tokens.mean
-    else:
-        assert klass.requests is not None
-        typical = klass.requests.input_tokens.mean + klass.requests.output_tokens.mean
-    largest = max(backends, key=lambda b: b.max_tokens)
-    if typical > largest.max_tokens:
-        d = largest.deployment
-        raise ScenarioError(
-            f"{klass.name}: requests average {typical:.0f} tokens but a replica of {d.chips} x "
-            f"{d.hardware.id} holds at most {largest.max_tokens} tokens of {d.model.id} KV "
-            f"(or context); use more chips (deployment.min_kv_tokens) or shorter requests"
-        )
-
-
-def _start_class(
-    env: simpy.Environment,
-    klass: WorkloadClass,
-    index: int,
-    task: AgentTaskSpec | None,
-    factory: RequestFactory,
-    recorder: Recorder,
-    counter: TaskCounter,
-    max_tokens: int,
-    stop_s: float,
-    seeds: np.random.SeedSequence,
-    trace_rows: list[TraceRequest] | None = None,
-) -> ClassSource:
-    """Start one class's load processes; its streams are spawned from its own seed sequence."""
-    arrivals_ss, lengths_ss, users_ss = seeds.spawn(3)
-    samplers: dict[int, tuple[LengthSampler, LengthSampler]] = {}
-    lengths = klass.requests
-    if lengths is not None:
-        in_ss, out_ss = lengths_ss.spawn(2)
-        samplers[-1] = (
-            LengthSampler(lengths.input_tokens, np.random.default_rng(in_ss)),
-            LengthSampler(lengths.output_tokens, np.random.default_rng(out_ss)),
-        )
-    source = ClassSource(factory, index, klass.priority, samplers)
-    load = klass.load
-    if isinstance(load, OpenLoop):
-        env.process(open_loop(env, load.arrivals, np.random.default_rng(arrivals_ss), source, stop_s))
-    elif isinstance(load, AgentsLoad):
-        assert task is not None
-        from simulator.engine.agents import AgentRuntime
-
-        runtime = AgentRuntime(env, source, recorder, counter, max_tokens, stop_s, index)
-        _start_agents(runtime, load, task, arrivals_ss, users_ss)
-    elif isinstance(load, TraceLoad):
-        from simulator.engine.replay import start_replay
-
-        rng = np.random.default_rng(arrivals_ss)
-        start_replay(env, load, source, recorder, rng, stop_s, counter, index, trace_rows)
-    else:
-        assert lengths is not None
-        for user, ss in enumerate(users_ss.spawn(load.users)):
-            think_ss, in_u, out_u = ss.spawn(3)
-            samplers[user] = (
-                LengthSampler(lengths.input_tokens, np.random.default_rng(in_u)),
-                LengthSampler(lengths.output_tokens, np.random.default_rng(out_u)),
-            )
-            env.process(closed_loop_user(env, load, user, np.random.default_rng(think_ss), source, stop_s))
-    return source
-
-
-def _start_agents(
-    rt: AgentRuntime,
-    load: AgentsLoad,
-    task: AgentTaskSpec,
-    arrivals_ss: np.random.SeedSequence,
-    agents_ss: np.random.SeedSequence,
-) -> None:
-    from simulator.engine.agents import closed_loop_agent, open_loop_tasks
-
-    if load.agents is None:
-        rt.env.process(open_loop_tasks(rt, load, task, np.random.default_rng(arrivals_ss)))
-        return
-    for agent, ss in enumerate(agents_ss.spawn(load.agents)):
-        rt.env.process(closed_loop_agent(rt, load, task, agent, np.random.default_rng(ss)))
-
-
-def _capacity_requests_per_s(deployment: Deployment, lengths: RequestLengths, batch_cap: int) -> float:
-    """Analytic saturation throughput of one replica at the mean request lengths."""
-    prompt, answer = max(1, round(lengths.input_tokens.mean)), max(1, round(lengths.output_tokens.mean))
-    users = min(batch_cap, saturation_concurrency(deployment, prompt, answer))
-    return estimate(deployment, prompt, answer, users, strict=False).aggregate_output_tok_s / answer
-
-
-def _peak_rate(arrivals: Arrivals) -> float:
-    if isinstance(arrivals, RateSteps):
-        return max(step.rate_per_s for step in arrivals.steps)
-    if isinstance(arrivals, RateRamp):
-        return max(arrivals.start_rate_per_s, arrivals.end_rate_per_s)
-    return arrivals.rate_per_s
+    for plan_of_class, seeds in zip(resolved.classes, class_seeds, strict=True):
+        start_class(env, plan_of_class, factory, recorder, counter, stop_s, seeds)
+    return Simulation(resolved, backends, env, recorder, replicas, factory)

@@ -5,6 +5,8 @@ all), those whose replicas can hold the request, those within the API budget; th
 every replica of them is a candidate (``pooled``) or the SLO-aware choice below picks one
 backend. The *replica*: the replica policy among the candidates (round robin, random, JSQ,
 least outstanding tokens, power of two, KV-aware), unless session affinity already pins it.
+Both choices are registered under the names the config gives them (:func:`backend_choice`,
+:func:`replica_choice`): a new one is one registered function.
 
 SLO-aware prediction (a router's model, not the simulator's physics, which the replicas
 run): on backend ``b`` with ``n`` requests outstanding on its least-loaded replica, batch cap
@@ -27,48 +29,58 @@ is reserved when the request is routed and settled at its actual price on comple
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from simulator.analytic.economics import SECONDS_PER_HOUR, api_usd
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment
 from simulator.config.fleet import RouterSpec
 from simulator.config.hardware import TokenPrice
 from simulator.engine.replica import Replica
-from simulator.engine.scheduler import Request
-from simulator.results.economics import SECONDS_PER_HOUR, Pricing, api_usd
-
-
-@dataclass(frozen=True)
-class ClassRouting:
-    """What the router knows about a workload class."""
-
-    name: str
-    ttft_bound_s: float | None
-    tpot_bound_s: float | None
-    mean_output_tokens: float | None  # None: use the request's own (trace replays carry it)
+from simulator.engine.request import Request
+from simulator.resolve import BackendPlan, ClassRouting
 
 
 @dataclass
 class Backend:
-    """One deployment and its replicas, as the router and the metrics see it."""
+    """One resolved backend and its running replicas, as the router sees them."""
 
-    index: int
-    name: str
-    deployment: Deployment
+    plan: BackendPlan
     replicas: list[Replica]
-    max_tokens: int  # prompt + output one request may hold (KV or context)
-    kv_blocks: int  # per replica
-    batch_cap: int
-    one_way_s: float  # half the network round trip
-    pricing: Pricing
     _estimates: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
 
     @property
+    def index(self) -> int:
+        return self.plan.index
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def deployment(self) -> Deployment:
+        return self.plan.deployment
+
+    @property
+    def max_tokens(self) -> int:
+        """Prompt + output tokens one request may hold (KV or context)."""
+        return self.plan.max_tokens
+
+    @property
+    def batch_cap(self) -> int:
+        return self.plan.batch_cap
+
+    @property
+    def one_way_s(self) -> float:
+        """Half the network round trip."""
+        return self.plan.one_way_s
+
+    @property
     def token_price(self) -> TokenPrice | None:
-        return self.pricing.token_price
+        return self.plan.pricing.token_price
 
     @property
     def metered(self) -> bool:
@@ -76,7 +88,7 @@ class Backend:
 
     @property
     def usd_per_replica_hour(self) -> float:
-        return self.deployment.chips * self.pricing.usd_per_chip_hour
+        return self.deployment.chips * self.plan.pricing.usd_per_chip_hour
 
     def price_usd(self, input_tokens: float, output_tokens: float) -> float:
         """What a metered backend charges for one request (0 for rented or owned ones)."""
@@ -112,19 +124,14 @@ class Router:
         self.allowed: list[list[Backend]] = [[] for _ in classes]  # per class, backends with replicas
         self._affinity: dict[Hashable, Replica] = {}
         self._backend_of: dict[int, Backend] = {}
-        self._next: dict[tuple[int, ...], int] = {}
+        self.cursors: dict[tuple[int, ...], int] = {}  # round robin: the next turn of each candidate set
         self.bucket_usd = self._bucket_cap
         self._bucket_t = 0.0
 
-    def bind(self, backends: list[Backend]) -> None:
-        """Connect the built backends: each class may use its rule's backends (else all) that have replicas."""
-        by_name = {b.name: b for b in backends}
+    def bind(self, backends: list[Backend], allowed: list[tuple[int, ...]]) -> None:
+        """Connect the built backends; ``allowed`` holds the backend indices each class may use."""
         self._backend_of = {r.index: b for b in backends for r in b.replicas}
-        rules = self.spec.rules
-        self.allowed = [
-            [b for b in ([by_name[n] for n in rules[c.name]] if c.name in rules else backends) if b.replicas]
-            for c in self.classes
-        ]
+        self.allowed = [[backends[i] for i in indices] for indices in allowed]
 
     @property
     def _bucket_cap(self) -> float:
@@ -160,8 +167,7 @@ class Router:
             candidates = [b for b in self.allowed[request.klass] if usable(b)]
             if not candidates:
                 return None
-            if self.spec.backend_choice == "slo-aware":
-                candidates = [self._slo_aware(candidates, klass, request.input_tokens, output)]
+            candidates = BACKEND_CHOICES[self.spec.backend_choice](candidates, klass, request.input_tokens, output)
             replica = self._choose([r for b in candidates for r in b.replicas])
             if sticky:
                 self._affinity[request.session] = replica
@@ -186,34 +192,8 @@ class Router:
             self.bucket_usd = min(self._bucket_cap, self.bucket_usd + rate * (now - self._bucket_t))
             self._bucket_t = now
 
-    def _slo_aware(self, backends: list[Backend], klass: ClassRouting, prompt: int, output: int) -> Backend:
-        ranked = sorted(backends, key=lambda b: b.usd_per_output_token(prompt, max(output, 1)))
-        best, best_ttft = ranked[0], math.inf
-        for backend in ranked:
-            ttft, tpot = _predict(backend, prompt, max(output, 1))
-            if (klass.ttft_bound_s is None or ttft <= klass.ttft_bound_s) and (
-                klass.tpot_bound_s is None or tpot <= klass.tpot_bound_s
-            ):
-                return backend
-            if ttft < best_ttft:
-                best, best_ttft = backend, ttft
-        return best
-
     def _choose(self, replicas: list[Replica]) -> Replica:
-        policy, rng = self.spec.policy, self.rng
-        if len(replicas) == 1:
-            return replicas[0]
-        if policy == "round-robin":  # a cursor per candidate set, so each set is cycled evenly
-            key = tuple(r.index for r in replicas)
-            turn = self._next.get(key, 0)
-            self._next[key] = turn + 1
-            return replicas[turn % len(replicas)]
-        if policy == "random":
-            return replicas[int(rng.integers(len(replicas)))]
-        if policy == "power-of-two":
-            a, b = (replicas[int(i)] for i in rng.choice(len(replicas), size=2, replace=False))
-            return a if a.outstanding <= b.outstanding else b
-        return min(replicas, key=lambda r: _replica_load(r, policy))
+        return replicas[0] if len(replicas) == 1 else REPLICA_CHOICES[self.spec.policy](self, replicas)
 
 
 def _predict(backend: Backend, prompt: int, output: int) -> tuple[float, float]:
@@ -222,16 +202,94 @@ def _predict(backend: Backend, prompt: int, output: int) -> tuple[float, float]:
     n, cap = replica.outstanding, backend.batch_cap
     prefill, itl = backend.prefill_and_itl(prompt, output, min(n + 1, cap))
     ahead = max(0, n + 1 - cap)
-    if ahead == 0 and replica.kv_headroom < replica.policy.kv.blocks_for(prompt + output):
+    if ahead == 0 and replica.kv_headroom < replica.blocks_for(prompt + output):
         ahead = 1
     wait = ahead * (prefill + (output - 1) * itl) / cap
     return 2.0 * backend.one_way_s + wait + prefill, itl
 
 
-def _replica_load(replica: Replica, policy: str) -> float:
-    """How loaded a replica looks to a load-aware router (lower is better)."""
-    if policy == "join-shortest-queue":
-        return float(replica.outstanding)
-    if policy == "least-outstanding-tokens":
-        return replica.outstanding_tokens
-    return -replica.kv_headroom  # kv-aware
+# -- the router's choices, by the names the config gives them --------------------------------
+BackendChoice = Callable[[list[Backend], ClassRouting, int, int], list[Backend]]
+ReplicaChoice = Callable[[Router, list[Replica]], Replica]
+#: ``router.backend_choice``: the backends whose replicas are candidates, from the usable ones.
+BACKEND_CHOICES: dict[str, BackendChoice] = {}
+#: ``router.policy``: the replica a request goes to, among two or more candidates.
+REPLICA_CHOICES: dict[str, ReplicaChoice] = {}
+
+
+def backend_choice(name: str) -> Callable[[BackendChoice], BackendChoice]:
+    """Register a backend choice under the name ``router.backend_choice`` gives it."""
+
+    def register(choose: BackendChoice) -> BackendChoice:
+        BACKEND_CHOICES[name] = choose
+        return choose
+
+    return register
+
+
+def replica_choice(name: str) -> Callable[[ReplicaChoice], ReplicaChoice]:
+    """Register a replica policy under the name ``router.policy`` gives it."""
+
+    def register(choose: ReplicaChoice) -> ReplicaChoice:
+        REPLICA_CHOICES[name] = choose
+        return choose
+
+    return register
+
+
+@backend_choice("pooled")
+def _pooled(backends: list[Backend], klass: ClassRouting, prompt: int, output: int) -> list[Backend]:
+    """Every usable backend's replicas are candidates."""
+    return backends
+
+
+@backend_choice("slo-aware")
+def _slo_aware(backends: list[Backend], klass: ClassRouting, prompt: int, output: int) -> list[Backend]:
+    """The cheapest backend predicted to meet the class's bounds, else the fastest predicted TTFT."""
+    ranked = sorted(backends, key=lambda b: b.usd_per_output_token(prompt, max(output, 1)))
+    best, best_ttft = ranked[0], math.inf
+    for backend in ranked:
+        ttft, tpot = _predict(backend, prompt, max(output, 1))
+        if (klass.ttft_bound_s is None or ttft <= klass.ttft_bound_s) and (
+            klass.tpot_bound_s is None or tpot <= klass.tpot_bound_s
+        ):
+            return [backend]
+        if ttft < best_ttft:
+            best, best_ttft = backend, ttft
+    return [best]
+
+
+@replica_choice("round-robin")
+def _round_robin(router: Router, replicas: list[Replica]) -> Replica:
+    """A cursor per candidate set, so each set is cycled evenly."""
+    key = tuple(r.index for r in replicas)
+    turn = router.cursors.get(key, 0)
+    router.cursors[key] = turn + 1
+    return replicas[turn % len(replicas)]
+
+
+@replica_choice("random")
+def _random(router: Router, replicas: list[Replica]) -> Replica:
+    return replicas[int(router.rng.integers(len(replicas)))]
+
+
+@replica_choice("power-of-two")
+def _power_of_two(router: Router, replicas: list[Replica]) -> Replica:
+    """The less loaded of two random replicas (Mitzenmacher 2001)."""
+    a, b = (replicas[int(i)] for i in router.rng.choice(len(replicas), size=2, replace=False))
+    return a if a.outstanding <= b.outstanding else b
+
+
+@replica_choice("join-shortest-queue")
+def _shortest_queue(router: Router, replicas: list[Replica]) -> Replica:
+    return min(replicas, key=lambda r: float(r.outstanding))
+
+
+@replica_choice("least-outstanding-tokens")
+def _least_tokens(router: Router, replicas: list[Replica]) -> Replica:
+    return min(replicas, key=lambda r: r.outstanding_tokens)
+
+
+@replica_choice("kv-aware")
+def _most_kv(router: Router, replicas: list[Replica]) -> Replica:
+    return min(replicas, key=lambda r: -r.kv_headroom)

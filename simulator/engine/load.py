@@ -4,72 +4,102 @@ Arrival times are drawn in vectorised chunks; the process then waits once per ar
 Non-homogeneous rates (steps, ramps) use Lewis-Shedler thinning of a Poisson process at the
 peak rate: a candidate at ``t`` is kept with probability ``rate(t) / peak``.
 
-A closed-loop user whose request is refused (too long for every backend, or over the API
-budget) retries after ``REFUSED_BACKOFF_S``, as a client backing off would; it never spins.
+A closed-loop user whose request is refused backs off ``REFUSED_BACKOFF_S``
+(:mod:`~simulator.engine.clients`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
 from simulator.config.scenario import (
-    Arrivals,
+    ArrivalProcess,
     ClosedLoop,
     ConstantRate,
     GammaArrivals,
+    OpenLoop,
     Poisson,
     RateRamp,
     RateSteps,
 )
 from simulator.engine import ProcessGenerator
-
-if TYPE_CHECKING:
-    from simulator.engine.build import ClassSource
+from simulator.engine.clients import REFUSED_BACKOFF_S, ClassRun, ClassSource, LengthSampler, start_load
+from simulator.records import FloatArray
 
 CHUNK = 4096
-#: Seconds a closed-loop user (or agent) waits after a refused request before the next one.
-REFUSED_BACKOFF_S = 1.0
 
 
-def _rate_function(spec: RateSteps | RateRamp) -> tuple[Callable[[np.ndarray], np.ndarray], float]:
-    if isinstance(spec, RateSteps):
-        starts = np.array([s.at for s in spec.steps])
-        rates = np.array([s.rate_per_s for s in spec.steps])
-        return (lambda t: rates[np.searchsorted(starts, t, side="right") - 1]), float(rates.max())
-    r0, r1, over = spec.start_rate_per_s, spec.end_rate_per_s, spec.over
-    return (lambda t: r0 + (r1 - r0) * np.clip(t / over, 0.0, 1.0)), max(r0, r1)
+@functools.singledispatch
+def arrival_times(spec: object, rng: np.random.Generator) -> Iterator[float]:
+    """Absolute arrival times of an open-loop process, forever (the caller stops), by its config class.
+
+    A new arrival process registers its generator with ``@arrival_times.register``.
+    """
+    raise TypeError(f"no arrival process is registered for {type(spec).__name__} (@arrival_times.register one)")
 
 
-def arrival_times(spec: Arrivals, rng: np.random.Generator) -> Iterator[float]:
-    """Absolute arrival times of an open-loop process, forever (the caller stops)."""
+def _renewal(gaps: Callable[[], FloatArray]) -> Iterator[float]:
+    """Arrivals separated by independent gaps, drawn ``CHUNK`` at a time."""
     t = 0.0
     while True:
-        if isinstance(spec, Poisson):
-            times = t + np.cumsum(rng.exponential(1.0 / spec.rate_per_s, CHUNK))
-        elif isinstance(spec, GammaArrivals):
-            shape = 1.0 / spec.burstiness
-            times = t + np.cumsum(rng.gamma(shape, 1.0 / (spec.rate_per_s * shape), CHUNK))
-        elif isinstance(spec, ConstantRate):
-            times = t + np.arange(1, CHUNK + 1) / spec.rate_per_s
-        else:
-            rate, peak = _rate_function(spec)
-            if peak <= 0:
-                return
-            candidates = t + np.cumsum(rng.exponential(1.0 / peak, CHUNK))
-            keep = rng.random(CHUNK) * peak < rate(candidates)
-            t = float(candidates[-1])
-            yield from candidates[keep].tolist()
-            continue
+        times = t + np.cumsum(gaps())
         t = float(times[-1])
         yield from times.tolist()
 
 
+@arrival_times.register
+def _poisson(spec: Poisson, rng: np.random.Generator) -> Iterator[float]:
+    return _renewal(lambda: rng.exponential(1.0 / spec.rate_per_s, CHUNK))
+
+
+@arrival_times.register
+def _gamma(spec: GammaArrivals, rng: np.random.Generator) -> Iterator[float]:
+    """Gamma gaps of mean ``1 / rate`` and squared coefficient of variation ``burstiness``."""
+    shape = 1.0 / spec.burstiness
+    return _renewal(lambda: rng.gamma(shape, 1.0 / (spec.rate_per_s * shape), CHUNK))
+
+
+@arrival_times.register
+def _constant(spec: ConstantRate, rng: np.random.Generator) -> Iterator[float]:
+    """Every ``1 / rate`` seconds exactly: arrival ``k`` at ``k / rate``."""
+    t = 0.0
+    while True:
+        times = t + np.arange(1, CHUNK + 1) / spec.rate_per_s
+        t = float(times[-1])
+        yield from times.tolist()
+
+
+def _thinned(rng: np.random.Generator, rate: Callable[[FloatArray], FloatArray], peak: float) -> Iterator[float]:
+    """Lewis-Shedler thinning: Poisson candidates at ``peak``, each kept with probability ``rate(t) / peak``."""
+    if peak <= 0:
+        return
+    t = 0.0
+    while True:
+        candidates = t + np.cumsum(rng.exponential(1.0 / peak, CHUNK))
+        keep = rng.random(CHUNK) * peak < rate(candidates)
+        t = float(candidates[-1])
+        yield from candidates[keep].tolist()
+
+
+@arrival_times.register
+def _steps(spec: RateSteps, rng: np.random.Generator) -> Iterator[float]:
+    starts = np.array([s.at for s in spec.steps])
+    rates = np.array([s.rate_per_s for s in spec.steps])
+    return _thinned(rng, lambda t: rates[np.searchsorted(starts, t, side="right") - 1], spec.peak_rate_per_s)
+
+
+@arrival_times.register
+def _ramp(spec: RateRamp, rng: np.random.Generator) -> Iterator[float]:
+    r0, r1, over = spec.start_rate_per_s, spec.end_rate_per_s, spec.over
+    return _thinned(rng, lambda t: r0 + (r1 - r0) * np.clip(t / over, 0.0, 1.0), spec.peak_rate_per_s)
+
+
 def open_loop(
-    env: simpy.Environment, spec: Arrivals, rng: np.random.Generator, make: ClassSource, stop_s: float
+    env: simpy.Environment, spec: ArrivalProcess, rng: np.random.Generator, make: ClassSource, stop_s: float
 ) -> ProcessGenerator:
     """Submit a request at every arrival time before ``stop_s`` (or until the factory is spent)."""
     for t in arrival_times(spec, rng):
@@ -98,3 +128,23 @@ def closed_loop_user(
             yield env.timeout(REFUSED_BACKOFF_S)
             continue
         yield request.done
+
+
+@start_load.register
+def _open(load: OpenLoop, run: ClassRun) -> None:
+    run.env.process(open_loop(run.env, load.arrivals, np.random.default_rng(run.arrivals), run.source, run.stop_s))
+
+
+@start_load.register
+def _closed(load: ClosedLoop, run: ClassRun) -> None:
+    """One process per user, each with its own think-time and length streams."""
+    lengths = run.plan.lengths
+    assert lengths is not None
+    for user, ss in enumerate(run.clients.spawn(load.users)):
+        think_ss, in_ss, out_ss = ss.spawn(3)
+        run.source.samplers[user] = (
+            LengthSampler(lengths.input_tokens, np.random.default_rng(in_ss)),
+            LengthSampler(lengths.output_tokens, np.random.default_rng(out_ss)),
+        )
+        rng = np.random.default_rng(think_ss)
+        run.env.process(closed_loop_user(run.env, load, user, rng, run.source, run.stop_s))

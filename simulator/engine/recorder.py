@@ -1,110 +1,37 @@
-"""Append-only records of a run: requests, time-weighted levels, an inter-token histogram.
+"""The recorder: append-only records of a run while it runs (requests, tasks, levels, tokens,
+inter-token gaps), frozen into :class:`~simulator.records.RunRecords` when it ends.
 
-Nothing here computes metrics; :mod:`simulator.results` derives them after the run.
+Nothing here computes metrics; :mod:`simulator.results` derives them from the frozen records.
 """
 
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
-
-#: Inter-token latency histogram: log-spaced bins from 1 us to 1000 s, 200 per decade.
-ITL_BIN_EDGES_S = np.logspace(-6, 3, 9 * 200 + 1)
+from simulator.records import (
+    ITL_BIN_EDGES_S,
+    REQUEST_COLUMNS,
+    TASK_COLUMNS,
+    BackendRecord,
+    FloatArray,
+    LevelMonitor,
+    ReplicaTotals,
+    RequestRecord,
+    RunRecords,
+    TaskRecord,
+    TokenCounter,
+)
 
 ITL_BUFFER = 8192
-
-REQUEST_FIELDS = (
-    "id", "replica", "user", "arrival_s", "admitted_s", "first_token_s", "done_s",
-    "input_tokens", "output_tokens", "preemptions", "dropped", "cached_tokens", "task", "class",
-)  # fmt: skip
-
-TASK_FIELDS = (
-    "task", "agent", "start_s", "end_s", "calls", "model_s", "queue_s", "tool_s", "subagent_s", "network_s",
-    "input_tokens", "output_tokens", "cached_tokens", "failed", "parent", "class",
-)  # fmt: skip
-
-
-class LevelMonitor:
-    """A piecewise-constant level ``(t, value)``: value holds from t until the next record."""
-
-    def __init__(self, t0: float = 0.0, value: float = 0.0) -> None:
-        self.times = array("d", [t0])
-        self.values = array("d", [value])
-
-    def record(self, t: float, value: float) -> None:
-        if value != self.values[-1]:
-            if t == self.times[-1]:
-                self.values[-1] = value
-            else:
-                self.times.append(t)
-                self.values.append(value)
-
-    def integral(self, t0: float, t1: float) -> float:
-        """Exact area under the level over ``[t0, t1]``."""
-        times = np.frombuffer(self.times, dtype=np.float64)
-        values = np.frombuffer(self.values, dtype=np.float64)
-        starts = np.clip(times, t0, t1)
-        ends = np.clip(np.append(times[1:], np.inf), t0, t1)
-        return float(np.sum(values * (ends - starts)))
-
-    def time_mean(self, t0: float, t1: float) -> float:
-        return self.integral(t0, t1) / (t1 - t0) if t1 > t0 else float("nan")
-
-    def maximum(self) -> float:
-        return float(max(self.values))
-
-
-class TokenCounter:
-    """Cumulative output (emitted) and input (prefilled) tokens of one replica over time.
-
-    An iteration or jump is a span from its start to its (planned) end, linear in between;
-    a jump that stops early amends its span.
-    """
-
-    def __init__(self) -> None:
-        self.times = array("d", [0.0])
-        self.output = array("d", [0.0])
-        self.input = array("d", [0.0])
-
-    def span(self, start_s: float, end_s: float, output_tokens: float, input_tokens: float) -> None:
-        if start_s > self.times[-1]:
-            self.times.append(start_s)
-            self.output.append(self.output[-1])
-            self.input.append(self.input[-1])
-        self.times.append(end_s)
-        self.output.append(self.output[-1] + output_tokens)
-        self.input.append(self.input[-1] + input_tokens)
-
-    def amend(self, end_s: float, output_tokens: float) -> None:
-        self.times[-1] = end_s
-        self.output[-1] = self.output[-2] + output_tokens
-
-    def in_window(self, t0: float, t1: float) -> tuple[float, float]:
-        """(output, input) tokens over ``[t0, t1]``."""
-        times = np.frombuffer(self.times, dtype=np.float64)
-        counts = [np.frombuffer(series, dtype=np.float64) for series in (self.output, self.input)]
-        out, inp = (float(np.interp(t1, times, c) - np.interp(t0, times, c)) for c in counts)
-        return out, inp
-
-
-@dataclass
-class ReplicaTotals:
-    busy_s: float = 0.0
-    iterations: int = 0
-    flops: float = 0.0
-    bytes_moved: float = 0.0
 
 
 class Recorder:
     """Collects everything a run produces, per replica and globally."""
 
     def __init__(self, replicas: int) -> None:
-        self.requests = array("d")  # REQUEST_FIELDS per request, flat: 88 bytes a request
+        self.requests = array("d")  # one RequestRecord per request, flat: 88 bytes a request
         self.in_system = LevelMonitor()
         self.queue = [LevelMonitor() for _ in range(replicas)]
         self.batch = [LevelMonitor() for _ in range(replicas)]
@@ -113,27 +40,27 @@ class Recorder:
         self.itl_counts = np.zeros(ITL_BIN_EDGES_S.size - 1)
         self._itl_durations, self._itl_weights = array("d"), array("d")
         self.tokens = [TokenCounter() for _ in range(replicas)]
-        self.tasks = array("d")  # TASK_FIELDS per finished task, flat
+        self.tasks = array("d")  # one TaskRecord per finished task, flat
         self._in_system = 0
 
     def arrival(self, t: float) -> None:
         self._in_system += 1
         self.in_system.record(t, self._in_system)
 
-    def departure(self, t: float, fields: tuple[float, ...]) -> None:
+    def departure(self, t: float, record: RequestRecord) -> None:
         self._in_system -= 1
         self.in_system.record(t, self._in_system)
-        self.requests.extend(fields)
+        self.requests.extend(record)
 
-    def dropped(self, fields: tuple[float, ...]) -> None:
-        self.requests.extend(fields)
+    def dropped(self, record: RequestRecord) -> None:
+        self.requests.extend(record)
 
-    def task(self, fields: tuple[float, ...]) -> None:
-        self.tasks.extend(fields)
+    def task(self, record: TaskRecord) -> None:
+        self.tasks.extend(record)
 
     @property
     def request_count(self) -> int:
-        return len(self.requests) // len(REQUEST_FIELDS)
+        return len(self.requests) // len(REQUEST_COLUMNS)
 
     def inter_token(self, durations_s: FloatArray, weights: FloatArray | float) -> None:
         """Add inter-token gaps (one per decoding sequence per step) to the histogram.
@@ -158,3 +85,38 @@ class Recorder:
         totals.iterations += duration_s.size
         totals.flops += float(flops.sum())
         totals.bytes_moved += float(bytes_moved.sum())
+
+    def freeze(
+        self,
+        end_s: float,
+        warmup_s: float,
+        backends: list[BackendRecord],
+        in_flight: int,
+        capacity_requests_per_s: float,
+        offered_requests_per_s: float | None,
+    ) -> RunRecords:
+        """The records as arrays (requests and tasks sorted by id), once, after the run."""
+        self.flush_inter_tokens()
+        table = np.frombuffer(self.requests, dtype=np.float64).reshape(-1, len(REQUEST_COLUMNS)).copy()
+        order = np.argsort(table[:, 0], kind="stable")
+        requests = {name: table[order, i] for i, name in enumerate(REQUEST_COLUMNS)}
+        task_table = np.frombuffer(self.tasks, dtype=np.float64).reshape(-1, len(TASK_COLUMNS)).copy()
+        task_order = np.argsort(task_table[:, 0], kind="stable")
+        tasks = {name: task_table[task_order, i] for i, name in enumerate(TASK_COLUMNS)}
+        return RunRecords(
+            requests=requests,
+            tasks=tasks,
+            in_system=self.in_system,
+            queue=self.queue,
+            batch=self.batch,
+            kv_blocks=self.kv_blocks,
+            totals=self.totals,
+            itl_counts=self.itl_counts.copy(),
+            tokens=self.tokens,
+            end_s=end_s,
+            warmup_s=warmup_s,
+            backends=backends,
+            in_flight=in_flight,
+            capacity_requests_per_s=capacity_requests_per_s,
+            offered_requests_per_s=offered_requests_per_s,
+        )

@@ -1,13 +1,22 @@
-"""Trace replay processes: recorded requests at their arrival times, or agent sessions.
+"""Trace replay processes: recorded requests at their arrival times, agent sessions, task graphs.
+
+The trace was read when the scenario was resolved (:func:`simulator.resolve.load_plan`); here
+its rows become processes, each format by its replay in :data:`REPLAYS`, after ``sample``
+keeps each row (or session, or graph) with its probability.
 
 Request traces (Azure, Mooncake) are open loop: each row arrives at its (windowed, scaled)
 time with its lengths and, for Mooncake, its prompt block hashes, which drive prefix reuse.
 Agent sessions (WEKA) are closed loop, one task per session: each call is sent
 ``think_time`` after the previous call's last token; sub-agents attached to a call run in
-parallel first and the call waits for the slowest (fan-out, then join).
+parallel first and the call waits for the slowest (fan-out, then join). Task graphs
+(:mod:`simulator.taskgraph`) arrive at their recorded times; each step starts when the steps
+it is after have finished.
 """
 
 from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
 
 import numpy as np
 import simpy
@@ -15,55 +24,50 @@ import simpy
 from simulator.config.workload import TraceLoad
 from simulator.engine import ProcessGenerator
 from simulator.engine.agents import TaskTally
-from simulator.engine.build import ClassSource, TaskCounter
+from simulator.engine.clients import ClassRun, ClassSource, TaskCounter, start_load
 from simulator.engine.recorder import Recorder
-from simulator.taskgraph import GraphStep, TaskGraph, load_task_graphs
-from simulator.traces import Session, TraceRequest, load_azure, load_mooncake, load_weka_dir, sample, scale_rate
-from simulator.traces import window as clip_window
-
-REQUEST_FORMATS = ("azure", "mooncake")
+from simulator.taskgraph import GraphStep, TaskGraph
+from simulator.traces import Session, TraceRequest, sample
 
 
-def request_trace(load: TraceLoad) -> list[TraceRequest]:
-    """The requests of an Azure or Mooncake trace as replayed: windowed, then rate-scaled."""
-    rows = load_azure(load.path) if load.format == "azure" else load_mooncake(load.path)
-    if load.window is not None:
-        rows = clip_window(rows, *load.window)
-    return scale_rate(rows, load.rate_scale)
+def _replay_requests(load: TraceLoad, run: ClassRun, rng: np.random.Generator) -> None:
+    rows = run.plan.load_plan.requests
+    assert rows is not None
+    kept = sample(list(rows), load.sample, rng) if load.sample < 1.0 else list(rows)
+    run.env.process(_requests(run.env, kept, run.source, run.stop_s))
 
 
-def start_replay(
-    env: simpy.Environment,
-    load: TraceLoad,
-    factory: ClassSource,
-    recorder: Recorder,
-    rng: np.random.Generator,
-    stop_s: float,
-    counter: TaskCounter,
-    klass: int,
-    rows: list[TraceRequest] | None = None,
-) -> None:
-    """Start a trace's processes; ``rows``: the request trace already read (:func:`request_trace`)."""
-    if load.format == "taskgraph":
-        graphs = load_task_graphs(load.path)
-        if load.sample < 1.0:
-            graphs = sample(graphs, load.sample, rng)
-        env.process(_graph_arrivals(env, graphs, load.rate_scale, factory, recorder, counter, klass, stop_s))
-        return
-    if load.format == "weka":
-        sessions = load_weka_dir(load.path)
-        if load.sample < 1.0:
-            sessions = sample(sessions, load.sample, rng)
-        for index, session in enumerate(sessions):
-            start = load.session_spread * index / max(1, len(sessions))
-            env.process(
-                _session_task(env, session, index, start, load.think_time_scale, factory, recorder, counter, klass)
-            )
-        return
-    rows = rows if rows is not None else request_trace(load)
-    if load.sample < 1.0:
-        rows = sample(rows, load.sample, rng)
-    env.process(_requests(env, rows, factory, stop_s))
+def _replay_sessions(load: TraceLoad, run: ClassRun, rng: np.random.Generator) -> None:
+    """Sessions start evenly over ``session_spread``, each one task."""
+    sessions = run.plan.load_plan.sessions
+    assert sessions is not None
+    kept = sample(list(sessions), load.sample, rng) if load.sample < 1.0 else list(sessions)
+    for index, session in enumerate(kept):
+        start = load.session_spread * index / max(1, len(kept))
+        run.env.process(_session_task(run.env, session, index, start, load.think_time_scale, run.source,
+                                      run.recorder, run.counter, run.plan.index))  # fmt: skip
+
+
+def _replay_graphs(load: TraceLoad, run: ClassRun, rng: np.random.Generator) -> None:
+    graphs = run.plan.load_plan.graphs
+    assert graphs is not None
+    kept = sample(list(graphs), load.sample, rng) if load.sample < 1.0 else list(graphs)
+    run.env.process(_graph_arrivals(run.env, kept, load.rate_scale, run.source, run.recorder, run.counter,
+                                    run.plan.index, run.stop_s))  # fmt: skip
+
+
+#: How each trace format is replayed (its rows were read when the scenario was resolved).
+REPLAYS: dict[str, Callable[[TraceLoad, ClassRun, np.random.Generator], None]] = {
+    "azure": _replay_requests,
+    "mooncake": _replay_requests,
+    "weka": _replay_sessions,
+    "taskgraph": _replay_graphs,
+}
+
+
+@start_load.register
+def _trace(load: TraceLoad, run: ClassRun) -> None:
+    REPLAYS[load.format](load, run, np.random.default_rng(run.arrivals))
 
 
 def _requests(
@@ -107,8 +111,13 @@ def _run_session(
     parent: int,
     klass: int,
 ) -> ProcessGenerator:
-    """One session (or sub-agent) as a task; its hash ids are scoped to this session."""
-    tally = TaskTally(next(counter.tasks), hash(scope) % 2**31, env.now, parent=parent, klass=klass)
+    """One session (or sub-agent) as a task; its hash ids are scoped to this session.
+
+    Its agent id is a checksum of the scope: the same in every process (``hash`` of a string is not).
+    """
+    tally = TaskTally(
+        next(counter.tasks), zlib.crc32(repr(scope).encode()) % 2**31, env.now, parent=parent, klass=klass
+    )
     for number, call in enumerate(session.calls):
         if call.subagents:
             branches = [

@@ -1,38 +1,43 @@
-"""One serving replica: a SimPy process that runs scheduler iterations.
+"""One serving replica: a SimPy process that keeps time while its batching policy forms batches.
 
-Each iteration costs ``StepCostModel.iteration_times`` of its batch (micro-batch pipelining
-included) plus, with speculative decoding, the draft's ``gamma`` passes over the decoding
-sequences (``StepCostModel.draft_times``). A batch of pure decodes that nothing can join (no prefill pending, nobody
-admissible) *jumps*: the per-step times of the next ``k`` steps are computed at once and the
-replica waits once, where ``k`` runs to the first completion or the first block shortage. The
-blocks the steps fill are allocated when the jump ends, for the steps actually run. While a
-slot and some KV are free, an arrival interrupts the jump at the end of the step in progress,
-exactly as iteration-level batching would admit it there.
+Each iteration costs the cost model's ``iteration_times`` of its batch (micro-batch pipelining
+included), plus the swap transfers the plan charged and, with speculative decoding, the
+draft's ``gamma`` passes over the decoding sequences (the cost model's ``draft_s``). A batch of pure
+decodes that nothing can join (no prefill pending, nobody admissible) *jumps*: the per-step
+times of the next ``k`` steps are computed at once and the replica waits once, where ``k``
+runs to the first completion or the first block shortage (the policy says). The blocks the
+steps fill are taken when the jump ends, for the steps actually run. While a slot and some KV
+are free, an arrival interrupts the jump at the end of the step in progress, exactly as
+iteration-level batching would admit it there.
+
+Speculative decoding: each decoding sequence of a verify pass emits ``1 + j`` tokens, ``j`` the
+drafts accepted before the first rejection (position ``i`` accepted with the cost model's
+``accepted[i]``; :func:`~simulator.analytic.speculation.draw_emitted`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import simpy
 
-from simulator.analytic.speculation import draw_emitted
-from simulator.analytic.step_time import BatchAggregates, StepCostModel
+from simulator.analytic.speculation import draw_emitted, tokens_per_verify
+from simulator.analytic.step_time import CostModel
 from simulator.engine import ProcessGenerator
 from simulator.engine.recorder import Recorder
-from simulator.engine.scheduler import BatchPolicy, Plan, Request, Slots
-
-FloatArray = np.ndarray
+from simulator.engine.request import Request
+from simulator.engine.scheduler import BatchPolicy, Plan
 
 
 class Replica:
+    """Runs iterations of ``policy``'s batches for ``cost`` seconds each, and records them."""
+
     def __init__(
         self,
         env: simpy.Environment,
         index: int,
-        cost: StepCostModel,
+        cost: CostModel,
         policy: BatchPolicy,
         recorder: Recorder,
         rng: np.random.Generator,
@@ -40,52 +45,52 @@ class Replica:
         swap_s_per_block: float = 0.0,
     ) -> None:
         self.env, self.index, self.cost, self.policy, self.recorder = env, index, cost, policy, recorder
-        self.slots: Slots = policy.slots
         self.rng = rng
         self.on_complete = on_complete
         self.swap_s_per_block = swap_s_per_block
-        self.speculative = cost.deployment.speculative
-        self.window = cost.deployment.model.attention.sliding_window
         self._wake: simpy.Event | None = None
         self.in_transit, self.in_transit_tokens, self.in_transit_blocks = 0, 0.0, 0.0
 
     # -- entry from the router -----------------------------------------------------------------
+    @property
+    def block_tokens(self) -> int:
+        return self.policy.block_tokens
+
+    def blocks_for(self, tokens: float) -> float:
+        """KV blocks ``tokens`` of context take here."""
+        return self.policy.blocks_for(tokens)
+
     def reserve(self, request: Request) -> None:
         """A request routed here that is still crossing the network (counted by the load views)."""
         self.in_transit += 1
         self.in_transit_tokens += request.input_tokens + request.output_tokens
-        self.in_transit_blocks += float(self.policy.kv.blocks_for(request.input_tokens))
+        self.in_transit_blocks += self.policy.blocks_for(request.input_tokens)
 
     def submit(self, request: Request) -> None:
         if request.one_way_s > 0:  # it was reserved when routed
             self.in_transit -= 1
             self.in_transit_tokens -= request.input_tokens + request.output_tokens
-            self.in_transit_blocks -= float(self.policy.kv.blocks_for(request.input_tokens))
+            self.in_transit_blocks -= self.policy.blocks_for(request.input_tokens)
         request.replica = self.index
-        self.policy.waiting.append(request)
-        self.recorder.queue[self.index].record(self.env.now, len(self.policy.waiting))
+        self.policy.enqueue(request)
+        self.recorder.queue[self.index].record(self.env.now, self.policy.queued)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
     @property
     def outstanding(self) -> int:
         """Requests on their way, queued or running here (for routing)."""
-        return self.in_transit + len(self.policy.waiting) + self.slots.count
+        return self.in_transit + self.policy.queued + self.policy.running
 
     @property
     def outstanding_tokens(self) -> float:
         """Prompt and output tokens still to process here: queued requests plus running slots."""
-        s = self.slots
-        running = float((s.prompt_left[s.active] + s.out_left[s.active]).sum())
-        queued = sum(r.input_tokens + r.output_tokens - r.generated for r in self.policy.waiting)
-        return running + queued + self.in_transit_tokens
+        return self.policy.tokens_left() + self.in_transit_tokens
 
     @property
     def kv_headroom(self) -> float:
         """Free KV blocks after the queue's prompts are admitted (negative: oversubscribed)."""
-        kv = self.policy.kv
-        demand = sum(float(kv.blocks_for(r.input_tokens + r.generated)) for r in self.policy.waiting)
-        return kv.available - demand - self.in_transit_blocks
+        return self.policy.kv_headroom() - self.in_transit_blocks
 
     def _sleep(self) -> simpy.Event:
         self._wake = self.env.event()
@@ -93,141 +98,70 @@ class Replica:
 
     # -- the process ---------------------------------------------------------------------------
     def run(self) -> ProcessGenerator:
-        env = self.env
+        policy = self.policy
         while True:
-            if self.slots.count == 0 and not self.policy.waiting:
+            if policy.running == 0 and policy.queued == 0:
                 yield self._sleep()
                 continue
-            plan = self.policy.plan(env.now)
+            plan = policy.plan(self.env.now)
             self._record_queue()
-            if not plan.scheduled.any():
-                if self.slots.count == 0 or not self.policy._preempt_latest():
+            if plan.empty:
+                if policy.running == 0 or not policy.preempt():
                     yield self._sleep()
                 continue
-            steps = self._jump_steps(plan) if self.policy.swapped_blocks == 0 else 1
+            steps = self._unchanged_steps(plan)
             if steps > 1:
                 yield from self._jump(plan, steps)
             else:
                 yield from self._iterate(plan)
 
+    def _unchanged_steps(self, plan: Plan) -> int:
+        """Steps the planned batch runs as it is: 1 unless it only decodes and nothing can join."""
+        if (
+            self.cost.accepted
+            or plan.swapped_blocks
+            or not plan.all_decoding
+            or self.policy.can_admit(plan.budget_left)
+        ):
+            return 1
+        return self.policy.unchanged_steps(plan)
+
     def _record_queue(self) -> None:
-        self.recorder.queue[self.index].record(self.env.now, len(self.policy.waiting))
-        self.recorder.kv_blocks[self.index].record(self.env.now, self.policy.kv.used)
+        self.recorder.queue[self.index].record(self.env.now, self.policy.queued)
+        self.recorder.kv_blocks[self.index].record(self.env.now, self.policy.kv_used)
 
     def _iterate(self, plan: Plan) -> ProcessGenerator:
         start = self.env.now
-        s = self.slots
-        on = plan.scheduled
-        times = self.cost.iteration_times(self.policy.aggregates(plan))
-        duration = float(times.total_s[0]) + self._take_swap_s()
-        decoding = on & (s.prompt_left == 0)
-        spec = self.speculative
-        if spec is not None and decoding.any():
-            duration += float(self.cost.draft_times(s.context[decoding]).total_s[0])
-        self.recorder.batch[self.index].record(start, float(s.count))
+        times = self.cost.iteration_times(plan.batch)
+        duration = float(times.total_s[0]) + plan.swapped_blocks * self.swap_s_per_block
+        accepted, decodes = self.cost.accepted, plan.decodes
+        if accepted and decodes:
+            duration += self.cost.draft_s(plan.decode_context)
+        self.recorder.batch[self.index].record(start, float(plan.running))
         self.recorder.iteration(self.index, np.array([duration]), times.flops, times.bytes_moved)
-        prefill_tokens = float(np.where(on & ~decoding, plan.new_tokens, 0.0).sum())
-        first_tokens = float((on & ~decoding & (s.prompt_left <= plan.new_tokens)).sum())
-        expected_output = first_tokens + float(decoding.sum()) * self.cost.tokens_per_step
-        self.recorder.tokens[self.index].span(start, start + duration, expected_output, prefill_tokens)
+        per_decode = tokens_per_verify(accepted) if accepted else 1.0
+        expected_output = plan.first_tokens + float(decodes) * per_decode
+        self.recorder.tokens[self.index].span(start, start + duration, expected_output, plan.prefill_tokens)
         yield self.env.timeout(duration)
-        self._apply_iteration(plan, duration, decoding)
-
-    def _take_swap_s(self) -> float:
-        """Seconds of KV swapped out and in by the plan just made (it blocks the iteration)."""
-        blocks, self.policy.swapped_blocks = self.policy.swapped_blocks, 0.0
-        return blocks * self.swap_s_per_block
-
-    def _apply_iteration(self, plan: Plan, duration: float, decoding: np.ndarray) -> None:
-        s, now = self.slots, self.env.now
-        on = plan.scheduled
-        prefilled = np.where(on & ~decoding, plan.new_tokens, 0.0)
-        s.prompt_left -= prefilled
-        s.context += prefilled
-        self.policy.publish_prefilled(np.flatnonzero(prefilled > 0))
-        finished_prefill = on & ~decoding & (s.prompt_left == 0)
-        emitted = np.zeros(s.capacity)
-        emitted[finished_prefill] = 1.0
-        n_decoding = int(decoding.sum())
-        if n_decoding:
-            if self.speculative is not None:
-                emitted[decoding] = draw_emitted(self.rng, self.cost.accepted, n_decoding)
-            else:
-                emitted[decoding] = 1.0
-        emitted = np.minimum(emitted, s.out_left)
-        s.context[decoding] += emitted[decoding]
-        s.out_left -= emitted
-        for slot in np.flatnonzero(finished_prefill):
-            request = s.requests[slot]
-            if request is not None and math.isnan(request.first_token_s):
-                request.first_token_s = now
-        if n_decoding:
-            per_token = emitted[decoding]
-            self.recorder.inter_token(duration / per_token, per_token)
-        self.recorder.tokens[self.index].amend(now, float(emitted.sum()))
-        self._complete(on)
-
-    def _jump_steps(self, plan: Plan) -> int:
-        """Steps this batch can run unchanged: to the first completion or block shortage."""
-        s, policy = self.slots, self.policy
-        on = plan.scheduled
-        if (
-            self.speculative is not None
-            or not np.all(s.prompt_left[on] == 0)
-            or (policy.waiting and policy._admissible(policy.max_batched_tokens - int(on.sum())))
-        ):
-            return 1
-        k_done = int(s.out_left[on].min())
-        if k_done <= 1:
-            return 1
-        context, blocks = s.context[on], s.blocks[on]
-
-        def extra_blocks(k: int) -> float:
-            return float(np.maximum(policy.kv.blocks_for(context + k) - blocks, 0.0).sum())
-
-        if extra_blocks(k_done) <= policy.kv.available:
-            return k_done
-        low, high = 1, k_done  # extra_blocks(low) <= free < extra_blocks(high)
-        while high - low > 1:
-            mid = (low + high) // 2
-            low, high = (mid, high) if extra_blocks(mid) <= policy.kv.available else (low, mid)
-        return low
-
-    def _decode_times(self, context: np.ndarray, steps: int) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Per-step seconds of ``steps`` decode steps of a fixed batch (step j: context + j)."""
-        n = float(context.size)
-        j = np.arange(steps, dtype=np.float64)
-        held = context.sum() + n * (j + 1.0)
-        if self.window is None:
-            held_window = held
-        else:
-            w = float(self.window)
-            small = context[context + 1.0 < w]
-            held_window = w * (context.size - small.size) + np.minimum(small[None, :] + 1.0 + j[:, None], w).sum(axis=1)
-        batch = BatchAggregates(
-            tokens=np.full(steps, n),
-            sequences=np.full(steps, n),
-            held_full=held,
-            held_window=np.asarray(held_window, dtype=np.float64),
-            pairs_full=held,
-            pairs_window=np.asarray(held_window, dtype=np.float64),
-        )
-        times = self.cost.iteration_times(batch)
-        return times.total_s, times.flops, times.bytes_moved
+        emitted = draw_emitted(self.rng, accepted, decodes) if accepted and decodes else np.ones(decodes)
+        applied = self.policy.apply(plan, self.env.now, emitted)
+        if decodes:
+            self.recorder.inter_token(duration / applied.decode_tokens, applied.decode_tokens)
+        self.recorder.tokens[self.index].amend(self.env.now, applied.tokens)
+        self._complete(applied.completed)
 
     def _jump(self, plan: Plan, steps: int) -> ProcessGenerator:
-        env, s, policy = self.env, self.slots, self.policy
-        on = plan.scheduled
+        env = self.env
         start = env.now
-        durations, flops, bytes_moved = self._decode_times(s.context[on], steps)
+        times = self.cost.iteration_times(plan.decode_steps(steps))
+        durations = times.total_s
         cumulative = np.cumsum(durations)
-        self.recorder.batch[self.index].record(start, float(s.count))
-        batch = float(on.sum())
+        self.recorder.batch[self.index].record(start, float(plan.running))
+        batch = float(plan.decodes)
         self.recorder.tokens[self.index].span(start, start + float(cumulative[-1]), steps * batch, 0.0)
         # Any arrival might join at the next step boundary (a higher priority may jump the queue),
         # so the jump stops for one whenever a slot and some KV are free, exactly as stepping would.
-        interruptible = s.count < s.capacity and policy.kv.available > 0
-        if interruptible:
+        if self.policy.has_room():
             yield env.timeout(float(cumulative[-1])) | self._sleep()
             self._wake = None
             done = int(np.searchsorted(cumulative, env.now - start, side="left")) + 1
@@ -240,22 +174,14 @@ class Replica:
         else:
             yield env.timeout(float(cumulative[-1]))
             done = steps
-        # blocks for the steps actually run (the jump was sized so that they are available)
-        need = np.maximum(policy.kv.blocks_for(s.context[on] + done) - s.blocks[on], 0.0)
-        allocated = policy.kv.allocate(int(need.sum()))
-        assert allocated, "a jump is sized to the blocks available"
-        s.blocks[on] += need
-        self.recorder.iteration(self.index, durations[:done], flops[:done], bytes_moved[:done])
-        s.context[on] += done
-        s.out_left[on] -= done
+        applied = self.policy.apply(plan, env.now, np.full(plan.decodes, float(done)))
+        self.recorder.iteration(self.index, durations[:done], times.flops[:done], times.bytes_moved[:done])
         self.recorder.inter_token(durations[:done], batch)
-        self._complete(on)
+        self._complete(applied.completed)
 
-    def _complete(self, candidates: np.ndarray) -> None:
-        s, now = self.slots, self.env.now
-        for slot in np.flatnonzero(candidates & s.active & (s.out_left <= 0)):
-            request = self.policy.release(int(slot))
-            request.generated = request.output_tokens
+    def _complete(self, completed: list[Request]) -> None:
+        for request in completed:
             self.on_complete(request)
-        self.recorder.kv_blocks[self.index].record(now, self.policy.kv.used)
-        self.recorder.batch[self.index].record(now, float(s.count))
+        now = self.env.now
+        self.recorder.kv_blocks[self.index].record(now, self.policy.kv_used)
+        self.recorder.batch[self.index].record(now, float(self.policy.running))

@@ -2,9 +2,8 @@
 
 Pure Python and numpy (no SimPy). Assumptions:
 
-- **Paged KV.** The budget is ``floor(kv_budget / (block_tokens * kv bytes per token))``
-  blocks; a sequence holding ``n`` tokens of KV owns ``ceil(n / block_tokens)`` blocks.
-  (Sliding-window layers are charged like full ones: conservative for gpt-oss.)
+- **Paged KV** (:mod:`simulator.engine.kv`): a sequence holding ``n`` tokens of KV owns
+  ``ceil(n / block_tokens)`` blocks; admission and growth take blocks, completion frees them.
 - **Continuous batching** (Orca, vLLM). Each iteration has a token budget
   (``max_batched_tokens``) and a sequence cap (``max_batch_size``). *decode-first*: every
   running decode takes one token (``gamma + 1`` with speculation), then unfinished prefills
@@ -25,191 +24,32 @@ Pure Python and numpy (no SimPy). Assumptions:
   ``input + output`` KV reserved, so the batch runs to completion without preemption.
 - A prefill pass emits the sequence's next token; a decode pass emits one (or the accepted
   speculative tokens).
+
+The replica keeps time; its policy owns the waiting queue, the running slots, the KV blocks
+and admission, behind the :class:`BatchPolicy` protocol. A policy is chosen by its config
+class through :func:`batch_policy`: a new one is a config class and one registered builder.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections import OrderedDict, deque
-from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections import deque
+from collections.abc import Hashable, Iterator
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from simulator.analytic.step_time import BatchAggregates
-
-if TYPE_CHECKING:
-    import simpy
+from simulator.config.batching import ContinuousBatching, StaticBatching
+from simulator.engine.kv import BlockManager
+from simulator.engine.request import Request
+from simulator.resolve import BackendPlan
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-
-class Request:
-    """One model call and its timestamps (seconds). ``generated`` counts emitted tokens."""
-
-    __slots__ = (
-        "admitted_s",
-        "arrival_s",
-        "block_hashes",
-        "cached_tokens",
-        "done",
-        "first_token_s",
-        "generated",
-        "hash_ratio",
-        "id",
-        "input_tokens",
-        "klass",
-        "one_way_s",
-        "output_tokens",
-        "preemptions",
-        "priority",
-        "published_upto",
-        "replica",
-        "reserved_usd",
-        "session",
-        "shared",
-        "swapped",
-        "task",
-        "user",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        request_id: int,
-        arrival_s: float,
-        input_tokens: int,
-        output_tokens: int,
-        user: int,
-        session: Hashable | None = None,
-        block_hashes: Sequence[Hashable] | None = None,
-        hash_ratio: int = 1,
-    ) -> None:
-        self.id = request_id
-        self.arrival_s = arrival_s
-        self.input_tokens = input_tokens
-        self.output_tokens = output_tokens
-        self.user = user
-        self.generated = 0
-        self.admitted_s = math.nan
-        self.first_token_s = math.nan
-        self.preemptions = 0
-        self.replica = -1
-        self.done: simpy.Event | None = None  # when somebody waits on the request
-        self.swapped: tuple[float, float] | None = None  # (context, prompt_left) while swapped out
-        self.session = session  # conversation id: block i of its context is (session, i)
-        self.block_hashes = block_hashes  # explicit prompt block hashes (traces), first
-        self.hash_ratio = hash_ratio  # our KV blocks per trace hash block
-        self.cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
-        self.shared: list[Hashable] = []  # cached blocks this request references while running
-        self.task = -1  # the agent task this call belongs to
-        self.klass = 0  # workload class index
-        self.priority = 0  # higher is admitted first
-        self.published_upto = 0  # leading blocks of this request that are shared prefix KV
-        self.one_way_s = 0.0  # half the network round trip to its backend
-        self.reserved_usd = 0.0  # API budget reserved for it when routed
-
-    @property
-    def cacheable(self) -> bool:
-        """Whether any of its blocks has a key (a session or trace hashes): else none is shared."""
-        return self.session is not None or self.block_hashes is not None
-
-    def block_key(self, index: int) -> Hashable | None:
-        """Key of the KV block covering tokens [index * bs, (index + 1) * bs) of this context."""
-        if self.block_hashes is not None:
-            trace_block, part = divmod(index, self.hash_ratio)
-            if trace_block < len(self.block_hashes):
-                return (self.session, self.block_hashes[trace_block], part)
-            return None
-        return None if self.session is None else (self.session, index)
-
-
-BlockKey = Hashable
-
-
-class BlockManager:
-    """Paged KV: free blocks, blocks in use, and a prefix cache of reusable full blocks.
-
-    A cached block is identified by its key (a block hash, or ``(session, index)``); blocks in
-    use by running sequences are reference-counted, so sequences sharing a prefix share its
-    blocks. Unreferenced cached blocks are kept in LRU order and are reclaimed, oldest first,
-    only when an allocation finds no free block.
-    """
-
-    def __init__(self, total_blocks: int, block_tokens: int, caching: bool = False) -> None:
-        self.total = total_blocks
-        self.free = total_blocks
-        self.block_tokens = block_tokens
-        self.caching = caching
-        self.evictable: OrderedDict[BlockKey, None] = OrderedDict()
-        self.in_use: dict[BlockKey, int] = {}
-
-    def blocks_for(self, tokens: FloatArray | float) -> FloatArray:
-        return np.ceil(np.asarray(tokens, dtype=np.float64) / self.block_tokens)
-
-    @property
-    def used(self) -> int:
-        """Blocks holding KV of running sequences (cached, unreferenced blocks excluded)."""
-        return self.total - self.free - len(self.evictable)
-
-    @property
-    def available(self) -> int:
-        return self.free + len(self.evictable)
-
-    def allocate(self, blocks: int) -> bool:
-        """Take ``blocks`` free blocks, reclaiming LRU cached ones if needed."""
-        if blocks > self.available:
-            return False
-        while self.free < blocks:
-            self.evictable.popitem(last=False)
-            self.free += 1
-        self.free -= blocks
-        return True
-
-    def acquire(self, keys: Sequence[BlockKey]) -> None:
-        """Reference resident blocks for a sequence that reuses them."""
-        for key in keys:
-            if key in self.evictable:
-                del self.evictable[key]
-            self.in_use[key] = self.in_use.get(key, 0) + 1
-
-    def publish(self, keys: Sequence[BlockKey | None]) -> list[BlockKey]:
-        """Make freshly computed full blocks shareable; returns the keys now referenced.
-
-        A key another sequence already published stays that sequence's; this copy remains a
-        private block of its owner (it was computed twice).
-        """
-        published = []
-        for key in keys:
-            if key is None or key in self.in_use or key in self.evictable:
-                break
-            self.in_use[key] = 1
-            published.append(key)
-        return published
-
-    def release(self, shared: Sequence[BlockKey], owned: int, keys: Sequence[BlockKey | None]) -> None:
-        """A sequence leaves: drop its references, cache its full ``keys`` blocks, free the rest.
-
-        ``keys`` names the owned full blocks in order (None: not cacheable); owned blocks beyond
-        them (a partial last block) are freed. Blocks enter the LRU tail first (as vLLM frees
-        them in reverse), so eviction trims a cached context from its end and keeps its prefix.
-        """
-        cached = 0
-        if self.caching:
-            for key in reversed(keys[:owned]):
-                if key is not None and key not in self.evictable and key not in self.in_use:
-                    self.evictable[key] = None
-                    cached += 1
-        for key in reversed(shared):
-            count = self.in_use[key] - 1
-            if count:
-                self.in_use[key] = count
-            else:
-                del self.in_use[key]
-                self.evictable[key] = None
-        self.free += owned - cached
+BoolArray = npt.NDArray[np.bool_]
 
 
 class WaitingQueue:
@@ -261,15 +101,134 @@ class WaitingQueue:
             yield from self._levels[priority]
 
 
-@dataclass
 class Plan:
-    """New tokens per slot for one iteration (0: not scheduled) and the mask of scheduled slots."""
+    """One iteration as a policy formed it: the new tokens of each slot (0: not scheduled).
 
-    new_tokens: FloatArray
-    decode_step_tokens: float
+    The policy's slots do not change until it applies the plan, so the views below describe
+    the planned iteration whenever they are read before :meth:`BatchPolicy.apply`.
+    """
 
-    def __post_init__(self) -> None:
-        self.scheduled: npt.NDArray[np.bool_] = self.new_tokens > 0
+    def __init__(
+        self, new_tokens: FloatArray, slots: Slots, window: int | None, budget_left: int, swapped_blocks: float
+    ) -> None:
+        self.new_tokens = new_tokens
+        self.scheduled: BoolArray = new_tokens > 0
+        self.decoding: BoolArray = self.scheduled & (slots.prompt_left == 0)
+        self.running = slots.count  # sequences holding a slot (scheduled or not)
+        self.budget_left = budget_left  # tokens of the iteration's budget left unused
+        self.swapped_blocks = swapped_blocks  # KV blocks moved to or from a slower tier, charged to this iteration
+        self.window = window
+        self._slots = slots
+
+    @property
+    def empty(self) -> bool:
+        return not self.scheduled.any()
+
+    @property
+    def all_decoding(self) -> bool:
+        """Every scheduled sequence decodes (no prefill chunk in the iteration)."""
+        return bool(np.array_equal(self.decoding, self.scheduled))
+
+    @property
+    def decodes(self) -> int:
+        return int(self.decoding.sum())
+
+    @property
+    def decode_context(self) -> FloatArray:
+        """Tokens in the KV cache of each decoding sequence."""
+        return self._slots.context[self.decoding]
+
+    @property
+    def batch(self) -> BatchAggregates:
+        """What the step-time model needs of this iteration."""
+        on = self.scheduled
+        return BatchAggregates.of(self.new_tokens[on], self._slots.context[on], self.window)
+
+    def decode_steps(self, steps: int) -> BatchAggregates:
+        """The aggregates of ``steps`` decode steps of the scheduled batch, unchanged."""
+        return BatchAggregates.decode_steps(self._slots.context[self.scheduled], steps, self.window)
+
+    @property
+    def prefill_tokens(self) -> float:
+        return float(np.where(self.scheduled & ~self.decoding, self.new_tokens, 0.0).sum())
+
+    @property
+    def first_tokens(self) -> float:
+        """Sequences whose prompt this iteration completes (each emits its first token)."""
+        return float((self.scheduled & ~self.decoding & (self._slots.prompt_left <= self.new_tokens)).sum())
+
+
+class Applied(NamedTuple):
+    """What an applied iteration (or run of decode steps) produced."""
+
+    decode_tokens: FloatArray  # tokens each decoding sequence emitted, in slot order
+    tokens: float  # every token emitted, first tokens of finished prefills included
+    completed: list[Request]  # requests that emitted their last token, their slots freed
+
+
+class BatchPolicy(Protocol):
+    """What a replica asks of its batching policy, which owns the queue, slots, KV and admission."""
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for admission."""
+        ...
+
+    @property
+    def running(self) -> int:
+        """Sequences holding a slot."""
+        ...
+
+    @property
+    def kv_used(self) -> int:
+        """KV blocks held by running sequences."""
+        ...
+
+    @property
+    def block_tokens(self) -> int:
+        """Tokens of one KV block."""
+        ...
+
+    def blocks_for(self, tokens: float) -> float:
+        """KV blocks that ``tokens`` of context take."""
+        ...
+
+    def tokens_left(self) -> float:
+        """Prompt and output tokens still to process: running sequences plus the queue."""
+        ...
+
+    def kv_headroom(self) -> float:
+        """Free KV blocks after the queue's prompts are admitted (negative: oversubscribed)."""
+        ...
+
+    def has_room(self) -> bool:
+        """A slot and some KV are free: an arrival might join at the next step."""
+        ...
+
+    def enqueue(self, request: Request) -> None:
+        """A request arrives at the replica."""
+        ...
+
+    def plan(self, now: float) -> Plan:
+        """Form the next iteration: admit what fits, choose each slot's new tokens."""
+        ...
+
+    def can_admit(self, budget_tokens: int, first_prefill: bool = True) -> bool:
+        """The head of the queue could join an iteration with ``budget_tokens`` of budget left now
+        (``first_prefill``: no other prompt is in that iteration yet)."""
+        ...
+
+    def preempt(self) -> bool:
+        """Evict a running sequence back to the queue to free KV; False when none runs."""
+        ...
+
+    def unchanged_steps(self, plan: Plan) -> int:
+        """Decode steps the planned batch can run as it is (to a completion or a KV shortage), >= 1."""
+        ...
+
+    def apply(self, plan: Plan, now: float, decode_tokens: FloatArray) -> Applied:
+        """The planned iteration ran until ``now``: each decoding sequence emitted ``decode_tokens``."""
+        ...
 
 
 class Slots:
@@ -318,8 +277,9 @@ class Slots:
         return request
 
 
-class BatchPolicy:
-    """Shared machinery of the batching policies: budgets, block allocation, preemption."""
+class PagedBatching:
+    """Shared machinery of the bundled policies: the queue, the slots, paged KV with a prefix
+    cache, admission and preemption. A subclass forms iterations (:meth:`plan`)."""
 
     def __init__(
         self,
@@ -340,8 +300,136 @@ class BatchPolicy:
         self.swap = swap
         self.chunked = chunked
         self.reserve_full = reserve_full
-        self.swapped_blocks = 0.0  # blocks moved out or in by the current plan (the replica charges them)
+        self._swapped_blocks = 0.0  # moved out or in since the last iteration that ran (it is charged them)
         self.waiting = WaitingQueue()
+
+    # -- the replica's view -----------------------------------------------------------------------
+    @property
+    def queued(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def running(self) -> int:
+        return self.slots.count
+
+    @property
+    def kv_used(self) -> int:
+        return self.kv.used
+
+    @property
+    def block_tokens(self) -> int:
+        return self.kv.block_tokens
+
+    def blocks_for(self, tokens: float) -> float:
+        return float(self.kv.blocks_for(tokens))
+
+    def tokens_left(self) -> float:
+        s = self.slots
+        running = float((s.prompt_left[s.active] + s.out_left[s.active]).sum())
+        queued = sum(r.input_tokens + r.output_tokens - r.generated for r in self.waiting)
+        return running + queued
+
+    def kv_headroom(self) -> float:
+        kv = self.kv
+        demand = sum(float(kv.blocks_for(r.input_tokens + r.generated)) for r in self.waiting)
+        return kv.available - demand
+
+    def has_room(self) -> bool:
+        return self.slots.count < self.slots.capacity and self.kv.available > 0
+
+    def enqueue(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def plan(self, now: float) -> Plan:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _planned(self, new_tokens: FloatArray) -> Plan:
+        """The plan of these new tokens; a plan that runs takes the swaps charged so far."""
+        budget_left = self.max_batched_tokens - int(new_tokens.sum())
+        plan = Plan(new_tokens, self.slots, self.window, budget_left, self._swapped_blocks)
+        if not plan.empty:
+            self._swapped_blocks = 0.0
+        return plan
+
+    def can_admit(self, budget_tokens: int, first_prefill: bool = True) -> bool:
+        if not self.waiting or budget_tokens <= 0 or self.slots.count >= self.slots.capacity:
+            return False
+        held, new, hit = self._admission_tokens(self.waiting[0], budget_tokens, first_prefill)
+        if new <= 0:
+            return False
+        # reusing an idle cached block takes it out of the reclaimable pool
+        reclaimable = self.kv.available - sum(key in self.kv.evictable for key in hit)
+        return float(self.kv.blocks_for(held)) - len(hit) <= reclaimable
+
+    def preempt(self) -> bool:
+        """Evict the latest-admitted sequence to the front of the queue (recompute or swap)."""
+        s = self.slots
+        if not s.active.any():
+            return False
+        slot = int(np.argmax(np.where(s.active, s.order, -1)))
+        if self.swap:
+            request_state = (float(s.context[slot]), float(s.prompt_left[slot]))
+            self._swapped_blocks += float(self.kv.blocks_for(s.context[slot]))
+        request = self._release(slot, cache=not self.swap)
+        request.published_upto = 0
+        request.generated = int(request.output_tokens - s.out_left[slot])
+        request.preemptions += 1
+        if self.swap:
+            request.swapped = request_state
+        self.waiting.appendleft(request)
+        return True
+
+    def unchanged_steps(self, plan: Plan) -> int:
+        """To the first completion, or the last step whose new blocks are all available."""
+        s = self.slots
+        on = plan.scheduled
+        k_done = int(s.out_left[on].min())
+        if k_done <= 1:
+            return 1
+        context, blocks = s.context[on], s.blocks[on]
+
+        def extra_blocks(k: int) -> float:
+            return float(np.maximum(self.kv.blocks_for(context + k) - blocks, 0.0).sum())
+
+        if extra_blocks(k_done) <= self.kv.available:
+            return k_done
+        low, high = 1, k_done  # extra_blocks(low) <= free < extra_blocks(high)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if extra_blocks(mid) <= self.kv.available else (low, mid)
+        return low
+
+    def apply(self, plan: Plan, now: float, decode_tokens: FloatArray) -> Applied:
+        """Prefill chunks move into the KV (finished prompts emit their first token), decodes emit
+        ``decode_tokens``; blocks the new tokens fill beyond those planned are taken now."""
+        s = self.slots
+        on, decoding = plan.scheduled, plan.decoding
+        prefilled = np.where(on & ~decoding, plan.new_tokens, 0.0)
+        s.prompt_left -= prefilled
+        s.context += prefilled
+        self._publish_prefilled(np.flatnonzero(prefilled > 0))
+        finished_prefill = on & ~decoding & (s.prompt_left == 0)
+        emitted = np.zeros(s.capacity)
+        emitted[finished_prefill] = 1.0
+        if decode_tokens.size:
+            emitted[decoding] = decode_tokens
+        emitted = np.minimum(emitted, s.out_left)
+        s.context[decoding] += emitted[decoding]
+        s.out_left -= emitted
+        need = np.maximum(self.kv.blocks_for(s.context[on]) - s.blocks[on], 0.0)
+        allocated = self.kv.allocate(int(need.sum()))
+        assert allocated, "an iteration's blocks are sized to those available when it is planned"
+        s.blocks[on] += need
+        for slot in np.flatnonzero(finished_prefill):
+            request = s.requests[slot]
+            if request is not None and math.isnan(request.first_token_s):
+                request.first_token_s = now
+        completed = []
+        for slot in np.flatnonzero(on & s.active & (s.out_left <= 0)):
+            request = self._release(int(slot))
+            request.generated = request.output_tokens
+            completed.append(request)
+        return Applied(emitted[decoding], float(emitted.sum()), completed)
 
     # -- helpers --------------------------------------------------------------------------------
     def _grow(self, slot_ids: IntArray, new_tokens: FloatArray) -> bool:
@@ -362,7 +450,7 @@ class BatchPolicy:
         s.blocks[slot] += need
         return True
 
-    def publish_prefilled(self, slots: IntArray) -> None:
+    def _publish_prefilled(self, slots: IntArray) -> None:
         """After a prefill chunk: the slot's newly full prompt blocks become shareable prefix KV."""
         if not self.kv.caching:
             return
@@ -377,7 +465,7 @@ class BatchPolicy:
                 request.shared.extend(keys)
                 request.published_upto = len(request.shared)
 
-    def release(self, slot: int, cache: bool = True) -> Request:
+    def _release(self, slot: int, cache: bool = True) -> Request:
         """Free a slot's KV: shared blocks lose a reference, full owned blocks enter the prefix cache."""
         s = self.slots
         request = s.requests[slot]
@@ -389,23 +477,6 @@ class BatchPolicy:
         self.kv.release(request.shared, owned, keys)
         request.shared = []
         return s.release(slot)
-
-    def _preempt_latest(self) -> bool:
-        s = self.slots
-        if not s.active.any():
-            return False
-        slot = int(np.argmax(np.where(s.active, s.order, -1)))
-        if self.swap:
-            request_state = (float(s.context[slot]), float(s.prompt_left[slot]))
-            self.swapped_blocks += float(self.kv.blocks_for(s.context[slot]))
-        request = self.release(slot, cache=not self.swap)
-        request.published_upto = 0
-        request.generated = int(request.output_tokens - s.out_left[slot])
-        request.preemptions += 1
-        if self.swap:
-            request.swapped = request_state
-        self.waiting.appendleft(request)
-        return True
 
     def _prefix_hit(self, request: Request) -> list[Hashable]:
         """Keys of the leading prompt blocks already resident (at least one token is left to prefill)."""
@@ -445,16 +516,6 @@ class BatchPolicy:
         held = prompt + request.output_tokens - request.generated if self.reserve_full else cached + chunk
         return held, chunk, hit
 
-    def _admissible(self, budget: int, first_prefill: bool = True) -> bool:
-        if not self.waiting or budget <= 0 or self.slots.count >= self.slots.capacity:
-            return False
-        held, new, hit = self._admission_tokens(self.waiting[0], budget, first_prefill)
-        if new <= 0:
-            return False
-        # reusing an idle cached block takes it out of the reclaimable pool
-        reclaimable = self.kv.available - sum(key in self.kv.evictable for key in hit)
-        return float(self.kv.blocks_for(held)) - len(hit) <= reclaimable
-
     def _schedule_prefills(self, q: FloatArray, budget: int, now: float) -> int:
         """Continue unfinished prefills (admission order), then admit new requests (FCFS)."""
         s = self.slots
@@ -469,12 +530,12 @@ class BatchPolicy:
             q[slot] = chunk
             budget -= int(chunk)
             first = False
-        while self._admissible(budget, first):
+        while self.can_admit(budget, first):
             request = self.waiting.popleft()
             held, new, hit = self._admission_tokens(request, budget, first)
             first = False
             if request.swapped is not None:
-                self.swapped_blocks += float(self.kv.blocks_for(request.swapped[0]))
+                self._swapped_blocks += float(self.kv.blocks_for(request.swapped[0]))
             self.kv.acquire(hit)
             request.shared = hit
             request.published_upto = len(hit)
@@ -489,20 +550,12 @@ class BatchPolicy:
             budget -= int(new)
         return budget
 
-    def prefill_pending(self) -> bool:
+    def _prefill_pending(self) -> bool:
         s = self.slots
-        return bool((s.active & (s.prompt_left > 0)).any()) or self._admissible(self.max_batched_tokens)
-
-    def aggregates(self, plan: Plan) -> BatchAggregates:
-        s = self.slots
-        on = plan.scheduled
-        return BatchAggregates.of(plan.new_tokens[on], s.context[on], self.window)
-
-    def plan(self, now: float) -> Plan:  # pragma: no cover - abstract
-        raise NotImplementedError
+        return bool((s.active & (s.prompt_left > 0)).any()) or self.can_admit(self.max_batched_tokens)
 
 
-class ContinuousBatchingPolicy(BatchPolicy):
+class ContinuousBatchingPolicy(PagedBatching):
     def __init__(self, *args: object, prefill_first: bool, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.prefill_first = prefill_first
@@ -515,7 +568,7 @@ class ContinuousBatchingPolicy(BatchPolicy):
             decoding = decoding[np.argsort(s.order[decoding])][: int(budget // step)]
             if decoding.size == 0 or self._grow(decoding, np.full(decoding.size, step)):
                 break
-            if not self._preempt_latest():
+            if not self.preempt():
                 break
         q[decoding] = step
         return budget - int(step * decoding.size)
@@ -523,13 +576,13 @@ class ContinuousBatchingPolicy(BatchPolicy):
     def plan(self, now: float) -> Plan:
         q = np.zeros(self.slots.capacity)
         budget = self.max_batched_tokens
-        if not (self.prefill_first and self.prefill_pending()):
+        if not (self.prefill_first and self._prefill_pending()):
             budget = self._schedule_decodes(q, budget)
         self._schedule_prefills(q, budget, now)
-        return Plan(q, self.decode_step_tokens)
+        return self._planned(q)
 
 
-class StaticBatchingPolicy(BatchPolicy):
+class StaticBatchingPolicy(PagedBatching):
     def plan(self, now: float) -> Plan:
         s = self.slots
         if s.count == 0:
@@ -552,4 +605,38 @@ class StaticBatchingPolicy(BatchPolicy):
             budget -= int(q[slot])
         if prefilling.size == 0:
             q[s.active] = 1.0
-        return Plan(q, 1.0)
+        return self._planned(q)
+
+
+def paged_kv(backend: BackendPlan) -> BlockManager:
+    """One replica's KV blocks, with the prefix cache when the scenario asks for it."""
+    return BlockManager(backend.kv_blocks, backend.kv_block_tokens, caching=backend.prefix_caching)
+
+
+@functools.singledispatch
+def batch_policy(spec: object, backend: BackendPlan) -> BatchPolicy:
+    """The batching policy one replica of ``backend`` runs, chosen by the class of its config.
+
+    A new policy is a config class and one builder registered with ``@batch_policy.register``.
+    """
+    raise TypeError(f"no batching policy is registered for {type(spec).__name__} (@batch_policy.register one)")
+
+
+@batch_policy.register
+def _continuous(spec: ContinuousBatching, backend: BackendPlan) -> BatchPolicy:
+    """Continuous batching; what the config leaves empty is the deployment's serving stack's."""
+    stack = backend.deployment.stack
+    priority = spec.priority or stack.priority
+    chunked = stack.chunked_prefill if spec.chunked_prefill is None else spec.chunked_prefill
+    reserve_full = (spec.admission or stack.admission) == "reserve-full"
+    return ContinuousBatchingPolicy(
+        Slots(backend.batch_cap), paged_kv(backend), backend.max_batched_tokens, backend.decode_step_tokens,
+        backend.window, prefill_first=priority == "prefill-first", swap=spec.swaps, chunked=chunked,
+        reserve_full=reserve_full,
+    )  # fmt: skip
+
+
+@batch_policy.register
+def _static(spec: StaticBatching, backend: BackendPlan) -> BatchPolicy:
+    return StaticBatchingPolicy(Slots(backend.batch_cap), paged_kv(backend), backend.max_batched_tokens, 1.0,
+                                backend.window)  # fmt: skip

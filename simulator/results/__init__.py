@@ -1,1 +1,2 @@
-"""Downstream of the engine: frozen records and the metrics derived from them."""
+"""Downstream of the engine: the metrics derived from a run's records (:mod:`simulator.records`)
+and the typed run summary they fill; nothing here imports the engine."""

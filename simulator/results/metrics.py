@@ -30,7 +30,7 @@ completions in the window; ``goodput_requests_per_s`` counts those meeting every
 are time-weighted means over the same window; utilisation is achieved / peak FLOP/s and
 bytes/s of a replica's chips over the window. ``cost`` holds the fleet's $/h, $, idle $, $/1M
 output tokens, $/task, tasks per $, J/token and J/task of the window
-(:mod:`simulator.results.economics`), busy time prorated; ``backends`` the same per backend,
+(:mod:`simulator.analytic.economics`), busy time prorated; ``backends`` the same per backend,
 with what each served. Dropped requests (too long for every allowed backend) and requests
 rejected over the API budget are counted apart.
 """
@@ -38,17 +38,31 @@ rejected over the API budget are counted apart.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from simulator.analytic.economics import RunCost, api_usd, assumptions_of, run_cost
 from simulator.config.fleet import CostSpec
 from simulator.config.scenario import SLOSpec, WorkloadClass
 from simulator.config.workload import AgentsLoad, TraceLoad
-from simulator.results.economics import RunCost, api_usd, assumptions_of, run_cost
-from simulator.results.records import BackendRecord, FloatArray, RunRecords
+from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, BackendRecord, FloatArray, RunRecords
+from simulator.results.summary import (
+    BackendCost,
+    BackendSummary,
+    ClassSummary,
+    DistributionStats,
+    FleetCost,
+    ReplicaSummary,
+    RunSummary,
+    TaskParts,
+    TaskSummary,
+)
+
+CostRecord = TypeVar("CostRecord", BackendCost, FleetCost)
 
 PERCENTILES = (50, 90, 95, 99)
 #: Where a task's time goes (the columns ``<part>_s`` of the task records).
@@ -61,18 +75,21 @@ ONE_TOKEN_ANSWERS = "every measured request has a 1-token answer, so there is no
 NO_TASKS = "no task started after the warm-up finished in the window"
 
 
-def distribution_stats(values: FloatArray, empty_reason: str = NO_REQUESTS) -> dict[str, Any]:
+def distribution_stats(values: FloatArray, empty_reason: str = NO_REQUESTS) -> DistributionStats:
     """Count, mean and p50/p90/p95/p99 of the finite values; NaN, with the reason, when there are none."""
     finite = values[np.isfinite(values)]
+    keys = ["mean", *(f"p{p}" for p in PERCENTILES)]
     if finite.size == 0:
-        keys = ["mean", *(f"p{p}" for p in PERCENTILES)]
-        return {"count": 0, **dict.fromkeys(keys, float("nan")), "undefined": dict.fromkeys(keys, empty_reason)}
-    stats: dict[str, Any] = {"count": int(finite.size), "mean": float(finite.mean())}
-    stats.update({f"p{p}": float(v) for p, v in zip(PERCENTILES, np.percentile(finite, PERCENTILES), strict=True)})
-    return stats
+        return DistributionStats(count=0, **dict.fromkeys(keys, math.nan), undefined=dict.fromkeys(keys, empty_reason))
+    quantiles = np.percentile(finite, PERCENTILES)
+    return DistributionStats(
+        count=int(finite.size),
+        mean=float(finite.mean()),
+        **{f"p{p}": float(v) for p, v in zip(PERCENTILES, quantiles, strict=True)},
+    )
 
 
-def _latency_stats(m: dict[str, FloatArray]) -> dict[str, dict[str, Any]]:
+def _latency_stats(m: dict[str, FloatArray]) -> dict[str, DistributionStats]:
     """Every latency distribution, each undefined one with its reason."""
     completed = m["ttft_s"].size > 0
     out = {}
@@ -82,17 +99,15 @@ def _latency_stats(m: dict[str, FloatArray]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def histogram_stats(counts: FloatArray, edges: FloatArray) -> dict[str, Any]:
+def histogram_stats(counts: FloatArray, edges: FloatArray) -> DistributionStats:
     """Mean and percentiles of a histogram, at the geometric midpoints of its bins."""
     total = counts.sum()
     if total == 0:
         return distribution_stats(np.array([]), "no inter-token interval was observed (only 1-token answers, or none)")
     mids = np.sqrt(edges[:-1] * edges[1:])
     cumulative = np.cumsum(counts) / total
-    stats: dict[str, Any] = {"count": int(total), "mean": float((counts * mids).sum() / total)}
-    for p in PERCENTILES:
-        stats[f"p{p}"] = float(mids[np.searchsorted(cumulative, p / 100.0)])
-    return stats
+    percentiles = {f"p{p}": float(mids[np.searchsorted(cumulative, p / 100.0)]) for p in PERCENTILES}
+    return DistributionStats(count=int(total), mean=float((counts * mids).sum() / total), **percentiles)
 
 
 def request_metrics(records: RunRecords, klass: int | None = None) -> dict[str, FloatArray]:
@@ -128,21 +143,20 @@ def _meets(m: dict[str, FloatArray], slo: SLOSpec) -> npt.NDArray[np.bool_]:
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "per_user_output_tok_s", "normalized_tpot_s", "queueing_delay_s")
 
 
-def class_summary(records: RunRecords, klass: int, spec: WorkloadClass) -> dict[str, Any]:
+def class_summary(records: RunRecords, klass: int, spec: WorkloadClass) -> ClassSummary:
     """One workload class: its latencies, its goodput under its own SLOs, its tasks."""
     m = request_metrics(records, klass)
     window = max(records.end_s - records.warmup_s, 1e-12)
-    out: dict[str, Any] = _latency_stats(m)
-    out |= {
-        "priority": spec.priority,
-        "requests_completed": int(m["ttft_s"].size),
-        "requests_per_s": m["ttft_s"].size / window,
-        "goodput_requests_per_s": float(_meets(m, spec.slo).sum()) / window,
-        "slo_attainment": float(_meets(m, spec.slo).mean()) if m["ttft_s"].size else float("nan"),
-    }
-    if (records.tasks["class"] == klass).any() or _makes_tasks(spec):
-        out["tasks"] = task_summary(records, klass)
-    return out
+    tasks = task_summary(records, klass) if (records.tasks["class"] == klass).any() or _makes_tasks(spec) else None
+    return ClassSummary(
+        **_latency_stats(m),
+        priority=spec.priority,
+        requests_completed=int(m["ttft_s"].size),
+        requests_per_s=m["ttft_s"].size / window,
+        goodput_requests_per_s=float(_meets(m, spec.slo).sum()) / window,
+        slo_attainment=float(_meets(m, spec.slo).mean()) if m["ttft_s"].size else float("nan"),
+        tasks=tasks,
+    )
 
 
 def _makes_tasks(klass: WorkloadClass) -> bool:
@@ -177,34 +191,49 @@ def _measured(records: RunRecords) -> npt.NDArray[np.bool_]:
     return measured
 
 
-def backend_summary(records: RunRecords, backend: BackendRecord, spec: CostSpec) -> dict[str, Any]:
+def backend_summary(records: RunRecords, backend: BackendRecord, spec: CostSpec) -> BackendSummary:
     """One backend of the fleet: what it served, how busy it was, what it cost."""
     t0, t1 = records.warmup_s, records.end_s
     window = max(t1 - t0, 1e-12)
     output_tokens, _ = records.tokens_in_window(t0, t1, backend.replicas)
     served = _measured(records) & np.isin(records.requests["replica"], backend.replicas)
-    full = backend_cost(records, backend, spec, 0).to_dict()
-    cost = {k: v for k, v in full.items() if "task" not in k and k != "undefined"}
-    reasons = {k: v for k, v in dict(full.get("undefined") or {}).items() if "task" not in k}  # type: ignore[call-overload]
-    if reasons:
-        cost["undefined"] = reasons
-    return {
-        "hardware": backend.hardware.id,
-        "model": backend.model_id,
-        "replicas": len(backend.replicas),
-        "chips": len(backend.replicas) * backend.chips_per_replica,
-        "requests_completed": int(served.sum()),
-        "output_tok_s": output_tokens / window,
-        "busy_fraction": float(np.mean([records.totals[i].busy_s for i in backend.replicas]) / max(t1, 1e-12))
-        if backend.replicas
-        else 0.0,
-        "cost": {"basis": backend.pricing.basis} | cost,  # per-task figures are the fleet's
-    }
+    cost = backend_cost(records, backend, spec, 0)
+    busy = [records.totals[i].busy_s for i in backend.replicas]
+    return BackendSummary(
+        hardware=backend.hardware.id,
+        model=backend.model_id,
+        replicas=len(backend.replicas),
+        chips=len(backend.replicas) * backend.chips_per_replica,
+        requests_completed=int(served.sum()),
+        output_tok_s=output_tokens / window,
+        busy_fraction=float(np.mean(busy)) / max(t1, 1e-12) if busy else 0.0,
+        cost=cost_record(BackendCost, backend.pricing.basis, cost),
+    )
+
+
+def cost_reasons(cost: RunCost) -> dict[str, str]:
+    """Why a per-token or per-task figure of a cost is undefined, by figure."""
+    reasons: dict[str, str] = {}
+    if not cost.output_tokens:
+        reasons |= dict.fromkeys(("usd_per_million_output_tokens", "joules_per_output_token"),
+                                 "no output token was emitted in the window")  # fmt: skip
+    if not cost.tasks:
+        reasons |= dict.fromkeys(("usd_per_task", "joules_per_task"), "no task completed in the window")
+    if not cost.usd:
+        reasons["tasks_per_usd"] = "nothing was spent in the window"
+    return reasons
+
+
+def cost_record(record: type[CostRecord], basis: str, cost: RunCost) -> CostRecord:
+    """The figures of ``cost`` a cost record names, with the reasons of those undefined."""
+    names = [name for name in record.model_fields if name not in ("basis", "undefined")]
+    reasons = {name: why for name, why in cost_reasons(cost).items() if name in names}
+    return record(basis=basis, **{name: getattr(cost, name) for name in names}, undefined=reasons or None)
 
 
 def summarize(
     records: RunRecords, slo: SLOSpec, classes: Sequence[WorkloadClass] = (), cost: CostSpec | None = None
-) -> dict[str, Any]:
+) -> RunSummary:
     """The run summary: distributions, rates, goodput, levels and utilisation (and per class)."""
     m = request_metrics(records)
     window = max(records.end_s - records.warmup_s, 1e-12)
@@ -213,60 +242,58 @@ def summarize(
     t0, t1 = records.warmup_s, records.end_s
     output_tokens, input_tokens = records.tokens_in_window(t0, t1)
     owner = [records.backend_of(i) for i in range(replicas)]
-    summary: dict[str, Any] = _latency_stats(m)
-    summary["itl_s"] = histogram_stats(records.itl_counts, records.itl_bin_edges_s)
-    summary |= {
-        "requests_completed": int(m["ttft_s"].size),
-        "requests_dropped": int((records.requests["dropped"] == 1).sum()),
-        "requests_rejected_over_budget": int((records.requests["dropped"] == 2).sum()),
-        "requests_in_flight": records.in_flight,
-        "window_s": window,
-        "requests_per_s": m["ttft_s"].size / window,
-        "output_tok_s": output_tokens / window,
-        "input_tok_s": input_tokens / window,
-        "goodput_requests_per_s": float(ok.sum()) / window,
-        "preemptions": int(records.requests["preemptions"].sum()),
-        "mean_batch_size": float(np.mean([b.time_mean(t0, t1) for b in records.batch])),
-        "mean_queue_length": float(np.mean([q.time_mean(t0, t1) for q in records.queue])),
-        "mean_kv_occupancy": float(np.mean([
-            k.time_mean(t0, t1) / max(b.kv_blocks_per_replica, 1) for k, b in zip(records.kv_blocks, owner, strict=True)
-        ])),
-        "replicas": [
-            {
-                "backend": b.name,
-                "busy_fraction": t.busy_s / max(t1, 1e-12),
-                "compute_utilisation": t.flops / (b.chips_per_replica * b.peak_flops_per_chip * max(t1, 1e-12)),
-                "memory_bandwidth_utilisation": t.bytes_moved
-                / (b.chips_per_replica * b.peak_bandwidth_per_chip * max(t1, 1e-12)),
-                "iterations": t.iterations,
-            }
-            for t, b in zip(records.totals, owner, strict=True)
-        ],
-    }  # fmt: skip
-    summary["replica_count"] = replicas
     r = records.requests
     measured = _measured(records)
     prompts = float(r["input_tokens"][measured].sum())
-    summary["prefix_cache_hit_rate"] = float(r["cached_tokens"][measured].sum()) / prompts if prompts else 0.0
-    if records.tasks["task"].size or any(_makes_tasks(c) for c in classes):
-        summary["tasks"] = task_summary(records)
-    if len(classes) > 1:
-        summary["classes"] = {spec.name: class_summary(records, k, spec) for k, spec in enumerate(classes)}
-    tasks_done = summary["tasks"]["tasks_completed"] if "tasks" in summary else 0
+    tasks = task_summary(records) if records.tasks["task"].size or any(_makes_tasks(c) for c in classes) else None
     cost_spec = cost or CostSpec()
-    summary["backends"] = {b.name: backend_summary(records, b, cost_spec) for b in records.backends}
-    parts = [backend_cost(records, b, cost_spec, tasks_done) for b in records.backends]
-    fleet = functools.reduce(RunCost.plus, parts)
+    parts = [backend_cost(records, b, cost_spec, tasks.tasks_completed if tasks else 0) for b in records.backends]
     bases = sorted({b.pricing.basis for b in records.backends})
-    summary["cost"] = {"basis": bases[0] if len(bases) == 1 else "mixed"} | fleet.to_dict()
-    summary["capacity_requests_per_s"] = records.capacity_requests_per_s
-    summary["offered_requests_per_s"] = records.offered_requests_per_s
     offered, capacity = records.offered_requests_per_s, records.capacity_requests_per_s
-    summary["overloaded"] = bool(offered is not None and capacity == capacity and offered > capacity)
-    return summary
+    return RunSummary(
+        **_latency_stats(m),
+        itl_s=histogram_stats(records.itl_counts, records.itl_bin_edges_s),
+        requests_completed=int(m["ttft_s"].size),
+        requests_dropped=int((r["dropped"] == DROPPED_TOO_LONG).sum()),
+        requests_rejected_over_budget=int((r["dropped"] == DROPPED_OVER_BUDGET).sum()),
+        requests_in_flight=records.in_flight,
+        window_s=window,
+        requests_per_s=m["ttft_s"].size / window,
+        output_tok_s=output_tokens / window,
+        input_tok_s=input_tokens / window,
+        goodput_requests_per_s=float(ok.sum()) / window,
+        preemptions=int(r["preemptions"].sum()),
+        mean_batch_size=float(np.mean([b.time_mean(t0, t1) for b in records.batch])),
+        mean_queue_length=float(np.mean([q.time_mean(t0, t1) for q in records.queue])),
+        mean_kv_occupancy=float(np.mean([
+            k.time_mean(t0, t1) / max(b.kv_blocks_per_replica, 1) for k, b in zip(records.kv_blocks, owner, strict=True)
+        ])),
+        replicas=[
+            ReplicaSummary(
+                backend=b.name,
+                busy_fraction=t.busy_s / max(t1, 1e-12),
+                compute_utilisation=t.flops / (b.chips_per_replica * b.peak_flops_per_chip * max(t1, 1e-12)),
+                memory_bandwidth_utilisation=t.bytes_moved
+                / (b.chips_per_replica * b.peak_bandwidth_per_chip * max(t1, 1e-12)),
+                iterations=t.iterations,
+            )
+            for t, b in zip(records.totals, owner, strict=True)
+        ],
+        replica_count=replicas,
+        prefix_cache_hit_rate=float(r["cached_tokens"][measured].sum()) / prompts if prompts else 0.0,
+        tasks=tasks,
+        classes={spec.name: class_summary(records, k, spec) for k, spec in enumerate(classes)}
+        if len(classes) > 1
+        else None,
+        backends={b.name: backend_summary(records, b, cost_spec) for b in records.backends},
+        cost=cost_record(FleetCost, bases[0] if len(bases) == 1 else "mixed", functools.reduce(RunCost.plus, parts)),
+        capacity_requests_per_s=capacity,
+        offered_requests_per_s=offered,
+        overloaded=bool(offered is not None and capacity == capacity and offered > capacity),
+    )  # fmt: skip
 
 
-def task_summary(records: RunRecords, klass: int | None = None) -> dict[str, Any]:
+def task_summary(records: RunRecords, klass: int | None = None) -> TaskSummary:
     """Task completion time, where it went, calls and tokens per task, tasks per hour."""
     t = records.tasks
     keep = (t["start_s"] >= records.warmup_s) & (t["failed"] == 0) & (t["parent"] == -1)
@@ -275,40 +302,40 @@ def task_summary(records: RunRecords, klass: int | None = None) -> dict[str, Any
     duration = t["end_s"][keep] - t["start_s"][keep]
     window = max(records.end_s - records.warmup_s, 1e-12)
     total = duration.sum() if duration.size else 0.0
-    return {
-        "task_time_s": distribution_stats(duration, NO_TASKS),
-        "tasks_completed": int(keep.sum()),
-        "tasks_failed": int(((t["failed"] == 1) & (t["parent"] == -1)).sum()),
-        "subagent_tasks": int((t["parent"] != -1).sum()),
-        "tasks_per_hour": float(keep.sum()) / window * 3600.0,
-        "calls_per_task": float(t["calls"][keep].mean()) if keep.any() else float("nan"),
-        "input_tokens_per_task": float(t["input_tokens"][keep].mean()) if keep.any() else float("nan"),
-        "output_tokens_per_task": float(t["output_tokens"][keep].mean()) if keep.any() else float("nan"),
-        "time_share": {
-            part: float(t[f"{part}_s"][keep].sum() / total) if total else float("nan") for part in TASK_PARTS
-        },
-        "mean_seconds": {
-            part: float(t[f"{part}_s"][keep].mean()) if keep.any() else float("nan") for part in TASK_PARTS
-        },
-    }
+    return TaskSummary(
+        task_time_s=distribution_stats(duration, NO_TASKS),
+        tasks_completed=int(keep.sum()),
+        tasks_failed=int(((t["failed"] == 1) & (t["parent"] == -1)).sum()),
+        subagent_tasks=int((t["parent"] != -1).sum()),
+        tasks_per_hour=float(keep.sum()) / window * 3600.0,
+        calls_per_task=float(t["calls"][keep].mean()) if keep.any() else float("nan"),
+        input_tokens_per_task=float(t["input_tokens"][keep].mean()) if keep.any() else float("nan"),
+        output_tokens_per_task=float(t["output_tokens"][keep].mean()) if keep.any() else float("nan"),
+        time_share=TaskParts(
+            **{part: float(t[f"{part}_s"][keep].sum() / total) if total else float("nan") for part in TASK_PARTS}
+        ),
+        mean_seconds=TaskParts(
+            **{part: float(t[f"{part}_s"][keep].mean()) if keep.any() else float("nan") for part in TASK_PARTS}
+        ),
+    )
 
 
-def undefined_message(summary: dict[str, Any]) -> str:
+def undefined_message(summary: RunSummary) -> str:
     """Why a run's latency statistics are undefined, in words (empty when they are defined)."""
-    if summary["requests_completed"]:
+    if summary.requests_completed:
         return ""
     return (
-        f"{NO_REQUESTS} ({summary['window_s']:.4g} s after the warm-up; {summary['requests_in_flight']} "
+        f"{NO_REQUESTS} ({summary.window_s:.4g} s after the warm-up; {summary.requests_in_flight} "
         f"still in flight): latency statistics are undefined (null in summary.json); lengthen run.duration, "
         f"shorten run.warmup or lower the load"
     )
 
 
-def overload_message(summary: dict[str, Any]) -> str:
+def overload_message(summary: RunSummary) -> str:
     """Why a run's queue never drains, in words (empty when it does)."""
-    if not summary["overloaded"]:
+    if not summary.overloaded or summary.offered_requests_per_s is None:
         return ""
-    offered, capacity = summary["offered_requests_per_s"], summary["capacity_requests_per_s"]
+    offered, capacity = summary.offered_requests_per_s, summary.capacity_requests_per_s
     return (
         f"offered load {offered:.3g} req/s is {offered / capacity:.1f}x the fleet's capacity (about "
         f"{capacity:.3g} req/s at saturation for these lengths): the queue grows without bound, so latencies "

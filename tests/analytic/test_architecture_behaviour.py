@@ -7,8 +7,8 @@ import pytest
 
 from simulator.analytic.estimate import estimate
 from simulator.analytic.speculation import acceptance, tokens_per_verify
-from simulator.config.deployment import SpeculativeSpec
 from simulator.config.loading import Catalog
+from simulator.config.speculation import SpeculativeSpec
 from tests.conftest import deploy
 
 INPUT, OUTPUT = 1000, 1000

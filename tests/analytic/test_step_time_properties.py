@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from simulator.analytic.placement import Deployment
 from simulator.analytic.step_time import StepCostModel
-from simulator.calibration import get_sourced, with_value
 from simulator.config.loading import Catalog
+from simulator.config.paths import get_path, with_values
 from tests.conftest import deploy
 
 CATALOG = Catalog()
@@ -33,11 +33,9 @@ def _scaled(d: Deployment, rate_factor: float, latency_factor: float) -> Deploym
     if hw.fabric is not None:
         latencies.append("fabric.hop_latency")
     for paths, factor in ((rates, rate_factor), (latencies, latency_factor)):
-        for path in paths:
-            hw = with_value(hw, path, get_sourced(hw, path).value * factor)  # type: ignore[assignment]
-    stack = d.stack
-    for path in ("layer_latency", "step_overhead"):  # the serving stack's software latencies
-        stack = with_value(stack, path, get_sourced(stack, path).value * latency_factor)  # type: ignore[assignment]
+        hw = with_values(hw, {path: get_path(hw, path).value * factor for path in paths}, mark=None)
+    software = ("layer_latency", "step_overhead")  # the serving stack's software latencies
+    stack = with_values(d.stack, {path: get_path(d.stack, path).value * latency_factor for path in software}, mark=None)
     tier = next(t for t in hw.memory if t.name == d.weights_tier.name)
     return dataclasses.replace(d, hardware=hw, weights_tier=tier, stack=stack)
 

@@ -129,6 +129,6 @@ def test_progress_reaches_one_in_order_and_is_silent_when_piped(tmp_path: Path) 
     quiet = simulate(scenario, CATALOG)
     loud = simulate(scenario, CATALOG, seen.append)
     assert seen == sorted(seen) and seen[-1] == 1.0 and len(seen) == 100
-    assert json.dumps(quiet.summary) == json.dumps(loud.summary)  # reporting never changes the run
+    assert json.dumps(quiet.summary.to_dict()) == json.dumps(loud.summary.to_dict())  # reporting never changes the run
     result = run_cli("run", str(_write(tmp_path, FLEET)), "-o", str(tmp_path / "out"))
     assert result.returncode == 0 and "infersim run" not in result.stderr

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from simulator.config.workload import WorkloadSpec
-from tests.engine.conftest import CATALOG, run, service_time_s
+from tests.engine.conftest import run, service_time_s
 from tests.engine.test_queueing_laws import COST
 
 TOOL_S = 0.75
@@ -30,12 +30,9 @@ def chain(steps: int, **task: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def workload(monkeypatch: pytest.MonkeyPatch) -> dict[str, WorkloadSpec]:
-    """Inline workloads served by the catalog under test ids."""
-    registry: dict[str, WorkloadSpec] = {}
-    original = CATALOG.workload
-    monkeypatch.setattr(CATALOG, "workload", lambda wid: registry[wid] if wid in registry else original(wid))
-    return registry
+def workload() -> dict[str, WorkloadSpec]:
+    """Test workloads by id, given to the scenario inline (not from the catalog)."""
+    return {}
 
 
 def _register(registry: dict[str, WorkloadSpec], wid: str, task: dict[str, Any]) -> None:
@@ -44,9 +41,9 @@ def _register(registry: dict[str, WorkloadSpec], wid: str, task: dict[str, Any])
     )
 
 
-def _agents(wid: str, agents: int, caching: bool, **run_parts: Any) -> Any:
+def _agents(spec: WorkloadSpec, agents: int, caching: bool, **run_parts: Any) -> Any:
     return run(
-        load={"kind": "agents", "workload": wid, "agents": agents},
+        load={"kind": "agents", "workload": spec, "agents": agents},
         requests=None,
         prefix_caching=caching,
         run={"seed": 4, "max_requests": 10_000} | run_parts,
@@ -57,7 +54,7 @@ def test_a_chain_takes_the_sum_of_its_calls_plus_the_tool_time(workload: dict) -
     """k sequential calls, no contention, no cache: T_task = sum_k S(context_k, n) + (k - 1) T_tool."""
     steps = 6
     _register(workload, "chain", chain(steps))
-    result = _agents("chain", 1, caching=False, max_requests=steps)
+    result = _agents(workload["chain"], 1, caching=False, max_requests=steps)
     contexts = [600 + k * (40 + 200) for k in range(steps)]
     expected = sum(service_time_s(COST, c, 40) for c in contexts) + (steps - 1) * TOOL_S
     tasks = result.records.tasks
@@ -70,7 +67,7 @@ def test_prefix_caching_reuses_exactly_the_previous_calls_full_blocks(workload: 
     """Call k reuses min(floor((P_{k-1} + n - 1) / b), floor((P_k - 1) / b)) blocks of its own past."""
     steps = 6
     _register(workload, "chain", chain(steps))
-    r = _agents("chain", 1, caching=True, max_requests=steps).records.requests
+    r = _agents(workload["chain"], 1, caching=True, max_requests=steps).records.requests
     prompts = r["input_tokens"].astype(int)
     expected = [0] + [
         min((p_prev + 40 - 1) // BLOCK, (p - 1) // BLOCK) * BLOCK for p_prev, p in itertools.pairwise(prompts)
@@ -81,8 +78,8 @@ def test_prefix_caching_reuses_exactly_the_previous_calls_full_blocks(workload: 
 def test_prefix_caching_never_increases_a_calls_ttft(workload: dict) -> None:
     _register(workload, "noisy", chain(12, step_input_tokens={"dist": "lognormal", "median": 300, "sigma": 1.0},
                                        output_tokens={"dist": "lognormal", "median": 60, "sigma": 0.8}))  # fmt: skip
-    cold = _agents("noisy", 1, caching=False, max_requests=12).records.requests
-    warm = _agents("noisy", 1, caching=True, max_requests=12).records.requests
+    cold = _agents(workload["noisy"], 1, caching=False, max_requests=12).records.requests
+    warm = _agents(workload["noisy"], 1, caching=True, max_requests=12).records.requests
     assert cold["input_tokens"].tolist() == warm["input_tokens"].tolist()  # same draws either way
     assert np.all(warm["first_token_s"] - warm["arrival_s"] <= cold["first_token_s"] - cold["arrival_s"] + 1e-12)
     assert warm["cached_tokens"][1:].min() > 0
@@ -93,20 +90,21 @@ def test_task_level_interactive_response_time_law(workload: dict) -> None:
     _register(workload, "short", chain(4, output_tokens={"dist": "uniform", "low": 10, "high": 80}))
     agents, think = 8, 3.0
     result = run(
-        load={"kind": "agents", "workload": "short", "agents": agents,
+        load={"kind": "agents", "workload": workload["short"], "agents": agents,
               "think_time_s": {"dist": "constant", "value": think}},
         requests=None,
         run={"seed": 9, "duration": "1500 s", "warmup": "100 s", "drain": False},
     )  # fmt: skip
-    tasks = result.summary["tasks"]
-    throughput = tasks["tasks_per_hour"] / 3600.0
-    assert tasks["task_time_s"]["mean"] == pytest.approx(agents / throughput - think, rel=0.04)
+    tasks = result.summary.tasks
+    assert tasks is not None
+    throughput = tasks.tasks_per_hour / 3600.0
+    assert tasks.task_time_s.mean == pytest.approx(agents / throughput - think, rel=0.04)
 
 
 def test_truncation_starts_a_new_session(workload: dict) -> None:
     """At the context limit the prompt is capped and the prefix cache misses once."""
     _register(workload, "long", chain(10, context={"policy": "truncate", "max_tokens": 1200}))
-    r = _agents("long", 1, caching=True, max_requests=10).records.requests
+    r = _agents(workload["long"], 1, caching=True, max_requests=10).records.requests
     assert r["input_tokens"].max() + 40 <= 1200
     misses = np.flatnonzero(r["cached_tokens"][1:] == 0)
     assert misses.size >= 1
@@ -124,7 +122,7 @@ def test_a_fan_out_waits_for_its_slowest_branch(workload: dict) -> None:
     fanout = {"after_step": 1, "branches": {"dist": "constant", "value": 4}, "subagent": sub,
               "result_tokens": {"dist": "constant", "value": 100}}  # fmt: skip
     _register(workload, "lead", chain(3, fanout=fanout))
-    result = _agents("lead", 1, caching=True, max_requests=10_000)
+    result = _agents(workload["lead"], 1, caching=True, max_requests=10_000)
     t, r = result.records.tasks, result.records.requests
     lead = t["parent"] == -1
     first_lead = int(t["task"][lead][0])
@@ -133,8 +131,9 @@ def test_a_fan_out_waits_for_its_slowest_branch(workload: dict) -> None:
     lead_calls = np.sort(r["arrival_s"][r["task"] == first_lead])
     assert lead_calls[1] == pytest.approx(t["end_s"][branches].max(), rel=1e-12)
     assert t["subagent_s"][lead][0] == pytest.approx(t["end_s"][branches].max() - t["start_s"][branches].min())
-    summary = result.summary["tasks"]
-    assert summary["tasks_completed"] == lead.sum() and summary["subagent_tasks"] == (~lead).sum()
+    summary = result.summary.tasks
+    assert summary is not None
+    assert summary.tasks_completed == lead.sum() and summary.subagent_tasks == (~lead).sum()
     # the join appends every branch's findings: the lead's next prompt grew by its output + 4 x 100
     lead_prompts = r["input_tokens"][r["task"] == first_lead]
     assert lead_prompts[1] - lead_prompts[0] == 40 + 4 * 100

@@ -3,12 +3,13 @@ static batching waits, continuous batching does not."""
 
 from __future__ import annotations
 
+from simulator.results.summary import RunSummary
 from tests.engine.conftest import run
 
 LENGTHS = {"input_tokens": {"dist": "constant", "value": 256}, "output_tokens": {"dist": "constant", "value": 256}}
 
 
-def _closed(deployment: dict, users: int) -> dict:
+def _closed(deployment: dict, users: int) -> RunSummary:
     return run(
         deployment=deployment,
         load={"kind": "closed", "users": users, "start_spread": "0.5 s"},
@@ -20,15 +21,15 @@ def _closed(deployment: dict, users: int) -> dict:
 def test_wafer_scale_per_user_speed_holds_as_users_grow() -> None:
     wafer = {"hardware": "cerebras-cs3", "model": "llama-3.1-8b"}
     one, many = _closed(wafer, 1), _closed(wafer, 16)
-    assert many["per_user_output_tok_s"]["p50"] >= 0.85 * one["per_user_output_tok_s"]["p50"]
-    assert many["output_tok_s"] >= 12 * one["output_tok_s"]
+    assert many.per_user_output_tok_s.p50 >= 0.85 * one.per_user_output_tok_s.p50
+    assert many.output_tok_s >= 12 * one.output_tok_s
 
 
 def test_gpu_per_user_speed_falls_while_aggregate_rises() -> None:
     gpu = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1}
     one, many = _closed(gpu, 1), _closed(gpu, 128)
-    assert many["per_user_output_tok_s"]["p50"] < 0.8 * one["per_user_output_tok_s"]["p50"]
-    assert many["output_tok_s"] > 20 * one["output_tok_s"]
+    assert many.per_user_output_tok_s.p50 < 0.8 * one.per_user_output_tok_s.p50
+    assert many.output_tok_s > 20 * one.output_tok_s
 
 
 def test_continuous_batching_beats_static_on_ttft_at_the_same_load() -> None:
@@ -38,6 +39,6 @@ def test_continuous_batching_beats_static_on_ttft_at_the_same_load() -> None:
             load={"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 8.0}},
             requests=LENGTHS,
             run={"seed": 2, "max_requests": 400},
-        ).summary["ttft_s"]["mean"]
+        ).summary.ttft_s.mean
 
     assert ttft({"policy": "continuous"}) < 0.5 * ttft({"policy": "static", "max_batch_size": 32})

@@ -28,16 +28,18 @@ def _mixed(**overrides: object) -> dict:
 
 def test_the_higher_priority_class_waits_less_under_contention() -> None:
     """Same arrivals and lengths; only the priority differs: the high class queues far less."""
-    summary = run(**_mixed()).summary["classes"]
-    high, low = summary["high"]["queueing_delay_s"]["mean"], summary["low"]["queueing_delay_s"]["mean"]
+    summary = run(**_mixed()).summary.classes
+    assert summary is not None
+    high, low = summary["high"].queueing_delay_s.mean, summary["low"].queueing_delay_s.mean
     assert low > 0 and high < 0.5 * low
-    assert summary["high"]["slo_attainment"] >= summary["low"]["slo_attainment"]
+    assert summary["high"].slo_attainment >= summary["low"].slo_attainment
 
 
 def test_equal_priorities_share_the_queue_alike() -> None:
     classes = [_class("a", 1, 3.0), _class("b", 1, 3.0)]
-    summary = run(**_mixed(classes=classes, run={"seed": 2, "max_requests": 3000})).summary["classes"]
-    a, b = summary["a"]["queueing_delay_s"]["mean"], summary["b"]["queueing_delay_s"]["mean"]
+    summary = run(**_mixed(classes=classes, run={"seed": 2, "max_requests": 3000})).summary.classes
+    assert summary is not None
+    a, b = summary["a"].queueing_delay_s.mean, summary["b"].queueing_delay_s.mean
     assert a == pytest.approx(b, rel=0.25)
 
 
@@ -45,9 +47,10 @@ def test_every_class_is_conserved_and_reported() -> None:
     result = run(**_mixed())
     r = result.records.requests
     assert sorted(set(r["class"].tolist())) == [0.0, 1.0]
-    per_class = result.summary["classes"]
-    assert per_class["high"]["requests_completed"] + per_class["low"]["requests_completed"] == 1500
-    assert per_class["high"]["priority"] == 5
+    per_class = result.summary.classes
+    assert per_class is not None
+    assert per_class["high"].requests_completed + per_class["low"].requests_completed == 1500
+    assert per_class["high"].priority == 5
 
 
 @pytest.mark.parametrize(

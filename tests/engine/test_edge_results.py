@@ -11,8 +11,8 @@ import pytest
 
 from simulator.config.loading import bundled_dir
 from simulator.config.scenario import Scenario
-from simulator.engine.build import run_size
 from simulator.limits import Limits, RunTooLargeError
+from simulator.resolve import resolve
 from simulator.runner import simulate
 from simulator.serialize import strict_json
 from tests.engine.conftest import CATALOG, scenario
@@ -21,21 +21,24 @@ from tests.engine.conftest import CATALOG, scenario
 def test_the_run_size_estimate_bounds_the_calls_a_closed_loop_makes() -> None:
     """Users cannot send more than ``users x duration / (think + fastest request)`` requests."""
     s = scenario(run={"seed": 1, "duration": "20 s", "drain": False})
-    estimate = run_size(s, CATALOG).requests
-    made = simulate(s, CATALOG).summary["requests_completed"]
+    estimate = resolve(s, CATALOG).size.requests
+    made = simulate(s, CATALOG).summary.requests_completed
     assert 0 < made <= estimate
 
 
 def test_an_open_loop_estimate_is_rate_times_duration() -> None:
     s = scenario(load={"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 3}}, run={"duration": "50 s"})
-    assert run_size(s, CATALOG).requests == pytest.approx(150.0)
+    assert resolve(s, CATALOG).size.requests == pytest.approx(150.0)
 
 
 @pytest.mark.parametrize(
     ("parts", "words"),
     [
-        ({"load": {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 1}},
-          "run": {"duration": "1e308 s"}}, "model calls"),
+        (
+            {"load": {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 1}},
+             "run": {"duration": "1e308 s"}},
+            "model calls",
+        ),
         ({"load": {"kind": "closed", "users": 1_000_000_000}, "run": {"duration": "10 s"}}, "concurrent users"),
         ({"replicas": 1_000_000, "run": {"duration": "10 s"}}, "replicas"),
     ],
@@ -49,7 +52,7 @@ def test_a_run_too_large_is_refused_before_anything_is_built(parts: dict[str, ob
 
 def test_max_requests_caps_the_estimate() -> None:
     s = scenario(load={"kind": "closed", "users": 100_000}, run={"duration": "1e9 s", "max_requests": 10})
-    size = run_size(s, CATALOG)
+    size = resolve(s, CATALOG).size
     assert size.requests == 10 and size.users == 100_000
     assert size.memory_bytes < Limits().max_memory_bytes
 
@@ -61,7 +64,7 @@ def test_undefined_statistics_are_null_with_their_reason() -> None:
                            "output_tokens": {"dist": "constant", "value": 1}}),
         CATALOG,
     )  # fmt: skip
-    text = json.dumps(strict_json(result.summary), allow_nan=False)  # strict JSON: no NaN literal
+    text = json.dumps(strict_json(result.summary.to_dict()), allow_nan=False)  # strict JSON: no NaN literal
     summary = json.loads(text)
     assert summary["ttft_s"]["p50"] > 0
     assert summary["tpot_s"]["p50"] is None and "1-token answer" in summary["tpot_s"]["undefined"]["p50"]
@@ -79,8 +82,10 @@ def test_a_replay_faster_than_the_fleet_is_overloaded() -> None:
         "run": {"seed": 1, "duration": "2 s", "drain": False},
     })  # fmt: skip
     summary = simulate(s, CATALOG).summary
-    assert math.isfinite(summary["capacity_requests_per_s"]) and summary["overloaded"] is True
-    assert summary["offered_requests_per_s"] > summary["capacity_requests_per_s"]
+    assert math.isfinite(summary.capacity_requests_per_s) and summary.overloaded is True
+    assert (
+        summary.offered_requests_per_s is not None and summary.offered_requests_per_s > summary.capacity_requests_per_s
+    )
 
 
 def test_levels_csv_holds_every_replica(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from simulator.engine.build import build
+from simulator.resolve import resolve
 from simulator.runner import RunResult
 from tests.engine.conftest import CATALOG, run, scenario
 
@@ -42,8 +43,8 @@ def test_every_request_is_served_exactly_once_across_a_mixed_fleet() -> None:
     assert sorted(r["id"].tolist()) == list(range(1500))
     assert (r["dropped"] == 0).all() and np.isfinite(r["done_s"]).all()
     assert set(r["replica"].astype(int)) == {0, 1, 2, 3}
-    served = sum(b["requests_completed"] for b in summary["backends"].values())
-    assert served == summary["requests_completed"] == 1500
+    served = sum(b.requests_completed for b in summary.backends.values())
+    assert served == summary.requests_completed == 1500
     for b in rec.backends:
         emitted, _ = rec.tokens_in_window(0.0, rec.end_s, b.replicas)
         mine = np.isin(r["replica"], b.replicas)
@@ -103,7 +104,7 @@ def test_slo_aware_routing_fills_the_cheapest_backend_first_and_spills_over_when
     alone = [{"name": "cheap", "deployment": H100_8B, "scheduler": CAPPED}]
     cheap_only = run(backends=alone, load=_open(60.0), requests=CONSTANT,
                      run={"seed": 3, "duration": "120 s", "warmup": "10 s"})  # fmt: skip
-    assert heavy.summary["ttft_s"]["p99"] < 0.1 * cheap_only.summary["ttft_s"]["p99"]
+    assert heavy.summary.ttft_s.p99 < 0.1 * cheap_only.summary.ttft_s.p99
 
 
 def test_slo_aware_routing_sends_what_only_fast_silicon_can_meet_to_it() -> None:
@@ -125,9 +126,9 @@ def test_the_api_budget_caps_spend_at_its_rate_plus_one_burst() -> None:
     price = CATALOG.hardware("groq-lpu").price.api["llama-3.1-8b"]
     p = (400 * price.input_usd_per_million_tokens.value + 100 * price.output_usd_per_million_tokens.value) / 1e6
     end = result.records.end_s
-    spent = result.summary["backends"]["groq"]["cost"]["usd"]
+    spent = result.summary.backends["groq"].cost.usd
     assert budget * (end - window) / 3600 - users * p <= spent <= budget * (end + window) / 3600 + users * p
-    assert result.summary["requests_rejected_over_budget"] > 0
+    assert result.summary.requests_rejected_over_budget > 0
 
 
 def test_fleet_cost_is_the_sum_of_its_backends_and_the_api_bill_is_tokens_times_price() -> None:
@@ -144,16 +145,17 @@ def test_fleet_cost_is_the_sum_of_its_backends_and_the_api_bill_is_tokens_times_
     price = CATALOG.hardware("cerebras-cs3").price.api["llama-3.1-8b"]
     bill = (r["input_tokens"][on_api].sum() * price.input_usd_per_million_tokens.value
             + r["output_tokens"][on_api].sum() * price.output_usd_per_million_tokens.value) / 1e6  # fmt: skip
-    parts = summary["backends"]
-    assert parts["api"]["cost"]["usd"] == pytest.approx(bill, rel=1e-12)
+    parts = summary.backends
+    assert parts["api"].cost.usd == pytest.approx(bill, rel=1e-12)
     window = rec.end_s - 5.0
     rental = CATALOG.hardware("nvidia-h100-sxm").price.rental_usd_per_chip_hour.value  # type: ignore[union-attr]
-    assert parts["rented"]["cost"]["usd"] == pytest.approx(2 * rental * window / 3600, rel=1e-12)
+    assert parts["rented"].cost.usd == pytest.approx(2 * rental * window / 3600, rel=1e-12)
     busy = [rec.totals[i].busy_s * window / rec.end_s for i in _replicas_of(result, "rented")]
-    assert parts["rented"]["cost"]["idle_usd"] == pytest.approx(rental / 3600 * sum(window - b for b in busy), rel=1e-9)
+    assert parts["rented"].cost.idle_usd == pytest.approx(rental / 3600 * sum(window - b for b in busy), rel=1e-9)
     for key in ("usd", "usd_per_hour", "idle_usd"):
-        assert summary["cost"][key] == pytest.approx(sum(p["cost"][key] for p in parts.values()), rel=1e-12)
-    assert summary["cost"]["basis"] == "mixed"
+        fleet = getattr(summary.cost, key)
+        assert fleet == pytest.approx(sum(getattr(p.cost, key) for p in parts.values()), rel=1e-12)
+    assert summary.cost.basis == "mixed"
 
 
 def test_a_distant_backend_adds_one_round_trip_per_call_to_each_task() -> None:
@@ -187,7 +189,7 @@ def test_the_budget_holds_under_open_loop_load_because_prices_are_reserved_when_
     accepted = int((records["dropped"] == 0).sum())
     last_arrival = float(records["arrival_s"].max())
     assert accepted * p <= budget * (last_arrival + window) / 3600 * (1 + 1e-9)
-    assert result.summary["requests_rejected_over_budget"] > 1000
+    assert result.summary.requests_rejected_over_budget > 1000
 
 
 def test_rented_backends_still_serve_when_the_api_budget_is_spent() -> None:
@@ -195,7 +197,7 @@ def test_rented_backends_still_serve_when_the_api_budget_is_spent() -> None:
                 {"name": "api", "deployment": GROQ_8B, "cost_basis": "api", "replicas": 2}]  # fmt: skip
     result = run(backends=backends, load=_open(8.0), requests=CONSTANT, router={"budget_usd_per_hour": 0.5,
                  "budget_window": "5 s", "policy": "round-robin"}, run={"seed": 2, "duration": "60 s"})  # fmt: skip
-    assert result.summary["requests_rejected_over_budget"] == 0
+    assert result.summary.requests_rejected_over_budget == 0
 
 
 def test_round_robin_cycles_each_classes_own_backends() -> None:
@@ -234,17 +236,17 @@ def test_a_pinned_session_that_outgrows_its_backend_moves_instead_of_blocking() 
                  load={"kind": "agents", "workload": "fast-tool-agent", "agents": 2},
                  run={"seed": 3, "duration": "200 s", "drain": True})  # fmt: skip
     r = result.records.requests
-    assert result.summary["requests_in_flight"] == 0 and (r["dropped"] == 0).all()
+    assert result.summary.requests_in_flight == 0 and (r["dropped"] == 0).all()
     assert (r["input_tokens"][np.isin(r["replica"], _replicas_of(result, "small"))] <= 4200).all()
 
 
 def test_classes_sharing_a_fleet_are_judged_overloaded_by_their_combined_load() -> None:
     one = run(deployment=H100_8B, load=_open(1.0), requests=CONSTANT, run={"seed": 1, "duration": "5 s"})
-    capacity = one.summary["capacity_requests_per_s"]
+    capacity = one.summary.capacity_requests_per_s
     classes = [{"name": n, "load": _open(0.7 * capacity), "requests": CONSTANT} for n in ("a", "b")]
     both = run(deployment=H100_8B, classes=classes, load=None, requests=None, run={"seed": 1, "duration": "5 s"})
-    assert both.summary["capacity_requests_per_s"] == pytest.approx(capacity)
-    assert both.summary["overloaded"]
+    assert both.summary.capacity_requests_per_s == pytest.approx(capacity)
+    assert both.summary.overloaded
 
 
 def test_progress_reporting_never_extends_a_draining_run() -> None:
@@ -252,7 +254,7 @@ def test_progress_reporting_never_extends_a_draining_run() -> None:
                               "duration": "10000 s", "drain": True}}  # fmt: skip
     plain = run(**kwargs)
 
-    simulation = build(scenario(**kwargs), CATALOG)
+    simulation = build(resolve(scenario(**kwargs), CATALOG))
     seen: list[float] = []
     assert simulation.run(seen.append) == pytest.approx(plain.records.end_s, rel=1e-12)
     assert seen[-1] == 1.0 and plain.records.end_s < 100
@@ -260,10 +262,10 @@ def test_progress_reporting_never_extends_a_draining_run() -> None:
 
 def test_classes_on_separate_backends_are_not_judged_by_their_sum() -> None:
     one = run(deployment=H100_8B, load=_open(1.0), requests=CONSTANT, run={"seed": 1, "duration": "5 s"})
-    capacity = one.summary["capacity_requests_per_s"]
+    capacity = one.summary.capacity_requests_per_s
     classes = [{"name": n, "load": _open(0.6 * capacity), "requests": CONSTANT} for n in ("a", "b")]
     backends = [{"name": "x", "deployment": H100_8B}, {"name": "y", "deployment": H100_8B}]
     split = run(backends=backends, classes=classes, load=None, requests=None,
                 router={"rules": {"a": ["x"], "b": ["y"]}}, run={"seed": 1, "duration": "5 s"})  # fmt: skip
-    assert not split.summary["overloaded"]
-    assert split.summary["capacity_requests_per_s"] == pytest.approx(2 * capacity)
+    assert not split.summary.overloaded
+    assert split.summary.capacity_requests_per_s == pytest.approx(2 * capacity)

@@ -10,7 +10,7 @@ import pytest
 from simulator.analytic.layouts import deploy
 from simulator.analytic.step_time import BatchAggregates, StepCostModel
 from simulator.config.deployment import DeploymentSpec
-from simulator.engine.build import ScenarioError
+from simulator.resolve import ScenarioError
 from simulator.runner import RunResult
 from tests.engine.conftest import CATALOG, SMALL, run
 
@@ -57,7 +57,7 @@ def test_requests_are_conserved(case: tuple[str, RunResult]) -> None:
     _, result = case
     r = result.records.requests
     assert r["id"].tolist() == list(range(400))
-    assert result.summary["requests_in_flight"] == 0
+    assert result.summary.requests_in_flight == 0
     completed = r["dropped"] == 0
     assert np.all(np.isfinite(r["done_s"][completed]))
 
@@ -117,8 +117,8 @@ def test_busy_time_never_exceeds_the_horizon(case: tuple[str, RunResult]) -> Non
 
 def test_kv_pressure_preempts_and_still_completes_everything() -> None:
     result = run(requests=CHAT, run={"seed": 7, "max_requests": 400}, **CASES["kv-pressure"])
-    assert result.summary["preemptions"] > 0
-    assert result.summary["requests_completed"] + result.summary["requests_dropped"] == 400
+    assert result.summary.preemptions > 0
+    assert result.summary.requests_completed + result.summary.requests_dropped == 400
 
 
 @pytest.mark.parametrize("mode", ["recompute", "swap"])

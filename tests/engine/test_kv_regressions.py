@@ -11,42 +11,37 @@ import simpy
 from simulator.analytic.layouts import deploy
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.deployment import DeploymentSpec
+from simulator.engine.kv import BlockManager
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
-from simulator.engine.scheduler import BlockManager, ContinuousBatchingPolicy, Request, Slots
+from simulator.engine.request import Request
+from simulator.engine.scheduler import ContinuousBatchingPolicy, Slots
 from tests.engine.conftest import CATALOG, SMALL
 
 BLOCK = 16
 COST = StepCostModel(deploy(CATALOG, DeploymentSpec(**SMALL)))
 
 
-def _step(policy: ContinuousBatchingPolicy) -> np.ndarray:
-    """Plan one iteration and apply its prefill (enough for these admission checks)."""
-    q = policy.plan(0.0).new_tokens
-    s = policy.slots
-    prefill = np.where(s.prompt_left > 0, q, 0.0)
-    s.prompt_left -= prefill
-    s.context += prefill
-    policy.publish_prefilled(np.flatnonzero(prefill > 0))
-    return q
+def _step(policy: ContinuousBatchingPolicy) -> None:
+    """Plan one iteration and apply it: prefills move into the KV, finished prompts emit a token."""
+    plan = policy.plan(0.0)
+    policy.apply(plan, 0.0, np.ones(plan.decodes))
 
 
 def test_reusing_idle_cached_blocks_does_not_over_commit_kv() -> None:
     """A prefix hit on idle cached blocks removes them from the pool: admission must count that."""
     kv = BlockManager(6, BLOCK, caching=True)
     policy = ContinuousBatchingPolicy(Slots(4), kv, 1000, 1.0, None, prefill_first=False)
-    first = Request(0, 0.0, 5 * BLOCK, 1, 0, session="s")
-    policy.waiting.append(first)
-    _step(policy)
-    policy.slots.out_left[0] = 0
-    policy.release(0)  # five cached blocks, one free
-    policy.waiting.append(Request(1, 0.0, 10, 100, 0, session="other"))
+    policy.enqueue(Request(0, 0.0, 5 * BLOCK, 1, 0, session="s"))
+    _step(policy)  # a 1-token answer: done after its prefill, leaving five cached blocks and one free
+    assert policy.running == 0 and kv.free == 1 and len(kv.evictable) == 5
+    policy.enqueue(Request(1, 0.0, 10, 100, 0, session="other"))
     _step(policy)  # takes the free block
-    policy.waiting.append(Request(2, 0.0, 6 * BLOCK, 1, 0, session="s"))  # hits 5, needs 1 more: none left
-    assert not policy._admissible(1000)
+    policy.enqueue(Request(2, 0.0, 6 * BLOCK, 1, 0, session="s"))  # hits 5, needs 1 more: none left
+    assert not policy.can_admit(1000)
     _step(policy)
     assert kv.free >= 0 and kv.used <= kv.total
-    assert policy.slots.count == 1
+    assert policy.running == 1
 
 
 def _replica(total_blocks: int) -> tuple[simpy.Environment, Replica, dict[int, float]]:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from simulator.config.scenario import Scenario
-from simulator.engine.build import ScenarioError
 from simulator.planning import answer_scenario, plan_fleet, target_ratios
+from simulator.resolve import ScenarioError
 from simulator.runner import simulate
 from tests.engine.conftest import CATALOG, scenario
 
@@ -25,7 +25,7 @@ RUN = {"seed": 11, "duration": "90 s", "warmup": "15 s", "drain": False}
 def _capacity_per_replica() -> float:
     one = scenario(deployment=H100_8B, scheduler=CAPPED, requests=CONSTANT,
                    load={"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 1.0}}, run=RUN)  # fmt: skip
-    return float(simulate(one, CATALOG).summary["capacity_requests_per_s"])
+    return float(simulate(one, CATALOG).summary.capacity_requests_per_s)
 
 
 def _gpu_pool(rate: float, targets: list[dict[str, Any]] | None = None) -> Scenario:

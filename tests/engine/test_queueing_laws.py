@@ -137,8 +137,8 @@ def test_interactive_response_time_law() -> None:
         run={"seed": 11, "duration": "600 s", "warmup": "60 s", "drain": False},
     )
     s = result.summary
-    throughput = s["requests_per_s"]
-    assert s["e2e_s"]["mean"] == pytest.approx(users / throughput - think, rel=0.02)
+    throughput = s.requests_per_s
+    assert s.e2e_s.mean == pytest.approx(users / throughput - think, rel=0.02)
 
 
 def test_saturated_throughput_converges_to_the_batch_ceiling() -> None:
@@ -155,5 +155,5 @@ def test_saturated_throughput_converges_to_the_batch_ceiling() -> None:
     )
     step, _ = COST.cycle_time(batch, prompt + answer / 2)
     ceiling = batch / step
-    assert result.summary["output_tok_s"] == pytest.approx(ceiling, rel=0.02)
-    assert result.summary["output_tok_s"] <= ceiling * 1.005
+    assert result.summary.output_tok_s == pytest.approx(ceiling, rel=0.02)
+    assert result.summary.output_tok_s <= ceiling * 1.005

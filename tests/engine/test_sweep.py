@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from distributed import LocalCluster
 
-from simulator.config.loading import Catalog, ConfigError
+from simulator.config.loading import Catalog, ConfigError, bundled_dir
+from simulator.errors import InfersimWarning
 from simulator.sweep import SweepSpec, expand, factor_points, replication_seeds, run_sweep, summarize_rows
 
 SCENARIO = """\
@@ -110,9 +111,10 @@ def test_asking_for_another_metric_or_changing_a_profile_misses_the_cache(tmp_pa
     assert keys.isdisjoint(p.key for p in expand(more, path))
     profiles = tmp_path / "hw"
     profiles.mkdir()
-    original = Catalog().hardware_dir / "nvidia-h100-sxm.yaml"
+    original = bundled_dir("hardware_profiles") / "nvidia-h100-sxm.yaml"
     (profiles / "nvidia-h100-sxm.yaml").write_text(original.read_text().replace("value: 0.85", "value: 0.80", 1))
-    assert keys.isdisjoint(p.key for p in expand(spec, path, Catalog(hardware_dir=profiles)))
+    with pytest.warns(InfersimWarning, match="shadows"):
+        assert keys.isdisjoint(p.key for p in expand(spec, path, Catalog(hardware_dir=profiles)))
 
 
 def test_latin_hypercube_points_cover_each_stratum_once(tmp_path: Path) -> None:

@@ -83,4 +83,5 @@ def test_task_graphs_round_trip(tmp_path: Path) -> None:
 
 def test_the_bundled_example_replays() -> None:
     result = _run(EXAMPLE)
-    assert result.summary["tasks"]["tasks_completed"] == 2 and result.summary["requests_completed"] == 8
+    tasks = result.summary.tasks
+    assert tasks is not None and tasks.tasks_completed == 2 and result.summary.requests_completed == 8

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
+import simulator
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -31,3 +34,16 @@ def test_notebook_executes_without_errors(path: Path) -> None:
     outputs = [o for c in book.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert any(o.output_type in ("stream", "display_data", "execute_result") for o in outputs)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebooks_import_only_the_public_api(path: Path) -> None:
+    """``from simulator import name`` with ``name`` in ``simulator.__all__``; no module of the package."""
+    book = nbformat.read(path, as_version=4)
+    for cell in (c for c in book.cells if c.cell_type == "code"):
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("simulator"):
+                assert node.module == "simulator", f"{path.name}: imports {node.module}"
+                assert {alias.name for alias in node.names} <= set(simulator.__all__)
+            elif isinstance(node, ast.Import):
+                assert not any(alias.name.startswith("simulator.") for alias in node.names)

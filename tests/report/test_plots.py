@@ -45,7 +45,9 @@ def test_latency_vs_load_and_cdf(agent_run) -> None:  # type: ignore[no-untyped-
 
 
 def test_task_breakdown_stacks_every_part(agent_run) -> None:  # type: ignore[no-untyped-def]
-    ax = plots.task_breakdown({"run": agent_run.summary["tasks"]["mean_seconds"]})
+    tasks = agent_run.summary.tasks
+    assert tasks is not None
+    ax = plots.task_breakdown({"run": tasks.mean_seconds.to_dict()})
     _labelled(ax, "run", "(s)")
     assert len(ax.patches) == len(plots.TASK_PARTS)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.analytic.economics import CostAssumptions, CostError, energy_joules, run_cost, usd_per_chip_hour
 from simulator.config.loading import Catalog
-from simulator.results.economics import CostAssumptions, CostError, energy_joules, run_cost, usd_per_chip_hour
 
 H100 = Catalog().hardware("nvidia-h100-sxm")
 

@@ -142,29 +142,6 @@ class RunCost:
     def tasks_per_usd(self) -> float:
         return self.tasks / self.usd if self.usd else float("nan")
 
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "usd_per_hour": self.usd_per_hour,
-            "usd": self.usd,
-            "idle_usd": self.idle_usd,
-            "usd_per_million_output_tokens": self.usd_per_million_output_tokens,
-            "usd_per_task": self.usd_per_task,
-            "tasks_per_usd": self.tasks_per_usd,
-            "joules_per_output_token": self.joules_per_output_token,
-            "joules_per_task": self.joules_per_task,
-        }
-        undefined: dict[str, str] = {}
-        if not self.output_tokens:
-            undefined |= dict.fromkeys(("usd_per_million_output_tokens", "joules_per_output_token"),
-                                       "no output token was emitted in the window")  # fmt: skip
-        if not self.tasks:
-            undefined |= dict.fromkeys(("usd_per_task", "joules_per_task"), "no task completed in the window")
-        if not self.usd:
-            undefined["tasks_per_usd"] = "nothing was spent in the window"
-        if undefined:
-            out["undefined"] = undefined
-        return out
-
     def plus(self, other: RunCost) -> RunCost:
         """Two parts of a fleet over the same window (tasks are counted once, fleet-wide)."""
         return RunCost(

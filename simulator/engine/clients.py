@@ -1,0 +1,238 @@
+"""The clients' side of a run: requests made, routed, delivered and recorded.
+
+A :class:`RequestFactory` makes every request of a run: ids, the infeasible dropped, the
+routing, the network's half round trips each way, the record when the last token reaches the
+client. Each workload class sees it through a :class:`ClassSource` (its lengths, its
+priority). Load processes (:mod:`~simulator.engine.load`, :mod:`~simulator.engine.agents`,
+:mod:`~simulator.engine.replay`) only submit and wait.
+
+A client whose request is refused (too long for every backend, or over the API budget)
+retries after ``REFUSED_BACKOFF_S``, as a client backing off would; it never spins.
+
+Each class's load is started by the function registered for its config class
+(:func:`start_load`): a new kind of load is a config class and one registered starter.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from simulator.config.distributions import Distribution
+from simulator.config.scenario import RunSpec
+from simulator.engine.fleet import Backend, Router
+from simulator.engine.recorder import Recorder
+from simulator.engine.request import Request
+from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, RequestRecord
+from simulator.resolve import ClassPlan
+
+LENGTH_CHUNK = 1024
+PROGRESS_TICKS = 100
+#: Seconds a client (user or agent) waits after a refused request before the next one.
+REFUSED_BACKOFF_S = 1.0
+
+
+@dataclass
+class TaskCounter:
+    """Global task and session ids (one per conversation), shared by every class of a run."""
+
+    tasks: itertools.count[int]
+    sessions: itertools.count[int]
+
+
+class LengthSampler:
+    """Integer token counts >= 1 from a distribution, drawn in chunks."""
+
+    def __init__(self, spec: Distribution, rng: np.random.Generator) -> None:
+        self.spec, self.rng = spec, rng
+        self._buffer: list[int] = []
+
+    def draw(self) -> int:
+        if not self._buffer:
+            values = np.maximum(np.rint(self.spec.sample(self.rng, LENGTH_CHUNK)), 1.0)
+            self._buffer = values.astype(np.int64)[::-1].tolist()
+        return self._buffer.pop()
+
+
+class RequestFactory:
+    """Makes requests at the current time for every class: ids, the infeasible dropped, routing.
+
+    A request is dropped (``dropped = 1``) when no backend its class may use can hold it and
+    rejected (``dropped = 2``) when only over-budget backends could serve it. It reaches its
+    replica half a network round trip after it is sent, and the client sees its first and
+    last token half a round trip after the replica emits them.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        run: RunSpec,
+        router: Router,
+        replica_backend: list[Backend],
+        recorder: Recorder,
+    ) -> None:
+        self.env, self.router, self.replica_backend, self.recorder = env, router, replica_backend, recorder
+        self.max_requests = run.max_requests or math.inf
+        self.duration_s = run.duration or math.inf
+        self.count = 0
+        self.dropped = 0
+        self.progress: Callable[[float], None] | None = None
+        self._next_tick = 1
+
+    @property
+    def exhausted(self) -> bool:
+        return self.count >= self.max_requests
+
+    def make(
+        self,
+        klass: int,
+        priority: int,
+        user: int,
+        lengths: tuple[int, int],
+        session: Hashable | None,
+        task: int,
+        block_hashes: tuple[int, ...] | None,
+        hash_block_tokens: int,
+    ) -> Request | None:
+        request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes)
+        request.task, request.klass, request.priority = task, klass, priority
+        self.count += 1
+        if self.progress is not None:
+            self._tick(self.progress)
+        fits = self.router.fits_somewhere(request)
+        replica = self.router.route(request, self.env.now) if fits else None
+        if replica is None:
+            self.dropped += 1
+            self.recorder.dropped(request_record(request, dropped=DROPPED_OVER_BUDGET if fits else DROPPED_TOO_LONG))
+            return None
+        block_tokens = replica.block_tokens
+        if block_hashes is not None:
+            request.hash_ratio = max(1, hash_block_tokens // block_tokens)
+        request.one_way_s = self.replica_backend[replica.index].one_way_s
+        request.done = self.env.event()
+        self.recorder.arrival(self.env.now)
+        if request.one_way_s > 0:
+            replica.reserve(request)  # load-aware routers see it while it crosses the network
+            self.env.timeout(request.one_way_s).callbacks.append(lambda _: replica.submit(request))
+        else:
+            replica.submit(request)
+        return request
+
+    def _tick(self, progress: Callable[[float], None]) -> None:
+        done = max(self.env.now / self.duration_s, self.count / self.max_requests)
+        while self._next_tick < PROGRESS_TICKS and done >= self._next_tick / PROGRESS_TICKS:
+            progress(self._next_tick / PROGRESS_TICKS)
+            self._next_tick += 1
+
+    def complete(self, request: Request) -> None:
+        if request.one_way_s > 0:
+            self.env.timeout(request.one_way_s).callbacks.append(lambda _: self._deliver(request))
+        else:
+            self._deliver(request)
+
+    def _deliver(self, request: Request) -> None:
+        """The last token reaches the client."""
+        now = self.env.now
+        self.recorder.departure(now, request_record(request, dropped=0, done_s=now))
+        self.router.charge(self.replica_backend[request.replica], request, now)
+        if request.done is not None:
+            request.done.succeed()
+
+
+class ClassSource:
+    """One workload class's view of the factory: its lengths, its priority, its index."""
+
+    def __init__(
+        self,
+        factory: RequestFactory,
+        klass: int,
+        priority: int,
+        samplers: dict[int, tuple[LengthSampler, LengthSampler]],
+    ) -> None:
+        self.factory, self.klass, self.priority, self.samplers = factory, klass, priority, samplers
+
+    @property
+    def exhausted(self) -> bool:
+        return self.factory.exhausted
+
+    def submit(
+        self,
+        user: int,
+        lengths: tuple[int, int] | None = None,
+        session: Hashable | None = None,
+        task: int = -1,
+        block_hashes: tuple[int, ...] | None = None,
+        hash_block_tokens: int = 0,
+    ) -> Request | None:
+        """A request now: lengths drawn for ``user`` unless given; a session sticks to one replica.
+
+        ``block_hashes`` (traces) name the prompt's KV blocks of ``hash_block_tokens`` each.
+        """
+        if lengths is None:
+            input_sampler, output_sampler = self.samplers.get(user, self.samplers[-1])
+            lengths = (input_sampler.draw(), output_sampler.draw())
+        session_key = None if session is None else (self.klass, session)
+        return self.factory.make(
+            self.klass, self.priority, user, lengths, session_key, task, block_hashes, hash_block_tokens
+        )
+
+
+def request_record(request: Request, dropped: int, done_s: float = math.nan) -> RequestRecord:
+    """The request's record; the first token is stamped when the client sees it."""
+    return RequestRecord(
+        request.id, request.replica, request.user, request.arrival_s, request.admitted_s,
+        request.first_token_s + request.one_way_s, done_s, request.input_tokens, request.output_tokens,
+        request.preemptions, float(dropped), request.cached_tokens, request.task, request.klass,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ClassRun:
+    """What the load processes of one workload class share."""
+
+    env: simpy.Environment
+    plan: ClassPlan
+    source: ClassSource
+    recorder: Recorder
+    counter: TaskCounter
+    stop_s: float  # arrivals stop here
+    arrivals: np.random.SeedSequence  # the arrival process's stream
+    clients: np.random.SeedSequence  # spawned into one stream per user or agent
+
+
+@functools.singledispatch
+def start_load(load: object, run: ClassRun) -> None:
+    """Start the processes of a class's load, by the class of its config.
+
+    A new kind of load registers its starter with ``@start_load.register``.
+    """
+    raise TypeError(f"no load process is registered for {type(load).__name__} (@start_load.register one)")
+
+
+def start_class(
+    env: simpy.Environment,
+    plan: ClassPlan,
+    factory: RequestFactory,
+    recorder: Recorder,
+    counter: TaskCounter,
+    stop_s: float,
+    seeds: np.random.SeedSequence,
+) -> ClassSource:
+    """Start one class's load; its streams are spawned from its own seed sequence."""
+    arrivals_ss, lengths_ss, clients_ss = seeds.spawn(3)
+    samplers: dict[int, tuple[LengthSampler, LengthSampler]] = {}
+    if plan.lengths is not None:
+        in_ss, out_ss = lengths_ss.spawn(2)
+        samplers[-1] = (
+            LengthSampler(plan.lengths.input_tokens, np.random.default_rng(in_ss)),
+            LengthSampler(plan.lengths.output_tokens, np.random.default_rng(out_ss)),
+        )
+    source = ClassSource(factory, plan.index, plan.priority, samplers)
+    start_load(plan.load, ClassRun(env, plan, source, recorder, counter, stop_s, arrivals_ss, clients_ss))
+    return source

@@ -1,0 +1,101 @@
+"""Paged KV: a replica's KV budget in blocks, and a prefix cache of reusable full blocks.
+
+The budget is ``floor(kv_budget / (block_tokens * kv bytes per token))`` blocks; a sequence
+holding ``n`` tokens of KV owns ``ceil(n / block_tokens)`` blocks. (Sliding-window layers
+are charged like full ones: conservative for gpt-oss.)
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+BlockKey = Hashable
+
+
+class BlockManager:
+    """Paged KV: free blocks, blocks in use, and a prefix cache of reusable full blocks.
+
+    A cached block is identified by its key (a block hash, or ``(session, index)``); blocks in
+    use by running sequences are reference-counted, so sequences sharing a prefix share its
+    blocks. Unreferenced cached blocks are kept in LRU order and are reclaimed, oldest first,
+    only when an allocation finds no free block.
+    """
+
+    def __init__(self, total_blocks: int, block_tokens: int, caching: bool = False) -> None:
+        self.total = total_blocks
+        self.free = total_blocks
+        self.block_tokens = block_tokens
+        self.caching = caching
+        self.evictable: OrderedDict[BlockKey, None] = OrderedDict()
+        self.in_use: dict[BlockKey, int] = {}
+
+    def blocks_for(self, tokens: FloatArray | float) -> FloatArray:
+        return np.ceil(np.asarray(tokens, dtype=np.float64) / self.block_tokens)
+
+    @property
+    def used(self) -> int:
+        """Blocks holding KV of running sequences (cached, unreferenced blocks excluded)."""
+        return self.total - self.free - len(self.evictable)
+
+    @property
+    def available(self) -> int:
+        return self.free + len(self.evictable)
+
+    def allocate(self, blocks: int) -> bool:
+        """Take ``blocks`` free blocks, reclaiming LRU cached ones if needed."""
+        if blocks > self.available:
+            return False
+        while self.free < blocks:
+            self.evictable.popitem(last=False)
+            self.free += 1
+        self.free -= blocks
+        return True
+
+    def acquire(self, keys: Sequence[BlockKey]) -> None:
+        """Reference resident blocks for a sequence that reuses them."""
+        for key in keys:
+            if key in self.evictable:
+                del self.evictable[key]
+            self.in_use[key] = self.in_use.get(key, 0) + 1
+
+    def publish(self, keys: Sequence[BlockKey | None]) -> list[BlockKey]:
+        """Make freshly computed full blocks shareable; returns the keys now referenced.
+
+        A key another sequence already published stays that sequence's; this copy remains a
+        private block of its owner (it was computed twice).
+        """
+        published = []
+        for key in keys:
+            if key is None or key in self.in_use or key in self.evictable:
+                break
+            self.in_use[key] = 1
+            published.append(key)
+        return published
+
+    def release(self, shared: Sequence[BlockKey], owned: int, keys: Sequence[BlockKey | None]) -> None:
+        """A sequence leaves: drop its references, cache its full ``keys`` blocks, free the rest.
+
+        ``keys`` names the owned full blocks in order (None: not cacheable); owned blocks beyond
+        them (a partial last block) are freed. Blocks enter the LRU tail first (as vLLM frees
+        them in reverse), so eviction trims a cached context from its end and keeps its prefix.
+        """
+        cached = 0
+        if self.caching:
+            for key in reversed(keys[:owned]):
+                if key is not None and key not in self.evictable and key not in self.in_use:
+                    self.evictable[key] = None
+                    cached += 1
+        for key in reversed(shared):
+            count = self.in_use[key] - 1
+            if count:
+                self.in_use[key] = count
+            else:
+                del self.in_use[key]
+                self.evictable[key] = None
+        self.free += owned - cached

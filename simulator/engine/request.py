@@ -1,0 +1,89 @@
+"""A model call in flight: its lengths, its timestamps, where its KV is, whom it belongs to."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import simpy
+
+
+class Request:
+    """One model call and its timestamps (seconds). ``generated`` counts emitted tokens."""
+
+    __slots__ = (
+        "admitted_s",
+        "arrival_s",
+        "block_hashes",
+        "cached_tokens",
+        "done",
+        "first_token_s",
+        "generated",
+        "hash_ratio",
+        "id",
+        "input_tokens",
+        "klass",
+        "one_way_s",
+        "output_tokens",
+        "preemptions",
+        "priority",
+        "published_upto",
+        "replica",
+        "reserved_usd",
+        "session",
+        "shared",
+        "swapped",
+        "task",
+        "user",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        request_id: int,
+        arrival_s: float,
+        input_tokens: int,
+        output_tokens: int,
+        user: int,
+        session: Hashable | None = None,
+        block_hashes: Sequence[Hashable] | None = None,
+        hash_ratio: int = 1,
+    ) -> None:
+        self.id = request_id
+        self.arrival_s = arrival_s
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.user = user
+        self.generated = 0
+        self.admitted_s = math.nan
+        self.first_token_s = math.nan
+        self.preemptions = 0
+        self.replica = -1
+        self.done: simpy.Event | None = None  # when somebody waits on the request
+        self.swapped: tuple[float, float] | None = None  # (context, prompt_left) while swapped out
+        self.session = session  # conversation id: block i of its context is (session, i)
+        self.block_hashes = block_hashes  # explicit prompt block hashes (traces), first
+        self.hash_ratio = hash_ratio  # our KV blocks per trace hash block
+        self.cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
+        self.shared: list[Hashable] = []  # cached blocks this request references while running
+        self.task = -1  # the agent task this call belongs to
+        self.klass = 0  # workload class index
+        self.priority = 0  # higher is admitted first
+        self.published_upto = 0  # leading blocks of this request that are shared prefix KV
+        self.one_way_s = 0.0  # half the network round trip to its backend
+        self.reserved_usd = 0.0  # API budget reserved for it when routed
+
+    @property
+    def cacheable(self) -> bool:
+        """Whether any of its blocks has a key (a session or trace hashes): else none is shared."""
+        return self.session is not None or self.block_hashes is not None
+
+    def block_key(self, index: int) -> Hashable | None:
+        """Key of the KV block covering tokens [index * bs, (index + 1) * bs) of this context."""
+        if self.block_hashes is not None:
+            trace_block, part = divmod(index, self.hash_ratio)
+            if trace_block < len(self.block_hashes):
+                return (self.session, self.block_hashes[trace_block], part)
+            return None
+        return None if self.session is None else (self.session, index)

@@ -1,0 +1,237 @@
+"""What a run leaves behind: the records the engine writes and the metrics read.
+
+The contract between :mod:`simulator.engine` (which fills these while it runs) and
+:mod:`simulator.results` (which derives metrics from them afterwards): neither imports the other.
+
+- A request is one :class:`RequestRecord` and an agent task one :class:`TaskRecord`: named
+  fields, stored flat as float64 (88 bytes a request); times are seconds of simulated time,
+  NaN where an event never happened (a dropped request has no first token).
+- Levels (batch size, queue length, KV blocks in use) are piecewise constant
+  (:class:`LevelMonitor`), so time-weighted means are exact integrals.
+- Output and input token counts are cumulative per replica (:class:`TokenCounter`), linear
+  within an iteration, so a window's tokens exclude the parts of iterations outside it.
+- Inter-token gaps are a histogram over :data:`ITL_BIN_EDGES_S` (0.5 % resolution).
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from simulator.analytic.economics import Pricing
+from simulator.config.hardware import HardwareProfile
+
+FloatArray = npt.NDArray[np.float64]
+
+#: Inter-token latency histogram: log-spaced bins from 1 us to 1000 s, 200 per decade.
+ITL_BIN_EDGES_S = np.logspace(-6, 3, 9 * 200 + 1)
+
+
+class RequestRecord(NamedTuple):
+    """One model call as the client saw it (the first token is stamped when the client sees it)."""
+
+    id: float
+    replica: float
+    user: float
+    arrival_s: float
+    admitted_s: float
+    first_token_s: float
+    done_s: float
+    input_tokens: float
+    output_tokens: float
+    preemptions: float
+    dropped: float  # 0 served, DROPPED_TOO_LONG, DROPPED_OVER_BUDGET
+    cached_tokens: float
+    task: float  # the agent task it belongs to (-1: none)
+    class_: float  # workload class index (column "class")
+
+
+class TaskRecord(NamedTuple):
+    """One finished agent task: its span and where the time went (seconds)."""
+
+    task: float
+    agent: float
+    start_s: float
+    end_s: float
+    calls: float
+    model_s: float
+    queue_s: float
+    tool_s: float
+    subagent_s: float
+    network_s: float
+    input_tokens: float
+    output_tokens: float
+    cached_tokens: float
+    failed: float  # 1.0 when a call was refused
+    parent: float  # the task that spawned it (-1: top level)
+    class_: float  # workload class index (column "class")
+
+
+def columns(record: type[tuple[float, ...]]) -> tuple[str, ...]:
+    """Column names of a record type: its fields, a trailing ``_`` (a Python keyword's escape) dropped."""
+    return tuple(name.rstrip("_") for name in record._fields)  # type: ignore[attr-defined]
+
+
+REQUEST_COLUMNS = columns(RequestRecord)
+TASK_COLUMNS = columns(TaskRecord)
+
+#: ``RequestRecord.dropped``: too long for every backend its class may use.
+DROPPED_TOO_LONG = 1
+#: ``RequestRecord.dropped``: only over-budget (API) backends could serve it.
+DROPPED_OVER_BUDGET = 2
+
+
+class LevelMonitor:
+    """A piecewise-constant level ``(t, value)``: value holds from t until the next record."""
+
+    def __init__(self, t0: float = 0.0, value: float = 0.0) -> None:
+        self.times = array("d", [t0])
+        self.values = array("d", [value])
+
+    def record(self, t: float, value: float) -> None:
+        if value != self.values[-1]:
+            if t == self.times[-1]:
+                self.values[-1] = value
+            else:
+                self.times.append(t)
+                self.values.append(value)
+
+    def integral(self, t0: float, t1: float) -> float:
+        """Exact area under the level over ``[t0, t1]``."""
+        times = np.frombuffer(self.times, dtype=np.float64)
+        values = np.frombuffer(self.values, dtype=np.float64)
+        starts = np.clip(times, t0, t1)
+        ends = np.clip(np.append(times[1:], np.inf), t0, t1)
+        return float(np.sum(values * (ends - starts)))
+
+    def time_mean(self, t0: float, t1: float) -> float:
+        return self.integral(t0, t1) / (t1 - t0) if t1 > t0 else float("nan")
+
+    def maximum(self) -> float:
+        return float(max(self.values))
+
+
+class TokenCounter:
+    """Cumulative output (emitted) and input (prefilled) tokens of one replica over time.
+
+    An iteration or jump is a span from its start to its (planned) end, linear in between;
+    a jump that stops early amends its span.
+    """
+
+    def __init__(self) -> None:
+        self.times = array("d", [0.0])
+        self.output = array("d", [0.0])
+        self.input = array("d", [0.0])
+
+    def span(self, start_s: float, end_s: float, output_tokens: float, input_tokens: float) -> None:
+        if start_s > self.times[-1]:
+            self.times.append(start_s)
+            self.output.append(self.output[-1])
+            self.input.append(self.input[-1])
+        self.times.append(end_s)
+        self.output.append(self.output[-1] + output_tokens)
+        self.input.append(self.input[-1] + input_tokens)
+
+    def amend(self, end_s: float, output_tokens: float) -> None:
+        self.times[-1] = end_s
+        self.output[-1] = self.output[-2] + output_tokens
+
+    def in_window(self, t0: float, t1: float) -> tuple[float, float]:
+        """(output, input) tokens over ``[t0, t1]``."""
+        times = np.frombuffer(self.times, dtype=np.float64)
+        counts = [np.frombuffer(series, dtype=np.float64) for series in (self.output, self.input)]
+        out, inp = (float(np.interp(t1, times, c) - np.interp(t0, times, c)) for c in counts)
+        return out, inp
+
+
+@dataclass
+class ReplicaTotals:
+    busy_s: float = 0.0
+    iterations: int = 0
+    flops: float = 0.0
+    bytes_moved: float = 0.0
+
+
+@dataclass(frozen=True)
+class BackendRecord:
+    """What the metrics need to know about one backend of the fleet."""
+
+    name: str
+    hardware: HardwareProfile
+    model_id: str
+    chips_per_replica: int
+    replicas: list[int]  # global replica indices
+    kv_blocks_per_replica: int
+    max_batch_size: int
+    peak_flops_per_chip: float
+    peak_bandwidth_per_chip: float
+    pricing: Pricing
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    requests: dict[str, FloatArray]  # one array per column of REQUEST_COLUMNS
+    tasks: dict[str, FloatArray]  # one array per column of TASK_COLUMNS (agent runs)
+    in_system: LevelMonitor
+    queue: list[LevelMonitor]
+    batch: list[LevelMonitor]
+    kv_blocks: list[LevelMonitor]
+    totals: list[ReplicaTotals]
+    itl_counts: FloatArray
+    tokens: list[TokenCounter]
+    end_s: float
+    warmup_s: float
+    backends: list[BackendRecord]
+    in_flight: int
+    capacity_requests_per_s: float
+    offered_requests_per_s: float | None
+
+    def tokens_in_window(self, t0: float, t1: float, replicas: list[int] | None = None) -> tuple[float, float]:
+        """(output, input) tokens the replicas (default: all) processed over ``[t0, t1]``."""
+        chosen = range(len(self.tokens)) if replicas is None else replicas
+        pairs = [self.tokens[i].in_window(t0, t1) for i in chosen]
+        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+    def backend_of(self, replica: int) -> BackendRecord:
+        return next(b for b in self.backends if replica in b.replicas)
+
+    @property
+    def itl_bin_edges_s(self) -> FloatArray:
+        return ITL_BIN_EDGES_S
+
+    def levels(self, replica: int = 0) -> dict[str, tuple[FloatArray, FloatArray]]:
+        """Batch size, queue length and KV occupancy (% of blocks) of a replica: (times s, values)."""
+        kv_scale = 100.0 / max(self.backend_of(replica).kv_blocks_per_replica, 1)
+        out = {}
+        for name, level, scale in (("batch size", self.batch[replica], 1.0), ("queue", self.queue[replica], 1.0),
+                                   ("KV occupancy %", self.kv_blocks[replica], kv_scale)):  # fmt: skip
+            times = np.append(np.frombuffer(level.times, dtype=np.float64), self.end_s)
+            values = np.frombuffer(level.values, dtype=np.float64)
+            out[name] = (times, np.append(values, values[-1]) * scale)
+        return out
+
+    def levels_csv(self) -> str:
+        """:meth:`levels` of every replica in long form: ``replica,level,t_s,value`` (exact floats)."""
+        rows = ["replica,level,t_s,value"]
+        for replica in range(len(self.batch)):
+            for name, (times, values) in self.levels(replica).items():
+                rows += [f"{replica},{name},{t!r},{v!r}" for t, v in zip(times.tolist(), values.tolist(), strict=True)]
+        return "\n".join(rows) + "\n"
+
+    def to_csv(self) -> str:
+        """One row per request; times are exact (shortest round-trip decimal), counts integers."""
+        rows = [",".join(REQUEST_COLUMNS)]
+        columns = [self.requests[f].tolist() for f in REQUEST_COLUMNS]
+        rows += [",".join(_csv_number(v) for v in values) for values in zip(*columns, strict=True)]
+        return "\n".join(rows) + "\n"
+
+
+def _csv_number(value: float) -> str:
+    """An integer-valued float as an integer, NaN as empty, anything else exactly."""
+    if value != value:
+        return ""
+    return str(int(value)) if abs(value) < 2**53 and value == int(value) else repr(value)

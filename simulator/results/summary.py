@@ -1,0 +1,204 @@
+"""The run summary as typed records: named fields, read by attribute, written as ``summary.json``.
+
+A number that cannot be computed (nothing measured in the window, a 1-token answer's
+inter-token time) is NaN in memory and ``null`` in JSON, with the reason under ``undefined``
+in the record that holds it. :meth:`RunSummary.to_dict` gives the JSON document's shape, key
+for key: a part that does not apply (``tasks`` of a run without agents, ``classes`` of a
+one-class run, ``undefined`` where everything is defined) is left out. Summaries read back
+from ``summary.json`` (``null`` for NaN) validate into the same records. Metric definitions
+are in :mod:`simulator.results.metrics`.
+
+``schema_version`` numbers the document's shape: a change that renames or moves a field
+increments it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+
+#: A number that is NaN where undefined (``null`` in JSON, read back as NaN).
+Number = Annotated[float, BeforeValidator(lambda value: math.nan if value is None else value)]
+Reasons = dict[str, str]
+
+
+class Record(BaseModel):
+    """A frozen part of a summary; a field left at its default of None is not written."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_serializer(mode="wrap")
+    def _present(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        fields = type(self).model_fields
+        return {key: value for key, value in data.items() if value is not None or fields[key].is_required()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document's shape (NaN where undefined; :func:`simulator.serialize.strict_json` writes null)."""
+        data: dict[str, Any] = self.model_dump()
+        return data
+
+
+class DistributionStats(Record):
+    """Count, mean and percentiles of a metric over the measured requests (or tasks)."""
+
+    count: int
+    mean: Number
+    p50: Number
+    p90: Number
+    p95: Number
+    p99: Number
+    undefined: Reasons | None = None
+
+
+class TaskParts(Record):
+    """One number per part of a task's time (seconds, or a share of the task time)."""
+
+    model: Number
+    queue: Number
+    tool: Number
+    subagent: Number
+    network: Number
+    undefined: Reasons | None = None
+
+
+class TaskSummary(Record):
+    """Agent tasks: completion time, where it went, calls and tokens per task, tasks per hour."""
+
+    task_time_s: DistributionStats
+    tasks_completed: int
+    tasks_failed: int
+    subagent_tasks: int
+    tasks_per_hour: Number
+    calls_per_task: Number
+    input_tokens_per_task: Number
+    output_tokens_per_task: Number
+    time_share: TaskParts
+    mean_seconds: TaskParts
+    undefined: Reasons | None = None
+
+
+class ReplicaSummary(Record):
+    backend: str
+    busy_fraction: Number
+    compute_utilisation: Number
+    memory_bandwidth_utilisation: Number
+    iterations: int
+    undefined: Reasons | None = None
+
+
+class BackendCost(Record):
+    """What one backend cost over the window (per-task figures are the fleet's)."""
+
+    basis: str
+    usd_per_hour: Number
+    usd: Number
+    idle_usd: Number
+    usd_per_million_output_tokens: Number
+    joules_per_output_token: Number
+    undefined: Reasons | None = None
+
+
+class FleetCost(Record):
+    """What the fleet cost over the window, per token and per task."""
+
+    basis: str  # the backends' basis, or "mixed"
+    usd_per_hour: Number
+    usd: Number
+    idle_usd: Number
+    usd_per_million_output_tokens: Number
+    usd_per_task: Number
+    tasks_per_usd: Number
+    joules_per_output_token: Number
+    joules_per_task: Number
+    undefined: Reasons | None = None
+
+
+class BackendSummary(Record):
+    """One backend of the fleet: what it served, how busy it was, what it cost."""
+
+    hardware: str
+    model: str
+    replicas: int
+    chips: int
+    requests_completed: int
+    output_tok_s: Number
+    busy_fraction: Number
+    cost: BackendCost
+    undefined: Reasons | None = None
+
+
+class LatencyStats(Record):
+    """The request latency distributions (fields shared by the run and each class)."""
+
+    ttft_s: DistributionStats
+    tpot_s: DistributionStats
+    e2e_s: DistributionStats
+    per_user_output_tok_s: DistributionStats
+    normalized_tpot_s: DistributionStats
+    queueing_delay_s: DistributionStats
+
+
+class ClassSummary(LatencyStats):
+    """One workload class: its latencies, its goodput under its own SLOs, its tasks."""
+
+    priority: int
+    requests_completed: int
+    requests_per_s: Number
+    goodput_requests_per_s: Number
+    slo_attainment: Number
+    tasks: TaskSummary | None = None
+    undefined: Reasons | None = None
+
+
+class RunSummary(LatencyStats):
+    """Everything a run measured in its window (the metrics of :mod:`simulator.results.metrics`)."""
+
+    schema_version: Literal[1] = 1
+    itl_s: DistributionStats
+    requests_completed: int
+    requests_dropped: int
+    requests_rejected_over_budget: int
+    requests_in_flight: int
+    window_s: Number
+    requests_per_s: Number
+    output_tok_s: Number
+    input_tok_s: Number
+    goodput_requests_per_s: Number
+    preemptions: int
+    mean_batch_size: Number
+    mean_queue_length: Number
+    mean_kv_occupancy: Number
+    replicas: list[ReplicaSummary]
+    replica_count: int
+    prefix_cache_hit_rate: Number
+    tasks: TaskSummary | None = None
+    classes: dict[str, ClassSummary] | None = None
+    backends: dict[str, BackendSummary]
+    cost: FleetCost
+    capacity_requests_per_s: Number
+    offered_requests_per_s: Number | None
+    overloaded: bool
+    undefined: Reasons | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document with ``schema_version`` first (then the fields in their order)."""
+        data = super().to_dict()
+        return {"schema_version": data.pop("schema_version"), **data}
+
+    def metric(self, path: str) -> float:
+        """A number by its dotted path in the document (``ttft_s.p99``, ``classes.chat.tasks.tasks_completed``,
+        ``replicas.0.busy_fraction``); NaN where the run has no such number."""
+        node: Any = self
+        for part in path.split("."):
+            if isinstance(node, BaseModel) and part in type(node).model_fields:
+                node = getattr(node, part)
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return math.nan
+        return float(node) if isinstance(node, int | float) else math.nan
