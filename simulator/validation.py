@@ -38,7 +38,7 @@ beside, not hidden inside, the headline error:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import get_args
@@ -105,7 +105,9 @@ class RowResult:
     row: MeasurementRow
     predicted: float | None
     reason: str = ""
-    family: str = ""
+    family: str = ""  # the hardware's architecture
+    model_family: str = ""  # the model's lineage (llama, qwen3, deepseek, gpt-oss, ...)
+    moe: bool = False
     bottleneck: str = ""
     flag: str = ""
     served: str = ""  # how the row was run: layout, stack, speculation, context, in words
@@ -365,6 +367,8 @@ def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
         row,
         predicted,
         family=hardware.family,
+        model_family=model_family(row.model),
+        moe=deployment.model.moe is not None,
         bottleneck=result.bottleneck,
         flag="" if deployment.speculative else _ceiling_flag(row, deployment),
         served=served(deployment, fields),
@@ -410,19 +414,38 @@ def _stats(errors: list[float]) -> dict[str, float | int]:
     }
 
 
-def _errors(results: Sequence[RowResult], family: str | None = None) -> list[float]:
-    return [r.rel_error for r in results if r.rel_error is not None and family in (None, r.family)]
+def _errors(results: Sequence[RowResult]) -> list[float]:
+    return [r.rel_error for r in results if r.rel_error is not None]
+
+
+def model_family(model_id: str) -> str:
+    """A model id's lineage: its first word and the words after it up to the first that holds a
+    digit (``llama-3.1-8b`` -> ``llama``, ``gpt-oss-120b`` -> ``gpt-oss``, ``qwen3-32b`` -> ``qwen3``)."""
+    first, *rest = model_id.split("-")
+    words = [first]
+    for word in rest:
+        if any(ch.isdigit() for ch in word):
+            break
+        words.append(word)
+    return "-".join(words)
+
+
+def _grouped(results: Sequence[RowResult], key: Callable[[RowResult], str]) -> dict[str, dict[str, float | int]]:
+    groups = sorted({key(r) for r in results})
+    return {g: _stats(_errors([r for r in results if key(r) == g])) for g in groups}
 
 
 def summarize(results: Sequence[RowResult]) -> dict[str, object]:
-    """Median and 90th-percentile absolute relative error: all rows, unflagged rows, per architecture."""
+    """Median and 90th-percentile absolute relative error: all rows, unflagged rows, per architecture,
+    per model family, and MoE against dense models."""
     predicted = [r for r in results if r.rel_error is not None]
     unflagged = [r for r in predicted if not r.flag]
-    families = sorted({r.family for r in predicted})
     return {
         "overall": _stats(_errors(predicted)),
         "unflagged": _stats(_errors(unflagged)),
-        "by_architecture": {fam: _stats(_errors(predicted, fam)) for fam in families},
+        "by_architecture": _grouped(predicted, lambda r: r.family),
+        "by_model_family": _grouped(predicted, lambda r: r.model_family),
+        "by_model_kind": _grouped(predicted, lambda r: "moe" if r.moe else "dense"),
         "flagged": [{"id": r.row.id, "flag": r.flag} for r in predicted if r.flag],
         "unpredicted": [{"id": r.row.id, "reason": r.reason} for r in results if r.predicted is None],
     }

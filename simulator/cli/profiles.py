@@ -183,6 +183,10 @@ def validate_command(args: argparse.Namespace) -> int:
     stats += [["unflagged rows", *_stat_cells(summary["unflagged"])]]  # type: ignore[arg-type]
     stats += [[fam, *_stat_cells(s)] for fam, s in summary["by_architecture"].items()]  # type: ignore[attr-defined]
     print(format_table(["architecture", "rows", "median |err|", "p90 |err|"], stats))
+    print()
+    models = [[kind, *_stat_cells(s)] for kind, s in summary["by_model_kind"].items()]  # type: ignore[attr-defined]
+    models += [[fam, *_stat_cells(s)] for fam, s in summary["by_model_family"].items()]  # type: ignore[attr-defined]
+    print(format_table(["models", "rows", "median |err|", "p90 |err|"], models))
     return 0
 
 

@@ -204,3 +204,39 @@ def test_a_closed_pipe_ends_quietly() -> None:
         f"{sys.executable} -m simulator profiles | head -1", shell=True, capture_output=True, text=True, check=False
     )
     assert result.stdout.startswith("hardware") and "Traceback" not in result.stderr
+
+
+def test_calibrate_writes_profiles_that_reproduce_the_rows_they_were_fitted_to(tmp_path: Path) -> None:
+    """Two GPUs' HBM efficiencies and TensorRT-LLM's shared per-layer latency, fitted from the
+    command line to rows generated with known values: the written YAML files load as profiles
+    (``--hardware-dir`` / ``--stack-dir``) and predict those rows back."""
+    from simulator.config.loading import Catalog
+    from simulator.config.paths import with_values
+    from tests.unit.test_calibration import _synthetic_rows
+
+    catalog = Catalog()
+    truths = catalog.with_profiles(
+        hardware=[with_values(catalog.hardware("nvidia-h100-sxm"), {"memory.hbm.efficiency": 0.78}),
+                  with_values(catalog.hardware("nvidia-h200"), {"memory.hbm.efficiency": 0.9})],
+        stacks=[with_values(catalog.stack("trtllm"), {"layer_latency": 3.0e-5})],
+    )  # fmt: skip
+    rows = _synthetic_rows(truths.hardware("nvidia-h100-sxm"), truths) + _synthetic_rows(
+        truths.hardware("nvidia-h200"), truths
+    )
+    header = "id,hardware,chips,model,weights,spec_decoding,input_tokens,output_tokens,concurrency,metric,value"
+    lines = [f"{r.id},{r.hardware},,{r.model},{r.weights},none,{r.input_tokens},{r.output_tokens},1,"
+             f"{r.metric},{r.value!r}" for r in rows]  # fmt: skip
+    table, out = tmp_path / "rows.csv", tmp_path / "cal"
+    table.write_text("\n".join([header, *lines]) + "\n")
+    args = ["calibrate", "--hardware", "nvidia-h100-sxm,nvidia-h200", "--table", str(table),
+            "--fit", "memory.hbm.efficiency", "--shared", "trtllm.layer_latency", "-o", str(out)]  # fmt: skip
+    assert main(args) == 0
+    assert {"nvidia-h100-sxm.yaml", "nvidia-h200.yaml", "trtllm.yaml", "fit.json"} <= {p.name for p in out.iterdir()}
+    hardware_dir, stack_dir = tmp_path / "hw", tmp_path / "stacks"
+    hardware_dir.mkdir(), stack_dir.mkdir()
+    for name in ("nvidia-h100-sxm.yaml", "nvidia-h200.yaml"):
+        shutil.copy(out / name, hardware_dir / name)
+    shutil.copy(out / "trtllm.yaml", stack_dir / "trtllm.yaml")
+    dirs = ["--hardware-dir", str(hardware_dir), "--stack-dir", str(stack_dir)]
+    refitted = json.loads(run_cli(*dirs, "validate", str(table), "--json").stdout)
+    assert max(abs(r["rel_error"]) for r in refitted["rows"]) < 1e-3
