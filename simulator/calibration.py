@@ -60,9 +60,12 @@ STACK_FITTABLE: dict[str, tuple[float, float]] = {
     "step_overhead": (0.0, 0.05),
 }
 
-#: Stopping tolerances of the fit: relative change of the parameters and of the cost; 1e-6 is
-#: far below the spread of published measurements, and each evaluation may be an engine run.
-XTOL = FTOL = 1e-6
+#: Stopping tolerances of the fit: relative change of the parameters (1e-5) and of the sum of
+#: squared log errors (1e-4: a 0.01 % change of a cost made of errors of several percent); both
+#: far below the spread of published measurements. Each evaluation may be an engine run per row,
+#: so the solver also stops after ``MAX_EVALUATIONS`` evaluations of every row.
+XTOL, FTOL = 1e-5, 1e-4
+MAX_EVALUATIONS = 40
 #: Relative forward-difference step of the Jacobian (of the scaled parameter, which is ~1).
 STEP = 1e-4
 #: Smallest singular value of the scaled Jacobian, relative to the largest, of an identified fit.
@@ -223,7 +226,7 @@ class _Problem:
         """Bounded least squares from ``start`` (SI values): (fitted SI values, Jacobian there)."""
         solution = least_squares(self.residuals, start / self.scale, jac=self.jacobian,
                                  bounds=(self.lower / self.scale, self.upper / self.scale), method="trf",
-                                 xtol=XTOL, ftol=FTOL)  # fmt: skip
+                                 xtol=XTOL, ftol=FTOL, max_nfev=MAX_EVALUATIONS)  # fmt: skip
         return solution.x * self.scale, self.jacobian(solution.x)
 
 
