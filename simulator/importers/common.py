@@ -97,7 +97,7 @@ class Load:
             return f"closed loop of {self.concurrency} clients"
         if self.kind == "offline":
             return f"{self.requests} requests sent at t = 0"
-        shape = {"poisson": "Poisson", "gamma": f"gamma (CV^2 {self.cv2:g})", "constant": "evenly spaced"}
+        shape = {"poisson": "Poisson", "gamma": f"gamma (CV^2 {self.cv2})", "constant": "evenly spaced"}
         return f"{self.requests} requests, {shape[self.kind]} arrivals at {self.rate_per_s:g} req/s"
 
 
