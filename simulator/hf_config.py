@@ -93,7 +93,9 @@ def _attention(r: _Reader, kind: str) -> dict[str, Any]:
                            "head_dim": r.int("head_dim", r.int("hidden_size") // heads)}  # fmt: skip
     layers = r.int("num_hidden_layers")
     if kind == "gpt_oss":
-        types = r.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+        types = r.get("layer_types") or [
+            "sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)
+        ]
         out |= {"sliding_window": r.int("sliding_window"),
                 "sliding_window_layers": sum(t == "sliding_attention" for t in types)}  # fmt: skip
     elif kind == "llama4_text" and r.get("attention_chunk_size"):
