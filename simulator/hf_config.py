@@ -115,9 +115,10 @@ def _moe(r: _Reader, kind: str) -> tuple[dict[str, Any] | None, int | None]:
         return None, r.int("intermediate_size")
     if kind in ("mixtral", "gpt_oss"):
         per_token = r.int("num_experts_per_tok", r.get("experts_per_token"))
-        return {"num_routed_experts": r.int("num_local_experts"), "num_shared_experts": 0,
-                "experts_per_token": per_token, "expert_intermediate_size": r.int("intermediate_size"),
-                "num_moe_layers": layers}, None  # fmt: skip
+        block = {"num_routed_experts": r.int("num_local_experts"), "num_shared_experts": 0,
+                 "experts_per_token": per_token, "expert_intermediate_size": r.int("intermediate_size"),
+                 "num_moe_layers": layers}  # fmt: skip
+        return block, None
     if kind in ("qwen2_moe", "qwen3_moe"):
         width = r.int("moe_intermediate_size")
         step = r.int("decoder_sparse_step", 1)
@@ -127,22 +128,25 @@ def _moe(r: _Reader, kind: str) -> tuple[dict[str, Any] | None, int | None]:
         if shared_width % width:
             raise ConfigError(f"{r.where}: shared_expert_intermediate_size: {shared_width} is not a multiple of "
                               f"moe_intermediate_size {width}")  # fmt: skip
-        return {"num_routed_experts": r.int("num_experts"), "num_shared_experts": shared_width // width,
-                "experts_per_token": r.int("num_experts_per_tok"), "expert_intermediate_size": width,
-                "num_moe_layers": moe_layers}, (r.int("intermediate_size") if moe_layers < layers else None)  # fmt: skip
+        block = {"num_routed_experts": r.int("num_experts"), "num_shared_experts": shared_width // width,
+                 "experts_per_token": r.int("num_experts_per_tok"), "expert_intermediate_size": width,
+                 "num_moe_layers": moe_layers}  # fmt: skip
+        return block, (r.int("intermediate_size") if moe_layers < layers else None)
     if kind == "llama4_text":
         step = r.int("interleave_moe_layer_step", 1)
         moe_layers = layers // step
-        return {"num_routed_experts": r.int("num_local_experts"), "num_shared_experts": 1,
-                "experts_per_token": r.int("num_experts_per_tok"), "expert_intermediate_size": r.int("intermediate_size"),
-                "num_moe_layers": moe_layers}, (r.int("intermediate_size_mlp") if moe_layers < layers else None)  # fmt: skip
+        block = {"num_routed_experts": r.int("num_local_experts"), "num_shared_experts": 1,
+                 "experts_per_token": r.int("num_experts_per_tok"),
+                 "expert_intermediate_size": r.int("intermediate_size"), "num_moe_layers": moe_layers}  # fmt: skip
+        return block, (r.int("intermediate_size_mlp") if moe_layers < layers else None)
     # deepseek_v2 / deepseek_v3 / kimi_k2 / glm4_moe
     first_dense = r.int("first_k_dense_replace", 0)
     freq = r.int("moe_layer_freq", 1)
     moe_layers = sum(1 for i in range(first_dense, layers) if i % freq == 0)
-    return {"num_routed_experts": r.int("n_routed_experts"), "num_shared_experts": r.int("n_shared_experts", 0),
-            "experts_per_token": r.int("num_experts_per_tok"), "expert_intermediate_size": r.int("moe_intermediate_size"),
-            "num_moe_layers": moe_layers}, (r.int("intermediate_size") if moe_layers < layers else None)  # fmt: skip
+    block = {"num_routed_experts": r.int("n_routed_experts"), "num_shared_experts": r.int("n_shared_experts", 0),
+             "experts_per_token": r.int("num_experts_per_tok"),
+             "expert_intermediate_size": r.int("moe_intermediate_size"), "num_moe_layers": moe_layers}  # fmt: skip
+    return block, (r.int("intermediate_size") if moe_layers < layers else None)
 
 
 def _profile_id(path: Path, data: Mapping[str, Any]) -> str:
@@ -171,7 +175,8 @@ def profile_from_config(path: Path, name: str | None = None) -> ModelSpec:
     moe, dense_width = _moe(r, kind)
     ident = name or _profile_id(path, data)
     fields: dict[str, Any] = {
-        "id": ident, "name": ident, "sources": {"config": f"{path.name} ({', '.join(data.get('architectures') or [kind])})"},
+        "id": ident, "name": ident,
+        "sources": {"config": f"{path.name} ({', '.join(data.get('architectures') or [kind])})"},
         "num_layers": r.int("num_hidden_layers"), "hidden_size": r.int("hidden_size"),
         "intermediate_size": dense_width, "vocab_size": r.int("vocab_size"),
         "tie_word_embeddings": bool(data.get("tie_word_embeddings", r.get("tie_word_embeddings", False))),

@@ -207,7 +207,7 @@ def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     _add_output(p, "runs/import")
 
     p = _command(sub, "compare-measured", "simulator.cli.imports:compare_measured",
-                 "replay an import's per-request traces and compare simulated with measured, request by request")  # fmt: skip
+                 "replay an import's per-request traces; simulated against measured, request by request")  # fmt: skip
     p.add_argument("folder", type=Path, help="a folder written by infersim import")
     _add_output(p, "FOLDER/compare")
     p.add_argument("--report", action="store_true", help="also write report.html with the CDF figures")

@@ -144,7 +144,7 @@ def read_records(records: list[tuple[str, object]]) -> list[ImportedRun]:
                 f"{source}: per-request records only: no measurement rows (the profile_export_aiperf.json "
                 "beside it holds the run's statistics and load); the replay sends each request at its "
                 "recorded start"
-            ),  # fmt: skip
+            ),
             per_request=per,
             notes=(f"{skipped} warm-up or cancelled records left out",),
         )

@@ -49,7 +49,7 @@ def _load(bench: Mapping[str, object], where: str, count: int) -> Load:
     if kind == "concurrent":
         return Load("closed", concurrency=whole(bench, "args.strategy.streams", where, minimum=1))
     if kind in ("constant", "poisson"):
-        return Load(kind, requests=count, rate_per_s=num(bench, "args.strategy.rate", where, minimum=0.0))  # type: ignore[arg-type]
+        return Load(kind, requests=count, rate_per_s=num(bench, "args.strategy.rate", where, minimum=0.0))
     if kind == "throughput":
         return Load("offline", requests=count)
     raise ConfigError(f"{where}: args.strategy.type_: expected synchronous, concurrent, constant, poisson or "
