@@ -35,7 +35,9 @@ def test_imported_profile_counts_what_the_bundled_one_does(model, catalog) -> No
     assert total_params(imported) == pytest.approx(total_params(bundled), rel=1e-12)
     assert active_params(imported) == pytest.approx(active_params(bundled), rel=1e-12)
     assert total_params(imported) == pytest.approx(bundled.published.params_total.value, rel=0.02)
-    assert imported.attention == bundled.attention.model_copy(update={"sliding_window": bundled.attention.sliding_window})
+    assert imported.attention == bundled.attention.model_copy(
+        update={"sliding_window": bundled.attention.sliding_window}
+    )
     assert imported.native_precision == bundled.native_precision
 
 
