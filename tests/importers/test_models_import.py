@@ -20,8 +20,11 @@ from simulator.hf_config import profile_from_config
 
 CONFIGS = Path(__file__).parent / "fixtures" / "hf_configs"
 MODELS = sorted(p.name for p in CONFIGS.iterdir())
-REFERENCE = next((p for p in (Path("/work/shared/reference/models.csv"),
-                              Path(__file__).parents[3] / "shared" / "reference" / "models.csv") if p.is_file()), None)  # fmt: skip
+_CANDIDATES = (
+    Path("/work/shared/reference/models.csv"),
+    Path(__file__).parents[3] / "shared" / "reference" / "models.csv",
+)
+REFERENCE = next((p for p in _CANDIDATES if p.is_file()), None)
 
 
 @pytest.fixture(scope="module")

@@ -56,8 +56,9 @@ def test_compare_measured_needs_an_import_folder(tmp_path, capsys) -> None:
 def test_imported_open_loads_run_as_their_arrival_process(tmp_path) -> None:
     """vLLM's gamma shape k becomes the engine's CV^2 = 1/k; inference-perf's stages are evenly spaced."""
     out = tmp_path / "o"
-    assert main(["import", str(FIXTURES / "vllm-llmd-h100-2replicas.json"), str(FIXTURES / "inference-perf-stage2.json"),
-                 "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--chips", "1", "-o", str(out)]) == 0  # fmt: skip
+    files = [str(FIXTURES / "vllm-llmd-h100-2replicas.json"), str(FIXTURES / "inference-perf-stage2.json")]
+    flags = ["--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--chips", "1", "-o", str(out)]
+    assert main(["import", *files, *flags]) == 0
     rows = {r.load: r for r in read_table(out / "measurements.csv")}
     gamma = loaded_scenario(rows["gamma"], 1, 1.0).load.arrivals
     assert gamma.process == "gamma" and gamma.burstiness == pytest.approx(1 / 100)
