@@ -181,3 +181,34 @@ def models_import(args: argparse.Namespace) -> int:
     print(f"{profile.id}: {total_params(profile) / 1e9:.2f} B parameters, {active_params(profile) / 1e9:.2f} B active")
     print(f"wrote {profile.id}.yaml to {out.path} (use it with --model-dir {out.path})")
     return 0
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """A run folder's summary in a peer's field names, written beside it (:mod:`simulator.exporters`)."""
+    import numpy as np
+
+    from simulator.config.files import read_csv, read_yaml
+    from simulator.exporters import vllm_bench
+    from simulator.units import parse_quantity
+    from simulator.version import __version__
+
+    folder: Path = args.folder
+    out = ResultsFolder(folder, None)
+    header, lines = read_csv(folder / "requests.csv", ("arrival_s", "first_token_s", "done_s", "dropped"))
+    try:
+        columns = {name: np.array([float(row[name] or "nan") for _, row in lines]) for name in header}
+    except ValueError:
+        raise ConfigError(f"{folder / 'requests.csv'}: expected numbers in every column") from None
+    summary, scenario = read_json(folder / "summary.json"), read_yaml(folder / "scenario.resolved.yaml")
+    if not isinstance(summary, dict) or not isinstance(scenario, dict):
+        raise ConfigError(f"{folder}: summary.json and scenario.resolved.yaml: expected a run folder's mappings")
+    warmup = (scenario.get("run") or {}).get("warmup") or 0.0
+    try:
+        seconds = float(warmup) if isinstance(warmup, int | float) else parse_quantity(str(warmup), "time")
+    except ValueError as exc:
+        raise ConfigError(f"{folder / 'scenario.resolved.yaml'}: run.warmup: {exc}") from None
+    scenario["run"] = (scenario.get("run") or {}) | {"warmup": seconds}
+    name = f"summary.{args.format}.json"
+    out.write({name: json_text(vllm_bench(columns, summary, scenario, __version__))})
+    print(f"wrote {folder / name}")
+    return 0

@@ -212,6 +212,11 @@ def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     _add_output(p, "FOLDER/compare")
     p.add_argument("--report", action="store_true", help="also write report.html with the CDF figures")
 
+    p = _command(sub, "export", "simulator.cli.imports:export_command",
+                 "a run folder's summary in a peer's result fields (vLLM's, for its dashboards)")  # fmt: skip
+    p.add_argument("folder", type=Path, help="a folder written by infersim run")
+    p.add_argument("--format", choices=("vllm-bench",), default="vllm-bench", help="whose field names")
+
     p = _command(sub, "models", "simulator.cli.imports:models_import",
                  "model profiles from a Hugging Face config.json")  # fmt: skip
     p.add_argument("action", choices=("import",), help="import: build a profile from config.json")

@@ -52,7 +52,7 @@ def read_line(data: object, where: str) -> ImportedRun:
         model_name=str(data["model_id"]) if "model_id" in data else None,
         input_tokens_mean=whole(data, "total_input_tokens", where) / completed,
         output_tokens_mean=whole(data, "total_output_tokens", where) / completed,
-        metrics=latency_stats(data, where, _METRICS) | throughput(data, where),
+        metrics=latency_stats(data, where, _METRICS, completed) | throughput(data, where),
         load=load,
         refusal=refusal,
         per_request=per_request(data, where),

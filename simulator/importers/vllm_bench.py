@@ -48,11 +48,12 @@ def detect(data: object) -> bool:
     return isinstance(data, dict) and "request_rate" in data and any(k.endswith("_ttft_ms") for k in data)
 
 
-def latency_stats(data: Mapping[str, object], where: str, names: Mapping[str, str]) -> dict[str, Stats]:
-    """``{mean,median,std,pNN}_<short>_ms`` fields as statistics in seconds, for each ``short -> metric``."""
+def latency_stats(data: Mapping[str, object], where: str, names: Mapping[str, str], count: int) -> dict[str, Stats]:
+    """``{mean,median,std,pNN}_<short>_ms`` fields as statistics in seconds, for each ``short -> metric``
+    (``count``: the completed requests they summarise)."""
     out: dict[str, Stats] = {}
     for short, metric in names.items():
-        values: dict[str, float] = {}
+        values: dict[str, float] = {"count": float(count)}
         for key in data:
             if not key.endswith(f"_{short}_ms"):
                 continue
@@ -60,7 +61,7 @@ def latency_stats(data: Mapping[str, object], where: str, names: Mapping[str, st
             name = _STAT_PREFIX.get(prefix, prefix if prefix.startswith("p") else "")
             if name and data[key] is not None:
                 values[name] = num(data, key, where) / MS_PER_S
-        if values:
+        if len(values) > 1:
             out[metric] = Stats(values, f"*_{short}_ms")
     return out
 
@@ -139,7 +140,7 @@ def read(data: object, where: str) -> list[ImportedRun]:
     if failed > 0:
         notes.append(f"{failed} requests failed and are left out")
     model = get(data, "model_id", where, "the served model") if "model_id" in data else None
-    metrics = latency_stats(data, where, _METRICS) | throughput(data, where)
+    metrics = latency_stats(data, where, _METRICS, completed) | throughput(data, where)
     requests = per_request(data, where)
     if requests is not None and "e2e_s" not in metrics:  # clients before 0.8 stated no e2e statistics
         metrics["e2e_s"] = Stats(stats_of(requests.e2e_s), "ttfts + sum(itls) per request")
