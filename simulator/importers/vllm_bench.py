@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -105,28 +106,31 @@ def _load(data: Mapping[str, object], where: str) -> tuple[Load | None, str, lis
 
 
 def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
-    arrays = ("input_lens", "output_lens", "ttfts", "itls")
-    if not all(isinstance(data.get(k), list) for k in arrays):
-        return None
-    lists = [data[k] for k in arrays]
-    errors = data.get("errors") or [""] * len(lists[0])  # type: ignore[arg-type]
-    count = len(lists[0])  # type: ignore[arg-type]
-    for name, values in zip((*arrays, "errors"), (*lists, errors), strict=True):
-        if len(values) != count:  # type: ignore[arg-type]
-            raise ConfigError(f"{where}: {name}: expected {count} entries (as input_lens), got {len(values)}")  # type: ignore[arg-type]
-    ok = [i for i in range(count) if not errors[i]]  # type: ignore[index]
-    inputs, outputs, ttfts, itls = (list(v) for v in lists)  # type: ignore[call-overload]
+    """The successful requests of the per-request arrays, or None when the file has none."""
+    lists: dict[str, list[Any]] = {}
+    for key in ("input_lens", "output_lens", "ttfts", "itls"):
+        values = data.get(key)
+        if not isinstance(values, list):
+            return None
+        lists[key] = values
+    count = len(lists["input_lens"])
+    errors = data.get("errors")
+    lists["errors"] = errors if isinstance(errors, list) else [""] * count
+    for key, values in lists.items():
+        if len(values) != count:
+            raise ConfigError(f"{where}: {key}: expected {count} entries (as input_lens), got {len(values)}")
+    ok = [i for i in range(count) if not lists["errors"][i]]
     try:
-        gaps = [math.fsum(itls[i]) for i in ok]
-        ttft = np.array([float(ttfts[i]) for i in ok])
-        result = PerRequest(np.array([int(inputs[i]) for i in ok]), np.array([int(outputs[i]) for i in ok]),
-                            ttft, ttft + np.array(gaps))  # fmt: skip
+        ttft = np.array([float(lists["ttfts"][i]) for i in ok])
+        gaps = np.array([math.fsum(lists["itls"][i]) for i in ok])
+        inputs = np.array([int(lists["input_lens"][i]) for i in ok])
+        outputs = np.array([int(lists["output_lens"][i]) for i in ok])
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: input_lens/output_lens/ttfts/itls: expected numbers (itls: a list per "
                           "request)") from None  # fmt: skip
-    if np.any(result.output_tokens < 1) or np.any(result.input_tokens < 1):
+    if np.any(outputs < 1) or np.any(inputs < 1):
         raise ConfigError(f"{where}: input_lens/output_lens: a successful request with no tokens")
-    return result
+    return PerRequest(inputs, outputs, ttft, ttft + gaps)
 
 
 def read(data: object, where: str) -> list[ImportedRun]:

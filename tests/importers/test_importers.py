@@ -185,3 +185,38 @@ def test_named_format_that_does_not_match_is_refused(tmp_path, capsys) -> None:
     code = main(["import", str(FIXTURES / "inference-perf-stage2.json"), "--format", "vllm-bench",
                  "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "-o", str(tmp_path / "o")])  # fmt: skip
     assert code == 2 and "its fields are those of inference-perf" in capsys.readouterr().err
+
+
+def test_per_request_arrays_of_unequal_length_are_refused(tmp_path, capsys) -> None:
+    data = json.loads((FIXTURES / "vllm-llama70b-a100-qps04.json").read_text())
+    data["ttfts"] = data["ttfts"][:-1]
+    path = _write(tmp_path, "r.json", json.dumps(data))
+    assert main(["import", str(path), "--hardware", "nvidia-a100-sxm", "-o", str(tmp_path / "o")]) == 2
+    assert "ttfts: expected 200 entries (as input_lens), got 199" in capsys.readouterr().err
+
+
+def _distribution(mean: float, p50: float) -> dict[str, object]:
+    return {"mean": mean, "median": p50, "std_dev": 0.1 * mean, "min": 0.5 * p50, "max": 3 * mean, "count": 40,
+            "percentiles": {"p50": p50, "p90": 1.5 * p50, "p95": 1.8 * p50, "p99": 2 * p50,
+                            "p999": 2.5 * p50}}  # fmt: skip
+
+
+def test_guidellm_report_maps_its_metric_names_and_units(tmp_path) -> None:
+    """GuideLLM's published schema (no real file with hardware was found): its ITL is vLLM's TPOT, its
+    TPOT e2e / n; milliseconds become seconds, request_latency is already in seconds."""
+    metrics = {"time_to_first_token_ms": _distribution(120.0, 100.0),
+               "inter_token_latency_ms": _distribution(20.0, 19.0),
+               "time_per_output_token_ms": _distribution(22.0, 21.0), "request_latency": _distribution(4.2, 4.0),
+               "output_tokens_per_second": _distribution(900.0, 880.0), "prompt_token_count": _distribution(512, 512),
+               "output_token_count": _distribution(200, 200)}  # fmt: skip
+    bench = {
+        "args": {"strategy": {"type_": "poisson", "rate": 2.5}},
+        "metrics": {k: {"successful": v} for k, v in metrics.items()},
+    }
+    path = _write(tmp_path, "benchmarks.json", json.dumps({"benchmarks": [bench]}))
+    (run,) = read_file(path)
+    assert run.format == "guidellm" and run.load.kind == "poisson" and run.load.rate_per_s == 2.5
+    assert run.metrics["tpot_s"].values["mean"] == pytest.approx(0.020)
+    assert run.metrics["normalized_tpot_s"].values["p99.9"] == pytest.approx(0.0525)
+    assert run.metrics["e2e_s"].values["mean"] == pytest.approx(4.2)
+    assert run.metrics["ttft_s"].values["count"] == 40 and run.input_tokens_mean == 512
