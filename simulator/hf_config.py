@@ -20,8 +20,8 @@ Read by ``model_type`` (``text_config`` for multimodal wrappers such as Llama 4)
 
 Precision is ``torch_dtype`` (``dtype``), or ``quantization_config`` (``fp8`` block-wise: linear
 layers FP8, embeddings, router and LM head BF16; ``mxfp4``: experts MXFP4, the rest BF16).
-The published size is the derived parameter count (``confidence: derived``): a config states
-no parameter count; where a ``model.safetensors.index.json`` sits beside it, its
+``hf_repo`` is ``_name_or_path`` when that is a Hub id. The published size is the derived parameter
+count (``confidence: derived``): a config states no parameter count; where a ``model.safetensors.index.json`` sits beside it, its
 ``metadata.total_size`` is recorded as the checkpoint's bytes.
 
 An architecture not listed, or a key it needs missing, is a ConfigError naming the file and key.
@@ -149,6 +149,12 @@ def _moe(r: _Reader, kind: str) -> tuple[dict[str, Any] | None, int | None]:
     return block, (r.int("intermediate_size") if moe_layers < layers else None)
 
 
+def _repo(data: Mapping[str, Any]) -> str | None:
+    """``_name_or_path`` when it is a Hub id (``org/name``), which ``infersim import`` matches result files by."""
+    name = data.get("_name_or_path")
+    return name if isinstance(name, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", name) else None
+
+
 def _profile_id(path: Path, data: Mapping[str, Any]) -> str:
     base = path.parent.name if path.parent.name not in ("", ".") else str(data.get("model_type", "model"))
     return re.sub(r"[^a-z0-9.]+", "-", base.lower()).strip("-") or "model"
@@ -175,7 +181,7 @@ def profile_from_config(path: Path, name: str | None = None) -> ModelSpec:
     moe, dense_width = _moe(r, kind)
     ident = name or _profile_id(path, data)
     fields: dict[str, Any] = {
-        "id": ident, "name": ident,
+        "id": ident, "name": ident, "hf_repo": _repo(data),
         "sources": {"config": f"{path.name} ({', '.join(data.get('architectures') or [kind])})"},
         "num_layers": r.int("num_hidden_layers"), "hidden_size": r.int("hidden_size"),
         "intermediate_size": dense_width, "vocab_size": r.int("vocab_size"),
