@@ -21,8 +21,9 @@ Read by ``model_type`` (``text_config`` for multimodal wrappers such as Llama 4)
 Precision is ``torch_dtype`` (``dtype``), or ``quantization_config`` (``fp8`` block-wise: linear
 layers FP8, embeddings, router and LM head BF16; ``mxfp4``: experts MXFP4, the rest BF16).
 ``hf_repo`` is ``_name_or_path`` when that is a Hub id. The published size is the derived parameter
-count (``confidence: derived``): a config states no parameter count; where a ``model.safetensors.index.json`` sits beside it, its
-``metadata.total_size`` is recorded as the checkpoint's bytes.
+count (``confidence: derived``): a config states no parameter count; where a
+``model.safetensors.index.json`` sits beside it, its ``metadata.total_size`` is recorded as the
+checkpoint's bytes.
 
 An architecture not listed, or a key it needs missing, is a ConfigError naming the file and key.
 """
