@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import warnings
+from dataclasses import replace
 from pathlib import Path
 
 from simulator.cli.common import catalog, json_text
@@ -23,7 +25,7 @@ from simulator.cli.output import ResultsFolder
 from simulator.config.files import read_json
 from simulator.config.loading import Catalog
 from simulator.config.model import ModelSpec
-from simulator.errors import ConfigError, InfersimError
+from simulator.errors import ConfigError, InfersimError, InfersimWarning
 from simulator.tables import format_table
 
 MANIFEST = "import.json"
@@ -57,6 +59,7 @@ def _slug(text: str) -> str:
 
 def import_command(args: argparse.Namespace) -> int:
     from simulator.importers import read_file
+    from simulator.importers.checks import cache_warning
     from simulator.importers.rows import COLUMNS, Deployment, measured_csv, rows, trace_lines
 
     cat = catalog(args)
@@ -82,6 +85,10 @@ def import_command(args: argparse.Namespace) -> int:
             run_id = _slug(path.stem) + (f"-{index + 1}" if len(runs) > 1 else "")
             if any(m["id"] == run_id for m in manifest):
                 raise ConfigError(f"{path}: a second result file named {path.stem!r}; import it into its own folder")
+            warning = cache_warning(run, cat.model(model), cat.hardware(args.hardware), args.chips)
+            if warning:
+                warnings.warn(warning, InfersimWarning, stacklevel=1)
+                run = replace(run, notes=(*run.notes, "TTFTs beat the prefill floor: served from a prefix cache"))
             table += rows(run, deployment, run_id)
             entry: dict[str, object] = {
                 "id": run_id, "source": run.source, "format": run.format, "model_name": run.model_name,

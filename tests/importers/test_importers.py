@@ -220,3 +220,18 @@ def test_guidellm_report_maps_its_metric_names_and_units(tmp_path) -> None:
     assert run.metrics["normalized_tpot_s"].values["p99.9"] == pytest.approx(0.0525)
     assert run.metrics["e2e_s"].values["mean"] == pytest.approx(4.2)
     assert run.metrics["ttft_s"].values["count"] == 40 and run.input_tokens_mean == 512
+
+
+def test_first_tokens_faster_than_the_prefill_floor_are_flagged_as_cached(tmp_path, capsys) -> None:
+    """All prompts sent at once: the last first token cannot beat sum(prompt) * 2 * active params / peak.
+    The shared series sent the same 200 prompts at 1, 4, 16 and inf req/s to one server with prefix
+    caching on; the same TTFTs with every request at t = 0 beat the floor, and the import says why."""
+    data = json.loads((FIXTURES / "vllm-llama70b-a100-qps04.json").read_text())
+    flags = ["--hardware", "nvidia-a100-sxm", "--chips", "8", "--layout", "TP8"]
+    poisson = _write(tmp_path, "poisson.json", json.dumps(data))
+    assert main(["import", str(poisson), *flags, "-o", str(tmp_path / "a")]) == 0
+    assert "prefix cache" not in capsys.readouterr().err  # spread over 50 s: the floor does not apply
+    offline = _write(tmp_path, "offline.json", json.dumps(data | {"request_rate": "inf"}))
+    assert main(["import", str(offline), *flags, "-o", str(tmp_path / "b")]) == 0
+    assert "served from a prefix cache" in capsys.readouterr().err
+    assert "prefill floor" in (tmp_path / "b" / "measurements.csv").read_text()
