@@ -253,6 +253,12 @@ def unidentified_combinations(jacobian: np.ndarray, names: Sequence[str]) -> lis
             for i in range(vt.shape[0]) if values[i] <= IDENTIFIABLE * largest]  # fmt: skip
 
 
+def load_point(row: MeasurementRow) -> tuple[object, ...]:
+    """What makes two rows the same measurement (different metrics of one run share it)."""
+    return (row.hardware, row.model, row.chips, row.input_tokens, row.output_tokens, row.concurrency, row.load,
+            row.request_rate_per_s, row.requests)  # fmt: skip
+
+
 def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog: Catalog) -> Fit:
     """Fit ``parameters`` jointly to ``rows`` (module docstring).
 
@@ -281,6 +287,11 @@ def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog
             InfersimWarning,
             stacklevel=2,
         )
+    points = {load_point(r) for r in rows}
+    if len(points) == 1 and len(parameters) > 1:
+        warnings.warn(f"every row comes from one load point ({rows[0].load}, {len(rows)} metrics of it): the fit "
+                      "cannot tell costs that grow with load from fixed ones, and its leave-one-out errors say "
+                      "little; add rows at other loads or lengths", InfersimWarning, stacklevel=2)  # fmt: skip
     x, jacobian = problem.solve(problem.x0)
     residuals = problem.residuals(x / problem.scale)
     names = [p.name for p in parameters]

@@ -23,6 +23,7 @@ from simulator.config.deployment import DeploymentSpec
 from simulator.config.files import read_csv, read_json, read_text, read_yaml
 from simulator.config.loading import Catalog, ConfigError
 from simulator.results.summary import RunSummary
+from simulator.sweep import read_table_file, table_path
 from simulator.tables import format_number
 from simulator.version import __version__
 
@@ -174,8 +175,9 @@ def _demo_sections(folder: Path) -> list[Section]:
 
 def _sweep_table_sections(folder: Path) -> list[Section]:
     """A sweep's per-combination summary; with hardware and speed columns, its frontier."""
-    _, lines = read_csv(folder / "summary.csv")
-    rows = [row for _, row in lines]
+    path = table_path(folder, "summary")
+    assert path is not None
+    rows = read_table_file(path)
     columns = [c for c in rows[0] if not c.endswith(".ci95")][:10] if rows else []
     sections = [Section("Sweep summary (mean across seeds)", (columns, [[r[c] for c in columns] for r in rows]))]
     speed, total = "per_user_output_tok_s.p50.mean", "output_tok_s.mean"
@@ -205,7 +207,7 @@ def collect(folder: Path) -> list[Section]:
         sections += _compare_sections(folder)
     if (folder / "sweep.json").exists():
         sections += _sweep_sections(folder)
-    if (folder / "summary.csv").exists():
+    if table_path(folder, "summary") is not None:
         sections += _sweep_table_sections(folder)
     if (folder / "summary.json").exists():
         sections += _run_sections(folder, folder.name)

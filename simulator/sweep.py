@@ -42,7 +42,7 @@ from scipy import stats
 from scipy.stats import qmc
 
 from simulator.config.base import Spec
-from simulator.config.files import read_json
+from simulator.config.files import read_csv, read_json
 from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_data
 from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
@@ -439,3 +439,23 @@ def table_file(rows: list[dict[str, Any]], stem: str) -> tuple[str, bytes | str]
 
 def _cell(value: Any) -> str:
     return "" if value is None else f"{value:.9g}" if isinstance(value, float) else str(value)
+
+
+def table_path(folder: Path, stem: str) -> Path | None:
+    """The table :func:`table_file` wrote in ``folder`` (Parquet or CSV), or None."""
+    return next((p for p in (folder / f"{stem}.parquet", folder / f"{stem}.csv") if p.is_file()), None)
+
+
+def read_table_file(path: Path) -> list[dict[str, str]]:
+    """Rows of a table :func:`table_file` wrote, cells as CSV text (so both forms read alike)."""
+    if path.suffix != ".parquet":
+        return [row for _, row in read_csv(path)[1]]
+    try:
+        pq = importlib.import_module("pyarrow.parquet")
+    except ImportError:
+        raise ConfigError(f"{path}: a Parquet table needs pyarrow (pip install pyarrow)") from None
+    try:
+        records = pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow's errors (ArrowInvalid, OSError) for a damaged file
+        raise ConfigError(f"{path}: not a readable Parquet table: {exc}") from None
+    return [{k: _cell(v) for k, v in record.items()} for record in records]

@@ -11,7 +11,8 @@ Optional columns say how the measurement was taken, so the simulator runs the sa
 
 - ``load``: ``closed`` (``concurrency`` users in a closed loop, the default), ``poisson``
   (``requests`` arriving as a Poisson process at ``request_rate_per_s``, as benchmark clients
-  with a request rate send them), ``offline`` (``requests`` all queued at t = 0, as
+  with a request rate send them; ``gamma``: gamma gaps of squared coefficient of variation
+  ``burstiness``; ``constant``: evenly spaced), ``offline`` (``requests`` all queued at t = 0, as
   throughput benchmarks run them; the metric is over the whole run) or ``static`` (one
   static batch of ``concurrency`` requests, as latency benchmarks run them);
 - ``stack``: the serving stack the row was measured on (its batching limits and overheads);
@@ -22,6 +23,10 @@ Optional columns say how the measurement was taken, so the simulator runs the sa
 
 A row at concurrency 1 in a closed loop is predicted in closed form; every other row by an
 engine run of its load.
+
+- ``statistic``: which statistic of the metric's distribution ``value`` is: ``mean`` (the
+  default) or a percentile ``p50``, ``p90``, ``p95``, ``p99`` (a source that states only a
+  median); the closed form has one value for all of them.
 
 Relative error is ``(predicted - measured) / measured``.
 
@@ -57,11 +62,15 @@ from simulator.config.scenario import Scenario
 from simulator.errors import InfersimError
 from simulator.runner import simulate
 
-METRICS = ("per_user_output_tok_s", "ttft_s", "itl_s", "aggregate_output_tok_s", "e2e_s")
+METRICS = ("per_user_output_tok_s", "ttft_s", "itl_s", "aggregate_output_tok_s", "e2e_s", "tpot_s")
 #: Whether the measured system decoded speculatively: known yes, known no, or not stated.
 SPEC_DECODING = ("yes", "none", "unknown")
 #: How a row's load was generated (see the module docstring).
-LOADS = ("closed", "poisson", "offline", "static")
+LOADS = ("closed", "poisson", "offline", "static", "gamma", "constant")
+#: Open loads: ``requests`` arriving at ``request_rate_per_s`` (the engine's arrival process of each).
+OPEN_LOADS = ("poisson", "gamma", "constant")
+#: Statistics a row's value may be (module docstring).
+STATISTICS = ("mean", "p50", "p90", "p95", "p99")
 REQUIRED_COLUMNS = (
     "id", "hardware", "chips", "model", "weights", "spec_decoding",
     "input_tokens", "output_tokens", "concurrency", "metric", "value",
@@ -93,6 +102,8 @@ class MeasurementRow:
     requests: int | None = None
     stack: str | None = None
     layout: dict[str, object] = field(default_factory=dict)
+    statistic: str = "mean"
+    burstiness: float | None = None  # CV^2 of a gamma load's gaps
 
     @property
     def single_stream(self) -> bool:
@@ -173,8 +184,14 @@ def read_table(path: Path) -> list[MeasurementRow]:
             raise ConfigError(f"{where}: load: expected one of {list(LOADS)} or empty, got {load!r}")
         rate = (raw.get("request_rate_per_s") or "").strip()
         requests = _int_or_none(raw.get("requests") or "", "requests", where)
-        if load == "poisson" and (not rate or requests is None):
-            raise ConfigError(f"{where}: a poisson load needs request_rate_per_s and requests")
+        if load in OPEN_LOADS and (not rate or requests is None):
+            raise ConfigError(f"{where}: a {load} load needs request_rate_per_s and requests")
+        burstiness = (raw.get("burstiness") or "").strip()
+        if load == "gamma" and not burstiness:
+            raise ConfigError(f"{where}: burstiness: a gamma load needs it (CV^2 of the gaps)")
+        statistic = (raw.get("statistic") or "").strip() or "mean"
+        if statistic not in STATISTICS:
+            raise ConfigError(f"{where}: statistic: expected one of {list(STATISTICS)} or empty, got {statistic!r}")
         if load == "offline" and requests is None:
             raise ConfigError(f"{where}: an offline load needs requests (how many were queued at once)")
         if load in ("closed", "static") and not conc:
@@ -198,6 +215,8 @@ def read_table(path: Path) -> list[MeasurementRow]:
                 requests=requests,
                 stack=(raw.get("stack") or "").strip() or None,
                 layout=parse_layout(raw.get("layout") or "", where),
+                statistic=statistic,
+                burstiness=number(burstiness, where, "burstiness", positive=True) if burstiness else None,
             )
         )
     if not rows:
@@ -205,8 +224,12 @@ def read_table(path: Path) -> list[MeasurementRow]:
     return rows
 
 
+#: Metrics the closed form gives under another name (one stream: every gap is one decode step).
+_ESTIMATE_ALIAS = {"tpot_s": "itl_s"}
+
+
 def metric_value(result: Estimate, metric: str) -> float:
-    return float(getattr(result, metric))
+    return float(getattr(result, _ESTIMATE_ALIAS.get(metric, metric)))
 
 
 def _ceiling_flag(row: MeasurementRow, deployment: Deployment) -> str:
@@ -252,6 +275,7 @@ _SUMMARY_METRIC = {
     "e2e_s": "e2e_s.mean",
     "per_user_output_tok_s": "per_user_output_tok_s.mean",
     "aggregate_output_tok_s": "output_tok_s",
+    "tpot_s": "tpot_s.mean",
 }
 
 
@@ -273,9 +297,12 @@ def loaded_scenario(
             "output_tokens": {"dist": "constant", "value": row.output_tokens},
         },
     }
-    if row.load == "poisson":
+    if row.load in OPEN_LOADS:
         assert row.request_rate_per_s is not None and row.requests is not None
-        data["load"] = {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": row.request_rate_per_s}}
+        arrivals: dict[str, object] = {"process": row.load, "rate_per_s": row.request_rate_per_s}
+        if row.load == "gamma":
+            arrivals["burstiness"] = row.burstiness
+        data["load"] = {"kind": "open", "arrivals": arrivals}
         data["run"] = {"seed": 0, "max_requests": row.requests}
     elif row.load in ("offline", "static"):
         count = row.requests if row.load == "offline" else users
@@ -342,7 +369,8 @@ def _engine_value(
     row: MeasurementRow, users: int, request_s: float, catalog: Catalog, deployment: dict[str, object]
 ) -> float:
     summary = simulate(loaded_scenario(row, users, request_s, deployment), catalog).summary
-    return summary.metric(_SUMMARY_METRIC[row.metric])
+    path = _SUMMARY_METRIC[row.metric]
+    return summary.metric(path.replace(".mean", f".{row.statistic}"))
 
 
 def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:

@@ -175,8 +175,51 @@ def build_parser() -> argparse.ArgumentParser:
                  "a self-contained HTML report (and PNG figures) of a results folder")  # fmt: skip
     p.add_argument("folder", type=Path, help="a folder written by run, compare, plan, sweep or demo")
 
+    _add_import_commands(sub)
+
     p = _command(sub, "demo", "simulator.cli.demo:demo",
                  "the speed war: the speed gap, agents under load, cost per task, and a report")  # fmt: skip
     _add_output(p, "results/demo")
     p.add_argument("--no-agents", action="store_true", help="only the closed-form speed gap (seconds, not minutes)")
     return parser
+
+
+def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """``import``, ``compare-measured`` and ``models import`` (:mod:`simulator.cli.imports`)."""
+    from simulator.importers import FORMATS
+
+    p = _command(sub, "import", "simulator.cli.imports:import_command",
+                 "benchmark result files (vLLM, SGLang, inference-perf, AIPerf, GuideLLM) as measurement rows "
+                 "and replay traces")  # fmt: skip
+    p.add_argument("results", nargs="+", type=Path, help="result files")
+    p.add_argument("--format", choices=FORMATS, help="the files' format (default: detected from their fields)")
+    p.add_argument("--hardware", required=True, help="hardware profile id the runs were measured on")
+    p.add_argument("--model", help="model profile id (default: the profile whose hf_repo the file names)")
+    p.add_argument("--chips", type=positive_int, help="chips of one replica (default: automatic placement)")
+    p.add_argument("--layout", help="parallel layout in engine words, e.g. 'TP8', 'TP4 PP2', 'DEP8'")
+    p.add_argument("--stack", help="serving stack profile id (default: the hardware's)")
+    p.add_argument("--weights", choices=get_args(Precision), help="weight precision (default: the model's native)")
+    p.add_argument("--spec-decoding", choices=("none", "yes", "unknown"), default="none",
+                   help="whether the server decoded speculatively (result files do not say)")  # fmt: skip
+    p.add_argument("--replicas", type=positive_int, default=1,
+                   help="replicas behind a random load balancer; rows describe one replica's share")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="seed of arrival times drawn for files without send times")
+    _add_output(p, "runs/import")
+
+    p = _command(sub, "compare-measured", "simulator.cli.imports:compare_measured",
+                 "replay an import's per-request traces; simulated against measured, request by request")  # fmt: skip
+    p.add_argument("folder", type=Path, help="a folder written by infersim import")
+    _add_output(p, "FOLDER/compare")
+    p.add_argument("--report", action="store_true", help="also write report.html with the CDF figures")
+
+    p = _command(sub, "export", "simulator.cli.imports:export_command",
+                 "a run folder's summary in a peer's result fields (vLLM's, for its dashboards)")  # fmt: skip
+    p.add_argument("folder", type=Path, help="a folder written by infersim run")
+    p.add_argument("--format", choices=("vllm-bench",), default="vllm-bench", help="whose field names")
+
+    p = _command(sub, "models", "simulator.cli.imports:models_import",
+                 "model profiles from a Hugging Face config.json")  # fmt: skip
+    p.add_argument("action", choices=("import",), help="import: build a profile from config.json")
+    p.add_argument("config", type=Path, help="a config.json on disk (no network)")
+    p.add_argument("--name", help="profile id (default: from the file's folder or model type)")
+    _add_output(p, "runs/model-<id>")

@@ -16,7 +16,16 @@ from distributed import LocalCluster
 
 from simulator.config.loading import Catalog, ConfigError, bundled_dir
 from simulator.errors import InfersimWarning
-from simulator.sweep import SweepSpec, expand, factor_points, replication_seeds, run_sweep, summarize_rows
+from simulator.sweep import (
+    SweepSpec,
+    expand,
+    factor_points,
+    read_table_file,
+    replication_seeds,
+    run_sweep,
+    summarize_rows,
+    table_path,
+)
 
 SCENARIO = """\
 name: sweep-base
@@ -77,11 +86,12 @@ def test_a_killed_sweep_resumes_without_redoing_finished_runs(tmp_path: Path) ->
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     finished = {p.name: p.stat().st_mtime_ns for p in cache.glob("*.json")}
-    assert 3 <= len(finished) < 24 and not (out / "runs.csv").exists()
+    assert 3 <= len(finished) < 24 and table_path(out, "runs") is None
     assert subprocess.run(args, capture_output=True, check=False).returncode == 0
     assert all(cache.joinpath(name).stat().st_mtime_ns == mtime for name, mtime in finished.items())
     assert len(list(cache.glob("*.json"))) == 24 and not list(cache.glob("*.tmp"))
-    assert len((out / "runs.csv").read_text().splitlines()) == 1 + 24
+    runs = table_path(out, "runs")
+    assert runs is not None and len(read_table_file(runs)) == 24
 
 
 def test_replications_have_spawned_distinct_seeds_and_a_confidence_interval(tmp_path: Path) -> None:

@@ -1,0 +1,221 @@
+"""``infersim import``, ``infersim compare-measured`` and ``infersim models import``: measured runs in,
+simulated against measured out, model profiles from a Hugging Face ``config.json``.
+
+``import`` reads result files (:mod:`simulator.importers`), refuses the whole command (exit 2,
+nothing written) when any run's load cannot be reproduced and it has no per-request data,
+and writes one folder: ``measurements.csv`` (rows ``validate`` and ``calibrate --table``
+read), ``traces/<run>.jsonl`` (task-graph traces ``infersim run`` replays),
+``measured/<run>.csv`` (the measured requests in trace order) and ``import.json`` (every run:
+its source, load, notes, statistics and deployment).
+
+``compare-measured`` replays every trace of an import folder through the engine with the
+import's seed and compares request by request (:mod:`simulator.measured`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+from simulator.cli.common import catalog, json_text
+from simulator.cli.output import ResultsFolder
+from simulator.config.files import read_json
+from simulator.config.loading import Catalog
+from simulator.config.model import ModelSpec
+from simulator.errors import ConfigError, InfersimError, InfersimWarning
+from simulator.tables import format_table
+
+MANIFEST = "import.json"
+TABLE = "measurements.csv"
+
+
+def _known(kind: str, ident: str, ids: list[str], hint: str) -> None:
+    if ident not in ids:
+        raise ConfigError(f"--{kind}: no {kind} profile {ident!r} (known: {', '.join(ids)}); {hint}")
+
+
+def _model_for(name: str | None, cat: Catalog, source: str) -> str:
+    """The catalog model whose ``hf_repo`` the file names (case and an -Instruct suffix aside)."""
+    if not name:
+        raise ConfigError(f"{source}: the file does not name its model; give --model")
+
+    def key(text: str) -> str:
+        return text.lower().removesuffix("-instruct")
+
+    for ident in cat.model_ids():
+        repo = cat.model(ident).hf_repo
+        if repo and key(repo) == key(name):
+            return ident
+    raise ConfigError(f"{source}: model {name!r}: no model profile has this hf_repo; give --model, or add one with "
+                      f"`infersim models import config.json` (then --model-dir)")  # fmt: skip
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:80]
+
+
+def import_command(args: argparse.Namespace) -> int:
+    from simulator.importers import read_file
+    from simulator.importers.checks import cache_warning
+    from simulator.importers.rows import COLUMNS, Deployment, measured_csv, rows, trace_lines
+
+    cat = catalog(args)
+    _known("hardware", args.hardware, cat.hardware_ids(),
+           "add a hardware profile YAML for it (hardware_profiles/ or --hardware-dir)")  # fmt: skip
+    if args.stack:
+        _known("stack", args.stack, cat.stack_ids(), "add a serving stack profile (--stack-dir)")
+    if args.model:
+        _known("model", args.model, cat.model_ids(), "add one with `infersim models import config.json`")
+    out = ResultsFolder(args.out or Path("runs") / "import", "import", args.overwrite)
+    table: list[dict[str, str]] = []
+    files: dict[str, str] = {}
+    manifest: list[dict[str, object]] = []
+    for path in args.results:
+        runs = read_file(path, args.format)
+        for index, run in enumerate(runs):
+            if run.load is None and run.per_request is None:
+                raise ConfigError(f"refused: {run.refusal}")
+            model = args.model or _model_for(run.model_name, cat, run.source)
+            weights = args.weights or cat.model(model).native_precision
+            deployment = Deployment(args.hardware, model, weights, args.chips, args.layout or "", args.stack or "",
+                                    args.spec_decoding, args.replicas)  # fmt: skip
+            run_id = _slug(path.stem) + (f"-{index + 1}" if len(runs) > 1 else "")
+            if any(m["id"] == run_id for m in manifest):
+                raise ConfigError(f"{path}: a second result file named {path.stem!r}; import it into its own folder")
+            warning = cache_warning(run, cat.model(model), cat.hardware(args.hardware), args.chips)
+            if warning:
+                warnings.warn(warning, InfersimWarning, stacklevel=1)
+                run = replace(run, notes=(*run.notes, "TTFTs beat the prefill floor: served from a prefix cache"))
+            table += rows(run, deployment, run_id)
+            entry: dict[str, object] = {
+                "id": run_id, "source": run.source, "format": run.format, "model_name": run.model_name,
+                "deployment": vars(deployment), "load": None if run.load is None else run.load.words(),
+                "refusal": run.refusal, "notes": list(run.notes),
+                "input_tokens_mean": run.input_tokens_mean, "output_tokens_mean": run.output_tokens_mean,
+                "metrics": {m: {"field": s.field, **s.values} for m, s in run.metrics.items()},
+            }  # fmt: skip
+            if run.per_request is not None:
+                entry |= {"trace": f"traces/{run_id}.jsonl", "measured": f"measured/{run_id}.csv", "seed": args.seed}
+                files[f"traces/{run_id}.jsonl"] = trace_lines(run, args.seed)
+                files[f"measured/{run_id}.csv"] = measured_csv(run)
+            manifest.append(entry)
+    files[TABLE] = _csv(table, COLUMNS)
+    files[MANIFEST] = json_text({"schema_version": 1, "runs": manifest})
+    out.write(files)
+    print(format_table(["run", "format", "load", "rows", "requests"], [
+        [str(m["id"]), str(m["format"]), str(m["load"] or "-"), str(sum(r["id"].startswith(f"{m['id']}-")
+         for r in table)), "yes" if "trace" in m else "-"] for m in manifest]))  # fmt: skip
+    print(f"\nwrote {len(table)} rows and {sum('trace' in m for m in manifest)} traces to {out.path} "
+          f"(infersim validate {out.path / TABLE}; infersim compare-measured {out.path})")  # fmt: skip
+    return 0
+
+
+def _csv(rows: list[dict[str, str]], columns: tuple[str, ...]) -> str:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def compare_measured(args: argparse.Namespace) -> int:
+    from simulator.measured import compare_run, comparison_csv, summary_rows
+
+    folder: Path = args.folder
+    data = read_json(folder / MANIFEST)
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, list):
+        raise ConfigError(f"{folder / MANIFEST}: runs: expected a list (a folder written by infersim import)")
+    traced = [r for r in runs if isinstance(r, dict) and "trace" in r]
+    if not traced:
+        raise ConfigError(f"{folder}: no run of this import has per-request data to replay")
+    cat = catalog(args)
+    out = ResultsFolder(args.out or folder / "compare", "compare-measured", args.overwrite)
+    files: dict[str, str | bytes] = {}
+    report: dict[str, object] = {}
+    for entry in traced:
+        try:
+            comparison = compare_run(entry, folder, cat)
+        except InfersimError as exc:
+            raise ConfigError(f"{folder / MANIFEST}: run {entry.get('id')}: {exc}") from None
+        files[f"{entry['id']}.csv"] = comparison_csv(comparison)
+        report[str(entry["id"])] = comparison.summary()
+        print(f"{entry['id']} ({comparison.requests} requests, {comparison.served})")
+        print(format_table(["metric", "measured p50", "simulated p50", "bias", "median |error|", "p90 |error|"],
+                           summary_rows(comparison)))  # fmt: skip
+        print()
+        if args.report:
+            from simulator.measured import cdf_figure
+
+            files[f"figures/{entry['id']}-cdf.png"] = cdf_figure(comparison)
+    if args.report:
+        files["report.html"] = _html(report, [str(e["id"]) for e in traced])
+    files["compare.json"] = json_text(report)
+    out.write(files)
+    print(f"wrote {', '.join(sorted(f for f in files if '/' not in f))} to {out.path}")
+    return 0
+
+
+def _html(report: dict[str, object], ids: list[str]) -> str:
+    """A self-contained page: each run's table and its CDF figure (beside it, in figures/)."""
+    import html
+
+    parts = ["<!doctype html><meta charset=utf-8><title>infersim: simulated against measured</title>",
+             "<h1>Simulated against measured, request by request</h1>"]  # fmt: skip
+    for ident in ids:
+        parts.append(f"<h2>{html.escape(ident)}</h2><pre>{html.escape(json_text(report[ident]))}</pre>")
+        parts.append(f'<img src="figures/{html.escape(ident)}-cdf.png" alt="CDF of TTFT, TPOT and E2E">')
+    return "\n".join(parts) + "\n"
+
+
+def models_import(args: argparse.Namespace) -> int:
+    import yaml
+
+    from simulator.hf_config import profile_from_config
+
+    profile: ModelSpec = profile_from_config(args.config, args.name)
+    out = ResultsFolder(args.out or Path("runs") / f"model-{profile.id}", "models-import", args.overwrite)
+    text = yaml.safe_dump(profile.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+    out.write({f"{profile.id}.yaml": text})
+    from simulator.analytic.architecture import active_params, total_params
+
+    print(f"{profile.id}: {total_params(profile) / 1e9:.2f} B parameters, {active_params(profile) / 1e9:.2f} B active")
+    print(f"wrote {profile.id}.yaml to {out.path} (use it with --model-dir {out.path})")
+    return 0
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """A run folder's summary in a peer's field names, written beside it (:mod:`simulator.exporters`)."""
+    import numpy as np
+
+    from simulator.config.files import read_csv, read_yaml
+    from simulator.exporters import vllm_bench
+    from simulator.units import parse_quantity
+    from simulator.version import __version__
+
+    folder: Path = args.folder
+    out = ResultsFolder(folder, None)
+    header, lines = read_csv(folder / "requests.csv", ("arrival_s", "first_token_s", "done_s", "dropped"))
+    try:
+        columns = {name: np.array([float(row[name] or "nan") for _, row in lines]) for name in header}
+    except ValueError:
+        raise ConfigError(f"{folder / 'requests.csv'}: expected numbers in every column") from None
+    summary, scenario = read_json(folder / "summary.json"), read_yaml(folder / "scenario.resolved.yaml")
+    if not isinstance(summary, dict) or not isinstance(scenario, dict):
+        raise ConfigError(f"{folder}: summary.json and scenario.resolved.yaml: expected a run folder's mappings")
+    warmup = (scenario.get("run") or {}).get("warmup") or 0.0
+    try:
+        seconds = float(warmup) if isinstance(warmup, int | float) else parse_quantity(str(warmup), "time")
+    except ValueError as exc:
+        raise ConfigError(f"{folder / 'scenario.resolved.yaml'}: run.warmup: {exc}") from None
+    scenario["run"] = (scenario.get("run") or {}) | {"warmup": seconds}
+    name = f"summary.{args.format}.json"
+    out.write({name: json_text(vllm_bench(columns, summary, scenario, __version__))})
+    print(f"wrote {folder / name}")
+    return 0

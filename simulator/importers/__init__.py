@@ -1,0 +1,87 @@
+"""Import benchmark clients' result files: detect the format, read runs in SI units.
+
+One module per format (each documents the fields it reads, its units and its quirks):
+:mod:`~simulator.importers.vllm_bench`, :mod:`~simulator.importers.sglang_bench`,
+:mod:`~simulator.importers.inference_perf`, :mod:`~simulator.importers.aiperf` (also
+GenAI-Perf's export and AIPerf's per-request JSONL) and :mod:`~simulator.importers.guidellm`.
+The metric-name mapping between the tools is :data:`~simulator.importers.common.METRIC_NAMES`.
+
+:func:`read_file` parses a file once (JSON, or JSON lines; SGLang's bare ``Infinity`` is
+admitted), picks the format by the keys it carries (or checks the one named) and returns its
+runs. A file no format recognises, or a damaged one, is a ConfigError naming the file and
+the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from simulator.config.files import parse_json, read_text
+from simulator.errors import ConfigError
+from simulator.importers import aiperf, guidellm, inference_perf, sglang_bench, vllm_bench
+from simulator.importers.common import ImportedRun
+
+#: Single-document formats: name -> (detector, reader).
+_DOCUMENTS: dict[str, tuple[Callable[[object], bool], Callable[[object, str], list[ImportedRun]]]] = {
+    vllm_bench.FORMAT: (vllm_bench.detect, vllm_bench.read),
+    inference_perf.FORMAT: (inference_perf.detect, inference_perf.read),
+    aiperf.FORMAT: (aiperf.detect, aiperf.read),
+    guidellm.FORMAT: (guidellm.detect, guidellm.read),
+}
+#: Every format a user may name (``genai-perf`` reads as AIPerf's export, which continues it).
+FORMATS = (*_DOCUMENTS, sglang_bench.FORMAT, aiperf.FORMAT_RECORDS, "genai-perf")
+
+
+def _lines(text: str, source: str) -> list[tuple[str, object]]:
+    return [(f"{source}:{n}", parse_json(line, f"{source}:{n}", allow_nonfinite=True))
+            for n, line in enumerate(text.splitlines(), start=1) if line.strip()]  # fmt: skip
+
+
+def _detected(document: object, lines: list[tuple[str, object]] | None) -> str | None:
+    if lines is None:
+        if sglang_bench.detect(document):  # one bench_serving run: a JSONL file of one line
+            return sglang_bench.FORMAT
+        return next((name for name, (detect, _) in _DOCUMENTS.items() if detect(document)), None)
+    first = lines[0][1]
+    if sglang_bench.detect(first):
+        return sglang_bench.FORMAT
+    if aiperf.detect_records(first):
+        return aiperf.FORMAT_RECORDS
+    return None
+
+
+def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
+    """The runs of one result file, in the named format or the one detected."""
+    if format is not None and format not in FORMATS:
+        raise ConfigError(f"format: expected one of {list(FORMATS)}, got {format!r}")
+    source = str(path)
+    text = read_text(path)
+    if not text.strip():
+        raise ConfigError(f"{source}: empty file (expected a benchmark result)")
+    document: object = None
+    lines: list[tuple[str, object]] | None = None
+    try:
+        document = parse_json(text, source, allow_nonfinite=True)
+    except ConfigError as whole_error:
+        if len(text.strip().splitlines()) < 2:
+            raise
+        try:
+            lines = _lines(text, source)
+        except ConfigError:
+            raise whole_error from None
+    detected = _detected(document, lines)
+    wanted = aiperf.FORMAT if format == "genai-perf" else format
+    if detected is None:
+        kind = "JSON lines" if lines is not None else "a JSON document"
+        raise ConfigError(f"{source}: {kind} of no known benchmark format (expected one of {list(FORMATS)}: "
+                          "vLLM's result JSON with request_rate and *_ttft_ms, SGLang's bench_serving JSONL, an "
+                          "inference-perf report with load_summary and successes, an AIPerf export, or GuideLLM's "
+                          "benchmarks.json)")  # fmt: skip
+    if wanted is not None and wanted != detected:
+        raise ConfigError(f"{source}: named as {format}, but its fields are those of {detected}")
+    if detected == sglang_bench.FORMAT:
+        return [sglang_bench.read_line(record, where) for where, record in lines or [(f"{source}:1", document)]]
+    if lines is not None:
+        return aiperf.read_records(lines)
+    return _DOCUMENTS[detected][1](document, source)

@@ -1,0 +1,151 @@
+"""NVIDIA AIPerf (and GenAI-Perf, its predecessor) exports.
+
+``profile_export_aiperf.json`` / ``profile_export_genai_perf.json``: each metric an object with
+``unit`` (``ms``, ``tokens/sec``, ...) and statistics ``avg``, ``std``, ``min``, ``max``,
+``count``, ``pNN``. AIPerf's ``inter_token_latency`` is (e2e - ttft) / (n - 1) per request:
+vLLM's TPOT (infersim ``tpot_s``). The load is ``input_config.loadgen``: ``concurrency``
+(closed loop) or ``request_rate`` (Poisson, AIPerf's default rate mode). A run that replays a
+dataset of multi-turn sessions (``input.public_dataset``, ``use_end_to_start_delays``) has
+prompts growing turn by turn and delays between them: fixed-length rows cannot reproduce it,
+so its summary is refused, and its per-request export replays it instead.
+
+``profile_export.jsonl``: one request a line, ``metadata`` (``request_start_ns``,
+``benchmark_phase``: ``warmup`` records are left out) and ``metrics`` (``time_to_first_token``,
+``request_latency`` in ms, ``input_sequence_length``, ``output_sequence_length``). The send
+times are recorded, so the replay sends each request when the client did (open loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from simulator.errors import ConfigError
+from simulator.importers.common import (
+    MS_PER_S,
+    NS_PER_S,
+    ImportedRun,
+    Load,
+    PerRequest,
+    Stats,
+    get,
+    num,
+    optional,
+    whole,
+)
+
+FORMAT = "aiperf"
+FORMAT_RECORDS = "aiperf-records"
+_METRICS = {"time_to_first_token": "ttft_s", "inter_token_latency": "tpot_s", "request_latency": "e2e_s",
+            "output_token_throughput": "output_tok_s",
+            "output_token_throughput_per_user": "per_user_output_tok_s"}  # fmt: skip
+_UNIT_TO_SI = {"ms": 1.0 / MS_PER_S, "s": 1.0, "ns": 1.0 / NS_PER_S, "tokens/sec": 1.0, "tokens/sec/user": 1.0}
+_STAT = {"count": "count", "avg": "mean", "std": "std", "min": "min", "p50": "p50", "p90": "p90", "p95": "p95",
+         "p99": "p99", "max": "max"}  # fmt: skip
+
+
+def detect(data: object) -> bool:
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("time_to_first_token"), dict)
+        and ("aiperf_version" in data or "unit" in data["time_to_first_token"])
+    )
+
+
+def detect_records(first: object) -> bool:
+    return (
+        isinstance(first, dict) and isinstance(first.get("metadata"), dict) and isinstance(first.get("metrics"), dict)
+    )
+
+
+def _metric(data: Mapping[str, object], key: str, where: str) -> Stats:
+    unit = get(data, f"{key}.unit", where, "a unit")
+    if unit not in _UNIT_TO_SI:
+        raise ConfigError(f"{where}: {key}.unit: expected one of {sorted(_UNIT_TO_SI)}, got {unit!r}")
+    node = data[key]
+    assert isinstance(node, Mapping)
+    scale = 1.0 if key == "count" else _UNIT_TO_SI[str(unit)]
+    values = {name: num(node, k, where) * (1.0 if name == "count" else scale) for k, name in _STAT.items() if k in node}
+    return Stats(values, key)
+
+
+def _load(data: Mapping[str, object], where: str) -> tuple[Load | None, str]:
+    dataset = optional(data, "input_config.input.public_dataset") or optional(data, "input_config.input.file")
+    if dataset is not None or optional(data, "input_config.input.use_end_to_start_delays"):
+        return None, (f"{where}: input_config.input: replays the sessions of {dataset!r} (prompts growing turn "
+                      "by turn, delays between turns), which fixed-length rows cannot reproduce; import the "
+                      "per-request profile_export.jsonl beside it to replay them")  # fmt: skip
+    concurrency = optional(data, "input_config.loadgen.concurrency")
+    rate = optional(data, "input_config.loadgen.request_rate")
+    count = whole(data, "request_count.avg", where, minimum=1)
+    if rate is not None and concurrency is None:
+        return Load("poisson", requests=count, rate_per_s=num(data, "input_config.loadgen.request_rate", where)), ""
+    if concurrency is not None and rate is None:
+        return Load("closed", concurrency=whole(data, "input_config.loadgen.concurrency", where, minimum=1)), ""
+    return None, f"{where}: input_config.loadgen: expected exactly one of concurrency or request_rate"
+
+
+def read(data: object, where: str) -> list[ImportedRun]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a JSON object (an AIPerf profile export)")
+    metrics = {m: _metric(data, k, where) for k, m in _METRICS.items() if k in data}
+    load, refusal = _load(data, where)
+    models = optional(data, "input_config.endpoint.model_names")
+    return [
+        ImportedRun(
+            source=where,
+            format=FORMAT,
+            model_name=str(models[0]) if isinstance(models, list) and models else None,
+            input_tokens_mean=num(data, "input_sequence_length.avg", where, minimum=1.0),
+            output_tokens_mean=num(data, "output_sequence_length.avg", where, minimum=1.0),
+            metrics=metrics,
+            load=load,
+            refusal=refusal,
+            notes=("warm-up: excluded by AIPerf (warmup_metrics apart)",),
+        )
+    ]
+
+
+def read_records(records: list[tuple[str, object]]) -> list[ImportedRun]:
+    """Per-request records (``where`` names each line); warm-up and cancelled records are left out."""
+    rows: list[tuple[float, int, int, float, float]] = []
+    skipped = 0
+    for where, record in records:
+        if not isinstance(record, Mapping):
+            raise ConfigError(f"{where}: expected a JSON object (one AIPerf request record)")
+        meta = get(record, "metadata", where, "the request's metadata")
+        assert isinstance(meta, Mapping)
+        if meta.get("benchmark_phase") == "warmup" or meta.get("was_cancelled") or "error" in record:
+            skipped += 1
+            continue
+        rows.append((num(record, "metadata.request_start_ns", where),
+                     whole(record, "metrics.input_sequence_length.value", where, minimum=1),
+                     whole(record, "metrics.output_sequence_length.value", where, minimum=1),
+                     num(record, "metrics.time_to_first_token.value", where, minimum=0.0) / MS_PER_S,
+                     num(record, "metrics.request_latency.value", where, minimum=0.0) / MS_PER_S))  # fmt: skip
+    source = records[0][0].rsplit(":", 1)[0] if records else "?"
+    if not rows:
+        raise ConfigError(f"{source}: no profiling record (only warm-up or cancelled ones)")
+    rows.sort(key=lambda r: r[0])
+    start = np.array([r[0] for r in rows])
+    per = PerRequest(np.array([r[1] for r in rows]), np.array([r[2] for r in rows]), np.array([r[3] for r in rows]),
+                     np.array([r[4] for r in rows]), arrival_s=(start - start[0]) / NS_PER_S)  # fmt: skip
+    return [
+        ImportedRun(
+            source=source,
+            format=FORMAT_RECORDS,
+            model_name=None,
+            input_tokens_mean=float(per.input_tokens.mean()),
+            output_tokens_mean=float(per.output_tokens.mean()),
+            metrics={},
+            load=None,
+            refusal=(
+                f"{source}: per-request records only: no measurement rows (the profile_export_aiperf.json "
+                "beside it holds the run's statistics and load); the replay sends each request at its "
+                "recorded start"
+            ),
+            per_request=per,
+            notes=(f"{skipped} warm-up or cancelled records left out",),
+        )
+    ]
