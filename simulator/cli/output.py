@@ -29,6 +29,7 @@ import os
 import secrets
 import shutil
 import signal
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -108,8 +109,7 @@ class ResultsFolder:
         if path.is_dir():
             self._check_existing(path)
         ancestor = next((p for p in [path, *path.parents] if p.exists()), Path("."))
-        if not os.access(ancestor, os.W_OK | os.X_OK):
-            raise ConfigError(f"{path}: cannot write there: {ancestor} is not writable")
+        _probe(path, ancestor)
 
     def _check_existing(self, path: Path) -> None:
         try:
@@ -202,6 +202,20 @@ class ResultsFolder:
             yield
         finally:
             os.close(handle)  # releases the lock
+
+
+def _probe(path: Path, ancestor: Path) -> None:
+    """Refuse ``path`` unless a folder can really be made in ``ancestor`` (made and removed at once).
+
+    ``os.access`` alone passes where ``mkdir`` fails: for root, pseudo file systems (``/proc``)
+    and read-only mounts; the probe finds it before any work.
+    """
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"{path}: cannot write there: {ancestor} is not writable")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=ancestor))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write there: {ancestor}: {exc.strerror or exc}") from None
 
 
 def _check_relative(name: str) -> None:

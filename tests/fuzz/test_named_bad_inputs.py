@@ -712,17 +712,15 @@ TABLE_CASES = [
          "no such file"),
     case("calibrate-unknown-row", (*CALIBRATE, "--rows", "NOPE1"), "--rows", "NOPE1", files={"m.csv": TABLE}),
     case("calibrate-no-rows-given", (*CALIBRATE, "--rows", ","), "--rows", files={"m.csv": TABLE}),
-    case("calibrate-four-parameters-one-row", (*CALIBRATE, "--rows", "X1", "--fit", "a,b,c,d"), "cannot fit 'a'",
-         files={"m.csv": TABLE}),
-    case("calibrate-more-parameters-than-rows",
+    case("calibrate-four-parameters-one-row", (*CALIBRATE, "--rows", "X1", "--fit", "a,b,c,d"),
+         "cannot fit hardware parameter 'a'", "fittable: compute.efficiency", files={"m.csv": TABLE}),
+    case("calibrate-more-parameters-than-rows",  # the two named, plus the stack's fitted ones (--shared's default)
          (*CALIBRATE, "--rows", "X1", "--fit", "compute.efficiency,interconnect.latency"),
-         "2 parameters", "1 row", files={"m.csv": TABLE}),
+         "cannot be identified from 1 row", "nvidia-h100-sxm.interconnect.latency", files={"m.csv": TABLE}),
     case("calibrate-unknown-tier", (*CALIBRATE, "--rows", "X1,X2", "--fit", "memory.nosuch.efficiency"),
          "memory.nosuch.efficiency", files={"m.csv": TABLE}),
-    case("calibrate-fit-names-nothing", (*CALIBRATE, "--rows", "X1", "--fit", ",,"), "--fit", "!no previously fitted",
-         files={"m.csv": TABLE},
-         bug="calibrate --fit ',,' says the profile 'has no previously fitted parameters' (it has) instead of "
-             "naming --fit"),
+    case("calibrate-fit-names-nothing", (*CALIBRATE, "--rows", "X1", "--fit", ",,"), "--fit: names no parameter",
+         files={"m.csv": TABLE}),
     case("calibrate-unknown-hardware", ("calibrate", "--hardware", "tpu-v9", "-o", "cal"),
          "unknown hardware profile 'tpu-v9'"),
 ]  # fmt: skip
@@ -733,7 +731,7 @@ TABLE_CASES = [
     [
         pytest.param(("128,1,per_user", "128,10000000000000000000000,per_user"), "too large to simulate",
                      id="concurrency-1e22"),
-        pytest.param(("none,512,128,1,per", "none,999999999,128,1,per"), "context window", id="input-beyond-context"),
+        pytest.param(("none,512,128,1,per", "none,999999999,128,1,per"), "GB of KV", id="input-beyond-the-kv-cache"),
     ],
 )  # fmt: skip
 def test_a_row_that_cannot_be_predicted_is_listed_with_its_reason(
@@ -1000,22 +998,16 @@ TARGETS = [
     pytest.param("/proc/infersim-fuzz", "/proc/infersim-fuzz", id="proc",
                  marks=pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")),
 ]  # fmt: skip
-DEMO_PRINTS_FIRST = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: demo prints its speed-gap tables on stdout before writing its folder; a folder that cannot be "
-    "created (root and /proc/...) then fails with exit 2 after the results were printed",
-)
 
 
 @pytest.mark.parametrize("command", list(WRITERS))
 @pytest.mark.parametrize(("target", "expected"), TARGETS)
 def test_a_bad_results_folder_is_refused_and_nothing_is_touched(
-    sandbox: Sandbox, request: pytest.FixtureRequest, command: str, target: str, expected: str
+    sandbox: Sandbox, command: str, target: str, expected: str
 ) -> None:
-    """``-o`` at the current folder, above it, home, /, a file, a foreign or another command's folder:
-    exit 2 before any work, and every byte of the user's files stays as it was."""
-    if command == "demo" and target.startswith("/proc/") and os.geteuid() == 0:
-        request.applymarker(DEMO_PRINTS_FIRST)
+    """``-o`` at the current folder, above it, home, /, a file, a foreign or another command's folder,
+    or one that cannot be made (``/proc/...``, even for root): exit 2 before any work (nothing
+    printed), and every byte of the user's files stays as it was."""
     sandbox.write(
         {
             **INPUTS,
