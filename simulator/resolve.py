@@ -50,7 +50,7 @@ from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import ClosedLoop, Load, OpenLoop, RequestLengths, Scenario, WorkloadClass
 from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
-from simulator.errors import InfersimError
+from simulator.errors import InfersimError, naming
 from simulator.limits import RunSize, fastest_call_s
 from simulator.taskgraph import TaskGraph, load_task_graphs
 from simulator.traces import Session, TraceRequest, load_azure, load_mooncake, load_weka_dir, scale_rate
@@ -324,7 +324,8 @@ def _request_trace(load: TraceLoad) -> list[TraceRequest]:
     """The requests of an Azure or Mooncake trace as replayed: windowed, then rate-scaled."""
     rows = load_azure(load.path) if load.format == "azure" else load_mooncake(load.path)
     if load.window is not None:
-        rows = clip_window(rows, *load.window)
+        with naming("load.window"):
+            rows = clip_window(rows, *load.window, source=str(load.path))
     return scale_rate(rows, load.rate_scale)
 
 
@@ -447,7 +448,9 @@ def resolve(scenario: Scenario, catalog: Catalog) -> ResolvedScenario:
     PlacementError, ConfigError
         If a model does not fit its hardware, or a profile, workload or trace cannot be read.
     """
-    scenario = write_in(_default_stacks_named(scenario, catalog), catalog)
+    scenario = write_in(
+        _default_stacks_named(write_in(scenario, catalog), catalog), catalog
+    )  # ids first: errors name their field
     question = layout_question(scenario, catalog)
     backends = tuple(backend_plan(i, spec, scenario, catalog, question) for i, spec in enumerate(scenario.fleet))
     classes = tuple(

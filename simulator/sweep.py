@@ -47,6 +47,7 @@ from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_d
 from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
 from simulator.config.workload import TraceLoad
+from simulator.errors import naming
 from simulator.limits import Limits, RunTooLargeError
 from simulator.limits import check as check_size
 from simulator.resolve import ScenarioError, resolve
@@ -171,12 +172,15 @@ def expand(
             "fewer values or replications, or pass --allow-large-runs"
         )
     scenario_path = spec.scenario if spec.scenario.is_absolute() else sweep_path.parent / spec.scenario
-    data = load_scenario_data(scenario_path)
+    with naming(f"{sweep_path}: scenario"):
+        data = load_scenario_data(scenario_path)
     runs: list[RunPoint] = []
     for number, factors in enumerate(factor_points(spec)):
-        base = write_in(scenario_from(dict(data), factors, str(scenario_path), catalog), catalog)
-        if limits is not None:
-            _check_size(base, catalog, limits)
+        point = ", ".join(f"{k}={v}" for k, v in factors.items())
+        with naming(f"{sweep_path}: grid point {point}" if point else f"{sweep_path}: scenario"):
+            base = write_in(scenario_from(dict(data), factors, str(scenario_path), catalog), catalog)
+            if limits is not None:
+                _check_size(base, catalog, limits)
         if number == 0 and "metrics" in spec.model_fields_set:  # the defaults may name task metrics a chat run lacks
             check_metrics(spec.metrics, summary_shape(base, catalog), sweep_path)
         inputs = _inputs_digest(base, spec.metrics)

@@ -176,12 +176,13 @@ def load_weka_dir(path: Path) -> list[Session]:
     return [load_weka(f) for f in files]
 
 
-def window(requests: list[TraceRequest], start_s: float, end_s: float) -> list[TraceRequest]:
-    """The requests arriving in ``[start, end)``, shifted to start at 0; an empty window is an error."""
+def window(requests: list[TraceRequest], start_s: float, end_s: float, source: str = "the trace") -> list[TraceRequest]:
+    """The requests arriving in ``[start, end)``, shifted to start at 0; an empty window is an error
+    (naming ``source``, the trace file)."""
     kept = [r for r in requests if start_s <= r.arrival_s < end_s]
     if not kept:
         span = f"{requests[0].arrival_s:.6g} to {requests[-1].arrival_s:.6g} s" if requests else "nothing"
-        raise ConfigError(f"window [{start_s:.6g} s, {end_s:.6g} s) holds no request of the trace (it spans {span})")
+        raise ConfigError(f"window [{start_s:.6g} s, {end_s:.6g} s) holds no request of {source} (it spans {span})")
     return [replace(r, arrival_s=r.arrival_s - start_s) for r in kept]
 
 

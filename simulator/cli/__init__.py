@@ -69,7 +69,7 @@ def _exit_interrupted(signum: int, frame: FrameType | None) -> None:
     Not a KeyboardInterrupt: raised inside an import's ``exec`` (dataclasses and pydantic
     build classes so), CPython marks it unhandled and the process dies by SIGINT even when caught.
     """
-    print("infersim: interrupted", file=sys.stderr, flush=True)
+    print("infersim: interrupted; no results folder was written", file=sys.stderr, flush=True)
     os._exit(EXIT_INTERRUPTED)
 
 

@@ -54,19 +54,10 @@ from tests.fuzz.conftest import (
 
 #: Messages that do not name the input file: known bugs (the named case that tracks each).
 KNOWN_UNNAMED = {
-    "this run is too large to simulate": "run-size-error-names-the-file",
-    "unknown hardware profile": "unknown-hardware-names-the-file-and-field",
-    "unknown model profile": "unknown-hardware-names-the-file-and-field",
-    "does not fit on": "model-does-not-fit-names-the-file",
     "exceeds the model's": "placement-error-names-the-file-and-field",
-    "but a replica of": "request-longer-than-a-replica-names-the-file",
 }
 #: The same for sweeps, whose errors should name the sweep file (sw.yaml) and its field.
-KNOWN_UNNAMED_IN_SWEEPS = KNOWN_UNNAMED | {
-    "s.yaml: ": "grid-error-names-the-sweep-file",
-    "no such file": "scenario-path-names-the-sweep-file",
-    "is a folder": "scenario-path-names-the-sweep-file",
-}
+KNOWN_UNNAMED_IN_SWEEPS = KNOWN_UNNAMED
 
 
 def check_contract(
