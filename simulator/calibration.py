@@ -276,9 +276,9 @@ def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog
                                "hardware; a stack parameter rows served by that stack)")  # fmt: skip
     if len(rows) < len(parameters):
         raise CalibrationError(
-            f"{len(parameters)} parameters cannot be identified from {len(rows)} row{'s' if len(rows) > 1 else ''} "
-            f"({', '.join(r.id for r in rows)}): any of many values would fit exactly; fit at most {len(rows)} "
-            f"(e.g. --fit {parameters[0].path}) or add rows"
+            f"{len(parameters)} parameters ({', '.join(p.name for p in parameters)}) cannot be identified from "
+            f"{len(rows)} row{'s' if len(rows) > 1 else ''} ({', '.join(r.id for r in rows)}): any of many values "
+            f"would fit exactly; fit at most {len(rows)} or add rows"
         )
     if len(rows) == len(parameters):
         warnings.warn(

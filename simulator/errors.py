@@ -10,6 +10,9 @@ printed by the command line as ``infersim: warning: ...``.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class InfersimError(ValueError):
     """Bad input or an impossible request; the message names the file, the field and what was expected."""
@@ -21,3 +24,15 @@ class ConfigError(InfersimError):
 
 class InfersimWarning(UserWarning):
     """Something happened that changes how a result reads; the message says what."""
+
+
+@contextlib.contextmanager
+def naming(source: str) -> Iterator[None]:
+    """An :class:`InfersimError` raised inside names ``source`` first (the file whose content led
+    to it), unless its message already starts with it; the error keeps its class."""
+    try:
+        yield
+    except InfersimError as exc:
+        if str(exc).startswith(source):
+            raise
+        raise type(exc)(f"{source}: {exc}") from exc

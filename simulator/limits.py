@@ -51,6 +51,9 @@ class Limits:
     max_clients: int = 500_000
     max_replicas: int = 10_000
     max_memory_bytes: float = 8e9
+    #: Runs of one sweep: each holds its resolved scenario in memory (~10 kB) from the start and
+    #: takes at least a tenth of a second, so 100,000 runs are ~1 GB and hours of CPU.
+    max_runs: int = 100_000
 
 
 @dataclass

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,7 +50,7 @@ from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import ClosedLoop, Load, OpenLoop, RequestLengths, Scenario, WorkloadClass
 from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
-from simulator.errors import InfersimError
+from simulator.errors import InfersimError, naming
 from simulator.limits import RunSize, fastest_call_s
 from simulator.taskgraph import TaskGraph, load_task_graphs
 from simulator.traces import Session, TraceRequest, load_azure, load_mooncake, load_weka_dir, scale_rate
@@ -147,8 +148,14 @@ class LoadContext:
 
     klass: WorkloadClass
     catalog: Catalog
-    deployments: tuple[Deployment, ...]  # of the backends it may use
+    backends: tuple[BackendPlan, ...]  # those it may use that have replicas
     duration_s: float
+
+    def fastest_call_s(self, typical: tuple[float, float]) -> float:
+        """:func:`~simulator.limits.fastest_call_s` of a typical call, once it is known to fit a replica
+        (the estimate's cost grows with the prompt: a length no replica holds is refused first)."""
+        _check_fits(self.klass, typical, self.backends)
+        return fastest_call_s([b.deployment for b in self.backends], *typical)
 
 
 @dataclass(frozen=True)
@@ -287,7 +294,7 @@ def _closed_loop(load: ClosedLoop, context: LoadContext) -> LoadPlan:
     lengths = context.klass.requests
     assert lengths is not None
     typical = (lengths.input_tokens.mean, lengths.output_tokens.mean)
-    cycle_s = load.think_time_s.mean + fastest_call_s(context.deployments, *typical)
+    cycle_s = load.think_time_s.mean + context.fastest_call_s(typical)
     calls = load.users * context.duration_s / cycle_s
     how = f"{load.users:,} users x {context.duration_s:g} s / {cycle_s:.3g} s per request"
     return LoadPlan(typical_call=typical, calls=CallEstimate(calls, users=load.users, how=how))
@@ -302,7 +309,7 @@ def _agents(load: AgentsLoad, context: LoadContext) -> LoadPlan:
     typical = (prompt, task.output_tokens.mean)
     duration = context.duration_s
     if load.agents is not None:
-        fastest_s = fastest_call_s(context.deployments, *typical)
+        fastest_s = context.fastest_call_s(typical)
         how = f"{load.agents:,} agents x {duration:g} s / {fastest_s:.3g} s per call"
         calls = CallEstimate(load.agents * duration / fastest_s, agents=load.agents, how=how)
     else:
@@ -317,7 +324,8 @@ def _request_trace(load: TraceLoad) -> list[TraceRequest]:
     """The requests of an Azure or Mooncake trace as replayed: windowed, then rate-scaled."""
     rows = load_azure(load.path) if load.format == "azure" else load_mooncake(load.path)
     if load.window is not None:
-        rows = clip_window(rows, *load.window)
+        with naming("load.window"):
+            rows = clip_window(rows, *load.window, source=str(load.path))
     return scale_rate(rows, load.rate_scale)
 
 
@@ -345,12 +353,14 @@ def _trace(load: TraceLoad, context: LoadContext) -> LoadPlan:
 
 
 # -- the whole scenario -------------------------------------------------------------------------
-def _check_fits(klass: WorkloadClass, load: LoadPlan, backends: list[BackendPlan]) -> None:
+def _check_fits(
+    klass: WorkloadClass, typical_call: tuple[float, float] | None, backends: Sequence[BackendPlan]
+) -> None:
     if not backends:
         raise ScenarioError(f"{klass.name}: every backend this class may use (router.rules) has 0 replicas")
-    if load.typical_call is None:
+    if typical_call is None:
         return  # each request is checked on arrival (too long: dropped and reported)
-    typical = sum(load.typical_call)
+    typical = sum(typical_call)
     largest = max(backends, key=lambda b: b.max_tokens)
     if typical > largest.max_tokens:
         d = largest.deployment
@@ -380,8 +390,8 @@ def _class_plan(
     named = [by_name[name] for name in rules[klass.name]] if klass.name in rules else list(backends)
     allowed = [b for b in named if b.replicas]
     duration = scenario.run.duration if scenario.run.duration is not None else math.inf
-    load = load_plan(klass.load, LoadContext(klass, catalog, tuple(b.deployment for b in allowed), duration))
-    _check_fits(klass, load, allowed)
+    load = load_plan(klass.load, LoadContext(klass, catalog, tuple(allowed), duration))
+    _check_fits(klass, load.typical_call, allowed)
     ttft, tpot = klass.slo.request_bounds()
     return ClassPlan(
         index=index,
@@ -438,7 +448,9 @@ def resolve(scenario: Scenario, catalog: Catalog) -> ResolvedScenario:
     PlacementError, ConfigError
         If a model does not fit its hardware, or a profile, workload or trace cannot be read.
     """
-    scenario = write_in(_default_stacks_named(scenario, catalog), catalog)
+    scenario = write_in(
+        _default_stacks_named(write_in(scenario, catalog), catalog), catalog
+    )  # ids first: errors name their field
     question = layout_question(scenario, catalog)
     backends = tuple(backend_plan(i, spec, scenario, catalog, question) for i, spec in enumerate(scenario.fleet))
     classes = tuple(

@@ -47,7 +47,8 @@ from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_d
 from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
 from simulator.config.workload import TraceLoad
-from simulator.limits import Limits
+from simulator.errors import naming
+from simulator.limits import Limits, RunTooLargeError
 from simulator.limits import check as check_size
 from simulator.resolve import ScenarioError, resolve
 from simulator.results.summary import RunSummary
@@ -100,6 +101,12 @@ class SweepSpec(Spec):
             if not values:
                 raise ValueError(f"grid.{path}: empty list of values (the sweep would have no runs)")
         return self
+
+    @property
+    def runs(self) -> int:
+        """Grid combinations x sample points x replications."""
+        points = self.sample.points if self.sample is not None else 1
+        return math.prod(len(values) for values in self.grid.values()) * points * self.replications
 
 
 @dataclass(frozen=True)
@@ -157,13 +164,23 @@ def expand(
     """Every run, validated up front: a bad field path, a metric that is not in a run's summary,
     or a run over the size ``limits`` fails before anything is simulated."""
     catalog = catalog or Catalog()
+    if limits is not None and spec.runs > limits.max_runs:
+        raise RunTooLargeError(
+            f"{sweep_path}: this sweep is too large to run: {spec.runs:,} runs (limit {limits.max_runs:,}; "
+            f"grid {' x '.join(str(len(v)) for v in spec.grid.values()) or '1'}, "
+            f"{spec.sample.points if spec.sample else 1:,} sample points, {spec.replications:,} replications); "
+            "fewer values or replications, or pass --allow-large-runs"
+        )
     scenario_path = spec.scenario if spec.scenario.is_absolute() else sweep_path.parent / spec.scenario
-    data = load_scenario_data(scenario_path)
+    with naming(f"{sweep_path}: scenario"):
+        data = load_scenario_data(scenario_path)
     runs: list[RunPoint] = []
     for number, factors in enumerate(factor_points(spec)):
-        base = write_in(scenario_from(dict(data), factors, str(scenario_path), catalog), catalog)
-        if limits is not None:
-            _check_size(base, catalog, limits)
+        point = ", ".join(f"{k}={v}" for k, v in factors.items())
+        with naming(f"{sweep_path}: grid point {point}" if point else f"{sweep_path}: scenario"):
+            base = write_in(scenario_from(dict(data), factors, str(scenario_path), catalog), catalog)
+            if limits is not None:
+                _check_size(base, catalog, limits)
         if number == 0 and "metrics" in spec.model_fields_set:  # the defaults may name task metrics a chat run lacks
             check_metrics(spec.metrics, summary_shape(base, catalog), sweep_path)
         inputs = _inputs_digest(base, spec.metrics)
@@ -361,6 +378,7 @@ def run_sweep(
         ready()
     if todo:
         make = _dask if executor == "dask" else None
+        jobs = min(jobs, len(todo))  # a worker more than there are runs would only start and idle
         submit, close = make(address, jobs, spec.metrics, dirs) if make else _local(jobs, spec.metrics, dirs)
         try:
             if ready:

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.config.distributions import MAX_REQUEST_TOKENS
 from simulator.config.files import json_object, read_text
 from simulator.errors import ConfigError
 
@@ -47,8 +48,11 @@ class TaskGraph:
 
 
 def _int(value: object, where: str) -> int:
+    """Tokens of one call: 1 to :data:`~simulator.config.distributions.MAX_REQUEST_TOKENS`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where}: expected a positive integer, got {value!r}")
+    if value > MAX_REQUEST_TOKENS:
+        raise ConfigError(f"{where}: expected at most {MAX_REQUEST_TOKENS:,} tokens, got more")
     return value
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator.config.distributions import MAX_REQUEST_TOKENS
 from simulator.config.files import integer, json_object, number, read_csv, read_text
 from simulator.errors import ConfigError, InfersimWarning
 
@@ -61,6 +62,11 @@ class Session:
 
 def _positive_int(value: object, where: str, field: str, allow_zero: bool = False) -> int:
     return integer(value, where, field, minimum=0 if allow_zero else 1)
+
+
+def _tokens(value: object, where: str, field: str) -> int:
+    """Tokens of one request: 1 to :data:`~simulator.config.distributions.MAX_REQUEST_TOKENS`."""
+    return integer(value, where, field, minimum=1, maximum=MAX_REQUEST_TOKENS)
 
 
 def _hashes(value: object, where: str, field: str) -> tuple[int, ...]:
@@ -98,8 +104,8 @@ def load_azure(path: Path) -> list[TraceRequest]:
             stamp = datetime.fromisoformat(row["TIMESTAMP"][:26])
         except (TypeError, ValueError):
             raise ConfigError(f"{where}: TIMESTAMP: expected YYYY-MM-DD HH:MM:SS.ffffff") from None
-        stamps.append((stamp, _positive_int(row["ContextTokens"], where, "ContextTokens"),
-                       _positive_int(row["GeneratedTokens"], where, "GeneratedTokens")))  # fmt: skip
+        stamps.append((stamp, _tokens(row["ContextTokens"], where, "ContextTokens"),
+                       _tokens(row["GeneratedTokens"], where, "GeneratedTokens")))  # fmt: skip
     start = min((stamp for stamp, _, _ in stamps), default=None)
     rows = [TraceRequest((stamp - start).total_seconds(), i, o) for stamp, i, o in stamps] if start else []
     return in_time_order(rows, path)
@@ -118,8 +124,8 @@ def load_mooncake(path: Path) -> list[TraceRequest]:
                 raise ConfigError(f"{where}: {key}: missing")
         rows.append(TraceRequest(
             _positive_int(record["timestamp"], where, "timestamp", allow_zero=True) / MS_PER_S,
-            _positive_int(record["input_length"], where, "input_length"),
-            _positive_int(record["output_length"], where, "output_length"),
+            _tokens(record["input_length"], where, "input_length"),
+            _tokens(record["output_length"], where, "output_length"),
             _hashes(record["hash_ids"], where, "hash_ids"),
         ))  # fmt: skip
     return in_time_order(rows, path)
@@ -149,8 +155,8 @@ def _session(data: dict[str, object], where: str, session_id: str) -> Session:
         think = entry.get("think_time")
         calls.append(SessionCall(
             think_s=0.0 if think is None else number(think, at, "think_time", minimum=0.0),
-            input_tokens=_positive_int(entry.get("in"), at, "in"),
-            output_tokens=_positive_int(entry.get("out"), at, "out"),
+            input_tokens=_tokens(entry.get("in"), at, "in"),
+            output_tokens=_tokens(entry.get("out"), at, "out"),
             block_hashes=_hashes(entry.get("hash_ids", []), at, "hash_ids"),
             subagents=tuple(sub for _, sub in pending),
         ))  # fmt: skip
@@ -170,12 +176,13 @@ def load_weka_dir(path: Path) -> list[Session]:
     return [load_weka(f) for f in files]
 
 
-def window(requests: list[TraceRequest], start_s: float, end_s: float) -> list[TraceRequest]:
-    """The requests arriving in ``[start, end)``, shifted to start at 0; an empty window is an error."""
+def window(requests: list[TraceRequest], start_s: float, end_s: float, source: str = "the trace") -> list[TraceRequest]:
+    """The requests arriving in ``[start, end)``, shifted to start at 0; an empty window is an error
+    (naming ``source``, the trace file)."""
     kept = [r for r in requests if start_s <= r.arrival_s < end_s]
     if not kept:
         span = f"{requests[0].arrival_s:.6g} to {requests[-1].arrival_s:.6g} s" if requests else "nothing"
-        raise ConfigError(f"window [{start_s:.6g} s, {end_s:.6g} s) holds no request of the trace (it spans {span})")
+        raise ConfigError(f"window [{start_s:.6g} s, {end_s:.6g} s) holds no request of {source} (it spans {span})")
     return [replace(r, arrival_s=r.arrival_s - start_s) for r in kept]
 
 

@@ -57,7 +57,7 @@ from simulator.analytic.roofline import deployment_ceiling_tok_s
 from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.files import integer, number, read_csv
-from simulator.config.loading import Catalog, ConfigError
+from simulator.config.loading import Catalog, ConfigError, validate_data
 from simulator.config.scenario import Scenario
 from simulator.errors import InfersimError
 from simulator.runner import simulate
@@ -319,7 +319,7 @@ def loaded_scenario(
             "warmup": f"{WARMUP_REQUEST_DURATIONS * request_s} s",
             "drain": False,
         }
-    return Scenario.model_validate(data)
+    return validate_data(Scenario, data, f"row {row.id}")  # a row beyond the schema's bounds: a reason, not a crash
 
 
 def row_deployment(row: MeasurementRow, catalog: Catalog | None = None) -> dict[str, object]:

@@ -3,9 +3,11 @@
 One boundary for everything that can go wrong:
 
 - bad input (a file, a field, a flag, a table row, a model that does not fit, a run too large
-  to simulate) prints one message naming the file and field or the flag, and exits 2;
+  to simulate) prints one message naming the file and field or the flag, and exits 2; so does
+  a usage error argparse finds (one ``infersim: error:`` line, no usage block);
 - Ctrl-C exits 130 and SIGTERM 143, each with one line and no traceback, leaving any results
-  folder as it was (:mod:`simulator.cli.output`);
+  folder as it was (:mod:`simulator.cli.output`); the package's imports happen inside
+  :func:`main`, so a Ctrl-C while they run is caught too;
 - anything else is a bug: exit 1 with a short message asking for a report (the traceback
   with ``--debug``);
 - :class:`~simulator.errors.InfersimWarning`\\ s print as ``infersim: warning: ...``.
@@ -15,6 +17,7 @@ Only this package writes files, and only through :class:`~simulator.cli.output.R
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import os
@@ -26,7 +29,6 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
-from simulator.cli.parser import build_parser
 from simulator.errors import InfersimError, InfersimWarning
 
 EXIT_BAD_INPUT = 2  # also `plan` when no fleet within the limits can meet the targets
@@ -61,17 +63,40 @@ def _user_warnings() -> Iterator[None]:
             warnings.showwarning = previous
 
 
+def _exit_interrupted(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C before a command starts (nothing written yet): one line, exit 130, at once.
+
+    Not a KeyboardInterrupt: raised inside an import's ``exec`` (dataclasses and pydantic
+    build classes so), CPython marks it unhandled and the process dies by SIGINT even when caught.
+    """
+    print("infersim: interrupted; no results folder was written", file=sys.stderr, flush=True)
+    os._exit(EXIT_INTERRUPTED)
+
+
+def _start(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Callable[[Any], int]]:
+    """The parsed arguments and the command's function: the package's imports happen here."""
+    from simulator.cli.parser import build_parser
+
+    args = build_parser().parse_args(argv)
+    module, function = args.handler.split(":")
+    return args, getattr(importlib.import_module(module), function)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    on_interrupt = signal.signal(signal.SIGINT, _exit_interrupted) if _main_thread() else None
     try:
-        args = build_parser().parse_args(argv)
-    except KeyboardInterrupt:
-        print("infersim: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        args, handler = _start(argv)
+    except InfersimError as exc:  # a usage error (UsageError)
+        print(f"infersim: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
+    finally:
+        if on_interrupt is not None:
+            signal.signal(signal.SIGINT, on_interrupt)
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
     try:
         with _user_warnings():
-            module, function = args.handler.split(":")
-            handler: Callable[[Any], int] = getattr(importlib.import_module(module), function)
             return handler(args)
     except InfersimError as exc:
         print(f"infersim: error: {exc}", file=sys.stderr)

@@ -6,7 +6,8 @@ Rules (each one a test in ``tests/cli/test_output_folders.py``):
   the command that wrote it, the version, and the list of files it wrote.
 - **Never a foreign folder.** ``-o DIR`` into an existing folder that is not empty and not
   infersim's own results of the *same command* is refused (exit 2) unless ``--overwrite``
-  is given; even then only the files infersim writes are replaced, nothing else is touched.
+  is given; even then only the files infersim wrote (listed in the marker) are replaced: a
+  user's file with the name of an output is refused, nothing else is touched.
   The current folder, any folder above it, the home folder and ``/`` are never valid targets.
 - **Whole or not at all.** Files are written to a staging folder inside the target, then
   moved into place one rename each while an exclusive lock (``flock`` on
@@ -29,6 +30,7 @@ import os
 import secrets
 import shutil
 import signal
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -108,8 +110,7 @@ class ResultsFolder:
         if path.is_dir():
             self._check_existing(path)
         ancestor = next((p for p in [path, *path.parents] if p.exists()), Path("."))
-        if not os.access(ancestor, os.W_OK | os.X_OK):
-            raise ConfigError(f"{path}: cannot write there: {ancestor} is not writable")
+        _probe(path, ancestor)
 
     def _check_existing(self, path: Path) -> None:
         try:
@@ -146,12 +147,14 @@ class ResultsFolder:
         """
         for name in files:
             _check_relative(name)
+        self._check_collisions(files)  # before the lock file: a refusal leaves the folder as it was
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"{self.path}: cannot create the folder: {exc.strerror}") from None
         with self._locked():
             self.check()  # another writer may have changed the folder while this one ran
+            self._check_collisions(files)
             _clean_stale_staging(self.path)
             staging = self.path / f"{STAGING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
             try:
@@ -169,6 +172,18 @@ class ResultsFolder:
                 raise ConfigError(f"{self.path}: cannot write results: {exc.strerror or exc}") from None
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
+
+    def _check_collisions(self, files: Mapping[str, FileContents]) -> None:
+        """Refuse to replace a file infersim did not write (not in the marker): it is the user's."""
+        listed = (read_marker(self.path) or {}).get("files")
+        earlier = {str(n) for n in listed} if isinstance(listed, list) else set()
+        theirs = sorted(n for n in files if n not in earlier and os.path.lexists(self.path / n))
+        if theirs:
+            raise ConfigError(
+                f"{self.path}: refusing to replace {len(theirs)} file{'s' if len(theirs) != 1 else ''} infersim did "
+                f"not write ({', '.join(theirs[:3])}{', ...' if len(theirs) > 3 else ''}); --overwrite replaces only "
+                "infersim's own files: move them or choose another folder"
+            )
 
     def _commit(self, staging: Path, files: Mapping[str, FileContents], replace: bool, owned: tuple[str, ...]) -> None:
         """Mark first (so that a concurrent check sees infersim's folder), move, prune, mark again."""
@@ -202,6 +217,20 @@ class ResultsFolder:
             yield
         finally:
             os.close(handle)  # releases the lock
+
+
+def _probe(path: Path, ancestor: Path) -> None:
+    """Refuse ``path`` unless a folder can really be made in ``ancestor`` (made and removed at once).
+
+    ``os.access`` alone passes where ``mkdir`` fails: for root, pseudo file systems (``/proc``)
+    and read-only mounts; the probe finds it before any work.
+    """
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"{path}: cannot write there: {ancestor} is not writable")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=ancestor))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write there: {ancestor}: {exc.strerror or exc}") from None
 
 
 def _check_relative(name: str) -> None:

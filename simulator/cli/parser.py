@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import get_args
+from typing import NoReturn, get_args
 
 from simulator.config.base import Precision
+from simulator.errors import InfersimError
 from simulator.version import __version__
 
 #: Prompt and answer lengths ``estimate`` assumes unless told (a chat turn; also the demo's).
@@ -23,6 +24,19 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     """Help with each option's default, and descriptions kept as written."""
 
 
+class UsageError(InfersimError):
+    """A flag argparse refuses (a bad value, a missing or unknown argument)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors raise :class:`UsageError` (one ``infersim: error:`` line, exit 2) instead of
+    printing the usage block and exiting; subcommand parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        message = message.removeprefix("argument ")
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1 (argparse type)."""
     try:
@@ -31,6 +45,19 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+#: Most worker processes ``sweep --jobs`` starts: more than any one machine has cores (a pool
+#: forks them all up front, and never more than there are runs to do).
+MAX_JOBS = 1024
+
+
+def jobs(text: str) -> int:
+    """An integer from 1 to :data:`MAX_JOBS` (argparse type)."""
+    value = positive_int(text)
+    if value > MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_JOBS:,} worker processes, got {text!r}")
     return value
 
 
@@ -66,7 +93,7 @@ def _command(sub: argparse._SubParsersAction, name: str, handler: str, help_text
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="infersim",
         description="How fast LLMs run on very different inference hardware, and what that speed costs.",
         formatter_class=_Formatter,
@@ -165,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sweep", type=Path, help="sweep YAML")
     p.add_argument("--executor", choices=("local", "dask"), default="local", help="where runs execute")
     p.add_argument("--address", help="Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a loopback cluster)")
-    p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, help="worker processes")
+    p.add_argument("--jobs", type=jobs, default=min(os.cpu_count() or 1, MAX_JOBS),
+                   help=f"worker processes (at most {MAX_JOBS:,}, and never more than the runs to do)")  # fmt: skip
     _add_output(p, "runs/sweep-<name>")
     _add_large(p)
     p.add_argument("--json", action="store_true", help="print every row and the summary as JSON")

@@ -216,13 +216,13 @@ def calibrate_command(args: argparse.Namespace) -> int:
     else:
         results = validate(table, cat)
         rows = [r.row for r in results if not r.flag and r.predicted is not None]
-    if args.fit:
-        paths = [p.strip() for p in args.fit.split(",") if p.strip()]
+    if args.fit is not None:
+        paths = _names(args.fit, "--fit", "compute.efficiency,memory.hbm.efficiency")
         per_hardware = {h: paths for h in hardware_ids}
     else:
         per_hardware = {p.id: derived_paths(p) for p in profiles}
-    if args.shared:
-        shared = [p.strip() for p in args.shared.split(",") if p.strip()]
+    if args.shared is not None:
+        shared = _names(args.shared, "--shared", "trtllm.layer_latency")
     else:
         stacks = sorted({row_stack(r, cat) for r in rows})
         shared = [f"{s}.{path}" for s in stacks for path in derived_paths(cat.stack(s))]
@@ -254,6 +254,14 @@ def calibrate_command(args: argparse.Namespace) -> int:
     hint = f"--hardware-dir {out.path}" + (f" --stack-dir {out.path}" if result.stacks else "")
     print(f"\nwrote {', '.join(files)} to {out.path} (use them with {hint})")
     return 0
+
+
+def _names(text: str, flag: str, example: str) -> list[str]:
+    """The comma-separated names of a flag; naming none is an error (not a fall-back to the default)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise ConfigError(f"{flag}: names no parameter; expected comma-separated names, e.g. {flag} {example}")
+    return names
 
 
 def _yaml(profile: BaseModel) -> str:

@@ -24,7 +24,7 @@ from simulator.cli.common import (
 from simulator.cli.output import ResultsFolder
 from simulator.compare import check_one_deployment, compare_cases, comparison_table, on_hardware
 from simulator.config.paths import write_in
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, naming
 from simulator.limits import Limits
 from simulator.planning import answer_scenario, plan_fleet, plan_text
 from simulator.results.metrics import overload_message, undefined_message
@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for index, (combo, scenario) in enumerate(zip(combos, scenarios, strict=True)):
         progress = progress_bar(f"run {index + 1}/{len(combos)}") if interactive(args) else None
-        results.append((combo, simulate(scenario, cat, progress, limits(args))))
+        with naming(str(args.scenario)):
+            results.append((combo, simulate(scenario, cat, progress, limits(args))))
     if len(results) == 1:
         files = run_files(results[0][1])
     else:
@@ -92,13 +93,15 @@ def compare(args: argparse.Namespace) -> int:
     for hw in hardware:
         cat.hardware(hw)  # unknown ids fail before any simulation
     name = str(data.get("name", args.scenario.stem))
-    check_one_deployment(name, "backends" in data)
+    with naming(str(args.scenario)):
+        check_one_deployment(name, "backends" in data)
     combos = sweep_values(args.set or [])
     # each case moves the deployment first, so a --set into its hardware applies to every hardware
     cases = [(hw, _label(c), scenario_from(data, on_hardware(name, hw) | c, str(args.scenario), cat))
              for c in combos for hw in hardware]  # fmt: skip
     out = ResultsFolder(args.out or Path("runs") / f"compare-{name}", "compare", args.overwrite)
-    rows = compare_cases(cases, cat, limits(args))
+    with naming(str(args.scenario)):
+        rows = compare_cases(cases, cat, limits(args))
     payload = [row.to_dict() for row in rows]
     files = {f"run-{i:03d}/{name}": text for i, row in enumerate(rows) for name, text in run_files(row.result).items()}
     files["compare.json"] = json_text(payload)
@@ -119,7 +122,8 @@ def plan(args: argparse.Namespace) -> int:
                              str(args.scenario), cat)  # fmt: skip
     out = ResultsFolder(args.out or Path("runs") / f"plan-{scenario.name}", "plan", args.overwrite)
     progress = (lambda text: print(f"infersim: {text}", file=sys.stderr)) if interactive(args) else None
-    result = plan_fleet(scenario, cat, progress, limits(args))
+    with naming(str(args.scenario)):
+        result = plan_fleet(scenario, cat, progress, limits(args))
     payload = result.to_dict()
     files = {"plan.json": json_text(payload), "plan.txt": plan_text(result) + "\n",
              "scenario.resolved.yaml": scenario_yaml(write_in(scenario, cat))}  # fmt: skip

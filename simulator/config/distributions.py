@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from simulator.config.base import Spec
 from simulator.config.files import number, read_csv, read_text
@@ -198,3 +198,29 @@ Distribution = Annotated[
     Constant | Uniform | Normal | LogNormal | Exponential | Geometric | Empirical,
     Field(discriminator="dist"),
 ]
+
+#: Most tokens one request may hold: the longest context window of a published model (10,485,760
+#: tokens) rounded up to a power of two, 2**24. Beyond it a length is a mistake, not a workload: no
+#: model holds it, and the closed-form estimates made before a run (layout choice, run size: one
+#: entry per prefill chunk) would take minutes and gigabytes.
+MAX_REQUEST_TOKENS = 2**24
+
+
+def _token_counts(dist: Constant | Uniform | Normal | LogNormal | Exponential | Geometric | Empirical) -> object:
+    """A distribution of tokens per request: mean and standard deviation at most :data:`MAX_REQUEST_TOKENS`
+    (so a draw beyond it, or beyond a 64-bit count, has a vanishing chance: Chebyshev)."""
+    try:
+        spread = math.sqrt(dist.variance)
+    except OverflowError:
+        spread = math.inf
+    if dist.mean > MAX_REQUEST_TOKENS or spread > MAX_REQUEST_TOKENS:
+        values = f" (the values of {dist.path})" if isinstance(dist, Empirical) else ""
+        raise ValueError(
+            f"a request holds at most {MAX_REQUEST_TOKENS:,} tokens; this distribution{values} has a mean of "
+            f"{dist.mean:.3g} tokens and a standard deviation of {spread:.3g}"
+        )
+    return dist
+
+
+#: A distribution of token counts per request (prompt, output, tool result), bounded.
+TokenCounts = Annotated[Distribution, AfterValidator(_token_counts)]

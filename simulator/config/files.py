@@ -89,7 +89,19 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -
     yield from loader.construct_yaml_map(node)
 
 
+def _integer(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
+    """An integer; one longer than Python converts (4,300 digits) is a YAML error at its line."""
+    try:
+        value: int = loader.construct_yaml_int(node)
+    except ValueError:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {len(node.value):,} digits is too long to be a number", node.start_mark
+        ) from None
+    return value
+
+
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _integer)
 
 
 def parse_yaml(text: str, source: str) -> object:
@@ -136,6 +148,10 @@ def parse_json(text: str, source: str, allow_nonfinite: bool = False) -> Any:
         raise ConfigError(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})") from None
     except RecursionError:
         raise ConfigError(f"{source}: not valid JSON: nested too deeply") from None
+    except ConfigError:
+        raise
+    except ValueError:  # an integer longer than Python converts (4,300 digits)
+        raise ConfigError(f"{source}: an integer too long to be a number (over 4,300 digits)") from None
 
 
 def read_json(path: Path, allow_nonfinite: bool = False) -> Any:
@@ -197,12 +213,14 @@ def number(value: object, where: str, field: str, minimum: float | None = None, 
     return result
 
 
-def integer(value: object, where: str, field: str, minimum: int = 0) -> int:
-    """A whole number >= ``minimum`` (``3.0`` is accepted as 3)."""
+def integer(value: object, where: str, field: str, minimum: int = 0, maximum: int | None = None) -> int:
+    """A whole number >= ``minimum`` and <= ``maximum`` (``3.0`` is accepted as 3)."""
     result = number(value, where, field)
     if result != int(result):
         raise ConfigError(f"{where}: {field}: expected an integer, got {value!r}")
     if result < minimum:
         kind = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
         raise ConfigError(f"{where}: {field}: expected {kind}, got {value!r}")
+    if maximum is not None and result > maximum:
+        raise ConfigError(f"{where}: {field}: expected at most {maximum:,}, got {value!r}")
     return int(result)

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar, Union, get_args, 
 from pydantic import BaseModel
 
 from simulator.config.base import Confidence, Profile, Sourced
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, naming
 from simulator.units import SI_NUMBERS
 
 M = TypeVar("M", bound=BaseModel)
@@ -318,28 +318,37 @@ def write_in(model: M, profiles: Profiles) -> M:
     Any field whose type is a reference (an id or the profile itself) is found from the schema,
     so a config class of a plugin is written in as the bundled ones are.
     """
+    return _written_in(model, profiles, "")
+
+
+def _written_in(model: M, profiles: Profiles, at: str) -> M:
     update = {}
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
-        written = _written(value, field.annotation, profiles)
+        written = _written(value, field.annotation, profiles, f"{at}{name}")
         if written is not value:
             update[name] = written
     return model.model_copy(update=update) if update else model
 
 
-def _written(value: Any, annotation: Any, profiles: Profiles) -> Any:
+def _written(value: Any, annotation: Any, profiles: Profiles, at: str) -> Any:
+    """``value`` of the field at path ``at`` with the profiles it names written in (an unknown id
+    is an error naming the path)."""
     if isinstance(value, BaseModel):
-        return write_in(value, profiles)
+        return _written_in(value, profiles, f"{at}.")
     annotation = _strip(annotation)
     if isinstance(value, str):
         kinds = [m for m in _members(annotation) if _is_model(m) and issubclass(m, Profile)]
-        return profiles.profile(kinds[0], value) if kinds else value
+        if not kinds:
+            return value
+        with naming(at):
+            return profiles.profile(kinds[0], value)
     if isinstance(value, list) and get_origin(annotation) is list:
         (item,) = get_args(annotation)
-        items = [_written(v, item, profiles) for v in value]
+        items = [_written(v, item, profiles, f"{at}.{i}") for i, v in enumerate(value)]
         return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
     if isinstance(value, dict) and get_origin(annotation) is dict:
         entry = get_args(annotation)[1]
-        entries = {k: _written(v, entry, profiles) for k, v in value.items()}
+        entries = {k: _written(v, entry, profiles, f"{at}.{k}") for k, v in value.items()}
         return entries if any(entries[k] is not v for k, v in value.items()) else value
     return value

@@ -10,7 +10,7 @@ from pydantic import Field, ValidationInfo, field_serializer, field_validator, m
 from simulator.config.base import Spec
 from simulator.config.batching import ContinuousBatching, Scheduler
 from simulator.config.deployment import DeploymentSpec
-from simulator.config.distributions import Constant, Distribution
+from simulator.config.distributions import Constant, Distribution, TokenCounts
 from simulator.config.fleet import BackendSpec, CostSpec, RouterSpec
 from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.units import Seconds, parse_quantity
@@ -118,8 +118,8 @@ Load = Annotated[OpenLoop | ClosedLoop | AgentsLoad | TraceLoad, Field(discrimin
 class RequestLengths(Spec):
     """Prompt and output tokens per request (drawn, rounded, at least 1 each)."""
 
-    input_tokens: Distribution
-    output_tokens: Distribution
+    input_tokens: TokenCounts
+    output_tokens: TokenCounts
 
     @model_validator(mode="after")
     def _at_least_a_token(self) -> RequestLengths:

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from simulator.config.base import Profile, Spec, reference_tag
-from simulator.config.distributions import Constant, Distribution
+from simulator.config.distributions import Constant, Distribution, TokenCounts
 from simulator.units import Seconds
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -47,15 +47,15 @@ class FanOutSpec(Spec):
     after_step: Annotated[int, Field(ge=1)] = Field(description="fan out after this call (1 = the first)")
     branches: Distribution = Field(description="sub-agents spawned (rounded, at least 1)")
     subagent: AgentTaskSpec
-    result_tokens: Distribution
+    result_tokens: TokenCounts
 
 
 class AgentTaskSpec(Spec):
     steps: Distribution = Field(description="model calls per task (rounded, at least 1)")
-    system_prompt_tokens: Distribution
-    first_input_tokens: Distribution = Field(description="the user's turn that starts the task")
-    step_input_tokens: Distribution = Field(description="tool result appended before each later call")
-    output_tokens: Distribution = Field(description="reasoning plus a tool call, or the answer, per call")
+    system_prompt_tokens: TokenCounts
+    first_input_tokens: TokenCounts = Field(description="the user's turn that starts the task")
+    step_input_tokens: TokenCounts = Field(description="tool result appended before each later call")
+    output_tokens: TokenCounts = Field(description="reasoning plus a tool call, or the answer, per call")
     tool: ToolSpec
     parallel_tools: Distribution = Field(
         default_factory=lambda: Constant(value=1.0),
