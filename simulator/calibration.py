@@ -17,8 +17,9 @@ served by that stack, whatever its hardware, and written once into the stack's p
   point); the fit warns and names the parameters of that combination.
 - **Leave-one-out** (PRESS): ``r_i / (1 - h_ii)`` with ``h_ii`` the leverage of row ``i``
   (the diagonal of ``J (J'J)^-1 J'``): the error row ``i`` would have if the others alone were
-  fitted, exact for a linear model and first order here; a row with ``h_ii -> 1`` alone
-  determines a parameter and has no leave-one-out error.
+  fitted, exact for a linear model and first order here; a row with ``h_ii`` above
+  :data:`MAX_LEVERAGE` all but alone determines a parameter, the first-order extrapolation
+  does not hold that far, and the row gets no leave-one-out error.
 
 Fitted values are written with ``confidence: derived``, source ``fit`` and the ids of the rows
 they were fitted on (and, for a shared parameter, the hardware those rows span).
@@ -66,6 +67,10 @@ STACK_FITTABLE: dict[str, tuple[float, float]] = {
 #: so the solver also stops after ``MAX_EVALUATIONS`` evaluations of every row.
 XTOL, FTOL = 1e-5, 1e-4
 MAX_EVALUATIONS = 40
+#: Leverage above which a row's leave-one-out error is not estimated: the row alone pins a
+#: direction of the fit (a queueing-sensitive TTFT, say), and ``e / (1 - h)`` extrapolates the
+#: linearised fit far beyond where it holds. Such rows print "-" as held-out error.
+MAX_LEVERAGE = 0.95
 #: Relative forward-difference step of the Jacobian (of the scaled parameter, which is ~1).
 STEP = 1e-4
 #: Smallest singular value of the scaled Jacobian, relative to the largest, of an identified fit.
@@ -304,7 +309,7 @@ def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog
     loo = {
         row.id: abs(math.expm1(r / (1.0 - hi)))
         for row, r, hi in zip(rows, residuals, h, strict=True)
-        if hi < 1.0 - 1e-9 and len(rows) > len(parameters)
+        if hi < MAX_LEVERAGE and len(rows) > len(parameters)
     }
     notes = {p.name: _provenance(p, rows, problem.touches[:, j]) for j, p in enumerate(parameters)}
     hardware, stacks = problem.profiles(x, FIT, notes)

@@ -35,12 +35,22 @@ def test_estimate_text_names_the_bottleneck(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_validate_meets_the_error_targets_on_the_bundled_table(capsys: pytest.CaptureFixture[str]) -> None:
-    """Median |error| <= 20 % on the rows consistent with the hardware (work in progress: issue 12)."""
+    """Median |error| <= 12 % and p90 <= 35 % over every row; median <= 20 % on wafer-scale, LPU and
+    GPU rows and on the MoE rows. SambaNova's six rows miss it (median 28 %): its three MoE rows
+    match the expert-parallel runner-up, not the expert-sliced layout our physics prefers, and
+    one asks for batches beyond its published PEFs (see the calibration note). Every grouping
+    conserves the rows: each row is counted once per grouping."""
     assert main(["validate", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["rows"]) == 79 and all({"id", "predicted", "measured", "rel_error"} <= r.keys() for r in out["rows"])
-    unflagged = out["summary"]["unflagged"]
-    assert unflagged["median_abs_rel_error"] <= 0.20
+    summary = out["summary"]
+    overall = summary["overall"]
+    assert overall["median_abs_rel_error"] <= 0.12 and overall["p90_abs_rel_error"] <= 0.35
+    for architecture in ("wafer-scale", "lpu", "gpu"):
+        assert summary["by_architecture"][architecture]["median_abs_rel_error"] <= 0.20, architecture
+    assert summary["by_model_kind"]["moe"]["median_abs_rel_error"] <= 0.20
+    for grouping in ("by_architecture", "by_model_family", "by_model_kind"):
+        assert sum(group["rows"] for group in summary[grouping].values()) == overall["rows"], grouping
 
 
 def test_validate_lists_rows_it_cannot_predict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
