@@ -9,6 +9,7 @@ from pathlib import Path
 from simulator.cli.common import (
     SUMMARY_HEADERS,
     TASK_HEADERS,
+    breakdown_text,
     catalog,
     interactive,
     json_text,
@@ -77,7 +78,12 @@ def run(args: argparse.Namespace) -> int:
     if task_rows:
         print()
         print(format_table(TASK_HEADERS, task_rows))
-    print(f"\nwrote {out.path}")
+    for label, (_, result) in zip(labels, results, strict=True):
+        breakdown = breakdown_text(label if len(results) > 1 else "", result.summary)
+        if breakdown:
+            print(f"\n{breakdown}")
+    print(f"\nwrote {out.path} (everything above and more per run, e.g. per-replica utilisation, ITL and task time "
+          f"shares, is in summary.json; --json prints it)")  # fmt: skip
     return 0
 
 
