@@ -12,15 +12,19 @@ from simulator.cli import Terminated
 from simulator.cli.common import catalog, interactive, json_text, maybe_report, progress_bar
 from simulator.cli.output import ResultsFolder
 from simulator.cli.simulate import limits
-from simulator.sweep import check_address, expand, load_sweep, run_sweep, summarize_rows, table_file
+from simulator.config.loading import parse_override
+from simulator.results.views import sweep_table
+from simulator.sweep import cached_runs, check_address, expand, load_sweep, run_sweep, summarize_rows, table_file
+from simulator.tables import format_table
 from simulator.version import __version__
 
 
 def sweep(args: argparse.Namespace) -> int:
-    spec = load_sweep(args.sweep)
+    spec = load_sweep(args.sweep, dict(parse_override(text) for text in args.set or []))
     runs = expand(spec, args.sweep, catalog(args), limits(args))
     check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"sweep-{spec.name}", "sweep", args.overwrite)
+    reused = cached_runs(runs, out.path)
     dirs = (str(args.hardware_dir) if args.hardware_dir else None, str(args.model_dir) if args.model_dir else None)
     bar = progress_bar(f"sweep of {len(runs)} runs") if interactive(args) else None
     progress = (lambda done, total: bar(done / total)) if bar else None
@@ -50,6 +54,14 @@ def sweep(args: argparse.Namespace) -> int:
     if args.json:
         print(json_text({"runs": rows, "summary": summary}), end="")
     else:
-        print(f"{len(rows)} runs ({failed} failed), {len(summary)} factor combinations; wrote {out.path / runs_name} "
-              f"and {out.path / summary_name}")  # fmt: skip
+        print(results_text(summary, factors, spec.metrics))
+        print(f"\n{len(rows)} runs ({failed} failed; {reused} reused from the cache in {out.path / 'cache'}), "
+              f"{len(summary)} factor combinations, mean ± 95 % CI half-width over {spec.replications} "
+              f"replication{'s' if spec.replications > 1 else ''}; wrote {out.path / runs_name} and "
+              f"{out.path / summary_name}")  # fmt: skip
     return 0
+
+
+def results_text(summary: list[dict[str, object]], factors: list[str], metrics: list[str]) -> str:
+    """The per-combination results table printed at the end of a sweep."""
+    return format_table(*sweep_table(summary, factors, metrics))

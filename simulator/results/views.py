@@ -83,3 +83,72 @@ def backend_rows(s: RunSummary) -> list[list[object]]:
          format_number(b.cost.idle_usd, ",.2f"), format_number(b.cost.usd_per_million_output_tokens, ".3g")]
         for name, b in s.backends.items()
     ]  # fmt: skip
+
+
+#: How a summary metric is shown: its name, unit and factor from SI (by the metric's first part).
+METRIC_UNITS = {
+    "per_user_output_tok_s": ("speed/user", "tok/s", 1.0), "output_tok_s": ("output", "tok/s", 1.0),
+    "input_tok_s": ("input", "tok/s", 1.0), "requests_per_s": ("completed", "req/s", 1.0),
+    "goodput_requests_per_s": ("goodput", "req/s", 1.0), "mean_batch_size": ("batch", "seqs", 1.0),
+    "ttft_s": ("TTFT", "ms", 1e3), "tpot_s": ("TPOT", "ms", 1e3), "itl_s": ("ITL", "ms", 1e3),
+    "e2e_s": ("E2E", "s", 1.0), "queueing_delay_s": ("queueing", "ms", 1e3),
+    "normalized_tpot_s": ("norm. TPOT", "ms", 1e3),
+    "cost.usd_per_million_output_tokens": ("cost", "$/1M out", 1.0), "cost.usd_per_task": ("cost", "$/task", 1.0),
+    "cost.tasks_per_usd": ("tasks", "per $", 1.0), "cost.usd_per_hour": ("cost", "$/h", 1.0),
+    "cost.usd": ("cost", "$", 1.0), "cost.joules_per_output_token": ("energy", "J/token", 1.0),
+    "cost.joules_per_task": ("energy", "J/task", 1.0), "tasks.task_time_s": ("task time", "s", 1.0),
+}  # fmt: skip
+
+
+def metric_label(path: str) -> tuple[str, float]:
+    """``(label with unit, factor from SI)`` of a summary metric path.
+
+    >>> metric_label("ttft_s.p99"), metric_label("cost.usd_per_task"), metric_label("tasks.task_time_s.p95")
+    (('TTFT p99 ms', 1000.0), ('cost $/task', 1.0), ('task time p95 s', 1.0))
+    """
+    for key, (name, unit, factor) in METRIC_UNITS.items():
+        if path == key or path.startswith(key + "."):
+            stat = path[len(key) + 1 :]
+            return " ".join(part for part in (name, stat, unit) if part), factor
+    return path, 1.0
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant figures, in plain notation with thousands separators.
+
+    >>> significant(1834.2), significant(0.06712), significant(150.4), significant(3.1e-05, 2)
+    ('1,830', '0.0671', '150', '0.000031')
+    """
+    if value != value or value in (math.inf, -math.inf):
+        return "-"
+    if value == 0:
+        return "0"
+    decimals = digits - 1 - math.floor(math.log10(abs(value)))
+    rounded = round(value, decimals)
+    return f"{rounded:,.{max(decimals, 0)}f}"
+
+
+def mean_with_ci(mean: object, ci95: object, factor: float) -> str:
+    """``mean ± half-width`` (3 significant figures, scaled to the label's unit); ``-`` when undefined."""
+    if not isinstance(mean, int | float) or mean != mean:
+        return "-"
+    text = significant(mean * factor)
+    if isinstance(ci95, int | float) and ci95 == ci95:
+        text += f" ± {significant(ci95 * factor, 2)}"
+    return text
+
+
+def sweep_table(summary: list[dict[str, object]], factors: list[str],
+                metrics: list[str]) -> tuple[list[str], list[list[object]]]:  # fmt: skip
+    """The per-combination table of a sweep: factor values, runs, and each metric's mean ± 95 % CI
+    (a metric no run defines, such as task time in a chat sweep, is left out)."""
+    shown = [m for m in metrics if any(e[f"{m}.mean"] == e[f"{m}.mean"] for e in summary)]
+    labels = [metric_label(m) for m in shown]
+    headers = [*factors, "runs", *(label for label, _ in labels)]
+    rows: list[list[object]] = [
+        [*(str(entry[f]) for f in factors), f"{entry['runs']}" + (f" ({entry['failed']} failed)" if entry["failed"]
+         else ""), *(mean_with_ci(entry[f"{m}.mean"], entry[f"{m}.ci95"], factor)
+                     for m, (_, factor) in zip(shown, labels, strict=True))]
+        for entry in summary
+    ]  # fmt: skip
+    return headers, rows
