@@ -9,10 +9,11 @@ from pathlib import Path
 import yaml
 
 from simulator.cli import Terminated
-from simulator.cli.common import catalog, interactive, json_text, maybe_report, progress_bar
+from simulator.cli.common import catalog, interactive, json_text, maybe_report, progress_bar, scenario_yaml
 from simulator.cli.output import ResultsFolder
 from simulator.cli.simulate import limits
 from simulator.config.loading import parse_override
+from simulator.config.scenario import Scenario
 from simulator.results.views import sweep_table
 from simulator.sweep import cached_runs, check_address, expand, load_sweep, run_sweep, summarize_rows, table_file
 from simulator.tables import format_table
@@ -47,8 +48,10 @@ def sweep(args: argparse.Namespace) -> int:
     runs_name, runs_table = table_file(rows, "runs")
     summary_name, summary_table = table_file(summary, "summary")
     resolved = spec.model_dump(mode="json") | {"provenance": {"version": __version__, "runs": len(runs)}}
+    first = Scenario.model_validate_json(runs[0].scenario_json)  # the captions' model, lengths, window, load
     out.write({runs_name: runs_table, summary_name: summary_table,
-               "sweep.resolved.yaml": yaml.safe_dump(resolved, sort_keys=False)})  # fmt: skip
+               "sweep.resolved.yaml": yaml.safe_dump(resolved, sort_keys=False),
+               "scenario.resolved.yaml": scenario_yaml(first)})  # fmt: skip
     failed = sum(1 for r in rows if r["error"])
     maybe_report(args, out)
     if args.json:

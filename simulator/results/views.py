@@ -116,16 +116,25 @@ def metric_label(path: str) -> tuple[str, float]:
 def significant(value: float, digits: int = 3) -> str:
     """``value`` to ``digits`` significant figures, in plain notation with thousands separators.
 
-    >>> significant(1834.2), significant(0.06712), significant(150.4), significant(3.1e-05, 2)
-    ('1,830', '0.0671', '150', '0.000031')
+    >>> significant(1834.2), significant(0.06712), significant(150.4), significant(3.1e-05, 2), significant(0.05)
+    ('1,830', '0.0671', '150', '0.000031', '0.05')
     """
     if value != value or value in (math.inf, -math.inf):
         return "-"
     if value == 0:
         return "0"
     decimals = digits - 1 - math.floor(math.log10(abs(value)))
-    rounded = round(value, decimals)
-    return f"{rounded:,.{max(decimals, 0)}f}"
+    text = f"{round(value, decimals):,.{max(decimals, 0)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def plain(value: float) -> str:
+    """A number as a person writes it: no exponent, no trailing zeros (axis ticks, swept values).
+
+    >>> plain(1.0), plain(0.05), plain(2000.0), plain(256.0), plain(123456.0)
+    ('1', '0.05', '2,000', '256', '123,456')
+    """
+    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:,.4g}"
 
 
 def mean_with_ci(mean: object, ci95: object, factor: float) -> str:
