@@ -79,13 +79,17 @@ def _per_class(scenario: Scenario) -> tuple[str, str]:
             " | ".join(f"{c.name}: {_load(c)}" for c in classes))  # fmt: skip
 
 
+def _chips(chips: int) -> str:
+    return f" of {chips} chip{'s' if chips != 1 else ''}"
+
+
 def run_assumptions(scenario: Scenario, summary: RunSummary | None = None) -> Assumptions:
     """The assumptions of one simulated run (its resolved scenario, and its summary for the window and basis)."""
     fleet = scenario.fleet
     models = sorted({b.deployment.model_id for b in fleet})
     hardware = ", ".join(
         f"{b.deployment.hardware_id} x {b.replicas} replica{'s' if b.replicas != 1 else ''}"
-        + (f" of {summary.backends[b.name].chips // max(b.replicas, 1)} chips"
+        + (_chips(summary.backends[b.name].chips // max(b.replicas, 1))
            if summary is not None and b.name in summary.backends else "")
         for b in fleet
     )  # fmt: skip

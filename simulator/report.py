@@ -84,8 +84,8 @@ def _html_table(headers: list[str], rows: list[list[object]], caption: str = "")
         + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
         for r in rows
     )  # fmt: skip
-    title = f"<caption>{caption}</caption>" if caption else ""
-    return f"<table>{title}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<figure class="table"><figcaption>{caption}</figcaption>{table}</figure>' if caption else table
 
 
 #: The first characters of a table cell of a run that hit a capacity limit (its row is highlighted).
@@ -123,7 +123,7 @@ def limit_note(s: RunSummary) -> str:
         return (f"{LIMITED_MARK} offered {significant(s.offered_requests_per_s)} req/s > capacity "
                 f"{significant(s.capacity_requests_per_s)} req/s")  # fmt: skip
     if s.requests_dropped:
-        return f"{LIMITED_MARK} {s.requests_dropped} requests too long for the KV cache"
+        return f"{LIMITED_MARK} {s.requests_dropped} request(s) too long for the KV cache"
     return ""
 
 
@@ -210,8 +210,10 @@ def _class_section(label: str, summary: RunSummary, a: Assumptions | None) -> Se
     if tasks:
         takeaway += "; " + ", ".join(f"{name} cost ${format_number(c.usd_per_task, '.3g')} per task on its own spend"
                                      for name, c in tasks)  # fmt: skip
-    what = (f"One row per workload class, then the fleet. {summary.cost.attribution or ''}; "
-            f"the classes' $ sum to the fleet's.")  # fmt: skip
+    rule = summary.cost.attribution or ""
+    what = (
+        f"One row per workload class, then the fleet. {rule[:1].upper()}{rule[1:]}; the classes' $ sum to the fleet's."
+    )
     return Section(f"{label}: per class", (CLASS_HEADERS, class_rows(summary)), caption=_captioned(what, a),
                    takeaway=takeaway + ".", headline=True)  # fmt: skip
 
@@ -501,7 +503,7 @@ STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em aut
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}th,td{border:1px solid #ccc;padding:.25em .6em;
 text-align:right}th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}img{max-width:100%}
 pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:.8em}
-h2{border-bottom:1px solid #ddd;padding-bottom:.2em}caption,figcaption,.caption{caption-side:top;text-align:left;
+h2{border-bottom:1px solid #ddd;padding-bottom:.2em}figcaption,.caption{text-align:left;
 font-size:.85em;color:#444;margin:.3em 0}figure{margin:0 0 1.5em}.takeaway{color:#111}
 tr.limited td{background:#fff1f0}.summary{background:#f5f9ff;border:1px solid #cfe0f5;padding:.2em 1em}
 details{margin-top:2em}summary{cursor:pointer;font-weight:bold}"""

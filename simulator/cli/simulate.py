@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         files = {f"run-{i:03d}/{name}": text for i, (_, r) in enumerate(results) for name, text in run_files(r).items()}
         files["sweep.json"] = json_text([{"set": c, "summary": r.summary.to_dict()} for c, r in results])
+        files["index.txt"] = run_index(["--set"], [[_label(c)] for c, _ in results])
     out.write(files)
     maybe_report(args, out)
     if args.json:
@@ -87,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_index(headers: list[str], rows: list[list[object]]) -> str:
+    """Which run folder holds what: ``run-NNN`` and its values, one line each."""
+    return format_table(["folder", *headers], [[f"run-{i:03d}", *row] for i, row in enumerate(rows)]) + "\n"
+
+
 def compare(args: argparse.Namespace) -> int:
     cat = catalog(args)
     data = load_scenario_data(args.scenario)
@@ -108,6 +114,7 @@ def compare(args: argparse.Namespace) -> int:
     payload = [row.to_dict() for row in rows]
     files = {f"run-{i:03d}/{name}": text for i, row in enumerate(rows) for name, text in run_files(row.result).items()}
     files["compare.json"] = json_text(payload)
+    files["index.txt"] = run_index(["hardware", "load"], [[row.hardware, row.load or "-"] for row in rows])
     files["compare.txt"] = comparison_table(rows) + "\n"
     out.write(files)
     maybe_report(args, out)

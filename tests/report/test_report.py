@@ -52,10 +52,11 @@ def test_the_page_holds_every_figure_and_table(compare_folder: Path) -> None:
 def _captions_name_their_assumptions(page: str) -> list[str]:
     """Every figure has a caption and every figure and table caption names model, hardware, lengths,
     window, load and cost basis; returns the captions."""
-    figures = re.findall(r"<figure>.*?</figure>", page, flags=re.S)
+    figures = re.findall(r"<figure[^>]*>.*?</figure>", page, flags=re.S)
     captions = [re.search(r"<figcaption>(.*?)</figcaption>", f, flags=re.S) for f in figures]
     assert figures and all(c is not None for c in captions)
-    texts = [c.group(1) for c in captions if c] + re.findall(r"<caption>(.*?)</caption>", page, flags=re.S)
+    texts = [c.group(1) for c in captions if c]
+    assert len(texts) == page.count("<img") + page.count("<table>")  # tables are captioned figures too
     for text in texts:
         for label in ASSUMPTION_LABELS:
             assert f"{label}: " in text, (label, text[:200])
