@@ -6,6 +6,7 @@ so nothing depends on a display).
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -30,21 +31,34 @@ def _axes(ax: Axes | None) -> Axes:
     return ax
 
 
+#: Legend entries wrap at this many characters, so a long one does not squeeze the axes.
+LEGEND_CHARS = 32
+
+
 def _legend(ax: Axes, handles_from: Sequence[Axes] = ()) -> None:
     """The legend outside the data, right of the axes (entries of ``ax`` and of any twin axes)."""
     handles, labels = ax.get_legend_handles_labels()
     for other in handles_from:
         more = other.get_legend_handles_labels()
         handles, labels = handles + more[0], labels + more[1]
+    labels = [textwrap.fill(label, LEGEND_CHARS) for label in labels]
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02 + 0.1 * bool(handles_from), 1.0),
               borderaxespad=0.0, fontsize="small")  # fmt: skip
 
 
+#: A log axis spanning more decades than this gets a tick per decade, else at 1-2-5 steps.
+DECADES_FOR_1_2_5 = 3.0
+
+
 def _plain_log(ax: Axes, axis: str, at: Sequence[float] | None = None) -> None:
-    """A log axis with plain tick labels (400, 300, 60 rather than 4x10^2): at ``at``, or at 1-2-5 steps."""
+    """A log axis with plain tick labels (400, 300, 60 rather than 4x10^2): at ``at``, or at 1-2-5 steps
+    (one per decade on a wide axis). Call it after drawing, so the data's span is known."""
     target = ax.xaxis if axis == "x" else ax.yaxis
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
-    target.set_major_locator(FixedLocator(list(at)) if at is not None else LogLocator(subs=(1.0, 2.0, 5.0)))
+    low, high = ax.dataLim.intervalx if axis == "x" else ax.dataLim.intervaly
+    wide = low > 0 and np.isfinite(high) and np.log10(high / low) > DECADES_FOR_1_2_5
+    subs = (1.0,) if wide else (1.0, 2.0, 5.0)
+    target.set_major_locator(FixedLocator(list(at)) if at is not None else LogLocator(subs=subs))
     target.set_major_formatter(FuncFormatter(lambda value, _: plain(value)))
     target.set_minor_formatter(NullFormatter())
 
@@ -196,6 +210,9 @@ def task_breakdown(mean_seconds: Mapping[str, Mapping[str, float]], ax: Axes | N
     return ax
 
 
+TERA = 1e12  # FLOP/s per TFLOP/s
+#: The (prompt, output) tokens of the roofline's operating points.
+ROOFLINE_TOKENS = (1000, 256)
 LATENCY_PARTS = ("fabric", "fixed_latency", "pipeline_hops", "communication")
 
 
@@ -216,21 +233,21 @@ def roofline(deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] =
         hw = d.hardware
         peak = hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value
         bandwidth = d.weights_tier.bandwidth.value
-        ax.plot(intensities, np.minimum(peak, intensities * bandwidth), color=color, label=f"{name} roof")
+        ax.plot(intensities, np.minimum(peak, intensities * bandwidth) / TERA, color=color, label=f"{name} roof")
         params = active_params(d.model)
         points, floor = [], []
         for b in batch_sizes:
-            step = estimate(d, 1000, 256, b).decode_step
+            step = estimate(d, *ROOFLINE_TOKENS, b).decode_step
             flops = FLOPS_PER_MAC * params * b / d.chips
             intensity = FLOPS_PER_MAC * b / BYTES_PER_ELEMENT[d.weights]
-            points.append((intensity, flops / step.total_s))
-            floor.append((intensity, flops / sum(step.components_s.get(k, 0.0) for k in LATENCY_PARTS)))
+            points.append((intensity, flops / step.total_s / TERA))
+            floor.append((intensity, flops / sum(step.components_s.get(k, 0.0) for k in LATENCY_PARTS) / TERA))
         ax.plot(*zip(*points, strict=True), "o--", color=color, label=f"{name} decode (B = {list(batch_sizes)})")
         ax.plot(*zip(*floor, strict=True), ":", color=color, label=f"{name} latency floor")
     _plain_log(ax, "x")
-    ax.set_yscale("log")
+    _plain_log(ax, "y")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("FLOP/s per chip")
+    ax.set_ylabel("TFLOP/s per chip")
     ax.set_title("Roofline, decode operating points and latency floors")
     _legend(ax)
     return ax

@@ -27,6 +27,7 @@ from matplotlib.axes import Axes
 from pydantic import ValidationError
 
 from simulator import plots
+from simulator.analytic.estimate import estimate
 from simulator.analytic.layouts import deploy
 from simulator.captions import Assumptions, best, caption, closed_form_assumptions, run_assumptions, trend
 from simulator.config.deployment import DeploymentSpec
@@ -386,7 +387,7 @@ def _demo_sections(folder: Path) -> list[Section]:
             f"The speed gap: {model}", figure=plots.speed_gap(fits, model, users, capacity_limited=limited),
             caption=caption(f"Per-user output speed of {model} on each hardware, alone and with {users} users."
                             + note, a),
-            takeaway=f"Alone, {best(alone, 'tok/s', 'per-user speed')}; with {users} users, "
+            takeaway=f"{model}: alone, {best(alone, 'tok/s', 'per-user speed')}; with {users} users, "
                      f"{best(loaded, 'tok/s', 'per-user speed')}.",
             headline=True,
         ))  # fmt: skip
@@ -402,9 +403,8 @@ def _demo_sections(folder: Path) -> list[Section]:
     chosen = {d["hardware"]: deploy(catalog, DeploymentSpec(
         hardware=d["hardware"], model=d["model"], chips=d["chips"], weights=d["weights"]))
         for d in deployments if d["hardware"] in ROOFLINE_HARDWARE}  # fmt: skip
-    bounds = {r["hardware"]: r["single_stream"]["bottleneck"] for r in fitted
-              if r["model"] == models[0] and r["hardware"] in chosen}  # fmt: skip
-    roof_a = closed_form_assumptions(models[0], list(chosen), 1000, 256, (1, 16, 128))
+    bounds = {hw: estimate(d, *plots.ROOFLINE_TOKENS, 1).bottleneck for hw, d in chosen.items()}
+    roof_a = closed_form_assumptions(models[0], list(chosen), *plots.ROOFLINE_TOKENS, (1, 16, 128))
     sections.append(Section(
         f"Roofline: {models[0]} at batch 1, 16 and 128", figure=plots.roofline(chosen, (1, 16, 128)),
         caption=caption("Each deployment's per-chip roof (solid), its decode operating points (dashed, batch 1, 16, "

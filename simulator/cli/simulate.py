@@ -122,7 +122,11 @@ def compare(args: argparse.Namespace) -> int:
         print(json_text(payload), end="")
         return 0
     print(comparison_table(rows))
-    print(f"\nwrote {out.path}")
+    for row in rows:
+        breakdown = breakdown_text(f"{row.hardware} {row.load}".strip(), row.result.summary)
+        if breakdown:
+            print(f"\n{breakdown}")
+    print(f"\nwrote {out.path} (index.txt says which run-NNN folder holds which hardware and load)")
     return 0
 
 
