@@ -338,15 +338,16 @@ def _fleet_cost(fleet: RunCost, basis: str, classes: dict[str, ClassSummary] | N
     record = cost_record(FleetCost, basis, fleet)
     if classes is None or split is None:
         return record
+    attributed = {"attribution": ATTRIBUTION, "unattributed_usd": split.unattributed_usd}
     with_tasks = [c.cost for c in classes.values() if c.tasks is not None and c.cost is not None]
+    if not with_tasks:
+        return record.model_copy(update=attributed)
     task_cost = RunCost(0.0, sum(c.usd for c in with_tasks), sum(c.joules for c in with_tasks), 0.0, fleet.tasks)
     per_task = cost_record(FleetCost, basis, task_cost)
     reasons = {k: v for k, v in (record.undefined or {}).items() if k not in PER_TASK} | {
         k: v for k, v in (per_task.undefined or {}).items() if k in PER_TASK}  # fmt: skip
-    return record.model_copy(update={
-        **{name: getattr(per_task, name) for name in PER_TASK}, "attribution": ATTRIBUTION,
-        "unattributed_usd": split.unattributed_usd, "undefined": reasons or None,
-    })  # fmt: skip
+    per_task_figures = {name: getattr(per_task, name) for name in PER_TASK}
+    return record.model_copy(update={**per_task_figures, **attributed, "undefined": reasons or None})
 
 
 PER_TASK = ("usd_per_task", "tasks_per_usd", "joules_per_task")
