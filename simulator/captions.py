@@ -133,15 +133,22 @@ def trend(name: str, unit: str, xs: Sequence[float], ys: Sequence[float], x_name
 
 
 def best(values: dict[str, float], unit: str, what: str, highest: bool = True) -> str:
-    """``<name> has the highest <what> (<v> <unit>), <k>x the lowest (<name>)``."""
+    """Who has the highest (or lowest) ``what``, against the other end, in one clause.
+
+    >>> best({"a": 2000.0, "b": 100.0}, "tok/s", "per-user speed")
+    'a has the highest per-user speed (2,000 tok/s), 20x that of b'
+    >>> best({"a": 0.5, "b": 2.0}, "s", "task time", highest=False)
+    'a has the lowest task time (0.5 s), against 2 s on b (4x)'
+    """
     defined = {k: v for k, v in values.items() if v == v and v > 0}
     if not defined:
         return f"no {what} is defined"
     top = (max if highest else min)(defined, key=defined.__getitem__)
     low = (min if highest else max)(defined, key=defined.__getitem__)
-    ratio = defined[top] / defined[low] if highest else defined[low] / defined[top]
-    word = "highest" if highest else "lowest"
     if top == low:
         return f"{top} has {what} {significant(defined[top])} {unit}"
-    return (f"{top} has the {word} {what} ({significant(defined[top])} {unit}), {significant(ratio, 2)}x "
-            f"{'that of ' + low}")  # fmt: skip
+    ratio = significant(max(defined[top], defined[low]) / min(defined[top], defined[low]), 2)
+    if highest:
+        return f"{top} has the highest {what} ({significant(defined[top])} {unit}), {ratio}x that of {low}"
+    return (f"{top} has the lowest {what} ({significant(defined[top])} {unit}), against "
+            f"{significant(defined[low])} {unit} on {low} ({ratio}x)")  # fmt: skip

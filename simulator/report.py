@@ -325,14 +325,17 @@ def _compare_sections(folder: Path) -> list[Section]:
     runs = sorted(p for p in folder.iterdir() if p.is_dir() and (p / "summary.json").exists())
     a = _assumptions(runs[0], read_summary(runs[0] / "summary.json")) if runs else None
     hardware = list(dict.fromkeys(r["hardware"] for r in rows))
+    loads = list(dict.fromkeys(r["load"] for r in rows))
     if a is not None:
         a = dataclasses.replace(a, hardware=", ".join(hardware) + " (the same load on each; " + a.hardware
                                 + " shown for the first run)")  # fmt: skip
+        if len(loads) > 1:
+            a = dataclasses.replace(a, load=f"{a.load} in the first run; per row: {', '.join(loads)}")
     labels = [f"{r['hardware']} {r['load']}".strip() for r in rows]
-    speed = {label: r["per_user_output_tok_s_p50"] or math.nan for label, r in zip(labels, rows, strict=True)}
     sections = [Section("Comparison", (HEADERS, [table_cells(r) for r in rows]),
                         caption=_captioned("One row per hardware and load: speed against cost.", a),
-                        takeaway=best(speed, "tok/s", "per-user speed") + ".", headline=True)]  # fmt: skip
+                        takeaway=_per_load(rows, "per_user_output_tok_s_p50", "tok/s", "per-user speed"),
+                        headline=True)]  # fmt: skip
     curves: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
         curves.setdefault(r["hardware"], []).append((r["per_user_output_tok_s_p50"], r["output_tok_s_per_chip"]))
@@ -347,21 +350,30 @@ def _compare_sections(folder: Path) -> list[Section]:
     tasks = [r["usd_per_task"] for r in rows] if all("usd_per_task" in r for r in rows) else None
     if tasks is not None:
         breakdown = {label: r["task_seconds"] for label, r in zip(labels, rows, strict=True)}
-        times = {label: r["task_time_s_p50"] or math.nan for label, r in zip(labels, rows, strict=True)}
         sections.append(Section(
             "Where the task time goes", figure=plots.task_breakdown(breakdown),
             caption=_captioned("Mean seconds per agent task by part, one bar per hardware and load.", a),
-            takeaway=best(times, "s", "median task time", highest=False) + ".", headline=True,
+            takeaway=_per_load(rows, "task_time_s_p50", "s", "median task time", highest=False), headline=True,
         ))  # fmt: skip
     per_million = [r["usd_per_million_output_tokens"] for r in rows]
-    cheap = dict(zip(labels, tasks if tasks is not None else per_million, strict=True))
+    key, what = ("usd_per_task", "$/task") if tasks is not None else ("usd_per_million_output_tokens", "$/1M out")
     sections.append(Section(
         "Cost", figure=plots.cost(labels, per_million, tasks),
-        caption=_captioned("$ per 1M output tokens (bars) and, for agents, $ per task (diamonds).", a),
-        takeaway=best({k: v or math.nan for k, v in cheap.items()}, "$", "$/task" if tasks else "$/1M output tokens",
-                      highest=False) + ".",
+        caption=_captioned("$ per 1M output tokens (bars)" + (" and $ per task (diamonds)" if tasks else "") + ".", a),
+        takeaway=_per_load(rows, key, "$", what, highest=False),
     ))  # fmt: skip
     return sections
+
+
+def _per_load(rows: list[dict[str, Any]], key: str, unit: str, what: str, highest: bool = True) -> str:
+    """Which hardware does best on ``key`` at each load compared, in one sentence."""
+    loads = list(dict.fromkeys(r["load"] for r in rows))
+    parts = []
+    for load in loads:
+        values = {r["hardware"]: r.get(key) or math.nan for r in rows if r["load"] == load}
+        parts.append((f"at {load}, " if load else "") + best(values, unit, what, highest))
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:] + "."
 
 
 def _demo_sections(folder: Path) -> list[Section]:
@@ -505,7 +517,8 @@ text-align:right}th{background:#f2f2f2}td:first-child,th:first-child{text-align:
 pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:.8em}
 h2{border-bottom:1px solid #ddd;padding-bottom:.2em}figcaption,.caption{text-align:left;
 font-size:.85em;color:#444;margin:.3em 0}figure{margin:0 0 1.5em}.takeaway{color:#111}
-tr.limited td{background:#fff1f0}.summary{background:#f5f9ff;border:1px solid #cfe0f5;padding:.2em 1em}
+tr.limited td{background:#fff1f0}figure.table{overflow-x:auto}
+.summary{background:#f5f9ff;border:1px solid #cfe0f5;padding:.2em 1em}
 details{margin-top:2em}summary{cursor:pointer;font-weight:bold}"""
 
 
