@@ -141,14 +141,17 @@ def best(values: dict[str, float], unit: str, what: str, highest: bool = True) -
     'a has the lowest task time (0.5 s), against 2 s on b (4x)'
     """
     defined = {k: v for k, v in values.items() if v == v and v > 0}
+
+    def amount(value: float) -> str:
+        return f"${significant(value)}" if unit == "$" else f"{significant(value)} {unit}"
+
     if not defined:
         return f"no {what} is defined"
     top = (max if highest else min)(defined, key=defined.__getitem__)
     low = (min if highest else max)(defined, key=defined.__getitem__)
     if top == low:
-        return f"{top} has {what} {significant(defined[top])} {unit}"
+        return f"{top} has {what} {amount(defined[top])}"
     ratio = significant(max(defined[top], defined[low]) / min(defined[top], defined[low]), 2)
     if highest:
-        return f"{top} has the highest {what} ({significant(defined[top])} {unit}), {ratio}x that of {low}"
-    return (f"{top} has the lowest {what} ({significant(defined[top])} {unit}), against "
-            f"{significant(defined[low])} {unit} on {low} ({ratio}x)")  # fmt: skip
+        return f"{top} has the highest {what} ({amount(defined[top])}), {ratio}x that of {low}"
+    return f"{top} has the lowest {what} ({amount(defined[top])}), against {amount(defined[low])} on {low} ({ratio}x)"

@@ -331,6 +331,8 @@ def _compare_sections(folder: Path) -> list[Section]:
                                 + " shown for the first run)")  # fmt: skip
         if len(loads) > 1:
             a = dataclasses.replace(a, load=f"{a.load} in the first run; per row: {', '.join(loads)}")
+        bases = sorted({str(r["cost_basis"]) for r in rows})
+        a = dataclasses.replace(a, cost_basis=", ".join(bases) + (" (per row)" if len(bases) > 1 else ""))
     labels = [f"{r['hardware']} {r['load']}".strip() for r in rows]
     sections = [Section("Comparison", (HEADERS, [table_cells(r) for r in rows]),
                         caption=_captioned("One row per hardware and load: speed against cost.", a),
