@@ -99,7 +99,9 @@ def run_assumptions(scenario: Scenario, summary: RunSummary | None = None) -> As
         window = f"{significant(summary.window_s)} s measured after a {significant(run.warmup)} s warm-up"
         basis = ", ".join(sorted({b.cost.basis for b in summary.backends.values()}))
     else:
-        window = f"{significant(run.warmup)} s warm-up, then the run's window"
+        span = (f"{significant(run.duration - run.warmup)} s" if run.duration is not None
+                else f"arrivals until {run.max_requests} requests")  # fmt: skip
+        window = f"{span} measured after a {significant(run.warmup)} s warm-up"
         basis = scenario.cost.basis
     return Assumptions(", ".join(models), hardware, lengths, window, load, basis)
 
