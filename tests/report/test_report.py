@@ -102,6 +102,7 @@ def test_write_report_of_a_run_has_its_task_breakdown(tmp_path: Path) -> None:
     assert run_cli("run", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "run")).returncode == 0
     page = write_report(tmp_path / "run").read_text()
     assert "agent tasks" in page and "TTFT distribution" in page
+    _captions_name_their_assumptions(page)
 
 
 def test_the_demo_task_table_has_one_row_per_hardware_and_load() -> None:
@@ -132,6 +133,7 @@ def test_a_sweep_report_draws_the_frontier_of_its_hardware(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "out" / "report.html").read_text()
     assert "Sweep summary" in page and "Throughput-interactivity frontier" in page and page.count("<img") == 1
+    _captions_name_their_assumptions(page)
 
 
 def test_a_run_sweep_report_has_its_runs_latency_and_cost(tmp_path: Path) -> None:
