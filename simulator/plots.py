@@ -119,13 +119,20 @@ def pareto(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     return sorted(p for p in points if not any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in points))
 
 
-def frontier(curves: Mapping[str, Sequence[tuple[float, float]]], ax: Axes | None = None, per: str = "chip") -> Axes:
+def frontier(curves: Mapping[str, Sequence[tuple[float, float]]], ax: Axes | None = None, per: str = "chip",
+             half_widths: Mapping[str, Sequence[tuple[float, float]]] | None = None) -> Axes:  # fmt: skip
     """Throughput-interactivity frontier: (per-user tok/s, aggregate tok/s per ``per``), one curve per
-    hardware, with the Pareto set over every curve ringed."""
+    hardware, with the Pareto set over every curve ringed; ``half_widths`` (x, y per point, e.g. 95 %
+    CIs over replications) draw error bars."""
     ax = _axes(ax)
     for name, points in curves.items():
-        ordered = sorted(points)
-        ax.plot([p[0] for p in ordered], [p[1] for p in ordered], marker="o", label=name)
+        order = sorted(range(len(points)), key=lambda i: points[i])
+        xs, ys = [points[i][0] for i in order], [points[i][1] for i in order]
+        (line,) = ax.plot(xs, ys, marker="o", label=name)
+        if half_widths is not None and name in half_widths:
+            bars = [half_widths[name][i] for i in order]
+            ax.errorbar(xs, ys, xerr=[b[0] for b in bars], yerr=[b[1] for b in bars], fmt="none",
+                        ecolor=line.get_color(), alpha=0.6)  # fmt: skip
     best = pareto([p for points in curves.values() for p in points])
     if best:
         ax.plot([p[0] for p in best], [p[1] for p in best], "o", markersize=12, markerfacecolor="none",

@@ -453,18 +453,29 @@ def _sweep_table_sections(folder: Path) -> list[Section]:
     speed, total = "per_user_output_tok_s.p50.mean", "output_tok_s.mean"
     if rows and "deployment.hardware" in rows[0] and speed in rows[0] and total in rows[0]:
         curves: dict[str, list[tuple[float, float]]] = {}
+        bars: dict[str, list[tuple[float, float]]] = {}
         for r in rows:
             if r[speed] and r[total] and float(r[speed]) > 0 and float(r[total]) > 0:
                 curves.setdefault(r["deployment.hardware"], []).append((float(r[speed]), float(r[total])))
+                x_ci, y_ci = (_ci(r.get(column[: -len("mean")] + "ci95", "")) for column in (speed, total))
+                bars.setdefault(r["deployment.hardware"], []).append((x_ci, y_ci))
         front = plots.pareto([p for points in curves.values() for p in points])
         on_front = sorted({h for h, points in curves.items() if any(p in front for p in points)})
+        intervals = " Error bars: 95 % CI over the replications." if replications > 1 else ""
         sections.append(Section(
-            "Throughput-interactivity frontier", figure=plots.frontier(curves, per="replica"),
+            "Throughput-interactivity frontier",
+            figure=plots.frontier(curves, per="replica", half_widths=bars if replications > 1 else None),
             caption=_captioned("Mean per-user speed against mean aggregate output per replica, one curve per "
-                               "hardware through every swept load; the Pareto set is ringed." + varied, a),
+                               "hardware through every swept load; the Pareto set is ringed." + intervals + varied, a),
             takeaway=f"On the Pareto set: {', '.join(on_front) or 'none'}.", headline=True,
         ))  # fmt: skip
     return sections
+
+
+def _ci(text: str) -> float:
+    """A CI half-width cell of summary.csv (0 where undefined: a single replication)."""
+    value = _number(text)
+    return value if isinstance(value, float) and value == value else 0.0
 
 
 def _number(text: str) -> float | str:
@@ -519,7 +530,7 @@ text-align:right}th{background:#f2f2f2}td:first-child,th:first-child{text-align:
 pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:.8em}
 h2{border-bottom:1px solid #ddd;padding-bottom:.2em}figcaption,.caption{text-align:left;
 font-size:.85em;color:#444;margin:.3em 0}figure{margin:0 0 1.5em}.takeaway{color:#111}
-tr.limited td{background:#fff1f0}figure.table{overflow-x:auto}
+tr.limited td{background:#fff1f0}figure.table{overflow-x:auto}td{white-space:nowrap}
 .summary{background:#f5f9ff;border:1px solid #cfe0f5;padding:.2em 1em}
 details{margin-top:2em}summary{cursor:pointer;font-weight:bold}"""
 

@@ -147,6 +147,11 @@ def mean_with_ci(mean: object, ci95: object, factor: float) -> str:
     return text
 
 
+def _count(value: object) -> str:
+    """A count read back from a table (``3.0`` from CSV) as ``3``."""
+    return str(int(value)) if isinstance(value, int | float) and value == value else str(value)
+
+
 def sweep_table(summary: list[dict[str, object]], factors: list[str],
                 metrics: list[str]) -> tuple[list[str], list[list[object]]]:  # fmt: skip
     """The per-combination table of a sweep: factor values, runs, and each metric's mean ± 95 % CI
@@ -155,8 +160,8 @@ def sweep_table(summary: list[dict[str, object]], factors: list[str],
     labels = [metric_label(m) for m in shown]
     headers = [*factors, "runs", *(label for label, _ in labels)]
     rows: list[list[object]] = [
-        [*(str(entry[f]) for f in factors), f"{entry['runs']}" + (f" ({entry['failed']} failed)" if entry["failed"]
-         else ""), *(mean_with_ci(entry[f"{m}.mean"], entry[f"{m}.ci95"], factor)
+        [*(str(entry[f]) for f in factors), _count(entry["runs"]) + (f" ({_count(entry['failed'])} failed)"
+         if entry["failed"] else ""), *(mean_with_ci(entry[f"{m}.mean"], entry[f"{m}.ci95"], factor)
                      for m, (_, factor) in zip(shown, labels, strict=True))]
         for entry in summary
     ]  # fmt: skip

@@ -42,6 +42,14 @@ def test_frontier_draws_one_curve_per_backend() -> None:
     assert (50, 30) not in ringed and len(ringed) == 5
 
 
+def test_frontier_error_bars_follow_their_points() -> None:
+    """Half-widths given per point (in the caller's order) are drawn around the same point once sorted."""
+    ax = plots.frontier({"x": [(10.0, 100.0), (5.0, 200.0)]}, half_widths={"x": [(1.0, 7.0), (0.5, 3.0)]})
+    (bars,) = ax.containers
+    segments = bars.lines[2][1].get_segments()  # the vertical bars, in sorted order: x = 5 then x = 10
+    assert [(seg[0][0], seg[1][1] - seg[0][1]) for seg in segments] == [(5.0, 6.0), (10.0, 14.0)]
+
+
 def test_latency_vs_load_and_cdf(agent_run) -> None:  # type: ignore[no-untyped-def]
     ax = plots.latency_vs_load([1, 2, 4], {"TTFT p50": [0.1, 0.2, 0.4], "TTFT p99": [0.2, 0.5, 1.0]}, "users")
     _labelled(ax, "users", "(s)")
