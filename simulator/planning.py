@@ -98,6 +98,7 @@ class PlanResult:
     best_single: Evaluation | None
     evaluations: list[Evaluation] = field(default_factory=list)
     explanation: str = ""
+    replica_shapes: dict[str, str] = field(default_factory=dict)  # backend -> what one replica is (chips, model)
 
     @property
     def frontier(self) -> list[Evaluation]:
@@ -118,6 +119,7 @@ class PlanResult:
             "frontier": [e.to_dict() for e in self.frontier],
             "rejected": [e.to_dict() for e in self.evaluations if not e.meets],
             "candidates": len(self.evaluations),
+            "replicas": self.replica_shapes,
         }
 
 
@@ -167,8 +169,9 @@ class Planner:
                 "{metric: ttft_s, stat: p99, max: 1 s}"
             )
         prices = [self._price(i, b) for i, b in enumerate(self.fleet)]
-        self.usd_per_replica_hour: tuple[float, ...] = tuple(usd for usd, _ in prices)
-        self.metered: tuple[bool, ...] = tuple(metered for _, metered in prices)
+        self.usd_per_replica_hour: tuple[float, ...] = tuple(usd for usd, _, _ in prices)
+        self.metered: tuple[bool, ...] = tuple(metered for _, metered, _ in prices)
+        self.replica_shapes = {name: shape for name, (_, _, shape) in zip(self.names, prices, strict=True)}
         self.limits = tuple(
             (b.replicas, b.replicas) if metered
             else (0, scenario.plan.max_replicas.get(b.name, scenario.plan.default_max_replicas))
@@ -176,11 +179,13 @@ class Planner:
         )  # fmt: skip
         self._memo: dict[tuple[Counts, str], Evaluation] = {}
 
-    def _price(self, index: int, backend: BackendSpec) -> tuple[float, bool]:
-        """($/h of one replica, paid per token?) of a backend."""
+    def _price(self, index: int, backend: BackendSpec) -> tuple[float, bool, str]:
+        """($/h of one replica, paid per token?, what a replica is) of a backend."""
         question = layout_question(self.scenario, self.catalog)
         resolved = backend_plan(index, backend, self.scenario, self.catalog, question)
-        return resolved.usd_per_replica_hour, resolved.pricing.token_price is not None
+        d = resolved.deployment
+        shape = f"{d.chips} x {d.hardware.id} chip{'s' if d.chips != 1 else ''} serving {d.model.id}"
+        return resolved.usd_per_replica_hour, resolved.pricing.token_price is not None, shape
 
     def fixed_cost(self, counts: Counts) -> float:
         return sum(n * usd for n, usd in zip(counts, self.usd_per_replica_hour, strict=True))
@@ -274,6 +279,7 @@ class Planner:
         result = PlanResult(best if best is None or best.usd_per_hour <= cap else None, best_single,
                             list(self._memo.values()))  # fmt: skip
         result.explanation = self._explain(result, cap, best)
+        result.replica_shapes = dict(self.replica_shapes)
         return result
 
     def _explain(self, result: PlanResult, cap: float, cheapest: Evaluation | None) -> str:
@@ -328,11 +334,27 @@ def answer_scenario(scenario: Scenario, answer: Evaluation) -> Scenario:
 
 
 def plan_text(result: PlanResult) -> str:
-    """The answer in words, the cost-vs-SLO frontier and every rejected candidate with its misses."""
-    lines = [f"plan: {result.explanation}", "", "cost-vs-SLO frontier (worst = largest achieved/bound; <= 1 meets):"]
-    rows = [[e.fleet, e.kind, f"{e.usd_per_hour:,.2f}", f"{e.worst:.3g}", "yes" if e.meets else "no"]
-            for e in result.frontier]  # fmt: skip
-    lines.append(format_table(["fleet", "kind", "$/h", "worst", "meets"], rows))
+    """The answer in words, what one replica is, the cost-vs-SLO frontier, every fleet simulated and
+    every rejected candidate with its misses."""
+    headers = ["fleet", "kind", "$/h", "worst", "meets"]
+
+    def rows(evaluations: list[Evaluation]) -> list[list[object]]:
+        return [[e.fleet, e.kind, f"{e.usd_per_hour:,.2f}", f"{e.worst:.3g}", "yes" if e.meets else "no"]
+                for e in evaluations]  # fmt: skip
+
+    lines = [f"plan: {result.explanation}"]
+    if result.replica_shapes:
+        lines.append(
+            "one replica of each backend is " + "; ".join(f"{n}: {s}" for n, s in result.replica_shapes.items())
+        )
+    lines += [
+        "",
+        "cost-vs-SLO frontier (worst = largest achieved/bound; <= 1 meets):",
+        format_table(headers, rows(result.frontier)),
+        "",
+        f"every fleet simulated ({len(result.evaluations)}, cheapest first):",
+        format_table(headers, rows(sorted(result.evaluations, key=lambda e: (e.usd_per_hour, e.worst)))),
+    ]
     rejected = sorted((e for e in result.evaluations if not e.meets), key=lambda e: e.usd_per_hour)
     if rejected:
         lines += ["", "rejected:"]

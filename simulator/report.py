@@ -1,14 +1,22 @@
 """A self-contained HTML report of a results folder (run, run sweep, compare, plan or demo).
 
-The page embeds every figure as a PNG (also written beside it under ``figures/``), the tables,
-the resolved scenario, the infersim version and the seed, so one file can be mailed around.
+The page opens with a summary of the results' headline takeaways; every table and figure
+follows with a caption that states what was simulated (model, hardware and chips, lengths,
+window, load, cost basis: :mod:`simulator.captions`) and a one-sentence takeaway computed from
+the same numbers it shows; rows and points of runs that hit a capacity limit are marked. It
+embeds every figure as a PNG (also written beside it as ``figures/NN.png``, numbered in page
+order), the infersim version, the seed, and the resolved scenario (collapsed at the end), so
+one file can be mailed around.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
+import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,13 +24,26 @@ from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
+from pydantic import ValidationError
 
 from simulator import plots
+from simulator.analytic.estimate import estimate
 from simulator.analytic.layouts import deploy
+from simulator.captions import Assumptions, best, caption, closed_form_assumptions, run_assumptions, trend
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.files import read_csv, read_json, read_text, read_yaml
 from simulator.config.loading import Catalog, ConfigError
+from simulator.config.scenario import Scenario
 from simulator.results.summary import RunSummary
+from simulator.results.views import (
+    BACKEND_HEADERS,
+    CLASS_HEADERS,
+    backend_rows,
+    class_rows,
+    fleet_slo_attainment,
+    significant,
+    sweep_table,
+)
 from simulator.sweep import read_table_file, table_path
 from simulator.tables import format_number
 from simulator.version import __version__
@@ -33,10 +54,20 @@ ROOFLINE_HARDWARE = ("cerebras-cs3", "groq-lpu", "sambanova-sn40l", "nvidia-h100
 
 @dataclass(frozen=True)
 class Section:
+    """One block of the page: a table, a figure or text, with its caption and a takeaway.
+
+    The caption says what is shown and what was simulated (:mod:`simulator.captions`); the
+    takeaway is one sentence read off the same numbers. ``headline`` lifts the takeaway into the
+    summary at the top of the page.
+    """
+
     title: str
     table: tuple[list[str], list[list[object]]] | None = None
     figure: Axes | None = None
     text: str = ""
+    caption: str = ""
+    takeaway: str = ""
+    headline: bool = False
 
 
 def _png(ax: Axes) -> bytes:
@@ -47,10 +78,20 @@ def _png(ax: Axes) -> bytes:
     return buffer.getvalue()
 
 
-def _html_table(headers: list[str], rows: list[list[object]]) -> str:
+def _html_table(headers: list[str], rows: list[list[object]], caption: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    marked = ' class="limited"'
+    body = "".join(
+        f"<tr{marked if any(str(c).startswith(LIMITED_MARK) for c in r) else ''}>"
+        + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
+        for r in rows
+    )  # fmt: skip
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<figure class="table"><figcaption>{caption}</figcaption>{table}</figure>' if caption else table
+
+
+#: The first characters of a table cell of a run that hit a capacity limit (its row is highlighted).
+LIMITED_MARK = "⚠"
 
 
 def read_summary(path: Path) -> RunSummary:
@@ -58,39 +99,79 @@ def read_summary(path: Path) -> RunSummary:
     return RunSummary.model_validate(read_json(path))
 
 
+def read_scenario(folder: Path) -> Scenario | None:
+    """The run's ``scenario.resolved.yaml`` as the typed scenario (None when absent or not a scenario)."""
+    path = folder / "scenario.resolved.yaml"
+    if not path.exists():
+        return None
+    try:
+        return Scenario.model_validate(read_yaml(path))
+    except ValidationError:
+        return None
+
+
+def _assumptions(folder: Path, summary: RunSummary | None) -> Assumptions | None:
+    scenario = read_scenario(folder)
+    return None if scenario is None else run_assumptions(scenario, summary)
+
+
+def _captioned(what: str, assumptions: Assumptions | None) -> str:
+    return caption(what, assumptions) if assumptions is not None else what
+
+
+def limit_note(s: RunSummary) -> str:
+    """Why a run hit a capacity limit, marked with :data:`LIMITED_MARK` ('' when it did not)."""
+    if s.overloaded and s.offered_requests_per_s is not None:
+        return (f"{LIMITED_MARK} offered {significant(s.offered_requests_per_s)} req/s > capacity "
+                f"{significant(s.capacity_requests_per_s)} req/s")  # fmt: skip
+    if s.requests_dropped:
+        return f"{LIMITED_MARK} {s.requests_dropped} request(s) too long for the KV cache"
+    return ""
+
+
 def _run_sections(folder: Path, label: str) -> list[Section]:
     summary = read_summary(folder / "summary.json")
+    a = _assumptions(folder, summary)
+    ms = 1e3
     rows: list[list[object]] = [
-        ["TTFT p50 / p99 (s)", f"{format_number(summary.ttft_s.p50)} / {format_number(summary.ttft_s.p99)}"],
-        ["TPOT mean (s)", format_number(summary.tpot_s.mean)],
-        ["per-user output p50 (tok/s)", format_number(summary.per_user_output_tok_s.p50)],
-        ["output (tok/s)", format_number(summary.output_tok_s)],
+        ["TTFT p50 / p99 (ms)", f"{format_number(summary.ttft_s.p50 * ms, '.4g')} / "
+                                f"{format_number(summary.ttft_s.p99 * ms, '.4g')}"],
+        ["TPOT mean (ms)", format_number(summary.tpot_s.mean * ms, ".4g")],
+        ["per-user output p50 (tok/s)", format_number(summary.per_user_output_tok_s.p50, ",.0f")],
+        ["output (tok/s)", format_number(summary.output_tok_s, ",.0f")],
         ["requests completed", summary.requests_completed],
-        ["$/h", format_number(summary.cost.usd_per_hour)],
-        ["$/1M output tokens", format_number(summary.cost.usd_per_million_output_tokens)],
-        ["J/output token", format_number(summary.cost.joules_per_output_token)],
-    ]
-    sections = [Section(f"{label}: summary", (["metric", "value"], rows))]
+        ["SLO met (requests)", format_number(fleet_slo_attainment(summary), ".0%")],
+        ["$/h", format_number(summary.cost.usd_per_hour, ",.2f")],
+        ["$/1M output tokens", format_number(summary.cost.usd_per_million_output_tokens, ".3g")],
+        ["J/output token", format_number(summary.cost.joules_per_output_token, ".3g")],
+    ]  # fmt: skip
+    limit = limit_note(summary)
+    if limit:
+        rows.append(["capacity", limit])
+    takeaway = (
+        f"{summary.requests_completed:,} requests completed in {significant(summary.window_s)} s: TTFT p50 "
+        f"{format_number(summary.ttft_s.p50 * ms, '.3g')} ms, "
+        f"{format_number(summary.per_user_output_tok_s.p50, ',.0f')} tok/s per user, "
+        f"{format_number(summary.output_tok_s, ',.0f')} tok/s in all, "
+        f"${format_number(summary.cost.usd_per_million_output_tokens, '.3g')} per 1M output tokens"
+        + (f"; {limit[2:]}, so latencies depend on how long the run lasts" if limit else "") + "."
+    )  # fmt: skip
+    sections = [Section(f"{label}: summary", (["metric", "value"], rows),
+                        caption=_captioned("Latency, speed, throughput and cost of the whole run.", a),
+                        takeaway=takeaway, headline=True)]  # fmt: skip
+    if summary.classes:
+        sections.append(_class_section(label, summary, a))
     if summary.backends:
-        table: list[list[object]] = [
-            [name, b.hardware, b.model, b.replicas, b.chips, b.requests_completed, format_number(b.output_tok_s),
-             format_number(b.busy_fraction, ".0%"), b.cost.basis, format_number(b.cost.usd_per_hour),
-             format_number(b.cost.idle_usd)]
-            for name, b in summary.backends.items()
-        ]  # fmt: skip
-        headers = ["backend", "hardware", "model", "replicas", "chips", "requests", "out tok/s", "busy", "basis",
-                   "$/h", "idle $"]  # fmt: skip
-        sections.append(Section(f"{label}: backends", (headers, table)))
+        table: list[list[object]] = backend_rows(summary)
+        busiest = max(summary.backends.items(), key=lambda kv: kv[1].busy_fraction)
+        sections.append(Section(
+            f"{label}: backends", (BACKEND_HEADERS, table),
+            caption=_captioned("Each backend: what it served, how busy it was, what it cost (busy and idle).", a),
+            takeaway=f"{busiest[0]} is the busiest backend ({format_number(busiest[1].busy_fraction, '.0%')} busy, "
+                     f"${format_number(busiest[1].cost.usd, ',.2f')} over the window).",
+        ))  # fmt: skip
     if summary.tasks is not None:
-        t = summary.tasks
-        task_rows: list[list[object]] = [
-            ["tasks completed", t.tasks_completed],
-            ["task time p50 / p90 (s)", f"{format_number(t.task_time_s.p50)} / {format_number(t.task_time_s.p90)}"],
-            ["$/task", format_number(summary.cost.usd_per_task)],
-            ["calls/task", format_number(t.calls_per_task)],
-        ]
-        sections.append(Section(f"{label}: agent tasks", (["metric", "value"], task_rows),
-                                plots.task_breakdown({label: t.mean_seconds.to_dict()})))  # fmt: skip
+        sections.append(_task_section(label, summary, a))
     levels = folder / "levels.csv"
     if levels.exists():
         series: dict[str, tuple[list[float], list[float]]] = {}
@@ -99,34 +180,142 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
                 series.setdefault(row["level"], ([], []))
                 series[row["level"]][0].append(float(row["t_s"]))
                 series[row["level"]][1].append(float(row["value"]))
-        sections.append(Section(f"{label}: replica 0 over time", figure=plots.timeline(series)))
+        sections.append(Section(
+            f"{label}: replica 0 over time", figure=plots.timeline(series),
+            caption=_captioned("Batch size, queue length and KV occupancy of replica 0 over simulated time.", a),
+            takeaway=f"The batch averages {format_number(summary.mean_batch_size, '.1f')} sequences and the queue "
+                     f"{format_number(summary.mean_queue_length, '.1f')} requests; KV is "
+                     f"{format_number(summary.mean_kv_occupancy, '.0%')} full on average.",
+        ))  # fmt: skip
     requests = folder / "requests.csv"
     if requests.exists():
         data = np.genfromtxt(requests, delimiter=",", names=True)
         ok = np.atleast_1d(data["dropped"] == 0)
         ttft = np.atleast_1d(data["first_token_s"] - data["arrival_s"])[ok]
-        sections.append(Section(f"{label}: TTFT distribution", figure=plots.latency_cdf({label: ttft.tolist()})))
+        sections.append(Section(
+            f"{label}: TTFT distribution", figure=plots.latency_cdf({label: ttft.tolist()}),
+            caption=_captioned("Time to first token of every served request (warm-up included), as a CDF.", a),
+            takeaway=f"Half the measured requests see their first token within "
+                     f"{format_number(summary.ttft_s.p50 * ms, '.3g')} ms and 99 % within "
+                     f"{format_number(summary.ttft_s.p99 * ms, '.3g')} ms.",
+        ))  # fmt: skip
     return sections
+
+
+def _class_section(label: str, summary: RunSummary, a: Assumptions | None) -> Section:
+    assert summary.classes is not None
+    costs = {name: c.cost for name, c in summary.classes.items() if c.cost is not None}
+    dearest = max(costs, key=lambda name: costs[name].usd) if costs else ""
+    tasks = [(name, c) for name, c in costs.items() if c.usd_per_task == c.usd_per_task]
+    takeaway = (f"{dearest} takes {format_number(costs[dearest].share_of_fleet_usd, '.0%')} of the fleet's $"
+                if dearest else "no class was costed")  # fmt: skip
+    if tasks:
+        takeaway += "; " + ", ".join(f"{name} cost ${format_number(c.usd_per_task, '.3g')} per task on its own spend"
+                                     for name, c in tasks)  # fmt: skip
+    rule = summary.cost.attribution or ""
+    what = (
+        f"One row per workload class, then the fleet. {rule[:1].upper()}{rule[1:]}; the classes' $ sum to the fleet's."
+    )
+    return Section(f"{label}: per class", (CLASS_HEADERS, class_rows(summary)), caption=_captioned(what, a),
+                   takeaway=takeaway + ".", headline=True)  # fmt: skip
+
+
+def _task_section(label: str, summary: RunSummary, a: Assumptions | None) -> Section:
+    t = summary.tasks
+    assert t is not None
+    task_rows: list[list[object]] = [
+        ["tasks completed", t.tasks_completed],
+        ["task time p50 / p95 / p99 (s)", " / ".join(format_number(v, ".4g") for v in
+                                                     (t.task_time_s.p50, t.task_time_s.p95, t.task_time_s.p99))],
+        ["$/task (the task classes' own spend)", format_number(summary.cost.usd_per_task, ".3g")],
+        ["calls/task", format_number(t.calls_per_task, ".3g")],
+    ]  # fmt: skip
+    shares = t.time_share.to_dict()
+    parts = {k: v for k, v in shares.items() if isinstance(v, float) and v == v}
+    top = max(parts, key=parts.__getitem__) if parts else ""
+    takeaway = (f"{top} takes {format_number(parts[top], '.0%')} of a task's time; a task takes "
+                f"{format_number(t.task_time_s.p50, '.3g')} s at the median." if top else
+                "No task completed in the window: lengthen run.duration or shorten run.warmup.")  # fmt: skip
+    return Section(f"{label}: agent tasks", (["metric", "value"], task_rows),
+                   plots.task_breakdown({label: t.mean_seconds.to_dict()}),
+                   caption=_captioned("Agent tasks: completion time and where it goes (mean seconds per task).", a),
+                   takeaway=takeaway, headline=True)  # fmt: skip
+
+
+#: A swept field's axis label by its last path segment (the name, then the unit).
+SWEPT_LABELS = {
+    "users": "concurrent users", "agents": "concurrent agents", "rate_per_s": "arrival rate (req/s)",
+    "tasks_per_s": "task arrival rate (tasks/s)", "replicas": "replicas", "chips": "chips",
+}  # fmt: skip
+
+
+def swept_axis(sets: list[dict[str, Any]]) -> tuple[list[float], str] | None:
+    """The one numeric field a run sweep varies, as (values, axis label); None when there is not exactly one."""
+    keys = list(dict.fromkeys(k for item in sets for k in item))
+    varied = [k for k in keys if len({json.dumps(item.get(k), default=str) for item in sets}) > 1]
+    if len(varied) != 1 or not all(isinstance(item.get(varied[0]), int | float) for item in sets):
+        return None
+    path = varied[0]
+    name = SWEPT_LABELS.get(path.rsplit(".", 1)[-1], path)
+    return [float(item[path]) for item in sets], f"{name} ({path})" if name != path else path
 
 
 def _sweep_sections(folder: Path) -> list[Section]:
     sweep = read_json(folder / "sweep.json")
-    labels = [", ".join(f"{k}={v}" for k, v in item["set"].items()) for item in sweep]
+    sets = [item["set"] for item in sweep]
+    labels = [", ".join(f"{k}={v}" for k, v in item.items()) for item in sets]
     summaries = [RunSummary.model_validate(item["summary"]) for item in sweep]
-    headers = ["run", "TTFT p50 s", "TTFT p99 s", "tok/s/user p50", "out tok/s", "$/1M out"]
+    first = sorted(p for p in folder.iterdir() if p.is_dir() and (p / "summary.json").exists())
+    a = _assumptions(first[0], summaries[0]) if first else None
+    varied = f" Varied: {', '.join(dict.fromkeys(k for item in sets for k in item))} (per row)."
+    headers = ["run", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "tok/s/user p50", "output tok/s", "$/1M out",
+               "capacity"]  # fmt: skip
     rows: list[list[object]] = [
-        [label, format_number(s.ttft_s.p50), format_number(s.ttft_s.p99), format_number(s.per_user_output_tok_s.p50),
-         format_number(s.output_tok_s), format_number(s.cost.usd_per_million_output_tokens)]
+        [label, format_number(s.ttft_s.p50 * 1e3, ".4g"), format_number(s.ttft_s.p99 * 1e3, ".4g"),
+         format_number(s.itl_s.p50 * 1e3, ".4g"), format_number(s.per_user_output_tok_s.p50, ".4g"),
+         format_number(s.output_tok_s, ".4g"), format_number(s.cost.usd_per_million_output_tokens, ".3g"),
+         limit_note(s) or "ok"]
         for label, s in zip(labels, summaries, strict=True)
     ]  # fmt: skip
-    sections = [Section("Runs", (headers, rows))]
-    series = {"TTFT p50": [s.ttft_s.p50 for s in summaries], "TTFT p99": [s.ttft_s.p99 for s in summaries],
+    limited = [bool(limit_note(s)) for s in summaries]
+    axis = swept_axis(sets)
+    x, x_label = axis if axis is not None else ([float(i) for i in range(1, len(sweep) + 1)], "run (in sweep order)")
+    name = x_label.split(" (")[0]
+    ttft = [s.ttft_s.p50 for s in summaries]
+    speed = [s.per_user_output_tok_s.p50 for s in summaries]
+    total = [s.output_tok_s for s in summaries]
+    story = (f"As {name} grow{'s' if not name.endswith('s') else ''}, "
+             f"{trend('TTFT p50', 's', x, ttft, name)}; {trend('per-user speed', 'tok/s', x, speed, name)}; "
+             f"{trend('aggregate output', 'tok/s', x, total, name)}"
+             + (f"; {sum(limited)} of {len(limited)} runs hit a capacity limit (ringed in red)" if any(limited) else "")
+             + ".")  # fmt: skip
+    sections = [Section("Runs", (headers, rows), caption=_captioned("One row per run of the sweep." + varied, a),
+                        takeaway=story, headline=True)]  # fmt: skip
+    series = {"TTFT p50": ttft, "TTFT p99": [s.ttft_s.p99 for s in summaries],
               "ITL p50": [s.itl_s.p50 for s in summaries]}  # fmt: skip
-    sections.append(Section("Latency across the runs", figure=plots.latency_vs_load(
-        list(range(1, len(sweep) + 1)), series, "run (in sweep order)")))  # fmt: skip
+    sections.append(Section(
+        f"Latency against {name}", figure=plots.latency_vs_load(x, series, x_label, limited=limited),
+        caption=_captioned(f"TTFT p50 and p99 and inter-token latency p50 of each run against {x_label}." + varied, a),
+        takeaway=trend("TTFT p50", "s", x, ttft, name)[0].upper() + trend("TTFT p50", "s", x, ttft, name)[1:] + ".",
+    ))  # fmt: skip
+    sections.append(
+        Section(
+            f"Per-user speed against {name}",
+            figure=plots.speed_vs_load(x, {"per-user speed p50": speed}, total, x_label, limited=limited),
+            caption=_captioned(
+                f"Median per-user output speed (left) and aggregate output (right) against {x_label}." + varied, a
+            ),
+            takeaway=trend("Per-user speed", "tok/s", x, speed, name) + ".",
+        )
+    )
     costs = [s.cost.usd_per_million_output_tokens for s in summaries]
     tasks = [s.cost.usd_per_task for s in summaries] if all(s.tasks is not None for s in summaries) else None
-    sections.append(Section("Cost", figure=plots.cost(labels, costs, tasks)))
+    sections.append(Section(
+        "Cost", figure=plots.cost(labels, costs, tasks),
+        caption=_captioned("$ per 1M output tokens (bars)" + (" and $ per task (diamonds)" if tasks else "")
+                           + " of each run." + varied, a),
+        takeaway=trend("$ per 1M output tokens", "$", x, costs, name) + ".",
+    ))  # fmt: skip
     return sections
 
 
@@ -134,42 +323,110 @@ def _compare_sections(folder: Path) -> list[Section]:
     rows = read_json(folder / "compare.json")
     from simulator.compare import HEADERS, table_cells
 
-    sections = [Section("Comparison", (HEADERS, [table_cells(r) for r in rows]))]
+    runs = sorted(p for p in folder.iterdir() if p.is_dir() and (p / "summary.json").exists())
+    a = _assumptions(runs[0], read_summary(runs[0] / "summary.json")) if runs else None
+    hardware = list(dict.fromkeys(r["hardware"] for r in rows))
+    loads = list(dict.fromkeys(r["load"] for r in rows))
+    if a is not None:
+        a = dataclasses.replace(a, hardware=", ".join(hardware) + " (the same load on each; " + a.hardware
+                                + " shown for the first run)")  # fmt: skip
+        if len(loads) > 1:
+            a = dataclasses.replace(a, load=f"{a.load} in the first run; per row: {', '.join(loads)}")
+        bases = sorted({str(r["cost_basis"]) for r in rows})
+        a = dataclasses.replace(a, cost_basis=", ".join(bases) + (" (per row)" if len(bases) > 1 else ""))
+    labels = [f"{r['hardware']} {r['load']}".strip() for r in rows]
+    sections = [Section("Comparison", (HEADERS, [table_cells(r) for r in rows]),
+                        caption=_captioned("One row per hardware and load: speed against cost.", a),
+                        takeaway=_per_load(rows, "per_user_output_tok_s_p50", "tok/s", "per-user speed"),
+                        headline=True)]  # fmt: skip
     curves: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
         curves.setdefault(r["hardware"], []).append((r["per_user_output_tok_s_p50"], r["output_tok_s_per_chip"]))
-    sections.append(Section("Throughput-interactivity frontier", figure=plots.frontier(curves)))
-    labels = [f"{r['hardware']} {r['load']}".strip() for r in rows]
+    front = plots.pareto([p for points in curves.values() for p in points])
+    on_front = sorted({h for h, points in curves.items() if any(p in front for p in points)})
+    sections.append(Section(
+        "Throughput-interactivity frontier", figure=plots.frontier(curves),
+        caption=_captioned("Per-user speed against aggregate output per chip, one curve per hardware through the "
+                           "loads compared (more loads draw more of each curve); the Pareto set is ringed.", a),
+        takeaway=f"On the Pareto set: {', '.join(on_front) or 'none'}.",
+    ))  # fmt: skip
     tasks = [r["usd_per_task"] for r in rows] if all("usd_per_task" in r for r in rows) else None
     if tasks is not None:
         breakdown = {label: r["task_seconds"] for label, r in zip(labels, rows, strict=True)}
-        sections.append(Section("Where the task time goes", figure=plots.task_breakdown(breakdown)))
-    sections.append(
-        Section("Cost", figure=plots.cost(labels, [r["usd_per_million_output_tokens"] for r in rows], tasks))
-    )
+        sections.append(Section(
+            "Where the task time goes", figure=plots.task_breakdown(breakdown),
+            caption=_captioned("Mean seconds per agent task by part, one bar per hardware and load.", a),
+            takeaway=_per_load(rows, "task_time_s_p50", "s", "median task time", highest=False), headline=True,
+        ))  # fmt: skip
+    per_million = [r["usd_per_million_output_tokens"] for r in rows]
+    key, what = ("usd_per_task", "$/task") if tasks is not None else ("usd_per_million_output_tokens", "$/1M out")
+    sections.append(Section(
+        "Cost", figure=plots.cost(labels, per_million, tasks),
+        caption=_captioned("$ per 1M output tokens (bars)" + (" and $ per task (diamonds)" if tasks else "") + ".", a),
+        takeaway=_per_load(rows, key, "$", what, highest=False),
+    ))  # fmt: skip
     return sections
+
+
+def _per_load(rows: list[dict[str, Any]], key: str, unit: str, what: str, highest: bool = True) -> str:
+    """Which hardware does best on ``key`` at each load compared, in one sentence."""
+    loads = list(dict.fromkeys(r["load"] for r in rows))
+    parts = []
+    for load in loads:
+        values = {r["hardware"]: r.get(key) or math.nan for r in rows if r["load"] == load}
+        parts.append((f"at {load}, " if load else "") + best(values, unit, what, highest))
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:] + "."
 
 
 def _demo_sections(folder: Path) -> list[Section]:
     """The speed-gap table and chart per model, and the roofline of the first model's deployments."""
     rows = read_json(folder / "speed_gap.json")
-    sections = [Section("The speed gap (table)", text=read_text(folder / "speed_gap.txt"))]
+    fitted = [r for r in rows if "single_stream" in r]
     models = list(dict.fromkeys(r["model"] for r in rows))
+    first = fitted[0]["single_stream"]
+    users = fitted[0]["loaded"]["concurrency"]
+    lengths = (first["input_tokens"], first["output_tokens"])
+    sections = []
     for model in models:
+        mine = [r for r in fitted if r["model"] == model]
+        a = closed_form_assumptions(model, [r["hardware"] for r in mine], *lengths, (1, users))
         fits = {r["hardware"]: (r["single_stream"]["per_user_output_tok_s"], r["loaded"]["per_user_output_tok_s"])
-                for r in rows if r["model"] == model and "single_stream" in r}  # fmt: skip
-        users = next(r["loaded"]["concurrency"] for r in rows if r["model"] == model and "loaded" in r)
-        limited = [r["hardware"] for r in rows if r["model"] == model and r.get("loaded", {}).get("capacity_limited")]
-        figure = plots.speed_gap(fits, model, users, capacity_limited=limited)
-        sections.append(Section(f"The speed gap: {model}", figure=figure))
-    first = [r["single_stream"]["deployment"] for r in rows if r["model"] == models[0] and "single_stream" in r]
+                for r in mine}  # fmt: skip
+        limited = [r["hardware"] for r in mine if r["loaded"].get("capacity_limited")]
+        alone = {h: v[0] for h, v in fits.items()}
+        loaded = {h: v[1] for h, v in fits.items()}
+        note = (f" Hatched: the KV cache of {', '.join(limited)} holds fewer than {users} users; the bar is the "
+                f"speed of those that fit, the rest queue." if limited else "")  # fmt: skip
+        sections.append(Section(
+            f"The speed gap: {model}", figure=plots.speed_gap(fits, model, users, capacity_limited=limited),
+            caption=caption(f"Per-user output speed of {model} on each hardware, alone and with {users} users."
+                            + note, a),
+            takeaway=f"{model}: alone, {best(alone, 'tok/s', 'per-user speed')}; with {users} users, "
+                     f"{best(loaded, 'tok/s', 'per-user speed')}.",
+            headline=True,
+        ))  # fmt: skip
+    table_a = closed_form_assumptions(", ".join(models), ["every bundled hardware profile"], *lengths, (1, users))
+    sections.insert(0, Section("The speed gap (table)", text=read_text(folder / "speed_gap.txt"),
+                               caption=caption("Per-user speed, TTFT and aggregate throughput of each model on each "
+                                               "hardware; * marks capacity-limited figures.", table_a),
+                               takeaway=f"{sum(1 for r in rows if 'error' in r)} model-hardware pairs do not fit; "
+                                        f"{sum(1 for r in fitted if r['loaded'].get('capacity_limited'))} are "
+                                        f"capacity-limited at {users} users."))  # fmt: skip
+    deployments = [r["single_stream"]["deployment"] for r in fitted if r["model"] == models[0]]
     catalog = Catalog()
     chosen = {d["hardware"]: deploy(catalog, DeploymentSpec(
         hardware=d["hardware"], model=d["model"], chips=d["chips"], weights=d["weights"]))
-        for d in first if d["hardware"] in ROOFLINE_HARDWARE}  # fmt: skip
-    sections.append(
-        Section(f"Roofline: {models[0]} at batch 1, 16 and 128", figure=plots.roofline(chosen, (1, 16, 128)))
-    )
+        for d in deployments if d["hardware"] in ROOFLINE_HARDWARE}  # fmt: skip
+    bounds = {hw: estimate(d, *plots.ROOFLINE_TOKENS, 1).bottleneck for hw, d in chosen.items()}
+    roof_a = closed_form_assumptions(models[0], list(chosen), *plots.ROOFLINE_TOKENS, (1, 16, 128))
+    sections.append(Section(
+        f"Roofline: {models[0]} at batch 1, 16 and 128", figure=plots.roofline(chosen, (1, 16, 128)),
+        caption=caption("Each deployment's per-chip roof (solid), its decode operating points (dashed, batch 1, 16, "
+                        "128) and its latency floor (dotted).", roof_a),
+        takeaway="At batch 1 the decode pass is bound by "
+                 + ", ".join(f"{kind.replace('_', ' ')} on {hw}" for hw, kind in bounds.items()) + ".",
+    ))  # fmt: skip
     return sections
 
 
@@ -178,20 +435,65 @@ def _sweep_table_sections(folder: Path) -> list[Section]:
     path = table_path(folder, "summary")
     assert path is not None
     rows = read_table_file(path)
-    columns = [c for c in rows[0] if not c.endswith(".ci95")][:10] if rows else []
-    sections = [Section("Sweep summary (mean across seeds)", (columns, [[r[c] for c in columns] for r in rows]))]
+    spec = read_yaml(folder / "sweep.resolved.yaml") if (folder / "sweep.resolved.yaml").exists() else {}
+    metrics = list(spec.get("metrics", [])) if isinstance(spec, dict) else []
+    factors = [c for c in (rows[0] if rows else {}) if c not in ("runs", "failed") and not c.endswith((".mean",
+               ".ci95"))]  # fmt: skip
+    metrics = metrics or [c[: -len(".mean")] for c in (rows[0] if rows else {}) if c.endswith(".mean")]
+    summary: list[dict[str, object]] = [{k: _number(v) if k not in factors else v for k, v in r.items()} for r in rows]
+    a = _assumptions(folder, None)
+    varied = f" Varied: {', '.join(factors)}."
+    replications = spec.get("replications", 1) if isinstance(spec, dict) else 1
+    sections = [Section(
+        "Sweep summary", sweep_table(summary, factors, metrics),
+        caption=_captioned(f"Mean ± 95 % CI half-width over {replications} replication(s) per combination." + varied,
+                           a),
+        takeaway=f"{len(rows)} factor combinations, {sum(int(r['runs']) for r in rows)} runs, "
+                 f"{sum(int(r['failed']) for r in rows)} failed.",
+        headline=True,
+    )]  # fmt: skip
     speed, total = "per_user_output_tok_s.p50.mean", "output_tok_s.mean"
     if rows and "deployment.hardware" in rows[0] and speed in rows[0] and total in rows[0]:
         curves: dict[str, list[tuple[float, float]]] = {}
+        bars: dict[str, list[tuple[float, float]]] = {}
         for r in rows:
             if r[speed] and r[total] and float(r[speed]) > 0 and float(r[total]) > 0:
                 curves.setdefault(r["deployment.hardware"], []).append((float(r[speed]), float(r[total])))
-        sections.append(Section("Throughput-interactivity frontier", figure=plots.frontier(curves, per="replica")))
+                x_ci, y_ci = (_ci(r.get(column[: -len("mean")] + "ci95", "")) for column in (speed, total))
+                bars.setdefault(r["deployment.hardware"], []).append((x_ci, y_ci))
+        front = plots.pareto([p for points in curves.values() for p in points])
+        on_front = sorted({h for h, points in curves.items() if any(p in front for p in points)})
+        intervals = " Error bars: 95 % CI over the replications." if replications > 1 else ""
+        sections.append(Section(
+            "Throughput-interactivity frontier",
+            figure=plots.frontier(curves, per="replica", half_widths=bars if replications > 1 else None),
+            caption=_captioned("Mean per-user speed against mean aggregate output per replica, one curve per "
+                               "hardware through every swept load; the Pareto set is ringed." + intervals + varied, a),
+            takeaway=f"On the Pareto set: {', '.join(on_front) or 'none'}.", headline=True,
+        ))  # fmt: skip
     return sections
 
 
+def _ci(text: str) -> float:
+    """A CI half-width cell of summary.csv (0 where undefined: a single replication)."""
+    value = _number(text)
+    return value if isinstance(value, float) and value == value else 0.0
+
+
+def _number(text: str) -> float | str:
+    try:
+        return float(text) if text != "" else math.nan
+    except ValueError:
+        return text
+
+
 def _plan_sections(folder: Path) -> list[Section]:
-    return [Section("Plan", text=read_text(folder / "plan.txt"))]
+    plan = read_json(folder / "plan.json")
+    a = _assumptions(folder, None)
+    return [Section("Plan", text=read_text(folder / "plan.txt"),
+                    caption=_captioned("The cheapest fleet meeting every target, the cost-vs-SLO frontier and every "
+                                       "rejected fleet with the target it misses.", a),
+                    takeaway=str(plan.get("explanation", "")), headline=True)]  # fmt: skip
 
 
 def collect(folder: Path) -> list[Section]:
@@ -202,7 +504,11 @@ def collect(folder: Path) -> list[Section]:
     if (folder / "plan.json").exists():
         sections += _plan_sections(folder)
     if (folder / "tasks.txt").exists():
-        sections.append(Section("Agentic task time", text=read_text(folder / "tasks.txt")))
+        what = (
+            "Task time, where it goes, per-user speed and $ per task, one row per hardware and load (the "
+            "comparison below states what was simulated)."
+        )
+        sections.append(Section("Agentic task time", text=read_text(folder / "tasks.txt"), caption=what))
     if (folder / "compare.json").exists():
         sections += _compare_sections(folder)
     if (folder / "sweep.json").exists():
@@ -224,27 +530,44 @@ STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em aut
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}th,td{border:1px solid #ccc;padding:.25em .6em;
 text-align:right}th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}img{max-width:100%}
 pre{background:#f7f7f7;padding:1em;overflow-x:auto;font-size:.8em}
-h2{border-bottom:1px solid #ddd;padding-bottom:.2em}"""
+h2{border-bottom:1px solid #ddd;padding-bottom:.2em}figcaption,.caption{text-align:left;
+font-size:.85em;color:#444;margin:.3em 0}figure{margin:0 0 1.5em}.takeaway{color:#111}
+tr.limited td{background:#fff1f0}figure.table{overflow-x:auto}td{white-space:nowrap}
+.summary{background:#f5f9ff;border:1px solid #cfe0f5;padding:.2em 1em}
+details{margin-top:2em}summary{cursor:pointer;font-weight:bold}"""
 
 
 def render(title: str, sections: Sequence[Section], folder: Path, figures: dict[str, bytes]) -> str:
-    """The HTML page; each figure is added to ``figures`` as ``figures/NN.png`` and embedded as base64."""
+    """The HTML page: a summary of the headline takeaways, then every section with its caption and
+    takeaway (figures numbered in order, each added to ``figures`` as ``figures/NN.png`` and embedded
+    as base64), then the resolved scenario, collapsed."""
     parts = [f"<h1>{html.escape(title)}</h1>", f"<p>infersim {html.escape(__version__)}; {_provenance(folder)}</p>"]
-    for index, section in enumerate(sections):
+    headlines = [s.takeaway for s in sections if s.headline and s.takeaway]
+    if headlines:
+        items = "".join(f"<li>{html.escape(text)}</li>" for text in headlines)
+        parts.append(f'<section class="summary"><h2>Summary</h2><ul>{items}</ul></section>')
+    number = 0
+    for section in sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
+        words = html.escape(section.caption)
+        takeaway = f' <strong class="takeaway">{html.escape(section.takeaway)}</strong>' if section.takeaway else ""
         if section.text:
-            parts.append(f"<pre>{html.escape(section.text)}</pre>")
+            parts.append(f'<p class="caption">{words}{takeaway}</p><pre>{html.escape(section.text)}</pre>')
         if section.table is not None:
-            parts.append(_html_table(*section.table))
+            parts.append(_html_table(*section.table, caption=words + takeaway))
         if section.figure is not None:
+            number += 1
             png = _png(section.figure)
-            figures[f"figures/{index:02d}.png"] = png
+            figures[f"figures/{number:02d}.png"] = png
             alt = html.escape(section.title)
-            parts.append(f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+            parts.append(
+                f'<figure><img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+                f"<figcaption><b>Figure {number}.</b> {words}{takeaway}</figcaption></figure>"
+            )
     scenario = _resolved_scenario(folder)
     if scenario is not None:
-        parts.append(f"<h2>Resolved scenario ({html.escape(str(scenario.relative_to(folder)))})</h2>")
-        parts.append(f"<pre>{html.escape(read_text(scenario))}</pre>")
+        parts.append(f"<details><summary>Resolved scenario ({html.escape(str(scenario.relative_to(folder)))})"
+                     f"</summary><pre>{html.escape(read_text(scenario))}</pre></details>")  # fmt: skip
     body = "\n".join(parts)
     return f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>' \
            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"  # fmt: skip

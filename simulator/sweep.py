@@ -435,8 +435,46 @@ def summarize_rows(rows: list[dict[str, Any]], factors: list[str], metrics: list
     return out
 
 
-def load_sweep(path: Path) -> SweepSpec:
-    return validate_data(SweepSpec, read_yaml(path), str(path))
+def load_sweep(path: Path, overrides: dict[str, list[Any]] | None = None) -> SweepSpec:
+    """The sweep spec at ``path`` with ``--set`` overrides (:func:`override_sweep`) applied before validation."""
+    data = read_yaml(path)
+    if overrides and isinstance(data, dict):
+        data = override_sweep(data, overrides)
+    return validate_data(SweepSpec, data, str(path))
+
+
+def override_sweep(data: dict[str, Any], overrides: dict[str, list[Any]]) -> dict[str, Any]:
+    """A sweep spec's data with ``--set`` values: a path into the spec sets it (``replications=3``,
+    ``grid.load.users=1,8``, ``sample.points=20``, ``metrics=ttft_s.p99,output_tok_s``); any other path
+    is a field of the base scenario, whose values become that field's grid values for every run
+    (``deployment.hardware=nvidia-h200`` fixes it; ``load.users=1,4,16`` sweeps it), replacing the
+    spec's own grid values for it."""
+    out = dict(data)
+    for path, values in overrides.items():
+        head, _, rest = path.partition(".")
+        if head == "grid" and rest:
+            out["grid"] = dict(out.get("grid") or {}) | {rest: values}
+        elif head == "metrics" and not rest:
+            out["metrics"] = values
+        elif head in SweepSpec.model_fields:
+            node = out
+            parts = path.split(".")
+            for part in parts[:-1]:
+                child = dict(node.get(part) or {})
+                node[part] = child
+                node = child
+            if len(values) != 1:
+                raise ConfigError(f"--set {path}: takes one value (a comma list sweeps only grid and scenario fields)")
+            node[parts[-1]] = values[0]
+        else:
+            out["grid"] = dict(out.get("grid") or {}) | {path: values}
+    return out
+
+
+def cached_runs(runs: list[RunPoint], out: Path) -> int:
+    """How many of ``runs`` already have a row in the cache of the sweep folder ``out``."""
+    cache = Cache(out / "cache")
+    return sum(1 for p in runs if cache.get(p.key) is not None)
 
 
 def table_file(rows: list[dict[str, Any]], stem: str) -> tuple[str, bytes | str]:
@@ -456,7 +494,7 @@ def table_file(rows: list[dict[str, Any]], stem: str) -> tuple[str, bytes | str]
 
 
 def _cell(value: Any) -> str:
-    return "" if value is None else f"{value:.9g}" if isinstance(value, float) else str(value)
+    return "" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def table_path(folder: Path, stem: str) -> Path | None:

@@ -15,9 +15,10 @@ from simulator.config.loading import Catalog, parse_override
 from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError
 from simulator.results.summary import RunSummary
+from simulator.results.views import BACKEND_HEADERS, CLASS_HEADERS, backend_rows, class_rows
 from simulator.runner import RunResult
 from simulator.serialize import strict_json
-from simulator.tables import format_number
+from simulator.tables import format_number, format_table
 from simulator.version import __version__
 
 
@@ -127,3 +128,15 @@ def task_row(label: str, s: RunSummary) -> list[object]:
         format_number(s.per_user_output_tok_s.p50, ",.0f"), format_number(s.prefix_cache_hit_rate, ".0%"),
         format_number(t.tasks_per_hour, ",.1f"), format_number(s.cost.usd_per_task, ".3g"),
     ]  # fmt: skip
+
+
+def breakdown_text(label: str, s: RunSummary) -> str:
+    """Per-class rows (with attributed cost) and per-backend rows of one run, each titled; empty if one of each."""
+    parts = []
+    prefix = f"{label}: " if label else ""
+    if s.classes:
+        parts.append(f"{prefix}per class ($ attributed by seat-seconds: a replica's time shared equally among the "
+                     f"sequences in its batch)\n{format_table(CLASS_HEADERS, class_rows(s))}")  # fmt: skip
+    if len(s.backends) > 1:
+        parts.append(f"{prefix}per backend\n{format_table(BACKEND_HEADERS, backend_rows(s))}")
+    return "\n\n".join(parts)

@@ -190,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "sweep", "simulator.cli.sweep:sweep",
                  "a grid or sample of scenarios with seeds, on a local process pool or a Dask cluster")  # fmt: skip
     p.add_argument("sweep", type=Path, help="sweep YAML")
+    p.add_argument("--set", action="append", metavar="PATH=VALUE",
+                   help="override the sweep (replications=3, grid.load.users=1,8, metrics=...) or its base scenario "
+                   "(a scenario field's values become its grid values: deployment.hardware=nvidia-h200 fixes it, "
+                   "load.users=1,4,16 sweeps it); repeatable")  # fmt: skip
     p.add_argument("--executor", choices=("local", "dask"), default="local", help="where runs execute")
     p.add_argument("--address", help="Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a loopback cluster)")
     p.add_argument("--jobs", type=jobs, default=min(os.cpu_count() or 1, MAX_JOBS),

@@ -9,6 +9,7 @@ from pathlib import Path
 from simulator.cli.common import (
     SUMMARY_HEADERS,
     TASK_HEADERS,
+    breakdown_text,
     catalog,
     interactive,
     json_text,
@@ -59,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         files = {f"run-{i:03d}/{name}": text for i, (_, r) in enumerate(results) for name, text in run_files(r).items()}
         files["sweep.json"] = json_text([{"set": c, "summary": r.summary.to_dict()} for c, r in results])
+        files["index.txt"] = run_index(["--set"], [[_label(c)] for c, _ in results])
     out.write(files)
     maybe_report(args, out)
     if args.json:
@@ -78,8 +80,18 @@ def run(args: argparse.Namespace) -> int:
     if task_rows:
         print()
         print(format_table(TASK_HEADERS, task_rows))
-    print(f"\nwrote {out.path}")
+    for label, (_, result) in zip(labels, results, strict=True):
+        breakdown = breakdown_text(label if len(results) > 1 else "", result.summary)
+        if breakdown:
+            print(f"\n{breakdown}")
+    print(f"\nwrote {out.path} (everything above and more per run, e.g. per-replica utilisation, ITL and task time "
+          f"shares, is in summary.json; --json prints it)")  # fmt: skip
     return 0
+
+
+def run_index(headers: list[str], rows: list[list[object]]) -> str:
+    """Which run folder holds what: ``run-NNN`` and its values, one line each."""
+    return format_table(["folder", *headers], [[f"run-{i:03d}", *row] for i, row in enumerate(rows)]) + "\n"
 
 
 def compare(args: argparse.Namespace) -> int:
@@ -105,6 +117,7 @@ def compare(args: argparse.Namespace) -> int:
     payload = [row.to_dict() for row in rows]
     files = {f"run-{i:03d}/{name}": text for i, row in enumerate(rows) for name, text in run_files(row.result).items()}
     files["compare.json"] = json_text(payload)
+    files["index.txt"] = run_index(["hardware", "load"], [[row.hardware, row.load or "-"] for row in rows])
     files["compare.txt"] = comparison_table(rows) + "\n"
     out.write(files)
     maybe_report(args, out)
@@ -112,7 +125,11 @@ def compare(args: argparse.Namespace) -> int:
         print(json_text(payload), end="")
         return 0
     print(comparison_table(rows))
-    print(f"\nwrote {out.path}")
+    for row in rows:
+        breakdown = breakdown_text(f"{row.hardware} {row.load}".strip(), row.result.summary)
+        if breakdown:
+            print(f"\n{breakdown}")
+    print(f"\nwrote {out.path} (index.txt says which run-NNN folder holds which hardware and load)")
     return 0
 
 

@@ -9,18 +9,23 @@ from pathlib import Path
 import yaml
 
 from simulator.cli import Terminated
-from simulator.cli.common import catalog, interactive, json_text, maybe_report, progress_bar
+from simulator.cli.common import catalog, interactive, json_text, maybe_report, progress_bar, scenario_yaml
 from simulator.cli.output import ResultsFolder
 from simulator.cli.simulate import limits
-from simulator.sweep import check_address, expand, load_sweep, run_sweep, summarize_rows, table_file
+from simulator.config.loading import parse_override
+from simulator.config.scenario import Scenario
+from simulator.results.views import sweep_table
+from simulator.sweep import cached_runs, check_address, expand, load_sweep, run_sweep, summarize_rows, table_file
+from simulator.tables import format_table
 from simulator.version import __version__
 
 
 def sweep(args: argparse.Namespace) -> int:
-    spec = load_sweep(args.sweep)
+    spec = load_sweep(args.sweep, dict(parse_override(text) for text in args.set or []))
     runs = expand(spec, args.sweep, catalog(args), limits(args))
     check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"sweep-{spec.name}", "sweep", args.overwrite)
+    reused = cached_runs(runs, out.path)
     dirs = (str(args.hardware_dir) if args.hardware_dir else None, str(args.model_dir) if args.model_dir else None)
     bar = progress_bar(f"sweep of {len(runs)} runs") if interactive(args) else None
     progress = (lambda done, total: bar(done / total)) if bar else None
@@ -43,13 +48,23 @@ def sweep(args: argparse.Namespace) -> int:
     runs_name, runs_table = table_file(rows, "runs")
     summary_name, summary_table = table_file(summary, "summary")
     resolved = spec.model_dump(mode="json") | {"provenance": {"version": __version__, "runs": len(runs)}}
+    first = Scenario.model_validate_json(runs[0].scenario_json)  # the captions' model, lengths, window, load
     out.write({runs_name: runs_table, summary_name: summary_table,
-               "sweep.resolved.yaml": yaml.safe_dump(resolved, sort_keys=False)})  # fmt: skip
+               "sweep.resolved.yaml": yaml.safe_dump(resolved, sort_keys=False),
+               "scenario.resolved.yaml": scenario_yaml(first)})  # fmt: skip
     failed = sum(1 for r in rows if r["error"])
     maybe_report(args, out)
     if args.json:
         print(json_text({"runs": rows, "summary": summary}), end="")
     else:
-        print(f"{len(rows)} runs ({failed} failed), {len(summary)} factor combinations; wrote {out.path / runs_name} "
-              f"and {out.path / summary_name}")  # fmt: skip
+        print(results_text(summary, factors, spec.metrics))
+        print(f"\n{len(rows)} runs ({failed} failed; {reused} reused from the cache in {out.path / 'cache'}), "
+              f"{len(summary)} factor combinations, mean ± 95 % CI half-width over {spec.replications} "
+              f"replication{'s' if spec.replications > 1 else ''}; wrote {out.path / runs_name} and "
+              f"{out.path / summary_name}")  # fmt: skip
     return 0
+
+
+def results_text(summary: list[dict[str, object]], factors: list[str], metrics: list[str]) -> str:
+    """The per-combination results table printed at the end of a sweep."""
+    return format_table(*sweep_table(summary, factors, metrics))

@@ -31,12 +31,15 @@ are time-weighted means over the same window; utilisation is achieved / peak FLO
 bytes/s of a replica's chips over the window. ``cost`` holds the fleet's $/h, $, idle $, $/1M
 output tokens, $/task, tasks per $, J/token and J/task of the window
 (:mod:`simulator.analytic.economics`), busy time prorated; ``backends`` the same per backend,
-with what each served. Dropped requests (too long for every allowed backend) and requests
+with what each served; with workload classes, ``classes`` gives each class its part of every
+backend's cost (:mod:`simulator.results.attribution` states the rule) and the fleet's per-task
+figures charge only the classes that run tasks. Dropped requests (too long for every allowed backend) and requests
 rejected over the API budget are counted apart.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -50,9 +53,11 @@ from simulator.config.fleet import CostSpec
 from simulator.config.scenario import SLOSpec, WorkloadClass
 from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, BackendRecord, FloatArray, RunRecords
+from simulator.results.attribution import ATTRIBUTION, ClassCosts, attribute
 from simulator.results.summary import (
     BackendCost,
     BackendSummary,
+    ClassCost,
     ClassSummary,
     DistributionStats,
     FleetCost,
@@ -143,11 +148,11 @@ def _meets(m: dict[str, FloatArray], slo: SLOSpec) -> npt.NDArray[np.bool_]:
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "per_user_output_tok_s", "normalized_tpot_s", "queueing_delay_s")
 
 
-def class_summary(records: RunRecords, klass: int, spec: WorkloadClass) -> ClassSummary:
-    """One workload class: its latencies, its goodput under its own SLOs, its tasks."""
+def class_summary(records: RunRecords, klass: int, spec: WorkloadClass, cost: ClassCost | None = None) -> ClassSummary:
+    """One workload class: its latencies, its goodput under its own SLOs, its tasks, its cost."""
     m = request_metrics(records, klass)
     window = max(records.end_s - records.warmup_s, 1e-12)
-    tasks = task_summary(records, klass) if (records.tasks["class"] == klass).any() or _makes_tasks(spec) else None
+    tasks = class_tasks(records, klass, spec)
     return ClassSummary(
         **_latency_stats(m),
         priority=spec.priority,
@@ -156,7 +161,13 @@ def class_summary(records: RunRecords, klass: int, spec: WorkloadClass) -> Class
         goodput_requests_per_s=float(_meets(m, spec.slo).sum()) / window,
         slo_attainment=float(_meets(m, spec.slo).mean()) if m["ttft_s"].size else float("nan"),
         tasks=tasks,
+        cost=cost,
     )
+
+
+def class_tasks(records: RunRecords, klass: int, spec: WorkloadClass) -> TaskSummary | None:
+    """The tasks of one class, if its load runs tasks."""
+    return task_summary(records, klass) if (records.tasks["class"] == klass).any() or _makes_tasks(spec) else None
 
 
 def _makes_tasks(klass: WorkloadClass) -> bool:
@@ -226,9 +237,26 @@ def cost_reasons(cost: RunCost) -> dict[str, str]:
 
 def cost_record(record: type[CostRecord], basis: str, cost: RunCost) -> CostRecord:
     """The figures of ``cost`` a cost record names, with the reasons of those undefined."""
-    names = [name for name in record.model_fields if name not in ("basis", "undefined")]
+    names = [name for name in record.model_fields if name not in ("basis", "undefined") and hasattr(cost, name)]
     reasons = {name: why for name, why in cost_reasons(cost).items() if name in names}
     return record(basis=basis, **{name: getattr(cost, name) for name in names}, undefined=reasons or None)
+
+
+def class_cost(parts: dict[str, RunCost], tasks: int, fleet_usd: float, makes_tasks: bool) -> ClassCost:
+    """One class's cost record from its parts of each backend (:mod:`simulator.results.attribution`)."""
+    zero = RunCost(0.0, 0.0, 0.0, 0.0, 0)
+    total = dataclasses.replace(functools.reduce(RunCost.plus, parts.values(), zero), tasks=tasks)
+    reasons = cost_reasons(total)
+    values = {name: getattr(total, name) for name in ClassCost.model_fields if hasattr(total, name)}
+    if not makes_tasks:
+        values |= dict.fromkeys(PER_TASK, math.nan)
+        reasons |= dict.fromkeys(PER_TASK, "the class runs no tasks")
+    return ClassCost(
+        **values,
+        share_of_fleet_usd=total.usd / fleet_usd if fleet_usd else math.nan,
+        usd_by_backend={name: part.usd for name, part in parts.items()},
+        undefined={name: why for name, why in reasons.items() if name in ClassCost.model_fields} or None,
+    )
 
 
 def summarize(
@@ -250,6 +278,8 @@ def summarize(
     parts = [backend_cost(records, b, cost_spec, tasks.tasks_completed if tasks else 0) for b in records.backends]
     bases = sorted({b.pricing.basis for b in records.backends})
     offered, capacity = records.offered_requests_per_s, records.capacity_requests_per_s
+    per_class, split = _class_summaries(records, classes, parts) if len(classes) > 1 else (None, None)
+    basis = bases[0] if len(bases) == 1 else "mixed"
     return RunSummary(
         **_latency_stats(m),
         itl_s=histogram_stats(records.itl_counts, records.itl_bin_edges_s),
@@ -282,15 +312,45 @@ def summarize(
         replica_count=replicas,
         prefix_cache_hit_rate=float(r["cached_tokens"][measured].sum()) / prompts if prompts else 0.0,
         tasks=tasks,
-        classes={spec.name: class_summary(records, k, spec) for k, spec in enumerate(classes)}
-        if len(classes) > 1
-        else None,
+        classes=per_class,
         backends={b.name: backend_summary(records, b, cost_spec) for b in records.backends},
-        cost=cost_record(FleetCost, bases[0] if len(bases) == 1 else "mixed", functools.reduce(RunCost.plus, parts)),
+        cost=_fleet_cost(functools.reduce(RunCost.plus, parts), basis, per_class, split),
         capacity_requests_per_s=capacity,
         offered_requests_per_s=offered,
         overloaded=bool(offered is not None and capacity == capacity and offered > capacity),
     )  # fmt: skip
+
+
+def _class_summaries(records: RunRecords, classes: Sequence[WorkloadClass],
+                     parts: list[RunCost]) -> tuple[dict[str, ClassSummary], ClassCosts]:  # fmt: skip
+    """Every class's summary with its attributed cost, and the split itself."""
+    tasks = [class_tasks(records, k, spec) for k, spec in enumerate(classes)]
+    counts = [t.tasks_completed if t is not None else 0 for t in tasks]
+    split = attribute(records, parts, counts, len(classes))
+    fleet_usd = sum(p.usd for p in parts)
+    costs = [class_cost(split.by_class[k], counts[k], fleet_usd, tasks[k] is not None) for k in range(len(classes))]
+    return {spec.name: class_summary(records, k, spec, costs[k]) for k, spec in enumerate(classes)}, split
+
+
+def _fleet_cost(fleet: RunCost, basis: str, classes: dict[str, ClassSummary] | None, split: ClassCosts | None,
+                ) -> FleetCost:  # fmt: skip
+    """The fleet's cost; with classes, per-task figures charge only the task classes' attributed spend."""
+    record = cost_record(FleetCost, basis, fleet)
+    if classes is None or split is None:
+        return record
+    attributed = {"attribution": ATTRIBUTION, "unattributed_usd": split.unattributed_usd}
+    with_tasks = [c.cost for c in classes.values() if c.tasks is not None and c.cost is not None]
+    if not with_tasks:
+        return record.model_copy(update=attributed)
+    task_cost = RunCost(0.0, sum(c.usd for c in with_tasks), sum(c.joules for c in with_tasks), 0.0, fleet.tasks)
+    per_task = cost_record(FleetCost, basis, task_cost)
+    reasons = {k: v for k, v in (record.undefined or {}).items() if k not in PER_TASK} | {
+        k: v for k, v in (per_task.undefined or {}).items() if k in PER_TASK}  # fmt: skip
+    per_task_figures = {name: getattr(per_task, name) for name in PER_TASK}
+    return record.model_copy(update={**per_task_figures, **attributed, "undefined": reasons or None})
+
+
+PER_TASK = ("usd_per_task", "tasks_per_usd", "joules_per_task")
 
 
 def task_summary(records: RunRecords, klass: int | None = None) -> TaskSummary:

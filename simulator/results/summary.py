@@ -113,6 +113,30 @@ class FleetCost(Record):
     tasks_per_usd: Number
     joules_per_output_token: Number
     joules_per_task: Number
+    attribution: str | None = None  # how the classes' costs were split (runs with classes)
+    unattributed_usd: Number | None = None  # $ of backends no class used in the window
+    undefined: Reasons | None = None
+
+
+class ClassCost(Record):
+    """One class's part of the fleet's cost (:mod:`simulator.results.attribution` states the rule).
+
+    ``usd_per_task``, ``tasks_per_usd`` and ``joules_per_task`` use the class's own tasks and
+    dollars, so other classes' spend is not charged to them; ``usd_by_backend`` sums to ``usd``.
+    """
+
+    usd_per_hour: Number
+    usd: Number
+    idle_usd: Number
+    share_of_fleet_usd: Number
+    joules: Number
+    output_tokens: Number
+    usd_per_million_output_tokens: Number
+    usd_per_task: Number
+    tasks_per_usd: Number
+    joules_per_output_token: Number
+    joules_per_task: Number
+    usd_by_backend: dict[str, float]
     undefined: Reasons | None = None
 
 
@@ -150,6 +174,7 @@ class ClassSummary(LatencyStats):
     goodput_requests_per_s: Number
     slo_attainment: Number
     tasks: TaskSummary | None = None
+    cost: ClassCost | None = None
     undefined: Reasons | None = None
 
 

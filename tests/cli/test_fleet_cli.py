@@ -57,6 +57,8 @@ def test_compare_runs_every_hardware_at_every_load(tmp_path: Path) -> None:
     assert by[("cerebras-cs3", "load.agents=1")]["per_user_output_tok_s_p50"] > 5 * by[
         ("nvidia-h100-sxm", "load.agents=1")]["per_user_output_tok_s_p50"]  # fmt: skip
     assert (tmp_path / "out" / "compare.txt").exists() and (tmp_path / "out" / "run-003" / "summary.json").exists()
+    index = (tmp_path / "out" / "index.txt").read_text().splitlines()
+    assert index[2].split() == ["run-000", "nvidia-h100-sxm", "load.agents=1"] and len(index) == 2 + 4
 
 
 def test_plan_writes_a_rerunnable_answer(tmp_path: Path) -> None:
@@ -66,6 +68,9 @@ def test_plan_writes_a_rerunnable_answer(tmp_path: Path) -> None:
     assert "plan:" in result.stdout and "frontier" in result.stdout
     plan = json.loads((out / "plan.json").read_text())
     assert plan["answer"]["meets"] and plan["answer"]["fleet"]["wafer"] == 0
+    assert "gpu: 1 x nvidia-h100-sxm chip serving llama-3.1-8b" in result.stdout  # what one replica is
+    listed = result.stdout[result.stdout.index("every fleet simulated") :]
+    assert listed.count(" x gpu") >= plan["candidates"]  # every fleet it compared is listed
     answer = yaml.safe_load((out / "answer.yaml").read_text())
     assert answer["provenance"]["seed"] == 1
     rerun = run_cli("run", str(out / "answer.yaml"), "-o", str(tmp_path / "rerun"), "--json")

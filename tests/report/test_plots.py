@@ -29,9 +29,25 @@ def test_speed_gap_has_two_bars_per_hardware() -> None:
 
 
 def test_frontier_draws_one_curve_per_backend() -> None:
-    ax = plots.frontier({"x": [(10, 100), (5, 200)], "y": [(300, 10), (200, 20), (100, 40)]})
+    """One curve per backend, then the Pareto set ringed: exactly the points nothing beats on both axes."""
+    curves = {"x": [(10, 100), (5, 200)], "y": [(300, 10), (200, 20), (100, 40), (50, 30)]}
+    ax = plots.frontier(curves)
     _labelled(ax, "tok/s", "tok/s")
-    assert len(ax.lines) == 2 and list(ax.lines[0].get_xdata()) == [5, 10]
+    assert len(ax.lines) == 3 and list(ax.lines[0].get_xdata()) == [5, 10]
+    ringed = set(zip(ax.lines[2].get_xdata(), ax.lines[2].get_ydata(), strict=True))
+    everything = [p for points in curves.values() for p in points]
+    for p in everything:
+        beaten = any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in everything)
+        assert (p in ringed) == (not beaten)
+    assert (50, 30) not in ringed and len(ringed) == 5
+
+
+def test_frontier_error_bars_follow_their_points() -> None:
+    """Half-widths given per point (in the caller's order) are drawn around the same point once sorted."""
+    ax = plots.frontier({"x": [(10.0, 100.0), (5.0, 200.0)]}, half_widths={"x": [(1.0, 7.0), (0.5, 3.0)]})
+    (bars,) = ax.containers
+    segments = bars.lines[2][1].get_segments()  # the vertical bars, in sorted order: x = 5 then x = 10
+    assert [(seg[0][0], seg[1][1] - seg[0][1]) for seg in segments] == [(5.0, 6.0), (10.0, 14.0)]
 
 
 def test_latency_vs_load_and_cdf(agent_run) -> None:  # type: ignore[no-untyped-def]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simulator.captions import ASSUMPTION_LABELS
 from simulator.cli.report import write_report
 from simulator.report import collect
 from tests.cli.test_cli import run_cli
@@ -44,6 +45,29 @@ def test_the_page_holds_every_figure_and_table(compare_folder: Path) -> None:
     assert "Throughput-interactivity frontier" in page and "cerebras-cs3" in page
     assert re.search(r"infersim \d+\.\d+", page) and "seed 2" in page and "Resolved scenario" in page
     assert 'src="http' not in page  # self-contained: nothing fetched
+    names = sorted(p.name for p in (compare_folder / "figures").glob("*.png"))
+    assert names == [f"{n:02d}.png" for n in range(1, len(figures) + 1)]  # numbered in page order, no gaps
+
+
+def _captions_name_their_assumptions(page: str) -> list[str]:
+    """Every figure has a caption and every figure and table caption names model, hardware, lengths,
+    window, load and cost basis; returns the captions."""
+    figures = re.findall(r"<figure[^>]*>.*?</figure>", page, flags=re.S)
+    captions = [re.search(r"<figcaption>(.*?)</figcaption>", f, flags=re.S) for f in figures]
+    assert figures and all(c is not None for c in captions)
+    texts = [c.group(1) for c in captions if c]
+    assert len(texts) == page.count("<img") + page.count("<table>")  # tables are captioned figures too
+    for text in texts:
+        for label in ASSUMPTION_LABELS:
+            assert f"{label}: " in text, (label, text[:200])
+        assert '<strong class="takeaway">' in text  # and a takeaway computed from the results
+    return texts
+
+
+def test_every_figure_and_table_has_a_caption_naming_its_assumptions(compare_folder: Path) -> None:
+    texts = _captions_name_their_assumptions((compare_folder / "report.html").read_text())
+    assert all("llama-3.1-8b" in t and "nvidia-h100-sxm" in t for t in texts)
+    assert '<section class="summary">' in (compare_folder / "report.html").read_text()
 
 
 def _chromium() -> str:
@@ -78,6 +102,7 @@ def test_write_report_of_a_run_has_its_task_breakdown(tmp_path: Path) -> None:
     assert run_cli("run", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "run")).returncode == 0
     page = write_report(tmp_path / "run").read_text()
     assert "agent tasks" in page and "TTFT distribution" in page
+    _captions_name_their_assumptions(page)
 
 
 def test_the_demo_task_table_has_one_row_per_hardware_and_load() -> None:
@@ -108,6 +133,7 @@ def test_a_sweep_report_draws_the_frontier_of_its_hardware(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "out" / "report.html").read_text()
     assert "Sweep summary" in page and "Throughput-interactivity frontier" in page and page.count("<img") == 1
+    _captions_name_their_assumptions(page)
 
 
 def test_a_run_sweep_report_has_its_runs_latency_and_cost(tmp_path: Path) -> None:
@@ -115,5 +141,25 @@ def test_a_run_sweep_report_has_its_runs_latency_and_cost(tmp_path: Path) -> Non
     result = run_cli("run", str(tmp_path / "s.yaml"), "--set", "load.agents=1,2", "-o", str(tmp_path / "o"), "--report")
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "o" / "report.html").read_text()
-    assert "<h2>Runs</h2>" in page and "Latency across the runs" in page and "<h2>Cost</h2>" in page
-    assert page.count("<img") == 2 and page.count("load.agents=2") >= 1
+    assert "<h2>Runs</h2>" in page and "Latency against concurrent agents" in page and "<h2>Cost</h2>" in page
+    assert page.count("<img") == 3 and page.count("load.agents=2") >= 1
+    _captions_name_their_assumptions(page)
+
+
+def test_a_run_sweep_plots_the_table_numbers_against_the_swept_quantity(tmp_path: Path) -> None:
+    """The latency and speed figures draw the very numbers of the runs table, at the swept values on x."""
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    result = run_cli("run", str(tmp_path / "s.yaml"), "--set", "load.agents=1,2,4", "-o", str(tmp_path / "o"))
+    assert result.returncode == 0, result.stderr
+    sections = {s.title: s for s in collect(tmp_path / "o")}
+    headers, rows = sections["Runs"].table  # type: ignore[misc]
+    column = {h: [float(r[i]) for r in rows] for i, h in enumerate(headers) if h.endswith(("ms", "p50"))}
+    latency = sections["Latency against concurrent agents"].figure
+    speed = sections["Per-user speed against concurrent agents"].figure
+    assert latency is not None and speed is not None
+    assert "concurrent agents (load.agents)" in latency.get_xlabel()
+    ttft = next(line for line in latency.lines if line.get_label() == "TTFT p50")
+    assert list(ttft.get_xdata()) == [1.0, 2.0, 4.0]
+    assert [y * 1e3 for y in ttft.get_ydata()] == pytest.approx(column["TTFT p50 ms"], rel=1e-3)
+    assert list(speed.lines[0].get_ydata()) == pytest.approx(column["tok/s/user p50"], rel=1e-3)
+    assert [t.get_text() for t in latency.get_xticklabels()] == ["1", "2", "4"]  # plain tick labels

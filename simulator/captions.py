@@ -1,0 +1,159 @@
+"""Captions and takeaways of the report, in words computed from the results (no I/O).
+
+A caption says what a figure or table shows, then what was simulated, always under the same
+labels: ``model``, ``hardware``, ``lengths``, ``window``, ``load`` and ``cost basis``
+(:data:`ASSUMPTION_LABELS`). A takeaway is one sentence read off the same numbers the figure
+draws (the largest and smallest, first and last, who is fastest or cheapest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from simulator.config.distributions import Distribution
+from simulator.config.scenario import ClosedLoop, OpenLoop, Scenario, WorkloadClass
+from simulator.config.workload import AgentsLoad, TraceLoad
+from simulator.results.summary import RunSummary
+from simulator.results.views import plain, significant
+
+ASSUMPTION_LABELS = ("model", "hardware", "lengths", "window", "load", "cost basis")
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """What a figure's numbers rest on, one phrase per :data:`ASSUMPTION_LABELS` label."""
+
+    model: str
+    hardware: str
+    lengths: str
+    window: str
+    load: str
+    cost_basis: str
+
+    def text(self) -> str:
+        values = (self.model, self.hardware, self.lengths, self.window, self.load, self.cost_basis)
+        return "; ".join(f"{label}: {value}" for label, value in zip(ASSUMPTION_LABELS, values, strict=True))
+
+
+def caption(what: str, assumptions: Assumptions) -> str:
+    """``what`` followed by the assumptions behind it."""
+    return f"{what} Simulated with {assumptions.text()}."
+
+
+def _mean(distribution: Distribution) -> str:
+    return significant(distribution.mean)
+
+
+def _lengths(klass: WorkloadClass) -> str:
+    if klass.requests is not None:
+        r = klass.requests
+        return f"{_mean(r.input_tokens)} prompt and {_mean(r.output_tokens)} output tokens per request (means)"
+    load = klass.load
+    if isinstance(load, AgentsLoad) and not isinstance(load.workload, str):
+        t = load.workload.task
+        return (f"{load.workload_id} tasks of {_mean(t.steps)} calls, {_mean(t.output_tokens)} output tokens "
+                f"per call (means)")  # fmt: skip
+    if isinstance(load, TraceLoad):
+        return f"as recorded in the {load.format} trace {load.path.name}"
+    return f"the {getattr(load, 'workload_id', klass.name)} workload"
+
+
+def _load(klass: WorkloadClass) -> str:
+    load = klass.load
+    if isinstance(load, ClosedLoop):
+        return f"{load.users} closed-loop users"
+    if isinstance(load, OpenLoop):
+        return f"{load.arrivals.process} arrivals, {significant(load.arrivals.peak_rate_per_s)} req/s at peak"
+    if isinstance(load, AgentsLoad):
+        count = f"{load.agents} agents" if load.agents is not None else f"{significant(load.tasks_per_s or 0)} tasks/s"
+        return f"{count} ({load.workload_id})"
+    return f"replay of {load.path.name}"
+
+
+def _per_class(scenario: Scenario) -> tuple[str, str]:
+    classes = scenario.workload_classes
+    if len(classes) == 1:
+        return _lengths(classes[0]), _load(classes[0])
+    return (" | ".join(f"{c.name}: {_lengths(c)}" for c in classes),
+            " | ".join(f"{c.name}: {_load(c)}" for c in classes))  # fmt: skip
+
+
+def _chips(chips: int) -> str:
+    return f" of {chips} chip{'s' if chips != 1 else ''}"
+
+
+def run_assumptions(scenario: Scenario, summary: RunSummary | None = None) -> Assumptions:
+    """The assumptions of one simulated run (its resolved scenario, and its summary for the window and basis)."""
+    fleet = scenario.fleet
+    models = sorted({b.deployment.model_id for b in fleet})
+    hardware = ", ".join(
+        f"{b.deployment.hardware_id} x {b.replicas} replica{'s' if b.replicas != 1 else ''}"
+        + (_chips(summary.backends[b.name].chips // max(b.replicas, 1))
+           if summary is not None and b.name in summary.backends else "")
+        for b in fleet
+    )  # fmt: skip
+    lengths, load = _per_class(scenario)
+    run = scenario.run
+    if summary is not None:
+        window = f"{significant(summary.window_s)} s measured after a {significant(run.warmup)} s warm-up"
+        basis = ", ".join(sorted({b.cost.basis for b in summary.backends.values()}))
+    else:
+        span = (f"{significant(run.duration - run.warmup)} s" if run.duration is not None
+                else f"arrivals until {run.max_requests} requests")  # fmt: skip
+        window = f"{span} measured after a {significant(run.warmup)} s warm-up"
+        basis = scenario.cost.basis
+    return Assumptions(", ".join(models), hardware, lengths, window, load, basis)
+
+
+def closed_form_assumptions(model: str, hardware: Sequence[str], input_tokens: int, output_tokens: int,
+                            users: Sequence[int]) -> Assumptions:  # fmt: skip
+    """The assumptions of the closed-form estimate (no simulated window, no cost)."""
+    return Assumptions(
+        model, f"{', '.join(hardware)} (each its smallest placement that fits)",
+        f"{input_tokens} prompt and {output_tokens} output tokens per request",
+        "closed-form estimate (steady state, no simulated window)",
+        " and ".join(f"{u} concurrent user{'s' if u != 1 else ''}" for u in users), "not costed",
+    )  # fmt: skip
+
+
+def trend(name: str, unit: str, xs: Sequence[float], ys: Sequence[float], x_name: str) -> str:
+    """How ``name`` moves from the first to the last point of a sweep over ``x_name``, in one clause.
+
+    >>> trend("TTFT p50", "s", [1, 16, 256], [0.05, 0.07, 1.37], "concurrent users")
+    'TTFT p50 rises from 0.05 s at 1 concurrent users to 1.37 s at 256'
+    """
+    pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if y == y]
+    if len(pairs) < 2:
+        return f"{name} is undefined for most {x_name}"
+    (x0, y0), (x1, y1) = pairs[0], pairs[-1]
+    verb = "rises" if y1 > y0 * 1.05 else "falls" if y1 < y0 / 1.05 else "holds near"
+    if verb == "holds near":
+        return f"{name} holds near {significant(y0)} {unit} from {plain(x0)} to {plain(x1)} {x_name}"
+    start, end = f"{significant(y0)} {unit} at {plain(x0)} {x_name}", f"{significant(y1)} {unit} at {plain(x1)}"
+    return f"{name} {verb} from {start} to {end}"
+
+
+def best(values: dict[str, float], unit: str, what: str, highest: bool = True) -> str:
+    """Who has the highest (or lowest) ``what``, against the other end, in one clause.
+
+    >>> best({"a": 2000.0, "b": 100.0}, "tok/s", "per-user speed")
+    'a has the highest per-user speed (2,000 tok/s), 20x that of b'
+    >>> best({"a": 0.5, "b": 2.0}, "s", "task time", highest=False)
+    'a has the lowest task time (0.5 s), against 2 s on b (4x)'
+    """
+    defined = {k: v for k, v in values.items() if v == v and v > 0}
+
+    def amount(value: float) -> str:
+        return f"${significant(value)}" if unit == "$" else f"{significant(value)} {unit}"
+
+    if not defined:
+        return f"no {what} is defined"
+    top = (max if highest else min)(defined, key=defined.__getitem__)
+    low = (min if highest else max)(defined, key=defined.__getitem__)
+    if top == low:
+        return f"{top} has {what} {amount(defined[top])}"
+    ratio = significant(max(defined[top], defined[low]) / min(defined[top], defined[low]), 2)
+    if highest:
+        return f"{top} has the highest {what} ({amount(defined[top])}), {ratio}x that of {low}"
+    return f"{top} has the lowest {what} ({amount(defined[top])}), against {amount(defined[low])} on {low} ({ratio}x)"
