@@ -116,7 +116,7 @@ def task_breakdown(mean_seconds: Mapping[str, Mapping[str, float]], ax: Axes | N
     return ax
 
 
-LATENCY_PARTS = ("fabric", "fixed_latency", "pipeline_hops", "communication")
+LATENCY_PARTS = ("fabric", "fixed_latency", "pipeline_hops", "torus_hops", "communication")
 
 
 def roofline(deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] = (1, 8, 64),
