@@ -78,10 +78,10 @@ def test_v6e_profile_reproduces_googles_pod_bisection_and_allreduce_bandwidth(ca
     assert 256 * pod.injection_bandwidth == pytest.approx(102.4e12, rel=1e-12)
 
 
-# -- the fifth architecture: llama-3.1-70b on TPUs -----------------------------------------------
+# -- the fifth architecture (and the other new profiles) serving llama-3.1-70b ---------------------------
 
 
-def _tpu_70b(hardware: HardwareProfile, catalog: Catalog, **fields: object):  # type: ignore[no-untyped-def]
+def _plan_70b(hardware: HardwareProfile, catalog: Catalog, **fields: object):  # type: ignore[no-untyped-def]
     spec = DeploymentSpec(hardware=hardware.id, model="llama-3.1-70b", **fields)  # type: ignore[arg-type]
     return plan(hardware, catalog.model("llama-3.1-70b"), spec, catalog.stack(hardware.execution.default_stack))
 
@@ -110,7 +110,7 @@ def test_tpu_decode_is_memory_bound_and_falls_with_hbm_bandwidth(catalog: Catalo
     times = []
     for factor in (0.5, 1.0, 2.0, 4.0):
         hw = override(base, {"memory.hbm.bandwidth": f"{base.tier('hbm').bandwidth.value * factor} B/s"})
-        step = StepCostModel(_tpu_70b(hw, catalog)).pass_time([1.0], [1000.0])
+        step = StepCostModel(_plan_70b(hw, catalog)).pass_time([1.0], [1000.0])
         assert step.bottleneck == "weights_memory"
         times.append(step.total_s)
     assert times == sorted(times, reverse=True) and len(set(times)) == len(times)
@@ -122,7 +122,7 @@ def test_capacity_arithmetic_places_or_refuses(catalog: Catalog, hardware_id: st
     hw = catalog.hardware(hardware_id)
     hbm = hw.tier("hbm")
     room = hbm.capacity.value * hbm.usable_fraction.value
-    d = _tpu_70b(hw, catalog)
+    d = _plan_70b(hw, catalog)
     assert d.kv_budget_bytes == pytest.approx(d.chips * room - d.weight_bytes, rel=1e-12)
     assert d.chips >= math.ceil(d.weight_bytes / room)
     big = catalog.model("llama-3.1-405b")
@@ -142,7 +142,7 @@ def test_four_times_the_sram_quarters_an_lpu_rack_and_leaves_its_schedule_alone(
     steps = []
     deployments = []
     for hw in (base, big):
-        d = _tpu_70b(hw, catalog)
+        d = _plan_70b(hw, catalog)
         tier = hw.tier("sram")
         need = math.ceil((d.weight_bytes + d.kv_bytes_per_token * DEFAULT_MIN_KV_TOKENS)
                          / (tier.capacity.value * tier.usable_fraction.value))  # fmt: skip
