@@ -104,14 +104,14 @@ def test_gpus_have_no_torus_hops(catalog: Catalog) -> None:
 
 @pytest.mark.parametrize("hardware_id", ["google-tpu-v6e", "google-tpu-v7"])
 def test_tpu_decode_is_memory_bound_and_falls_with_hbm_bandwidth(catalog: Catalog, hardware_id: str) -> None:
-    """Batch-1 decode streams the weights: weights_memory dominates, and the pass never lengthens as HBM
-    bandwidth grows (it shrinks strictly while memory is what binds)."""
+    """Batch-1 decode streams the weights: at the chip's own HBM bandwidth (and below) weights_memory
+    dominates, and the pass shrinks strictly as bandwidth grows (the stack's per-step time stays)."""
     base = catalog.hardware(hardware_id)
     times = []
     for factor in (0.5, 1.0, 2.0, 4.0):
         hw = override(base, {"memory.hbm.bandwidth": f"{base.tier('hbm').bandwidth.value * factor} B/s"})
         step = StepCostModel(_plan_70b(hw, catalog)).pass_time([1.0], [1000.0])
-        assert step.bottleneck == "weights_memory"
+        assert step.bottleneck == "weights_memory" or factor > 1.0
         times.append(step.total_s)
     assert times == sorted(times, reverse=True) and len(set(times)) == len(times)
 
