@@ -220,7 +220,7 @@ def task_breakdown(mean_seconds: Mapping[str, Mapping[str, float]], ax: Axes | N
 TERA = 1e12  # FLOP/s per TFLOP/s
 #: The (prompt, output) tokens of the roofline's operating points.
 ROOFLINE_TOKENS = (1000, 256)
-LATENCY_PARTS = ("fabric", "fixed_latency", "pipeline_hops", "communication")
+LATENCY_PARTS = ("fabric", "fixed_latency", "pipeline_hops", "torus_hops", "communication")
 
 
 def roofline(deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] = (1, 8, 64),

@@ -65,6 +65,7 @@ _WHY = {
     "kv_memory": "memory-bound on the KV cache: attention reads every cached token from {tier}",
     "compute": "compute-bound: the matmuls saturate the achievable FLOP/s",
     "communication": "communication-bound: tensor-parallel all-reduces / all-to-alls between chips",
+    "torus_hops": "latency-bound on torus hops: each collective crosses its slice chip by chip",
     "fabric": "latency-bound on the on-chip fabric: each token crosses the cores holding its layer",
     "pipeline_hops": "latency-bound on chip-to-chip hops between pipeline stages",
     "fixed_latency": "latency-bound on fixed per-layer and per-step overheads (launches, syncs, schedule)",

@@ -24,7 +24,11 @@ in its KV cache (``c``). Assumptions:
   and large prefill messages sit in). An expert-parallel MoE layer replaces its all-reduce
   with a dispatch and a combine all-to-all, each ``ceil(log2 ep) alpha + (ep-1)/ep * msg_k /
   (bw * eff)`` (Bruck's latency), where ``msg_k`` carries k copies of every token.
-- **Pipeline hops**: ``pp - 1`` chip-to-chip transfers per pass, ``alpha + msg / (bw * eff)``.
+- **Torus interconnects** (an ``interconnect.torus``, TPU ICI): the same collectives cross the
+  slice hop by hop (:mod:`simulator.analytic.torus`); their hop latency is its own component,
+  ``torus_hops``, their bytes stay under ``communication``.
+- **Pipeline hops**: ``pp - 1`` chip-to-chip transfers per pass, ``alpha + msg / (bw * eff)``
+  (on a torus one hop over one link).
 - **Fixed latency**: per layer, the hardware's ``layer_latency`` (the per-layer slot of a
   deterministic schedule on an LPU) plus the serving stack's (kernel launches and syncs on a
   GPU), and the stack's ``step_overhead`` per pass.
@@ -64,6 +68,7 @@ from simulator.analytic.moe import (
 from simulator.analytic.placement import Deployment, kv_replication
 from simulator.analytic.precision import BYTES_PER_ELEMENT, compute_path
 from simulator.analytic.speculation import acceptance, tokens_per_verify
+from simulator.analytic.torus import TorusSlice
 from simulator.config.base import Precision
 from simulator.config.model import TensorGroup
 
@@ -72,6 +77,7 @@ COMPONENTS = (
     "kv_memory",
     "compute",
     "communication",
+    "torus_hops",
     "fabric",
     "pipeline_hops",
     "fixed_latency",
@@ -253,6 +259,12 @@ class StepCostModel:
         self.alpha = link.latency.value
         self.alltoall_alpha = (link.alltoall_latency or link.latency).value
         self.dp = d.attention_dp
+        torus = link.torus
+        self.tp_slice = self.ep_slice = None
+        if torus is not None:
+            dims, wrap = torus.dimensions.value, torus.wraparound_min_chips.value
+            self.tp_slice = TorusSlice(tp, dims, wrap, self.link_bw, self.alpha)
+            self.ep_slice = TorusSlice(d.expert_parallel, dims, wrap, self.link_bw, self.alpha)
         self.expert_tp = tp * self.dp // d.expert_parallel  # chips each expert is split over
         self.comm_overlap = d.stack.moe_comm_overlap.value
         load_cv = moe.expert_load_cv.value if moe and moe.expert_load_cv else DEFAULT_EXPERT_LOAD_CV
@@ -284,6 +296,7 @@ class StepCostModel:
                                                               s.lm_head_params])  # fmt: skip
         self.flops_per_expert_token = FLOPS_PER_MAC * s.expert_params
         self.router_flops_per_token = FLOPS_PER_MAC * s.router_params / tp
+        self.router_weight_s = s.router_params * d.bytes_per_param("router") / tp / read_rate("router")
         layer_s = hw.execution.layer_latency.value + d.stack.layer_latency.value
         self.fixed_s = layers * layer_s + d.stack.step_overhead.value
         # Batch-independent parts of the operator terms, in seconds per unit of their driver.
@@ -318,21 +331,27 @@ class StepCostModel:
         dense = s.dense_ffn_params * d.bytes_per_param("dense_ffn")
         return traversal(dense), traversal(active_experts * s.expert_params * d.bytes_per_param("experts"))
 
-    def _allreduce_s(self, tokens: FloatArray, tp: int) -> FloatArray:
-        if tp == 1:
-            return np.zeros_like(tokens)
+    def _allreduce_s(self, tokens: FloatArray, tp: int) -> tuple[FloatArray, float]:
+        """(seconds, torus hop seconds) of one tensor-parallel all-reduce of ``tokens`` activations."""
         msg = tokens * self.deployment.model.hidden_size * self.act_bytes
-        return 2 * math.ceil(math.log2(tp)) * self.alpha + 2 * (tp - 1) / tp * msg / self.link_bw
+        if self.tp_slice is not None:
+            return self.tp_slice.allreduce_s(msg)
+        if tp == 1:
+            return np.zeros_like(tokens), 0.0
+        return 2 * math.ceil(math.log2(tp)) * self.alpha + 2 * (tp - 1) / tp * msg / self.link_bw, 0.0
 
-    def _alltoall_s(self, tokens_per_rank: FloatArray) -> FloatArray:
-        """One dispatch (or combine): each rank sends its tokens once to every distinct other rank
-        holding one of their experts, and the busiest rank receives ``h`` (hot experts) times the
-        mean: ``alltoall_latency + h * tokens * other_ranks * hidden * bytes / bw``."""
+    def _alltoall_s(self, tokens_per_rank: FloatArray) -> tuple[FloatArray, float]:
+        """(seconds, torus hop seconds) of one dispatch (or combine): each rank sends its tokens once
+        to every distinct other rank holding one of their experts, and the busiest rank receives ``h``
+        (hot experts) times the mean: ``alltoall_latency + h * tokens * other_ranks * hidden * bytes /
+        bw`` through a switch, the torus's all-to-all of those bytes on a torus."""
         moe = self.deployment.model.moe
         assert moe is not None
         ranks = other_ranks(moe.num_routed_experts, moe.experts_per_token, self.deployment.expert_parallel)
-        msg = tokens_per_rank * ranks * self.deployment.model.hidden_size * self.act_bytes
-        return self.alltoall_alpha + self.hot_rank * msg / self.link_bw
+        msg = self.hot_rank * tokens_per_rank * ranks * self.deployment.model.hidden_size * self.act_bytes
+        if self.ep_slice is not None:
+            return self.ep_slice.alltoall_s(msg)
+        return self.alltoall_alpha + msg / self.link_bw, 0.0
 
     def _overlap(self, memory_s: FloatArray, compute_s: FloatArray) -> tuple[FloatArray, FloatArray]:
         """(operator seconds, share of them charged to memory): ``max(m, c)`` on an ideal roofline,
@@ -351,9 +370,10 @@ class StepCostModel:
     def _moe_row(self, tokens: FloatArray, tokens_per_rank: FloatArray) -> tuple[FloatArray, FloatArray]:
         """(weight seconds, compute seconds) of one MoE layer on the busiest chip.
 
-        Routed experts: the busiest expert-parallel rank's distinct experts (weights read) and
-        token-expert pairs (FLOPs, hot experts included), each expert split over ``expert_tp`` chips; shared experts
-        run on every attention rank's own tokens, split like the dense layers (``tp``).
+        The router's weights are read once. Routed experts: the busiest expert-parallel rank's distinct
+        experts (weights read) and token-expert pairs (FLOPs, hot experts included), each expert split
+        over ``expert_tp`` chips; shared experts run on every attention rank's own tokens, split like
+        the dense layers (``tp``).
         """
         d = self.deployment
         moe = d.model.moe
@@ -362,7 +382,7 @@ class StepCostModel:
         experts = busiest(busiest_rank_experts, tokens, e, k, ep) / self.expert_tp
         pairs = busiest(busiest_rank_pairs_hot, tokens, k, ep, self.hot_rank) / self.expert_tp
         shared = moe.num_shared_experts / d.tensor_parallel
-        weight_s = (experts + shared) * self.expert_bytes / self.expert_read_rate
+        weight_s = (experts + shared) * self.expert_bytes / self.expert_read_rate + self.router_weight_s
         flops = (pairs + shared * tokens_per_rank) * self.flops_per_expert_token
         compute_s = (flops + tokens_per_rank * self.router_flops_per_token) / self.op_flop_rate[4, 0]
         return weight_s, compute_s
@@ -399,16 +419,20 @@ class StepCostModel:
             "kv_memory": (count * op_s * memory_share * (1.0 - weight_share)).sum(axis=0),
             "compute": (count * op_s * (1.0 - memory_share)).sum(axis=0),
         }
-        allreduce = self._allreduce_s(rank.tokens, tp)
+        allreduce, allreduce_hops = self._allreduce_s(rank.tokens, tp)
         if dp > 1:  # data-parallel attention: experts reached by a dispatch and a combine per MoE layer
-            exchange = 2 * self._alltoall_s(rank.tokens)
+            exchange, exchange_hops = self._alltoall_s(rank.tokens)
             overlapped = rank.tokens >= TWO_BATCH_OVERLAP_MIN_TOKENS
-            moe_comm = np.where(overlapped, (1.0 - self.comm_overlap) * exchange, exchange)
+            kept = np.where(overlapped, 1.0 - self.comm_overlap, 1.0)
+            moe_comm, moe_hops = 2 * kept * exchange, 2 * kept * exchange_hops
         else:  # tensor-parallel attention: every chip holds every token, the MoE output is all-reduced
-            moe_comm = allreduce
-        parts["communication"] = (model.num_layers + self.dense_layers) * allreduce + self.moe_layers * moe_comm
+            moe_comm, moe_hops = allreduce, np.full(n, allreduce_hops)
+        reductions = model.num_layers + self.dense_layers
+        parts["communication"] = reductions * allreduce + self.moe_layers * moe_comm
+        parts["torus_hops"] = reductions * allreduce_hops + self.moe_layers * moe_hops
         msg = tokens * model.hidden_size * self.act_bytes
-        parts["pipeline_hops"] = (pp - 1) * (self.alpha + msg / self.link_bw)
+        hop = self.alpha + msg / self.link_bw if self.tp_slice is None else self.tp_slice.neighbour_s(msg)
+        parts["pipeline_hops"] = (pp - 1) * hop
         dense_fabric, moe_fabric = self.fabric_per_layer_s
         parts["fabric"] = np.full(n, self.dense_layers * dense_fabric + self.moe_layers * moe_fabric)
         parts["fixed_latency"] = np.full(n, self.fixed_s)

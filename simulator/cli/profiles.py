@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -18,7 +19,7 @@ from simulator.config.loading import Catalog
 from simulator.errors import ConfigError
 from simulator.serialize import estimate_dict, layout_dict
 from simulator.tables import format_number, format_table
-from simulator.validation import BUNDLED_TABLE, read_table, summarize, validate
+from simulator.validation import BUNDLED_TABLE, MeasurementRow, read_table, summarize, validate
 
 GB = 1e9
 
@@ -74,14 +75,17 @@ def profiles(args: argparse.Namespace) -> int:
         print(json_text({"hardware": [h.model_dump(mode="json") for h in hardware],
                          "models": [m.model_dump(mode="json") for m in models]}), end="")  # fmt: skip
         return 0
+    measured = _rows_by_hardware(read_table(BUNDLED_TABLE))
     rows = []
     for h in hardware:
         tiers = ", ".join(
             f"{t.name} {t.capacity.value / GB:.3g} GB @ {t.bandwidth.value / 1e12:.3g} TB/s" for t in h.memory
         )
         precision, peak = max(h.compute.peak.items(), key=lambda item: item[1].value)
-        rows.append([h.id, h.family, f"{peak.value / 1e12:,.0f} {precision}", tiers, h.interconnect.domain_chips.value])
-    print(format_table(["hardware", "family", "peak TFLOP/s (precision)", "memory per chip", "domain chips"], rows))
+        rows.append([h.id, h.family, f"{peak.value / 1e12:,.0f} {precision}", tiers, h.interconnect.domain_chips.value,
+                     measured.get(h.id, 0) or "none: unvalidated"])  # fmt: skip
+    headers = ["hardware", "family", "peak TFLOP/s (precision)", "memory per chip", "domain chips", "measured rows"]
+    print(format_table(headers, rows))
     print()
     rows = [
         [m.id, f"{total_params(m) / 1e9:.1f}", f"{active_params(m) / 1e9:.1f}", m.num_layers, m.hidden_size,
@@ -187,7 +191,16 @@ def validate_command(args: argparse.Namespace) -> int:
     models = [[kind, *_stat_cells(s)] for kind, s in summary["by_model_kind"].items()]  # type: ignore[attr-defined]
     models += [[fam, *_stat_cells(s)] for fam, s in summary["by_model_family"].items()]  # type: ignore[attr-defined]
     print(format_table(["models", "rows", "median |err|", "p90 |err|"], models))
+    measured = _rows_by_hardware([r.row for r in results])
+    unvalidated = [h for h in catalog(args).hardware_ids() if h not in measured]
+    if unvalidated:
+        print(f"\nunvalidated (no measurement rows in the table): {', '.join(unvalidated)}")
     return 0
+
+
+def _rows_by_hardware(rows: list[MeasurementRow]) -> dict[str, int]:
+    """How many measurement rows name each hardware id."""
+    return dict(Counter(r.hardware for r in rows))
 
 
 def _stat_cells(stats: dict[str, float]) -> list[object]:

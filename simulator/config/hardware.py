@@ -79,16 +79,30 @@ class MemoryTier(Spec):
     )
 
 
+class TorusSpec(Spec):
+    """Chips wired only to their neighbours on a torus (TPU ICI): no switch, so a collective
+    crosses its slice hop by hop (:mod:`simulator.analytic.torus`). Each chip has two links per
+    axis; the interconnect's bandwidth and latency are then the chip's total over its ``2 d``
+    links (one direction) and the time of one hop."""
+
+    dimensions: Sourced[Annotated[int, Field(ge=1, le=3)]] = Field(description="axes of the torus (2: v6e, 3: TPU7x)")
+    wraparound_min_chips: Sourced[PositiveInt] = Field(
+        description="slices of at least this many chips close every axis into a ring (a full v6e pod, whole "
+        "4x4x4 cubes on TPU7x); smaller slices are open lines along each axis"
+    )
+
+
 class InterconnectSpec(Spec):
-    """Chip-to-chip links inside the scale-up domain (NVLink, RDU links, LPU C2C, SwarmX)."""
+    """Chip-to-chip links inside the scale-up domain (NVLink, RDU links, LPU C2C, SwarmX, TPU ICI)."""
 
     bandwidth: Sourced[PositiveBandwidth] = Field(description="per chip, one direction")
-    latency: Sourced[NonNegativeSeconds] = Field(description="per message step (alpha)")
+    latency: Sourced[NonNegativeSeconds] = Field(description="per message step (alpha); on a torus, per hop")
     efficiency: Sourced[Fraction]
     domain_chips: Sourced[PositiveInt] = Field(description="chips in one scale-up domain")
     alltoall_latency: Sourced[NonNegativeSeconds] | None = Field(
         None, description="fixed time of one expert-parallel dispatch or combine (empty: latency)"
     )
+    torus: TorusSpec | None = Field(None, description="empty: a switch joins every chip of the domain in one hop")
 
 
 class FabricSpec(Spec):
@@ -152,7 +166,7 @@ class PriceSpec(Spec):
 class HardwareProfile(Profile):
     """A chip and the system it is sold or rented in."""
 
-    family: Literal["gpu", "wafer-scale", "lpu", "dataflow", "other"] = Field(
+    family: Literal["gpu", "wafer-scale", "lpu", "dataflow", "tpu", "other"] = Field(
         description="descriptive only: the physics never branches on it"
     )
     compute: ComputeSpec
