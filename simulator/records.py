@@ -172,6 +172,26 @@ class BackendRecord:
     pricing: Pricing
 
 
+#: Columns of a KV handoff (:mod:`simulator.engine.disaggregated`): the request, when it was
+#: routed to the prefill pool, when its prefill ended, when its last byte left, when it
+#: reached the decode pool, the bytes moved, the decode replica.
+KV_TRANSFER_COLUMNS = ("request", "routed_s", "prefill_end_s", "wire_end_s", "arrival_s", "bytes", "decode_replica")
+
+
+@dataclass(frozen=True)
+class KVTransferRecords:
+    """The handoffs from one prefill backend to its decode backend, one row per delivered handoff."""
+
+    prefill_backend: str
+    decode_backend: str
+    kind: str  # "kv" or "prompt"
+    columns: dict[str, FloatArray]  # one array per KV_TRANSFER_COLUMNS name
+    in_prefill: LevelMonitor  # requests routed to the prefill pool and not yet prefilled
+    in_transfer: LevelMonitor  # requests whose KV is crossing the link
+    prefilling: int  # still prefilling when the run ended
+    crossing: int  # still crossing when the run ended
+
+
 @dataclass(frozen=True)
 class RunRecords:
     requests: dict[str, FloatArray]  # one array per column of REQUEST_COLUMNS
@@ -189,6 +209,7 @@ class RunRecords:
     in_flight: int
     capacity_requests_per_s: float
     offered_requests_per_s: float | None
+    kv_transfers: tuple[KVTransferRecords, ...] = ()  # one per disaggregated backend
 
     def tokens_in_window(self, t0: float, t1: float, replicas: list[int] | None = None) -> tuple[float, float]:
         """(output, input) tokens the replicas (default: all) processed over ``[t0, t1]``."""

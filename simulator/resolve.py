@@ -30,6 +30,7 @@ one per backend and one per workload class; the engine only wires them into proc
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from simulator.analytic.step_time import CostModel, StepCostModel
 from simulator.config.batching import BatchingSpec
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.distributions import Constant
-from simulator.config.fleet import BackendSpec
+from simulator.config.fleet import BackendSpec, KVLinkSpec
 from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import ClosedLoop, Load, OpenLoop, RequestLengths, Scenario, WorkloadClass
@@ -79,6 +80,9 @@ class BackendPlan:
     pricing: Pricing
     prefix_caching: bool
     cost: CostModel
+    decode_backend: int | None = None  # disaggregated: the backend its requests decode on
+    kv_link: KVLinkSpec | None = None  # ... and the link their KV crosses
+    decodes_for: int | None = None  # a decode pool: the backend it decodes for (routed no requests)
 
     @property
     def window(self) -> int | None:
@@ -255,6 +259,27 @@ def backend_plan(
     )
 
 
+def _paired(backends: tuple[BackendPlan, ...], fleet: list[BackendSpec]) -> tuple[BackendPlan, ...]:
+    """Couple each prefill backend to its decode pool while both have replicas (either alone
+    serves whole requests); a decode pool receives its KV from the link, never by a swap."""
+    index = {b.name: b.index for b in backends}
+    paired = list(backends)
+    for spec, plan in zip(fleet, backends, strict=True):
+        if spec.decode_on is None:
+            continue
+        decode = backends[index[spec.decode_on]]
+        if not (plan.replicas and decode.replicas):
+            continue
+        if decode.scheduler.swaps:
+            raise ScenarioError(
+                f"backend {decode.name} decodes for {plan.name}: it preempts by recompute (its KV arrives over "
+                "the link), so give it scheduler.preemption: recompute"
+            )
+        paired[plan.index] = dataclasses.replace(plan, decode_backend=decode.index, kv_link=spec.kv_link)
+        paired[decode.index] = dataclasses.replace(decode, decodes_for=plan.index)
+    return tuple(paired)
+
+
 # -- loads: one resolver per load config class --------------------------------------------------
 @functools.singledispatch
 def load_plan(load: object, context: LoadContext) -> LoadPlan:
@@ -378,7 +403,7 @@ def _class_plan(
     rules = scenario.router.rules
     by_name = {b.name: b for b in backends}
     named = [by_name[name] for name in rules[klass.name]] if klass.name in rules else list(backends)
-    allowed = [b for b in named if b.replicas]
+    allowed = [b for b in named if b.replicas and b.decodes_for is None]
     duration = scenario.run.duration if scenario.run.duration is not None else math.inf
     load = load_plan(klass.load, LoadContext(klass, catalog, tuple(b.deployment for b in allowed), duration))
     _check_fits(klass, load, allowed)
@@ -440,7 +465,8 @@ def resolve(scenario: Scenario, catalog: Catalog) -> ResolvedScenario:
     """
     scenario = write_in(_default_stacks_named(scenario, catalog), catalog)
     question = layout_question(scenario, catalog)
-    backends = tuple(backend_plan(i, spec, scenario, catalog, question) for i, spec in enumerate(scenario.fleet))
+    plans = tuple(backend_plan(i, spec, scenario, catalog, question) for i, spec in enumerate(scenario.fleet))
+    backends = _paired(plans, scenario.fleet)
     classes = tuple(
         _class_plan(i, klass, scenario, catalog, backends) for i, klass in enumerate(scenario.workload_classes)
     )

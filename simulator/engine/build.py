@@ -15,10 +15,11 @@ for what-if comparisons).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -28,6 +29,7 @@ from simulator.analytic.precision import matmul_precision
 # The bundled loads' modules register their processes with start_load when imported.
 from simulator.engine import agents, load, replay  # noqa: F401
 from simulator.engine.clients import RequestFactory, TaskCounter, start_class
+from simulator.engine.disaggregated import KVHandoff, couple
 from simulator.engine.fleet import Backend, Router
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
@@ -46,6 +48,7 @@ class Simulation:
     recorder: Recorder
     replicas: list[Replica]
     factory: RequestFactory
+    handoffs: list[KVHandoff] = field(default_factory=list)
 
     def run(self, progress: Callable[[float], None] | None = None) -> float:
         """Run to the end the scenario asks for; returns the simulated end time (s).
@@ -67,11 +70,12 @@ class Simulation:
     def records(self, end_s: float) -> RunRecords:
         """What the run recorded, frozen (call once, after :meth:`run`)."""
         resolved = self.resolved
-        return self.recorder.freeze(
+        records = self.recorder.freeze(
             end_s, resolved.scenario.run.warmup, [_record(b) for b in self.backends],
             self.factory.count - self.recorder.request_count, resolved.capacity_requests_per_s,
             resolved.offered_requests_per_s,
         )  # fmt: skip
+        return dataclasses.replace(records, kv_transfers=tuple(h.freeze() for h in self.handoffs))
 
 
 def _record(backend: Backend) -> BackendRecord:
@@ -117,8 +121,10 @@ def build(resolved: ResolvedScenario) -> Simulation:
             env.process(replica.run())
         backends.append(backend)
     router.bind(backends, [c.backends for c in resolved.classes])
+    handoffs = couple(env, backends)
+    factory.handoffs = {r.index: h for h in handoffs for r in h.prefill.replicas}
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
     counter = TaskCounter(itertools.count(), itertools.count())
     for plan_of_class, seeds in zip(resolved.classes, class_seeds, strict=True):
         start_class(env, plan_of_class, factory, recorder, counter, stop_s, seeds)
-    return Simulation(resolved, backends, env, recorder, replicas, factory)
+    return Simulation(resolved, backends, env, recorder, replicas, factory, handoffs)

@@ -26,6 +26,7 @@ import simpy
 
 from simulator.config.distributions import Distribution
 from simulator.config.scenario import RunSpec
+from simulator.engine.disaggregated import KVHandoff
 from simulator.engine.fleet import Backend, Router
 from simulator.engine.recorder import Recorder
 from simulator.engine.request import Request
@@ -84,6 +85,7 @@ class RequestFactory:
         self.dropped = 0
         self.progress: Callable[[float], None] | None = None
         self._next_tick = 1
+        self.handoffs: dict[int, KVHandoff] = {}  # prefill replica index -> its backend's handoff
 
     @property
     def exhausted(self) -> bool:
@@ -117,6 +119,8 @@ class RequestFactory:
         request.one_way_s = self.replica_backend[replica.index].one_way_s
         request.done = self.env.event()
         self.recorder.arrival(self.env.now)
+        if replica.index in self.handoffs:
+            self.handoffs[replica.index].admit(request)  # prefill here, decode on the paired backend
         if request.one_way_s > 0:
             replica.reserve(request)  # load-aware routers see it while it crosses the network
             self.env.timeout(request.one_way_s).callbacks.append(lambda _: replica.submit(request))

@@ -49,13 +49,21 @@ from simulator.analytic.economics import RunCost, api_usd, assumptions_of, run_c
 from simulator.config.fleet import CostSpec
 from simulator.config.scenario import SLOSpec, WorkloadClass
 from simulator.config.workload import AgentsLoad, TraceLoad
-from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, BackendRecord, FloatArray, RunRecords
+from simulator.records import (
+    DROPPED_OVER_BUDGET,
+    DROPPED_TOO_LONG,
+    BackendRecord,
+    FloatArray,
+    KVTransferRecords,
+    RunRecords,
+)
 from simulator.results.summary import (
     BackendCost,
     BackendSummary,
     ClassSummary,
     DistributionStats,
     FleetCost,
+    KVTransferSummary,
     ReplicaSummary,
     RunSummary,
     TaskParts,
@@ -286,11 +294,40 @@ def summarize(
         if len(classes) > 1
         else None,
         backends={b.name: backend_summary(records, b, cost_spec) for b in records.backends},
+        kv_transfers={k.prefill_backend: kv_transfer_summary(records, k) for k in records.kv_transfers} or None,
         cost=cost_record(FleetCost, bases[0] if len(bases) == 1 else "mixed", functools.reduce(RunCost.plus, parts)),
         capacity_requests_per_s=capacity,
         offered_requests_per_s=offered,
         overloaded=bool(offered is not None and capacity == capacity and offered > capacity),
     )  # fmt: skip
+
+
+def kv_transfer_summary(records: RunRecords, kv: KVTransferRecords) -> KVTransferSummary:
+    """Handoffs of the measured requests; TTFT split at the prefill's end and the KV's arrival.
+
+    With arrival ``a``, prefill end ``p``, arrival of the KV at the decode pool ``k`` and the
+    first token at the client ``f``: ``prefill_s = p - a``, ``transfer_s = k - p``,
+    ``decode_first_s = f - k``; they sum to ``ttft_s = f - a``.
+    """
+    r, c = records.requests, kv.columns
+    measured = _measured(records)
+    ids = r["id"][measured]
+    rows = np.isin(c["request"], ids)
+    order = np.searchsorted(r["id"], c["request"][rows])  # records are sorted by id
+    a, f = r["arrival_s"][order], r["first_token_s"][order]
+    p, k, nbytes = c["prefill_end_s"][rows], c["arrival_s"][rows], c["bytes"][rows]
+    count = int(rows.sum())
+    return KVTransferSummary(
+        decode_backend=kv.decode_backend,
+        handoff=kv.kind,
+        handoffs=count,
+        bytes_moved=float(nbytes.sum()),
+        bytes_per_handoff=float(nbytes.mean()) if count else math.nan,
+        prefill_s=distribution_stats(p - a),
+        transfer_s=distribution_stats(k - p),
+        decode_first_s=distribution_stats(f - k),
+        undefined={"bytes_per_handoff": NO_REQUESTS} if not count else None,
+    )
 
 
 def task_summary(records: RunRecords, klass: int | None = None) -> TaskSummary:

@@ -130,6 +130,24 @@ class BackendSummary(Record):
     undefined: Reasons | None = None
 
 
+class KVTransferSummary(Record):
+    """A disaggregated backend's handoffs over the window: what crossed, and TTFT in parts.
+
+    Each measured request's ``ttft_s`` is ``prefill_s + transfer_s + decode_first_s`` exactly
+    (:func:`simulator.results.metrics.kv_transfer_summary`).
+    """
+
+    decode_backend: str
+    handoff: str  # "kv" (the KV crosses) or "prompt" (the decode pool prefills it again)
+    handoffs: int
+    bytes_moved: Number
+    bytes_per_handoff: Number
+    prefill_s: DistributionStats  # arrival to prefill end: half trip, prefill queue, prefill
+    transfer_s: DistributionStats  # prefill end to arrival at the decode pool
+    decode_first_s: DistributionStats  # arrival at the decode pool to the first token at the client
+    undefined: Reasons | None = None
+
+
 class LatencyStats(Record):
     """The request latency distributions (fields shared by the run and each class)."""
 
@@ -177,6 +195,7 @@ class RunSummary(LatencyStats):
     tasks: TaskSummary | None = None
     classes: dict[str, ClassSummary] | None = None
     backends: dict[str, BackendSummary]
+    kv_transfers: dict[str, KVTransferSummary] | None = None  # per disaggregated (prefill) backend
     cost: FleetCost
     capacity_requests_per_s: Number
     offered_requests_per_s: Number | None
