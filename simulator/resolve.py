@@ -42,7 +42,7 @@ from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.layouts import Question, deploy
 from simulator.analytic.placement import Deployment
 from simulator.analytic.step_time import CostModel, StepCostModel
-from simulator.config.batching import BatchingSpec
+from simulator.config.batching import BatchingSpec, KVTierSpec
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.distributions import Constant
 from simulator.config.fleet import BackendSpec, KVLinkSpec
@@ -59,6 +59,16 @@ from simulator.traces import window as clip_window
 
 class ScenarioError(InfersimError):
     """A scenario that validates but cannot run as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """One KV tier below a replica's serving tier: how many KV blocks it holds, how fast one moves up."""
+
+    name: str
+    blocks: int  # per replica
+    s_per_block: float  # to the serving tier: block tokens x KV bytes per token / bandwidth
+    latency_s: float  # fixed time of one load
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,7 @@ class BackendPlan:
     decode_backend: int | None = None  # disaggregated: the backend its requests decode on
     kv_link: KVLinkSpec | None = None  # ... and the link their KV crosses
     decodes_for: int | None = None  # a decode pool: the backend it decodes for (routed no requests)
+    kv_tiers: tuple[TierPlan, ...] = ()  # below the serving tier, fastest first
 
     @property
     def window(self) -> int | None:
@@ -240,6 +251,9 @@ def backend_plan(
                                   assumptions_of(scenario.cost))  # fmt: skip
     except CostError as exc:
         raise ScenarioError(f"backend {spec.name}: {exc}") from None
+    block_bytes = sched.kv_block_tokens * deployment.kv_bytes_per_token
+    tiers = tuple(_tier_plan(spec.name, i, t, deployment, block_bytes) for i, t in enumerate(sched.kv_tiers.tiers)) \
+        if sched.kv_tiers else ()  # fmt: skip
     return BackendPlan(
         index=index,
         name=spec.name,
@@ -256,7 +270,36 @@ def backend_plan(
         pricing=pricing,
         prefix_caching=scenario.prefix_caching,
         cost=StepCostModel(deployment),
+        kv_tiers=tiers,
     )
+
+
+def _tier_plan(backend: str, index: int, tier: KVTierSpec, deployment: Deployment, block_bytes: float) -> TierPlan:
+    """A KV tier's blocks and load time per block: the profile's tier (times the replica's chips,
+    usable share, efficiency) unless the scenario gives capacity and bandwidth; never more than the machine has."""
+    where = f"backend {backend}: scheduler.kv_tiers.tiers.{index} ({tier.name})"
+    hw = deployment.hardware
+    profile = next((m for m in hw.memory if m.name == tier.name), None)
+    capacity, bandwidth = tier.capacity, tier.bandwidth
+    if profile is None:
+        if capacity is None or bandwidth is None:
+            names = ", ".join(m.name for m in hw.memory)
+            raise ScenarioError(f"{where}: not a memory tier of {hw.id} ({names}); give its capacity and bandwidth")
+    else:
+        if profile.bandwidth.value >= deployment.weights_tier.bandwidth.value:
+            raise ScenarioError(
+                f"{where}: a KV tier must be slower than the serving tier ({deployment.weights_tier.name})"
+            )
+        available = deployment.chips * profile.capacity.value * profile.usable_fraction.value
+        if capacity is not None and capacity > available:
+            raise ScenarioError(
+                f"{where}: capacity {capacity / 1e9:.4g} GB exceeds the {available / 1e9:.4g} GB of {tier.name} "
+                f"that {deployment.chips} x {hw.id} have"
+            )
+        capacity = available if capacity is None else capacity
+        bandwidth = bandwidth or deployment.chips * profile.bandwidth.value * profile.efficiency.value
+    assert capacity is not None and bandwidth is not None
+    return TierPlan(tier.name, int(capacity // block_bytes), block_bytes / bandwidth, tier.latency)
 
 
 def _paired(backends: tuple[BackendPlan, ...], fleet: list[BackendSpec]) -> tuple[BackendPlan, ...]:

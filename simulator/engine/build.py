@@ -31,9 +31,10 @@ from simulator.engine import agents, load, replay  # noqa: F401
 from simulator.engine.clients import RequestFactory, TaskCounter, start_class
 from simulator.engine.disaggregated import KVHandoff, couple
 from simulator.engine.fleet import Backend, Router
+from simulator.engine.kv_tiers import KVTiers
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
-from simulator.engine.scheduler import batch_policy
+from simulator.engine.scheduler import PagedBatching, batch_policy
 from simulator.records import BackendRecord, RunRecords
 from simulator.resolve import BackendPlan, ResolvedScenario
 
@@ -49,6 +50,7 @@ class Simulation:
     replicas: list[Replica]
     factory: RequestFactory
     handoffs: list[KVHandoff] = field(default_factory=list)
+    tiers: dict[int, KVTiers] = field(default_factory=dict)  # replica index -> its KV tiers
 
     def run(self, progress: Callable[[float], None] | None = None) -> float:
         """Run to the end the scenario asks for; returns the simulated end time (s).
@@ -75,7 +77,8 @@ class Simulation:
             self.factory.count - self.recorder.request_count, resolved.capacity_requests_per_s,
             resolved.offered_requests_per_s,
         )  # fmt: skip
-        return dataclasses.replace(records, kv_transfers=tuple(h.freeze() for h in self.handoffs))
+        tiers = tuple(t.freeze(self.factory.replica_backend[i].name, i) for i, t in self.tiers.items())
+        return dataclasses.replace(records, kv_transfers=tuple(h.freeze() for h in self.handoffs), kv_tiers=tiers)
 
 
 def _record(backend: Backend) -> BackendRecord:
@@ -113,8 +116,12 @@ def build(resolved: ResolvedScenario) -> Simulation:
         backend = Backend(plan, [])
         for _ in range(plan.replicas):
             rng = np.random.default_rng(replica_seeds[len(replicas)])
-            replica = Replica(env, len(replicas), plan.cost, batch_policy(plan.scheduler, plan), recorder, rng,
-                              factory.complete, plan.swap_s_per_block)  # fmt: skip
+            policy = batch_policy(plan.scheduler, plan)
+            if plan.kv_tiers and isinstance(policy, PagedBatching):
+                block_bytes = plan.kv_block_tokens * plan.deployment.kv_bytes_per_token
+                factory.tiers[len(replicas)] = KVTiers(plan.kv_tiers, policy.kv, plan.cost, plan.window, block_bytes)
+            replica = Replica(env, len(replicas), plan.cost, policy, recorder, rng, factory.complete,
+                              plan.swap_s_per_block)  # fmt: skip
             replicas.append(replica)
             backend.replicas.append(replica)
             replica_backend.append(backend)
@@ -127,4 +134,4 @@ def build(resolved: ResolvedScenario) -> Simulation:
     counter = TaskCounter(itertools.count(), itertools.count())
     for plan_of_class, seeds in zip(resolved.classes, class_seeds, strict=True):
         start_class(env, plan_of_class, factory, recorder, counter, stop_s, seeds)
-    return Simulation(resolved, backends, env, recorder, replicas, factory, handoffs)
+    return Simulation(resolved, backends, env, recorder, replicas, factory, handoffs, factory.tiers)

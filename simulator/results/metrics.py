@@ -54,6 +54,7 @@ from simulator.records import (
     DROPPED_TOO_LONG,
     BackendRecord,
     FloatArray,
+    KVTierRecords,
     KVTransferRecords,
     RunRecords,
 )
@@ -63,6 +64,8 @@ from simulator.results.summary import (
     ClassSummary,
     DistributionStats,
     FleetCost,
+    KVTiersSummary,
+    KVTierSummary,
     KVTransferSummary,
     ReplicaSummary,
     RunSummary,
@@ -295,6 +298,7 @@ def summarize(
         else None,
         backends={b.name: backend_summary(records, b, cost_spec) for b in records.backends},
         kv_transfers={k.prefill_backend: kv_transfer_summary(records, k) for k in records.kv_transfers} or None,
+        kv_tiers=kv_tier_summaries(records.kv_tiers) or None,
         cost=cost_record(FleetCost, bases[0] if len(bases) == 1 else "mixed", functools.reduce(RunCost.plus, parts)),
         capacity_requests_per_s=capacity,
         offered_requests_per_s=offered,
@@ -328,6 +332,38 @@ def kv_transfer_summary(records: RunRecords, kv: KVTransferRecords) -> KVTransfe
         decode_first_s=distribution_stats(f - k),
         undefined={"bytes_per_handoff": NO_REQUESTS} if not count else None,
     )
+
+
+def kv_tier_summaries(tiers: Sequence[KVTierRecords]) -> dict[str, KVTiersSummary]:
+    """Each backend's KV tiers, summed over its replicas (counts over the whole run)."""
+    backends: dict[str, list[KVTierRecords]] = {}
+    for replica in tiers:
+        backends.setdefault(replica.backend, []).append(replica)
+    out = {}
+    for name, replicas in backends.items():
+        first = replicas[0]
+        per_tier = {}
+        for i, tier in enumerate(first.names):
+            hits = int(sum(r.loaded[i] for r in replicas))
+            peaks = [r.occupancy[i].maximum() / max(r.capacity_blocks[i], 1) for r in replicas]
+            per_tier[tier] = KVTierSummary(
+                capacity_blocks=first.capacity_blocks[i],
+                peak_occupancy=max(peaks),
+                blocks_in=int(sum(r.demoted[i] for r in replicas)),
+                hit_blocks=hits,
+                hit_tokens=hits * first.block_tokens,
+                bytes_up=hits * first.block_bytes,
+                blocks_dropped=sum(r.dropped for r in replicas) if i == len(first.names) - 1 else 0,
+            )
+        out[name] = KVTiersSummary(
+            tiers=per_tier,
+            loads=sum(len(r.load_pairs_s) for r in replicas),
+            loads_declined=sum(r.declined for r in replicas),
+            blocks_lost=sum(r.lost for r in replicas),
+            load_s=sum(float(r.load_pairs_s[:, 0].sum()) for r in replicas),
+            ttft_saved_s=sum(float((r.load_pairs_s[:, 1] - r.load_pairs_s[:, 0]).sum()) for r in replicas),
+        )
+    return out
 
 
 def task_summary(records: RunRecords, klass: int | None = None) -> TaskSummary:

@@ -148,6 +148,32 @@ class KVTransferSummary(Record):
     undefined: Reasons | None = None
 
 
+class KVTierSummary(Record):
+    """One KV tier of a backend over the whole run, summed over its replicas
+    (:func:`simulator.results.metrics.kv_tier_summaries`)."""
+
+    capacity_blocks: int  # per replica
+    peak_occupancy: Number  # most blocks one replica's tier held / its capacity
+    blocks_in: int  # blocks evicted into the tier (from above)
+    hit_blocks: int  # blocks loaded up from the tier
+    hit_tokens: int
+    bytes_up: Number
+    blocks_dropped: int  # pushed off the tier, out of the hierarchy (last tier only)
+    undefined: Reasons | None = None
+
+
+class KVTiersSummary(Record):
+    """A backend's KV tiers: each tier, and what loading from them saved."""
+
+    tiers: dict[str, KVTierSummary]
+    loads: int
+    loads_declined: int  # found below but computing again was faster
+    blocks_lost: int  # loaded, but no room left in the serving tier
+    load_s: Number  # summed over loads
+    ttft_saved_s: Number  # summed over loads: recompute alone - load (an estimate)
+    undefined: Reasons | None = None
+
+
 class LatencyStats(Record):
     """The request latency distributions (fields shared by the run and each class)."""
 
@@ -196,6 +222,7 @@ class RunSummary(LatencyStats):
     classes: dict[str, ClassSummary] | None = None
     backends: dict[str, BackendSummary]
     kv_transfers: dict[str, KVTransferSummary] | None = None  # per disaggregated (prefill) backend
+    kv_tiers: dict[str, KVTiersSummary] | None = None  # per backend with KV tiers
     cost: FleetCost
     capacity_requests_per_s: Number
     offered_requests_per_s: Number | None
