@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 
 from simulator.cli.common import (
+    KV_HEADERS,
     SUMMARY_HEADERS,
     TASK_HEADERS,
     catalog,
     interactive,
     json_text,
+    kv_rows,
     maybe_report,
     progress_bar,
     run_files,
@@ -77,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
     if task_rows:
         print()
         print(format_table(TASK_HEADERS, task_rows))
+    motion = [row for label, (_, r) in zip(labels, results, strict=True) for row in kv_rows(label, r.summary)]
+    if motion:
+        print()
+        print(format_table(KV_HEADERS, motion))
     print(f"\nwrote {out.path}")
     return 0
 
