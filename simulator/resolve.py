@@ -304,7 +304,8 @@ def _tier_plan(backend: str, index: int, tier: KVTierSpec, deployment: Deploymen
 
 def _paired(backends: tuple[BackendPlan, ...], fleet: list[BackendSpec]) -> tuple[BackendPlan, ...]:
     """Couple each prefill backend to its decode pool while both have replicas (either alone
-    serves whole requests); a decode pool receives its KV from the link, never by a swap."""
+    serves whole requests): a request it takes must fit both; a decode pool receives its KV
+    from the link, never by a swap."""
     index = {b.name: b.index for b in backends}
     paired = list(backends)
     for spec, plan in zip(fleet, backends, strict=True):
@@ -318,7 +319,10 @@ def _paired(backends: tuple[BackendPlan, ...], fleet: list[BackendSpec]) -> tupl
                 f"backend {decode.name} decodes for {plan.name}: it preempts by recompute (its KV arrives over "
                 "the link), so give it scheduler.preemption: recompute"
             )
-        paired[plan.index] = dataclasses.replace(plan, decode_backend=decode.index, kv_link=spec.kv_link)
+        # a request must fit both pools: the decode pool holds its prompt and output too
+        max_tokens = min(plan.max_tokens, decode.max_tokens)
+        paired[plan.index] = dataclasses.replace(plan, decode_backend=decode.index, kv_link=spec.kv_link,
+                                                 max_tokens=max_tokens)  # fmt: skip
         paired[decode.index] = dataclasses.replace(decode, decodes_for=plan.index)
     return tuple(paired)
 

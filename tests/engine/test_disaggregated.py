@@ -165,6 +165,18 @@ def test_a_decode_pool_without_replicas_leaves_the_prefill_backend_serving_whole
     assert result.summary.requests_completed == 150
 
 
+def test_a_request_the_decode_pool_cannot_hold_is_dropped_as_too_long() -> None:
+    """A request must fit both pools (else it would wait at the decode pool forever)."""
+    short = H100_8B | {"context_tokens": 1000}
+    lengths = {"input_tokens": {"dist": "lognormal", "median": 600, "sigma": 0.8},
+               "output_tokens": {"dist": "constant", "value": 8}}  # fmt: skip
+    result = _split(IB, decode_on=short, requests=lengths, run={"seed": 1, "max_requests": 60})
+    r = result.records.requests
+    too_long = r["input_tokens"] + r["output_tokens"] > 1000
+    assert too_long.any() and (~too_long).any()
+    assert (r["dropped"][too_long] == 1).all() and np.isfinite(r["done_s"][~too_long]).all()
+
+
 BAD = [
     ({"kv_link": None}, "decode_on: d needs kv_link"),
     ({"kv_link": {"latency": "5 us"}}, "kv_link.bandwidth"),
