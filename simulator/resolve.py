@@ -14,6 +14,10 @@ one per backend and one per workload class; the engine only wires them into proc
   ``block tokens x KV bytes per token / (chips x bandwidth x efficiency)`` seconds (every chip
   moves its own shard). Its price comes from its cost basis
   (:func:`~simulator.analytic.economics.resolve_pricing`).
+- **Disaggregation and KV tiers.** A backend with ``decode_on`` is paired with that backend
+  while both have replicas (:func:`_paired`): classes are routed to the prefill backend only,
+  and it takes requests both pools can hold. A scheduler's ``kv_tiers`` become per-replica
+  block capacities and load times (:func:`_tier_plan`).
 - **Classes.** Each class may use its ``router.rules`` backends (else all) that have
   replicas. Its load is resolved by the function registered for the load's config class
   (:func:`load_plan`): the agent workload looked up, trace files read, the mean call that must
@@ -25,7 +29,8 @@ one per backend and one per workload class; the engine only wires them into proc
   ``rho = lambda / sum(replicas x X)``, with ``X`` the analytic saturation throughput of one
   replica at the class's mean lengths; classes whose backends overlap share one ``rho`` (the
   sum). When every class is open loop, the fleet's capacity is ``offered / max rho``: offered
-  above it, a queue grows without bound.
+  above it, a queue grows without bound. A fleet with a disaggregated backend has no such
+  estimate (NaN): its capacity is the slower of two pools doing different work.
 """
 
 from __future__ import annotations
@@ -526,11 +531,12 @@ def resolve(scenario: Scenario, catalog: Catalog) -> ResolvedScenario:
             shares.append((set(klass.backends), rate / alone))
     all_open = len(shares) == len(classes)
     worst = max(_utilisations(shares), default=0.0)
+    split = any(backends[b].decode_backend is not None for k in classes for b in k.backends)  # not estimated
     return ResolvedScenario(
         scenario=scenario,
         backends=backends,
         classes=classes,
-        capacity_requests_per_s=offered / worst if all_open and worst > 0 else math.nan,
+        capacity_requests_per_s=offered / worst if all_open and worst > 0 and not split else math.nan,
         offered_requests_per_s=offered if all_open else None,
         size=_run_size(scenario, classes),
     )
