@@ -172,6 +172,50 @@ class BackendRecord:
     pricing: Pricing
 
 
+#: Columns of a KV handoff (:mod:`simulator.engine.disaggregated`): the request, when it was
+#: routed to the prefill pool, when its prefill ended, when its last byte left, when it
+#: reached the decode pool, the bytes moved, the decode replica.
+KV_TRANSFER_COLUMNS = ("request", "routed_s", "prefill_end_s", "wire_end_s", "arrival_s", "bytes", "decode_replica")
+
+
+@dataclass(frozen=True)
+class KVTransferRecords:
+    """The handoffs from one prefill backend to its decode backend, one row per delivered handoff."""
+
+    prefill_backend: str
+    decode_backend: str
+    kind: str  # "kv" or "prompt"
+    columns: dict[str, FloatArray]  # one array per KV_TRANSFER_COLUMNS name
+    in_prefill: LevelMonitor  # requests routed to the prefill pool and not yet prefilled
+    in_transfer: LevelMonitor  # requests whose KV is crossing the link
+    prefilling: int  # still prefilling when the run ended
+    crossing: int  # still crossing when the run ended
+
+
+@dataclass(frozen=True)
+class KVTierRecords:
+    """One replica's KV tiers over the whole run (:mod:`simulator.engine.kv_tiers`), fastest first."""
+
+    backend: str
+    replica: int
+    names: tuple[str, ...]
+    capacity_blocks: tuple[int, ...]
+    block_tokens: int
+    block_bytes: float
+    occupancy: list[LevelMonitor]  # blocks held in each tier
+    demoted: FloatArray  # blocks that entered each tier
+    loaded: FloatArray  # blocks loaded up from each tier
+    replaced: FloatArray  # blocks of each tier superseded by a newer copy
+    dropped: int  # blocks pushed off the last tier
+    lost: int  # loaded blocks that found no room in the serving tier
+    declined: int  # prefixes found below but computed again (faster)
+    load_pairs_s: FloatArray  # one row per load: (load s, recompute s alone)
+
+    def held(self, tier: int) -> int:
+        """Blocks tier ``tier`` held when the run ended."""
+        return int(self.occupancy[tier].values[-1])
+
+
 @dataclass(frozen=True)
 class RunRecords:
     requests: dict[str, FloatArray]  # one array per column of REQUEST_COLUMNS
@@ -189,6 +233,8 @@ class RunRecords:
     in_flight: int
     capacity_requests_per_s: float
     offered_requests_per_s: float | None
+    kv_transfers: tuple[KVTransferRecords, ...] = ()  # one per disaggregated backend
+    kv_tiers: tuple[KVTierRecords, ...] = ()  # one per replica with KV tiers
 
     def tokens_in_window(self, t0: float, t1: float, replicas: list[int] | None = None) -> tuple[float, float]:
         """(output, input) tokens the replicas (default: all) processed over ``[t0, t1]``."""

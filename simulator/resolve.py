@@ -14,6 +14,10 @@ one per backend and one per workload class; the engine only wires them into proc
   ``block tokens x KV bytes per token / (chips x bandwidth x efficiency)`` seconds (every chip
   moves its own shard). Its price comes from its cost basis
   (:func:`~simulator.analytic.economics.resolve_pricing`).
+- **Disaggregation and KV tiers.** A backend with ``decode_on`` is paired with that backend
+  while both have replicas (:func:`_paired`): classes are routed to the prefill backend only,
+  and it takes requests both pools can hold. A scheduler's ``kv_tiers`` become per-replica
+  block capacities and load times (:func:`_tier_plan`).
 - **Classes.** Each class may use its ``router.rules`` backends (else all) that have
   replicas. Its load is resolved by the function registered for the load's config class
   (:func:`load_plan`): the agent workload looked up, trace files read, the mean call that must
@@ -25,11 +29,13 @@ one per backend and one per workload class; the engine only wires them into proc
   ``rho = lambda / sum(replicas x X)``, with ``X`` the analytic saturation throughput of one
   replica at the class's mean lengths; classes whose backends overlap share one ``rho`` (the
   sum). When every class is open loop, the fleet's capacity is ``offered / max rho``: offered
-  above it, a queue grows without bound.
+  above it, a queue grows without bound. A fleet with a disaggregated backend has no such
+  estimate (NaN): its capacity is the slower of two pools doing different work.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -42,10 +48,10 @@ from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.layouts import Question, deploy
 from simulator.analytic.placement import Deployment
 from simulator.analytic.step_time import CostModel, StepCostModel
-from simulator.config.batching import BatchingSpec
+from simulator.config.batching import BatchingSpec, KVTierSpec
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.distributions import Constant
-from simulator.config.fleet import BackendSpec
+from simulator.config.fleet import BackendSpec, KVLinkSpec
 from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import ClosedLoop, Load, OpenLoop, RequestLengths, Scenario, WorkloadClass
@@ -59,6 +65,16 @@ from simulator.traces import window as clip_window
 
 class ScenarioError(InfersimError):
     """A scenario that validates but cannot run as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """One KV tier below a replica's serving tier: how many KV blocks it holds, how fast one moves up."""
+
+    name: str
+    blocks: int  # per replica
+    s_per_block: float  # to the serving tier: block tokens x KV bytes per token / bandwidth
+    latency_s: float  # fixed time of one load
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,10 @@ class BackendPlan:
     pricing: Pricing
     prefix_caching: bool
     cost: CostModel
+    decode_backend: int | None = None  # disaggregated: the backend its requests decode on
+    kv_link: KVLinkSpec | None = None  # ... and the link their KV crosses
+    decodes_for: int | None = None  # a decode pool: the backend it decodes for (routed no requests)
+    kv_tiers: tuple[TierPlan, ...] = ()  # below the serving tier, fastest first
 
     @property
     def window(self) -> int | None:
@@ -243,6 +263,9 @@ def backend_plan(
                                   assumptions_of(scenario.cost))  # fmt: skip
     except CostError as exc:
         raise ScenarioError(f"backend {spec.name}: {exc}") from None
+    block_bytes = sched.kv_block_tokens * deployment.kv_bytes_per_token
+    tiers = tuple(_tier_plan(spec.name, i, t, deployment, block_bytes) for i, t in enumerate(sched.kv_tiers.tiers)) \
+        if sched.kv_tiers else ()  # fmt: skip
     return BackendPlan(
         index=index,
         name=spec.name,
@@ -259,7 +282,61 @@ def backend_plan(
         pricing=pricing,
         prefix_caching=scenario.prefix_caching,
         cost=StepCostModel(deployment),
+        kv_tiers=tiers,
     )
+
+
+def _tier_plan(backend: str, index: int, tier: KVTierSpec, deployment: Deployment, block_bytes: float) -> TierPlan:
+    """A KV tier's blocks and load time per block: the profile's tier (times the replica's chips,
+    usable share, efficiency) unless the scenario gives capacity and bandwidth; never more than the machine has."""
+    where = f"backend {backend}: scheduler.kv_tiers.tiers.{index} ({tier.name})"
+    hw = deployment.hardware
+    profile = next((m for m in hw.memory if m.name == tier.name), None)
+    capacity, bandwidth = tier.capacity, tier.bandwidth
+    if profile is None:
+        if capacity is None or bandwidth is None:
+            names = ", ".join(m.name for m in hw.memory)
+            raise ScenarioError(f"{where}: not a memory tier of {hw.id} ({names}); give its capacity and bandwidth")
+    else:
+        if profile.bandwidth.value >= deployment.weights_tier.bandwidth.value:
+            raise ScenarioError(
+                f"{where}: a KV tier must be slower than the serving tier ({deployment.weights_tier.name})"
+            )
+        available = deployment.chips * profile.capacity.value * profile.usable_fraction.value
+        if capacity is not None and capacity > available:
+            raise ScenarioError(
+                f"{where}: capacity {capacity / 1e9:.4g} GB exceeds the {available / 1e9:.4g} GB of {tier.name} "
+                f"that {deployment.chips} x {hw.id} have"
+            )
+        capacity = available if capacity is None else capacity
+        bandwidth = bandwidth or deployment.chips * profile.bandwidth.value * profile.efficiency.value
+    assert capacity is not None and bandwidth is not None
+    return TierPlan(tier.name, int(capacity // block_bytes), block_bytes / bandwidth, tier.latency)
+
+
+def _paired(backends: tuple[BackendPlan, ...], fleet: list[BackendSpec]) -> tuple[BackendPlan, ...]:
+    """Couple each prefill backend to its decode pool while both have replicas (either alone
+    serves whole requests): a request it takes must fit both; a decode pool receives its KV
+    from the link, never by a swap."""
+    index = {b.name: b.index for b in backends}
+    paired = list(backends)
+    for spec, plan in zip(fleet, backends, strict=True):
+        if spec.decode_on is None:
+            continue
+        decode = backends[index[spec.decode_on]]
+        if not (plan.replicas and decode.replicas):
+            continue
+        if decode.scheduler.swaps:
+            raise ScenarioError(
+                f"backend {decode.name} decodes for {plan.name}: it preempts by recompute (its KV arrives over "
+                "the link), so give it scheduler.preemption: recompute"
+            )
+        # a request must fit both pools: the decode pool holds its prompt and output too
+        max_tokens = min(plan.max_tokens, decode.max_tokens)
+        paired[plan.index] = dataclasses.replace(plan, decode_backend=decode.index, kv_link=spec.kv_link,
+                                                 max_tokens=max_tokens)  # fmt: skip
+        paired[decode.index] = dataclasses.replace(decode, decodes_for=plan.index)
+    return tuple(paired)
 
 
 # -- loads: one resolver per load config class --------------------------------------------------
@@ -388,7 +465,7 @@ def _class_plan(
     rules = scenario.router.rules
     by_name = {b.name: b for b in backends}
     named = [by_name[name] for name in rules[klass.name]] if klass.name in rules else list(backends)
-    allowed = [b for b in named if b.replicas]
+    allowed = [b for b in named if b.replicas and b.decodes_for is None]
     duration = scenario.run.duration if scenario.run.duration is not None else math.inf
     load = load_plan(klass.load, LoadContext(klass, catalog, tuple(allowed), duration))
     _check_fits(klass, load.typical_call, allowed)
@@ -452,7 +529,8 @@ def resolve(scenario: Scenario, catalog: Catalog) -> ResolvedScenario:
         _default_stacks_named(write_in(scenario, catalog), catalog), catalog
     )  # ids first: errors name their field
     question = layout_question(scenario, catalog)
-    backends = tuple(backend_plan(i, spec, scenario, catalog, question) for i, spec in enumerate(scenario.fleet))
+    plans = tuple(backend_plan(i, spec, scenario, catalog, question) for i, spec in enumerate(scenario.fleet))
+    backends = _paired(plans, scenario.fleet)
     classes = tuple(
         _class_plan(i, klass, scenario, catalog, backends) for i, klass in enumerate(scenario.workload_classes)
     )
@@ -465,11 +543,12 @@ def resolve(scenario: Scenario, catalog: Catalog) -> ResolvedScenario:
             shares.append((set(klass.backends), rate / alone))
     all_open = len(shares) == len(classes)
     worst = max(_utilisations(shares), default=0.0)
+    split = any(backends[b].decode_backend is not None for k in classes for b in k.backends)  # not estimated
     return ResolvedScenario(
         scenario=scenario,
         backends=backends,
         classes=classes,
-        capacity_requests_per_s=offered / worst if all_open and worst > 0 else math.nan,
+        capacity_requests_per_s=offered / worst if all_open and worst > 0 and not split else math.nan,
         offered_requests_per_s=offered if all_open else None,
         size=_run_size(scenario, classes),
     )

@@ -117,6 +117,23 @@ def summary_row(label: str, s: RunSummary) -> list[object]:
     ]  # fmt: skip
 
 
+KV_HEADERS = ["run", "backend", "KV", "prefill ms", "transfer ms", "first decode ms", "GB moved", "hit tokens",
+              "TTFT saved s"]  # fmt: skip
+
+
+def kv_rows(label: str, s: RunSummary) -> list[list[object]]:
+    """KV in motion: each disaggregated backend's TTFT parts (means) and bytes; each backend's KV tiers."""
+    rows: list[list[object]] = []
+    for name, k in (s.kv_transfers or {}).items():
+        rows.append([label, name, f"{k.handoff} to {k.decode_backend}", _ms(k.prefill_s.mean), _ms(k.transfer_s.mean),
+                     _ms(k.decode_first_s.mean), format_number(k.bytes_moved / 1e9, ",.1f"), "-", "-"])  # fmt: skip
+    for name, t in (s.kv_tiers or {}).items():
+        for tier, v in t.tiers.items():
+            rows.append([label, name, f"tier {tier}", "-", "-", "-", format_number(v.bytes_up / 1e9, ",.1f"),
+                         f"{v.hit_tokens:,}", format_number(t.ttft_saved_s, ",.1f")])  # fmt: skip
+    return rows
+
+
 def task_row(label: str, s: RunSummary) -> list[object]:
     t = s.tasks
     assert t is not None

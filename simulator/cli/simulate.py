@@ -7,12 +7,14 @@ import sys
 from pathlib import Path
 
 from simulator.cli.common import (
+    KV_HEADERS,
     SUMMARY_HEADERS,
     TASK_HEADERS,
     breakdown_text,
     catalog,
     interactive,
     json_text,
+    kv_rows,
     maybe_report,
     progress_bar,
     run_files,
@@ -80,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
     if task_rows:
         print()
         print(format_table(TASK_HEADERS, task_rows))
+    motion = [row for label, (_, r) in zip(labels, results, strict=True) for row in kv_rows(label, r.summary)]
+    if motion:
+        print()
+        print(format_table(KV_HEADERS, motion))
     for label, (_, result) in zip(labels, results, strict=True):
         breakdown = breakdown_text(label if len(results) > 1 else "", result.summary)
         if breakdown:

@@ -7,8 +7,32 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from simulator.config.base import Spec
+from simulator.units import Bytes, BytesPerSecond, Seconds
 
 PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class KVTierSpec(Spec):
+    """A memory tier below the serving tier that holds evicted prefix KV (per replica).
+
+    Named after a tier of the hardware profile (``host``, ``ddr``), it takes that tier's
+    capacity and bandwidth times the replica's chips unless given; any other name (``ssd``,
+    ``remote``) must give both (figures in :mod:`simulator.engine.kv_tiers`).
+    """
+
+    name: str = Field(description="a memory tier of the hardware profile, or a name of your own (ssd, remote)")
+    capacity: Annotated[Bytes, Field(gt=0.0)] | None = Field(None, description="per replica; empty: the profile's")
+    bandwidth: Annotated[BytesPerSecond, Field(gt=0.0)] | None = Field(
+        None, description="per replica, to the serving tier; empty: the profile's x chips x efficiency"
+    )
+    latency: Annotated[Seconds, Field(ge=0.0)] = Field(0.0, description="fixed time of one load from the tier")
+
+
+class KVTiersSpec(Spec):
+    """Prefix KV that outlives the serving tier: evicted blocks go down a tier instead of vanishing,
+    and a prefix found below is loaded up when that is faster than computing it again."""
+
+    tiers: list[KVTierSpec] = Field(min_length=1, description="fastest first")
 
 
 class BatchingSpec(Spec):
@@ -23,6 +47,7 @@ class BatchingSpec(Spec):
     max_batch_size: PositiveInt | None = Field(None, description="empty: the stack's")
     max_batched_tokens: PositiveInt | None = Field(None, description="empty: the stack's")
     kv_block_tokens: PositiveInt = 16
+    kv_tiers: KVTiersSpec | None = Field(None, description="tiers below the serving tier for evicted prefix KV")
 
     @property
     def swaps(self) -> bool:

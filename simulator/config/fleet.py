@@ -9,17 +9,37 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from simulator.config.base import Spec
 from simulator.config.batching import Scheduler
 from simulator.config.deployment import DeploymentSpec
-from simulator.units import Seconds
+from simulator.units import BytesPerSecond, Seconds
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
 NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
 CostBasis = Literal["auto", "rental", "ownership", "api"]
 BackendName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", description="letters, digits, _ . -")]
+
+
+class KVLinkSpec(Spec):
+    """The link a disaggregated backend's prompt KV crosses to its decode pool (physics and
+    sourced figures in :mod:`simulator.analytic.kv_transfer`)."""
+
+    bandwidth: Annotated[BytesPerSecond, Field(gt=0.0)] = Field(
+        description="one link, one direction, e.g. '50 GB/s' (InfiniBand NDR 400 Gb/s per port)"
+    )
+    links: Annotated[int, Field(ge=1)] = Field(1, description="links a transfer uses in parallel (NICs per replica)")
+    latency: NonNegativeSeconds = Field(0.0, description="one-way latency of the link")
+    per_transfer: NonNegativeSeconds = Field(0.0, description="fixed cost of one transfer (handshake, registration)")
+    streaming: Literal["layer", "whole"] = Field(
+        "layer", description="layer: each layer's KV leaves as its prefill ends (overlapped); whole: after the prefill"
+    )
+    handoff: Literal["auto", "kv", "prompt"] = Field(
+        "auto",
+        description="kv: the decode pool imports the KV; prompt: it receives the prompt and prefills it again; "
+        "auto: prompt for wafer-scale and LPU decode pools (no KV import path), else kv",
+    )
 
 
 class BackendSpec(Spec):
@@ -40,6 +60,22 @@ class BackendSpec(Spec):
     cost_basis: CostBasis | None = Field(
         None, description="empty: the scenario's cost.basis; api: pay the provider's per-token price"
     )
+    decode_on: BackendName | None = Field(
+        None,
+        description="disaggregated: this backend prefills and the named backend decodes (while both have "
+        "replicas; either alone serves whole requests)",
+    )
+    kv_link: KVLinkSpec | None = Field(None, description="the link to decode_on (needed with it)")
+
+    @model_validator(mode="after")
+    def _link_with_decode_pool(self) -> BackendSpec:
+        if self.decode_on is not None and self.kv_link is None:
+            raise ValueError(f"decode_on: {self.decode_on} needs kv_link (bandwidth, latency, ...)")
+        if self.kv_link is not None and self.decode_on is None:
+            raise ValueError("kv_link is only used with decode_on (the backend that decodes)")
+        if self.decode_on == self.name:
+            raise ValueError(f"decode_on: a backend cannot decode for itself ({self.name})")
+        return self
 
 
 class RouterSpec(Spec):

@@ -242,6 +242,29 @@ class RunSpec(Spec):
         return self
 
 
+def _check_pools(fleet: list[BackendSpec], names: list[str]) -> None:
+    """A prefill backend's ``decode_on`` names another backend, which serves the same model,
+    hands off to no one and decodes for this backend alone."""
+    by_name = {b.name: b for b in fleet}
+    for b in fleet:
+        if b.decode_on is None:
+            continue
+        decode = by_name.get(b.decode_on)
+        if decode is None:
+            raise ValueError(f"backends.{b.name}.decode_on: no backend named {b.decode_on!r} (backends: {names})")
+        if decode.decode_on is not None:
+            raise ValueError(f"backends.{b.name}.decode_on: {decode.name} prefills for {decode.decode_on}; "
+                             "a decode pool cannot itself hand off")  # fmt: skip
+        if decode.deployment.model_id != b.deployment.model_id:
+            raise ValueError(
+                f"backends.{b.name}.decode_on: {decode.name} serves {decode.deployment.model_id} but {b.name} "
+                f"prefills {b.deployment.model_id}; KV is only meaningful to the model that made it"
+            )
+    decoders = [b.decode_on for b in fleet if b.decode_on is not None]
+    if len(set(decoders)) != len(decoders):
+        raise ValueError(f"decode_on: each decode pool serves one prefill backend, got {decoders}")
+
+
 class WorkloadClass(Spec):
     """One class of traffic: its load, its lengths, its priority in the queue, its SLOs."""
 
@@ -320,6 +343,7 @@ class Scenario(Spec):
             unknown = [name for name in allowed if name not in names]
             if unknown:
                 raise ValueError(f"router.rules.{klass}: no backend named {unknown[0]!r} (backends: {names})")
+        _check_pools(self.fleet, names)
         for name in self.plan.max_replicas:
             if name not in names:
                 raise ValueError(f"plan.max_replicas.{name}: no backend named {name!r} (backends: {names})")

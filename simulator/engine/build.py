@@ -15,10 +15,11 @@ for what-if comparisons).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -28,10 +29,12 @@ from simulator.analytic.precision import matmul_precision
 # The bundled loads' modules register their processes with start_load when imported.
 from simulator.engine import agents, load, replay  # noqa: F401
 from simulator.engine.clients import RequestFactory, TaskCounter, start_class
+from simulator.engine.disaggregated import KVHandoff, couple
 from simulator.engine.fleet import Backend, Router
+from simulator.engine.kv_tiers import KVTiers
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
-from simulator.engine.scheduler import batch_policy
+from simulator.engine.scheduler import PagedBatching, batch_policy
 from simulator.records import BackendRecord, RunRecords
 from simulator.resolve import BackendPlan, ResolvedScenario
 
@@ -46,6 +49,8 @@ class Simulation:
     recorder: Recorder
     replicas: list[Replica]
     factory: RequestFactory
+    handoffs: list[KVHandoff] = field(default_factory=list)
+    tiers: dict[int, KVTiers] = field(default_factory=dict)  # replica index -> its KV tiers
 
     def run(self, progress: Callable[[float], None] | None = None) -> float:
         """Run to the end the scenario asks for; returns the simulated end time (s).
@@ -67,11 +72,13 @@ class Simulation:
     def records(self, end_s: float) -> RunRecords:
         """What the run recorded, frozen (call once, after :meth:`run`)."""
         resolved = self.resolved
-        return self.recorder.freeze(
+        records = self.recorder.freeze(
             end_s, resolved.scenario.run.warmup, [_record(b) for b in self.backends],
             self.factory.count - self.recorder.request_count, resolved.capacity_requests_per_s,
             resolved.offered_requests_per_s,
         )  # fmt: skip
+        tiers = tuple(t.freeze(self.factory.replica_backend[i].name, i) for i, t in self.tiers.items())
+        return dataclasses.replace(records, kv_transfers=tuple(h.freeze() for h in self.handoffs), kv_tiers=tiers)
 
 
 def _record(backend: Backend) -> BackendRecord:
@@ -109,16 +116,22 @@ def build(resolved: ResolvedScenario) -> Simulation:
         backend = Backend(plan, [])
         for _ in range(plan.replicas):
             rng = np.random.default_rng(replica_seeds[len(replicas)])
-            replica = Replica(env, len(replicas), plan.cost, batch_policy(plan.scheduler, plan), recorder, rng,
-                              factory.complete, plan.swap_s_per_block)  # fmt: skip
+            policy = batch_policy(plan.scheduler, plan)
+            if plan.kv_tiers and isinstance(policy, PagedBatching):
+                block_bytes = plan.kv_block_tokens * plan.deployment.kv_bytes_per_token
+                factory.tiers[len(replicas)] = KVTiers(plan.kv_tiers, policy.kv, plan.cost, plan.window, block_bytes)
+            replica = Replica(env, len(replicas), plan.cost, policy, recorder, rng, factory.complete,
+                              plan.swap_s_per_block)  # fmt: skip
             replicas.append(replica)
             backend.replicas.append(replica)
             replica_backend.append(backend)
             env.process(replica.run())
         backends.append(backend)
     router.bind(backends, [c.backends for c in resolved.classes])
+    handoffs = couple(env, backends)
+    factory.handoffs = {r.index: h for h in handoffs for r in h.prefill.replicas}
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
     counter = TaskCounter(itertools.count(), itertools.count())
     for plan_of_class, seeds in zip(resolved.classes, class_seeds, strict=True):
         start_class(env, plan_of_class, factory, recorder, counter, stop_s, seeds)
-    return Simulation(resolved, backends, env, recorder, replicas, factory)
+    return Simulation(resolved, backends, env, recorder, replicas, factory, handoffs, factory.tiers)

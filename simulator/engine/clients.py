@@ -26,8 +26,11 @@ import simpy
 
 from simulator.config.distributions import Distribution
 from simulator.config.scenario import RunSpec
+from simulator.engine.disaggregated import KVHandoff
 from simulator.engine.fleet import Backend, Router
+from simulator.engine.kv_tiers import KVTiers
 from simulator.engine.recorder import Recorder
+from simulator.engine.replica import Replica
 from simulator.engine.request import Request
 from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, RequestRecord
 from simulator.resolve import ClassPlan
@@ -84,6 +87,8 @@ class RequestFactory:
         self.dropped = 0
         self.progress: Callable[[float], None] | None = None
         self._next_tick = 1
+        self.handoffs: dict[int, KVHandoff] = {}  # prefill replica index -> its backend's handoff
+        self.tiers: dict[int, KVTiers] = {}  # replica index -> the KV tiers below its serving tier
 
     @property
     def exhausted(self) -> bool:
@@ -117,12 +122,24 @@ class RequestFactory:
         request.one_way_s = self.replica_backend[replica.index].one_way_s
         request.done = self.env.event()
         self.recorder.arrival(self.env.now)
+        if replica.index in self.handoffs:
+            self.handoffs[replica.index].admit(request)  # prefill here, decode on the paired backend
+        tiers = self.tiers.get(replica.index)
+        load_s = tiers.fetch(request, self.env.now) if tiers is not None else 0.0  # its prefix, from below
         if request.one_way_s > 0:
             replica.reserve(request)  # load-aware routers see it while it crosses the network
-            self.env.timeout(request.one_way_s).callbacks.append(lambda _: replica.submit(request))
+        if request.one_way_s + load_s > 0:
+            self.env.timeout(request.one_way_s + load_s).callbacks.append(lambda _: self._reach(replica, request))
         else:
             replica.submit(request)
         return request
+
+    def _reach(self, replica: Replica, request: Request) -> None:
+        """The request reaches its replica (after the network and any KV loaded from lower tiers)."""
+        tiers = self.tiers.get(replica.index)
+        if tiers is not None:
+            tiers.land(request, self.env.now)
+        replica.submit(request)
 
     def _tick(self, progress: Callable[[float], None]) -> None:
         done = max(self.env.now / self.duration_s, self.count / self.max_requests)

@@ -8,7 +8,7 @@ are charged like full ones: conservative for gpt-oss.)
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +34,7 @@ class BlockManager:
         self.caching = caching
         self.evictable: OrderedDict[BlockKey, None] = OrderedDict()
         self.in_use: dict[BlockKey, int] = {}
+        self.on_evict: Callable[[list[BlockKey]], None] | None = None  # where reclaimed cached blocks go (KV tiers)
 
     def blocks_for(self, tokens: FloatArray | float) -> FloatArray:
         return np.ceil(np.asarray(tokens, dtype=np.float64) / self.block_tokens)
@@ -51,9 +52,10 @@ class BlockManager:
         """Take ``blocks`` free blocks, reclaiming LRU cached ones if needed."""
         if blocks > self.available:
             return False
-        while self.free < blocks:
-            self.evictable.popitem(last=False)
-            self.free += 1
+        reclaimed = [self.evictable.popitem(last=False)[0] for _ in range(blocks - self.free)]
+        self.free += len(reclaimed)
+        if reclaimed and self.on_evict is not None:
+            self.on_evict(reclaimed)
         self.free -= blocks
         return True
 

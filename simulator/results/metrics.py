@@ -52,7 +52,15 @@ from simulator.analytic.economics import RunCost, api_usd, assumptions_of, run_c
 from simulator.config.fleet import CostSpec
 from simulator.config.scenario import SLOSpec, WorkloadClass
 from simulator.config.workload import AgentsLoad, TraceLoad
-from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, BackendRecord, FloatArray, RunRecords
+from simulator.records import (
+    DROPPED_OVER_BUDGET,
+    DROPPED_TOO_LONG,
+    BackendRecord,
+    FloatArray,
+    KVTierRecords,
+    KVTransferRecords,
+    RunRecords,
+)
 from simulator.results.attribution import ATTRIBUTION, ClassCosts, attribute
 from simulator.results.summary import (
     BackendCost,
@@ -61,6 +69,9 @@ from simulator.results.summary import (
     ClassSummary,
     DistributionStats,
     FleetCost,
+    KVTiersSummary,
+    KVTierSummary,
+    KVTransferSummary,
     ReplicaSummary,
     RunSummary,
     TaskParts,
@@ -314,6 +325,8 @@ def summarize(
         tasks=tasks,
         classes=per_class,
         backends={b.name: backend_summary(records, b, cost_spec) for b in records.backends},
+        kv_transfers={k.prefill_backend: kv_transfer_summary(records, k) for k in records.kv_transfers} or None,
+        kv_tiers=kv_tier_summaries(records.kv_tiers) or None,
         cost=_fleet_cost(functools.reduce(RunCost.plus, parts), basis, per_class, split),
         capacity_requests_per_s=capacity,
         offered_requests_per_s=offered,
@@ -351,6 +364,66 @@ def _fleet_cost(fleet: RunCost, basis: str, classes: dict[str, ClassSummary] | N
 
 
 PER_TASK = ("usd_per_task", "tasks_per_usd", "joules_per_task")
+
+
+def kv_transfer_summary(records: RunRecords, kv: KVTransferRecords) -> KVTransferSummary:
+    """Handoffs of the measured requests; TTFT split at the prefill's end and the KV's arrival.
+
+    With arrival ``a``, prefill end ``p``, arrival of the KV at the decode pool ``k`` and the
+    first token at the client ``f``: ``prefill_s = p - a``, ``transfer_s = k - p``,
+    ``decode_first_s = f - k``; they sum to ``ttft_s = f - a``.
+    """
+    r, c = records.requests, kv.columns
+    measured = _measured(records)
+    ids = r["id"][measured]
+    rows = np.isin(c["request"], ids)
+    order = np.searchsorted(r["id"], c["request"][rows])  # records are sorted by id
+    a, f = r["arrival_s"][order], r["first_token_s"][order]
+    p, k, nbytes = c["prefill_end_s"][rows], c["arrival_s"][rows], c["bytes"][rows]
+    count = int(rows.sum())
+    return KVTransferSummary(
+        decode_backend=kv.decode_backend,
+        handoff=kv.kind,
+        handoffs=count,
+        bytes_moved=float(nbytes.sum()),
+        bytes_per_handoff=float(nbytes.mean()) if count else math.nan,
+        prefill_s=distribution_stats(p - a),
+        transfer_s=distribution_stats(k - p),
+        decode_first_s=distribution_stats(f - k),
+        undefined={"bytes_per_handoff": NO_REQUESTS} if not count else None,
+    )
+
+
+def kv_tier_summaries(tiers: Sequence[KVTierRecords]) -> dict[str, KVTiersSummary]:
+    """Each backend's KV tiers, summed over its replicas (counts over the whole run)."""
+    backends: dict[str, list[KVTierRecords]] = {}
+    for replica in tiers:
+        backends.setdefault(replica.backend, []).append(replica)
+    out = {}
+    for name, replicas in backends.items():
+        first = replicas[0]
+        per_tier = {}
+        for i, tier in enumerate(first.names):
+            hits = int(sum(r.loaded[i] for r in replicas))
+            peaks = [r.occupancy[i].maximum() / max(r.capacity_blocks[i], 1) for r in replicas]
+            per_tier[tier] = KVTierSummary(
+                capacity_blocks=first.capacity_blocks[i],
+                peak_occupancy=max(peaks),
+                blocks_in=int(sum(r.demoted[i] for r in replicas)),
+                hit_blocks=hits,
+                hit_tokens=hits * first.block_tokens,
+                bytes_up=hits * first.block_bytes,
+                blocks_dropped=sum(r.dropped for r in replicas) if i == len(first.names) - 1 else 0,
+            )
+        out[name] = KVTiersSummary(
+            tiers=per_tier,
+            loads=sum(len(r.load_pairs_s) for r in replicas),
+            loads_declined=sum(r.declined for r in replicas),
+            blocks_lost=sum(r.lost for r in replicas),
+            load_s=sum(float(r.load_pairs_s[:, 0].sum()) for r in replicas),
+            ttft_saved_s=sum(float((r.load_pairs_s[:, 1] - r.load_pairs_s[:, 0]).sum()) for r in replicas),
+        )
+    return out
 
 
 def task_summary(records: RunRecords, klass: int | None = None) -> TaskSummary:

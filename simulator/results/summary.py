@@ -154,6 +154,50 @@ class BackendSummary(Record):
     undefined: Reasons | None = None
 
 
+class KVTransferSummary(Record):
+    """A disaggregated backend's handoffs over the window: what crossed, and TTFT in parts.
+
+    Each measured request's ``ttft_s`` is ``prefill_s + transfer_s + decode_first_s`` exactly
+    (:func:`simulator.results.metrics.kv_transfer_summary`).
+    """
+
+    decode_backend: str
+    handoff: str  # "kv" (the KV crosses) or "prompt" (the decode pool prefills it again)
+    handoffs: int
+    bytes_moved: Number
+    bytes_per_handoff: Number
+    prefill_s: DistributionStats  # arrival to prefill end: half trip, prefill queue, prefill
+    transfer_s: DistributionStats  # prefill end to arrival at the decode pool
+    decode_first_s: DistributionStats  # arrival at the decode pool to the first token at the client
+    undefined: Reasons | None = None
+
+
+class KVTierSummary(Record):
+    """One KV tier of a backend over the whole run, summed over its replicas
+    (:func:`simulator.results.metrics.kv_tier_summaries`)."""
+
+    capacity_blocks: int  # per replica
+    peak_occupancy: Number  # most blocks one replica's tier held / its capacity
+    blocks_in: int  # blocks evicted into the tier (from above)
+    hit_blocks: int  # blocks loaded up from the tier
+    hit_tokens: int
+    bytes_up: Number
+    blocks_dropped: int  # pushed off the tier, out of the hierarchy (last tier only)
+    undefined: Reasons | None = None
+
+
+class KVTiersSummary(Record):
+    """A backend's KV tiers: each tier, and what loading from them saved."""
+
+    tiers: dict[str, KVTierSummary]
+    loads: int
+    loads_declined: int  # found below but computing again was faster
+    blocks_lost: int  # loaded, but no room left in the serving tier
+    load_s: Number  # summed over loads
+    ttft_saved_s: Number  # summed over loads: recompute alone - load (an estimate)
+    undefined: Reasons | None = None
+
+
 class LatencyStats(Record):
     """The request latency distributions (fields shared by the run and each class)."""
 
@@ -202,6 +246,8 @@ class RunSummary(LatencyStats):
     tasks: TaskSummary | None = None
     classes: dict[str, ClassSummary] | None = None
     backends: dict[str, BackendSummary]
+    kv_transfers: dict[str, KVTransferSummary] | None = None  # per disaggregated (prefill) backend
+    kv_tiers: dict[str, KVTiersSummary] | None = None  # per backend with KV tiers
     cost: FleetCost
     capacity_requests_per_s: Number
     offered_requests_per_s: Number | None
