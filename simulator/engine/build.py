@@ -24,6 +24,8 @@ import numpy as np
 import simpy
 
 from simulator.analytic.precision import matmul_precision
+from simulator.analytic.step_fast import FastStepCost
+from simulator.analytic.step_time import StepCostModel
 
 # The bundled loads' modules register their processes with start_load when imported.
 from simulator.engine import agents, load, replay  # noqa: F401
@@ -107,9 +109,10 @@ def build(resolved: ResolvedScenario) -> Simulation:
     replicas: list[Replica] = []
     for plan in resolved.backends:
         backend = Backend(plan, [])
+        cost = FastStepCost(plan.cost) if isinstance(plan.cost, StepCostModel) else plan.cost
         for _ in range(plan.replicas):
             rng = np.random.default_rng(replica_seeds[len(replicas)])
-            replica = Replica(env, len(replicas), plan.cost, batch_policy(plan.scheduler, plan), recorder, rng,
+            replica = Replica(env, len(replicas), cost, batch_policy(plan.scheduler, plan), recorder, rng,
                               factory.complete, plan.swap_s_per_block)  # fmt: skip
             replicas.append(replica)
             backend.replicas.append(replica)
