@@ -7,6 +7,7 @@ are charged like full ones: conservative for gpt-oss.)
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
@@ -34,9 +35,14 @@ class BlockManager:
         self.caching = caching
         self.evictable: OrderedDict[BlockKey, None] = OrderedDict()
         self.in_use: dict[BlockKey, int] = {}
+        self.version = 0  # changes whenever the set of resident cached blocks may have changed
 
-    def blocks_for(self, tokens: FloatArray | float) -> FloatArray:
-        return np.ceil(np.asarray(tokens, dtype=np.float64) / self.block_tokens)
+    def blocks_for(self, tokens: FloatArray) -> FloatArray:
+        return np.ceil(tokens / self.block_tokens)
+
+    def blocks_of(self, tokens: float) -> float:
+        """:meth:`blocks_for` of one sequence, in plain Python."""
+        return float(math.ceil(tokens / self.block_tokens))
 
     @property
     def used(self) -> int:
@@ -54,11 +60,13 @@ class BlockManager:
         while self.free < blocks:
             self.evictable.popitem(last=False)
             self.free += 1
+            self.version += 1
         self.free -= blocks
         return True
 
     def acquire(self, keys: Sequence[BlockKey]) -> None:
         """Reference resident blocks for a sequence that reuses them."""
+        self.version += 1
         for key in keys:
             if key in self.evictable:
                 del self.evictable[key]
@@ -71,6 +79,7 @@ class BlockManager:
         private block of its owner (it was computed twice).
         """
         published = []
+        self.version += 1
         for key in keys:
             if key is None or key in self.in_use or key in self.evictable:
                 break
@@ -86,6 +95,7 @@ class BlockManager:
         them in reverse), so eviction trims a cached context from its end and keeps its prefix.
         """
         cached = 0
+        self.version += 1
         if self.caching:
             for key in reversed(keys[:owned]):
                 if key is not None and key not in self.evictable and key not in self.in_use:
