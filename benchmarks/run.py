@@ -9,7 +9,7 @@ prints the table of those finished. Cases:
   batching with prefill-first scheduling (vLLM V0), 128 sequences and 4,096 batched tokens at
   most, 16-token KV blocks, no prefix caching, Poisson arrivals at 1 request/s, 1,024 prompt and
   256 output tokens. ``N reference`` runs N requests; ``T s reference`` runs T simulated seconds
-  (memory at 10k and 100k simulated seconds should match); ``N reference, CLI`` is ``infersim
+  (memory at 10k and 100k simulated seconds should match); ``N reference via infersim run`` is ``infersim
   run`` writing every request row, start-up included.
 - ``chat``: Poisson arrivals at 60 % of a deployment's analytic saturation throughput, lognormal
   512-token prompts and 128-token answers, per architecture.
@@ -64,8 +64,8 @@ ARCHITECTURES = {
 AGENT_HARDWARE = "nvidia-h100-sxm"
 PROMPT_MEDIAN, ANSWER_MEDIAN = 512, 128
 LOAD_FRACTION = 0.6
-QUICK = ["1000 reference", "10000 reference", "10000 reference, CLI", "200 agents"]
-FULL = [*QUICK, "100000 reference", "1000000 reference", "1000000 reference, CLI", "10000 s reference",
+QUICK = ["1000 reference", "10000 reference", "10000 reference via infersim run", "200 agents"]
+FULL = [*QUICK, "100000 reference", "1000000 reference", "1000000 reference via infersim run", "10000 s reference",
         "100000 s reference", "10000 agents", *(f"10000 chat on {hw}" for hw in ARCHITECTURES)]  # fmt: skip
 PEERS = Path(__file__).resolve().parents[1].parent / "shared" / "peers"
 
@@ -144,8 +144,8 @@ def _bench_catalog(folder: Path) -> Catalog:
 
 @dataclass(frozen=True)
 class Case:
-    """One benchmark case, parsed from its name: ``N reference``, ``T s reference``, ``N reference,
-    CLI``, ``N agents``, ``N chat on HARDWARE``."""
+    """One benchmark case, parsed from its name: ``N reference``, ``T s reference``, ``N reference
+    via infersim run``, ``N agents``, ``N chat on HARDWARE``."""
 
     name: str
 
@@ -168,7 +168,7 @@ def measure(case: Case) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         catalog = _bench_catalog(Path(folder))
         data = case.scenario(catalog)
-        if case.name.endswith("CLI"):
+        if case.name.endswith("via infersim run"):
             return _command(data, Path(folder))
         return _simulation(Scenario.model_validate(data), catalog)
 
@@ -260,8 +260,8 @@ def main() -> int:
     args = parser.parse_args()
     names = args.cases.split(",") if args.cases else FULL if args.full else QUICK
     if args.vs_vidur:
-        names = [n for n in names if n not in ("1000 reference, CLI", "10000 reference, CLI")]
-        names += ["1000 reference, CLI", "10000 reference, CLI"]
+        names = [n for n in names if n not in ("1000 reference via infersim run", "10000 reference via infersim run")]
+        names += ["1000 reference via infersim run", "10000 reference via infersim run"]
     print(f"infersim benchmarks: {len(names)} cases, each in its own process (Ctrl-C stops)", flush=True)
     rows: dict[str, dict[str, Any]] = {}
     try:
@@ -271,16 +271,16 @@ def main() -> int:
             print(f" {rows[name]['cpu_s']:.1f} CPU s", flush=True)
         if args.vs_vidur:
             for n in (1000, 10000):
-                print(f"  {n} reference, Vidur 0.0.26 ...", end="", flush=True)
+                print(f"  {n} reference via Vidur 0.0.26 ...", end="", flush=True)
                 peer = vidur(n)
-                rows[f"{n} reference, Vidur"] = peer | {"calls": n, "events": math.nan, "steps": math.nan,
+                rows[f"{n} reference via Vidur"] = peer | {"calls": n, "events": math.nan, "steps": math.nan,
                                                         "simulated_s": math.nan, "replicas": 1}  # fmt: skip
                 print(f" {peer['cpu_s']:.1f} CPU s", flush=True)
     except KeyboardInterrupt:
         print("\ninterrupted: the cases finished so far", file=sys.stderr)
     print(format_table(HEADERS, [row(name, r) for name, r in rows.items()]))
     for n in (1000, 10000):
-        ours, theirs = rows.get(f"{n} reference, CLI"), rows.get(f"{n} reference, Vidur")
+        ours, theirs = rows.get(f"{n} reference via infersim run"), rows.get(f"{n} reference via Vidur")
         if ours and theirs:
             print(f"{n:,} requests, start-up included: Vidur takes {theirs['cpu_s'] / ours['cpu_s']:.1f}x "
                   f"the CPU of infersim")  # fmt: skip

@@ -67,10 +67,12 @@ class BlockManager:
     def acquire(self, keys: Sequence[BlockKey]) -> None:
         """Reference resident blocks for a sequence that reuses them."""
         self.version += 1
+        evictable, in_use = self.evictable, self.in_use
         for key in keys:
-            if key in self.evictable:
-                del self.evictable[key]
-            self.in_use[key] = self.in_use.get(key, 0) + 1
+            if evictable.pop(key, False) is None:  # an idle cached block (never also in use)
+                in_use[key] = 1
+            else:
+                in_use[key] = in_use.get(key, 0) + 1
 
     def publish(self, keys: Sequence[BlockKey | None]) -> list[BlockKey]:
         """Make freshly computed full blocks shareable; returns the keys now referenced.
@@ -96,16 +98,17 @@ class BlockManager:
         """
         cached = 0
         self.version += 1
+        evictable, in_use = self.evictable, self.in_use
         if self.caching:
             for key in reversed(keys[:owned]):
-                if key is not None and key not in self.evictable and key not in self.in_use:
-                    self.evictable[key] = None
+                if key is not None and key not in evictable and key not in in_use:
+                    evictable[key] = None
                     cached += 1
         for key in reversed(shared):
-            count = self.in_use[key] - 1
+            count = in_use[key] - 1
             if count:
-                self.in_use[key] = count
+                in_use[key] = count
             else:
-                del self.in_use[key]
-                self.evictable[key] = None
+                del in_use[key]
+                evictable[key] = None
         self.free += owned - cached
