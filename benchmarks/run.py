@@ -21,6 +21,7 @@ prints the table of those finished. Cases:
 first use) at 1k and 10k requests and prints CPU per request side by side (start-up included:
 both run as commands).
 
+    make bench BENCH="--full"                 # from the repository root, with any of these flags
     python benchmarks/run.py                  # the quick set (about 2 minutes on 2 cores)
     python benchmarks/run.py --full           # every case (1M requests, 10k agents, memory growth)
     python benchmarks/run.py --vs-vidur       # side by side with Vidur on the reference workload
