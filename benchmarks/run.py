@@ -36,6 +36,7 @@ import multiprocessing
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -259,6 +260,10 @@ def main() -> int:
     parser.add_argument("--cases", help="comma-separated case names (see the module docstring)")
     parser.add_argument("--vs-vidur", action="store_true", help="the reference workload through Vidur too")
     args = parser.parse_args()
+    # Ctrl-C or a termination stops the running case and prints the table so far (a background
+    # job may have inherited SIGINT ignored, so both are set here).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     names = args.cases.split(",") if args.cases else FULL if args.full else QUICK
     if args.vs_vidur:
         names = [n for n in names if n not in ("1000 reference via infersim run", "10000 reference via infersim run")]
@@ -268,8 +273,12 @@ def main() -> int:
     try:
         for name in names:
             print(f"  {name} ...", end="", flush=True)
-            rows[name] = run_case(Case(name.strip()))
-            print(f" {rows[name]['cpu_s']:.1f} CPU s", flush=True)
+            try:
+                rows[name] = run_case(Case(name.strip()))
+            except RuntimeError as exc:  # the case's process died (killed, out of memory): go on
+                print(f" failed: {exc}", flush=True)
+                continue
+            print(f" {rows[name]['cpu_s']:.1f} CPU s, {rows[name]['peak_rss_mb']:.0f} MB", flush=True)
         if args.vs_vidur:
             for n in (1000, 10000):
                 print(f"  {n} reference via Vidur 0.0.26 ...", end="", flush=True)
