@@ -27,8 +27,9 @@ browser:
 test: $(STAMP) browser
 	$(BIN)/python -m pytest
 
+# make bench: the quick set; make bench BENCH="--full" (or "--vs-vidur", "--cases ...") for more
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py $(BENCH)
 
 clean:
 	rm -rf $(VENV) results runs .pytest_cache .hypothesis

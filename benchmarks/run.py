@@ -1,15 +1,31 @@
-"""Simulator speed and memory: wall time, simulated requests and events per wall second,
-peak memory, for chat requests and for concurrent agents on each architecture (``make bench``;
-not part of CI).
+"""Simulator speed and memory (``make bench``; not part of CI): CPU and wall seconds, simulated
+requests (model calls) per CPU-second, SimPy events per request and peak RSS, case by case.
 
-Each case runs in a fresh process so its peak RSS is its own. Chat: Poisson arrivals at 60 %
-of the deployment's analytic saturation throughput, so batches form and change as they do
-in service. Agents: N agents each run one 50-step task (1k-token system prompt, ~250 tokens
-added per step, ~100-token answers, ~1 s tools) on enough replicas to hold their KV.
-"events" counts the SimPy events the run scheduled; "steps" the model iterations simulated
-(a decode jump covers many steps with one event).
+Each case runs in a fresh process so its peak RSS is its own; Ctrl-C stops the case running and
+prints the table of those finished. Cases:
 
-    python benchmarks/run.py [--sizes 10000,100000,1000000] [--agents 1000,10000] [--hardware groq-lpu,...]
+- ``reference``: the reference workload of the speed issue and of Vidur's peer script
+  (``../shared/peers/run_vidur.sh``): Llama-2-70B on 4 x A100-SXM (TP2 x PP2), continuous
+  batching with prefill-first scheduling (vLLM V0), 128 sequences and 4,096 batched tokens at
+  most, 16-token KV blocks, no prefix caching, Poisson arrivals at 1 request/s, 1,024 prompt and
+  256 output tokens. ``N reference`` runs N requests; ``T s reference`` runs T simulated seconds
+  (memory at 10k and 100k simulated seconds should match); ``N reference via infersim run`` is ``infersim
+  run`` writing every request row, start-up included.
+- ``chat``: Poisson arrivals at 60 % of a deployment's analytic saturation throughput, lognormal
+  512-token prompts and 128-token answers, per architecture.
+- ``agents``: N agents each run one 50-step task (1k-token system prompt, ~250 tokens added per
+  step, ~100-token answers, ~1 s tools) on enough replicas to hold their KV, least outstanding
+  tokens routing, prefix caching on.
+
+``--vs-vidur`` also runs the reference workload through Vidur 0.0.26 (its script installs it on
+first use) at 1k and 10k requests and prints CPU per request side by side (start-up included:
+both run as commands).
+
+    make bench BENCH="--full"                 # from the repository root, with any of these flags
+    python benchmarks/run.py                  # the quick set (about 2 minutes on 2 cores)
+    python benchmarks/run.py --full           # every case (1M requests, 10k agents, memory growth)
+    python benchmarks/run.py --vs-vidur       # side by side with Vidur on the reference workload
+    python benchmarks/run.py --cases "10000 reference,200 agents"
 """
 
 from __future__ import annotations
@@ -17,10 +33,17 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing
+import os
+import re
 import resource
+import signal
+import subprocess
+import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -34,30 +57,56 @@ from simulator.resolve import resolve
 from simulator.results.metrics import summarize
 from simulator.tables import format_table
 
-CASES = {
+ARCHITECTURES = {
     "nvidia-h100-sxm": "llama-3.1-8b",
     "cerebras-cs3": "llama-3.1-8b",
     "groq-lpu": "llama-3.1-8b",
     "sambanova-sn40l": "llama-3.1-8b",
 }
+AGENT_HARDWARE = "nvidia-h100-sxm"
 PROMPT_MEDIAN, ANSWER_MEDIAN = 512, 128
 LOAD_FRACTION = 0.6
+QUICK = ["1000 reference", "10000 reference", "10000 reference via infersim run", "200 agents"]
+FULL = [*QUICK, "100000 reference", "1000000 reference", "1000000 reference via infersim run", "10000 s reference",
+        "100000 s reference", "10000 agents", *(f"10000 chat on {hw}" for hw in ARCHITECTURES)]  # fmt: skip
+PEERS = Path(__file__).resolve().parents[1].parent / "shared" / "peers"
 
 
-def chat_scenario(hardware: str, model: str, requests: int, catalog: Catalog) -> Scenario:
-    spec = DeploymentSpec(hardware=hardware, model=model)
-    deployment = deploy(catalog, spec)
+def reference_scenario(requests: int | None = None, duration_s: float | None = None) -> dict[str, Any]:
+    """The reference workload (module docstring) as a scenario mapping."""
+    run: dict[str, Any] = {"seed": 1}
+    if duration_s is not None:
+        run |= {"duration": f"{duration_s:g} s", "drain": False}
+    else:
+        run["max_requests"] = requests
+    return {
+        "name": "bench-reference",
+        "deployment": {"hardware": "nvidia-a100-sxm", "model": "llama-2-70b", "chips": 4, "tensor_parallel": 2,
+                       "pipeline_parallel": 2},
+        "scheduler": {"policy": "continuous", "priority": "prefill-first", "max_batch_size": 128,
+                      "max_batched_tokens": 4096, "kv_block_tokens": 16},
+        "prefix_caching": False,
+        "load": {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 1.0}},
+        "requests": {"input_tokens": {"dist": "constant", "value": 1024},
+                     "output_tokens": {"dist": "constant", "value": 256}},
+        "run": run,
+    }  # fmt: skip
+
+
+def chat_scenario(hardware: str, requests: int, catalog: Catalog) -> dict[str, Any]:
+    model = ARCHITECTURES[hardware]
+    deployment = deploy(catalog, DeploymentSpec(hardware=hardware, model=model))
     users = saturation_concurrency(deployment, PROMPT_MEDIAN, ANSWER_MEDIAN)
     saturated = estimate(deployment, PROMPT_MEDIAN, ANSWER_MEDIAN, users)
     rate = LOAD_FRACTION * saturated.aggregate_output_tok_s / ANSWER_MEDIAN
-    return Scenario.model_validate({
+    return {
         "name": f"bench-{hardware}",
         "deployment": {"hardware": hardware, "model": model},
         "load": {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": rate}},
         "requests": {"input_tokens": {"dist": "lognormal", "median": PROMPT_MEDIAN, "sigma": 0.6},
                      "output_tokens": {"dist": "lognormal", "median": ANSWER_MEDIAN, "sigma": 0.6}},
         "run": {"seed": 1, "max_requests": requests},
-    })  # fmt: skip
+    }  # fmt: skip
 
 
 AGENT_STEPS = 50
@@ -73,19 +122,19 @@ AGENT_TASK = {
 AGENT_MEAN_CONTEXT = 1000 + 200 + AGENT_STEPS * 260 / 2
 
 
-def agent_scenario(hardware: str, model: str, agents: int, catalog: Catalog) -> Scenario:
-    spec = DeploymentSpec(hardware=hardware, model=model)
-    deployment = deploy(catalog, spec)
+def agent_scenario(agents: int, catalog: Catalog) -> dict[str, Any]:
+    model = ARCHITECTURES[AGENT_HARDWARE]
+    deployment = deploy(catalog, DeploymentSpec(hardware=AGENT_HARDWARE, model=model))
     kv_tokens = deployment.kv_budget_bytes / deployment.kv_bytes_per_token
     replicas = max(1, math.ceil(1.5 * agents * AGENT_MEAN_CONTEXT / kv_tokens))
-    return Scenario.model_validate({
-        "name": f"bench-agents-{hardware}",
-        "deployment": {"hardware": hardware, "model": model},
+    return {
+        "name": "bench-agents",
+        "deployment": {"hardware": AGENT_HARDWARE, "model": model},
         "replicas": replicas,
         "router": {"policy": "least-outstanding-tokens"},
         "load": {"kind": "agents", "workload": "bench-agent", "agents": agents},
         "run": {"seed": 1, "max_requests": agents * AGENT_STEPS},
-    })  # fmt: skip
+    }
 
 
 def _bench_catalog(folder: Path) -> Catalog:
@@ -95,59 +144,158 @@ def _bench_catalog(folder: Path) -> Catalog:
     return Catalog(workload_dir=folder)
 
 
-def measure(hardware: str, model: str, requests: int, kind: str = "chat") -> dict[str, object]:
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case, parsed from its name: ``N reference``, ``T s reference``, ``N reference
+    via infersim run``, ``N agents``, ``N chat on HARDWARE``."""
+
+    name: str
+
+    @property
+    def size(self) -> int:
+        return int(self.name.split()[0])
+
+    def scenario(self, catalog: Catalog) -> dict[str, Any]:
+        if " s reference" in self.name:
+            return reference_scenario(duration_s=self.size)
+        if "reference" in self.name:
+            return reference_scenario(requests=self.size)
+        if "agents" in self.name:
+            return agent_scenario(self.size, catalog)
+        return chat_scenario(self.name.rsplit(" ", 1)[1], self.size, catalog)
+
+
+def measure(case: Case) -> dict[str, Any]:
+    """Run one case in this process (the simulation, or ``infersim run`` as a command)."""
     with tempfile.TemporaryDirectory() as folder:
         catalog = _bench_catalog(Path(folder))
-        scenario = (chat_scenario if kind == "chat" else agent_scenario)(hardware, model, requests, catalog)
-        return _timed(scenario, catalog, requests, kind)
+        data = case.scenario(catalog)
+        if case.name.endswith("via infersim run"):
+            return _command(data, Path(folder))
+        return _simulation(Scenario.model_validate(data), catalog)
 
 
-def _timed(scenario: Scenario, catalog: Catalog, requests: int, kind: str) -> dict[str, object]:
-    start = time.perf_counter()
+def _simulation(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
+    wall, cpu = time.perf_counter(), time.process_time()
     simulation = build(resolve(scenario, catalog))
     end_s = simulation.run()
     summary = summarize(simulation.records(end_s), scenario.slo)
-    wall = time.perf_counter() - start
-    events = next(simulation.env._eid)  # SimPy's running event id: events scheduled so far
-    calls = summary.requests_completed
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     return {
-        "hardware": scenario.deployment.hardware if scenario.deployment else "", "case": f"{requests:,} {kind}",
-        "requests": calls, "wall_s": wall, "requests_per_wall_s": calls / wall,
-        "events_per_wall_s": events / wall, "steps": sum(r.iterations for r in summary.replicas),
-        "simulated_s": end_s, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "batch": summary.mean_batch_size, "replicas": scenario.replicas,
+        "calls": summary.requests_completed, "cpu_s": cpu, "wall_s": wall,
+        "events": next(simulation.env._eid),  # SimPy's running event id: events scheduled so far
+        "steps": sum(r.iterations for r in summary.replicas), "simulated_s": end_s,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "replicas": scenario.replicas,
     }  # fmt: skip
 
 
-def _child(args: tuple[str, str, int, str], queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    queue.put(measure(*args))
+def _command(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``infersim run`` writing every request row, start-up included (CPU and RSS of the command)."""
+    path = folder / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    wall = time.perf_counter()
+    infersim = Path(sys.executable).with_name("infersim")
+    subprocess.run([str(infersim), "run", str(path), "-o", str(folder / "out")], check=True, capture_output=True)
+    wall = time.perf_counter() - wall
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(folder / "out" / "requests.csv", "rb") as rows:
+        calls = sum(1 for _ in rows) - 1
+    return {"calls": calls, "cpu_s": usage.ru_utime + usage.ru_stime, "wall_s": wall, "events": math.nan,
+            "steps": math.nan, "simulated_s": math.nan, "peak_rss_mb": usage.ru_maxrss / 1024,
+            "replicas": data.get("replicas", 1)}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000,1000000", help="chat requests per case")
-    parser.add_argument("--agents", default="1000,10000", help="concurrent agents per case (empty: none)")
-    parser.add_argument("--hardware", default=",".join(CASES))
-    args = parser.parse_args()
+def _child(case: Case, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    queue.put(measure(case))
+
+
+def run_case(case: Case) -> dict[str, Any]:
+    """Measure ``case`` in a fresh process; Ctrl-C stops that process too."""
     context = multiprocessing.get_context("spawn")
-    cases = [(n, "chat") for n in map(int, args.sizes.split(",") if args.sizes else [])]
-    cases += [(n, "agents") for n in map(int, args.agents.split(",") if args.agents else [])]
-    rows = []
-    for hardware in args.hardware.split(","):
-        for size, kind in cases:
-            queue = context.Queue()
-            child = context.Process(target=_child, args=((hardware, CASES[hardware], size, kind), queue))
-            child.start()
-            r = queue.get()
-            child.join()
-            rows.append([r["hardware"], r["case"], r["replicas"], f"{r['requests']:,}", f"{r['wall_s']:.1f}",
-                         f"{r['requests_per_wall_s']:,.0f}", f"{r['events_per_wall_s']:,.0f}", f"{r['steps']:,}",
-                         f"{r['simulated_s']:,.0f}", f"{r['batch']:.1f}", f"{r['peak_rss_mb']:.0f}"])  # fmt: skip
-            print(rows[-1], flush=True)
-    headers = ["hardware", "case", "replicas", "requests", "wall s", "req/wall s", "events/wall s", "steps", "sim s",
-               "batch", "peak MB"]  # fmt: skip
-    print(format_table(headers, rows))
+    queue = context.Queue()
+    child = context.Process(target=_child, args=(case, queue))
+    child.start()
+    try:
+        while child.is_alive() or not queue.empty():
+            try:
+                return queue.get(timeout=0.5)  # type: ignore[no-any-return]
+            except Exception:  # queue.Empty: still running
+                continue
+        raise RuntimeError(f"{case.name}: the benchmark process exited with code {child.exitcode}")
+    finally:
+        if child.is_alive():
+            child.terminate()
+        child.join()
+
+
+def row(case: str, r: dict[str, Any]) -> list[str]:
+    calls = r["calls"]
+    return [case, f"{r['replicas']}", f"{calls:,}", f"{r['cpu_s']:.1f}", f"{r['wall_s']:.1f}",
+            f"{calls / r['cpu_s']:,.0f}", f"{1e6 * r['cpu_s'] / calls:,.0f}",
+            "" if math.isnan(r["events"]) else f"{r['events'] / calls:.1f}",
+            "" if math.isnan(r["steps"]) else f"{r['steps']:,}",
+            "" if math.isnan(r["simulated_s"]) else f"{r['simulated_s']:,.0f}", f"{r['peak_rss_mb']:.0f}"]  # fmt: skip
+
+
+HEADERS = ["case", "replicas", "calls", "CPU s", "wall s", "calls/CPU s", "CPU us/call", "events/call", "steps",
+           "sim s", "peak MB"]  # fmt: skip
+
+
+def vidur(requests: int) -> dict[str, float]:
+    """Vidur 0.0.26 on the reference workload (its peer script), CPU seconds of the whole command."""
+    script = PEERS / "run_vidur.sh"
+    root = Path(os.environ.get("PEERS_ROOT", "/tmp/peers"))
+    env = os.environ | {"VIDUR_NS": str(requests), "PEERS_ROOT": str(root)}
+    output = subprocess.run(["bash", str(script)], env=env, check=True, capture_output=True, text=True).stdout
+    metrics = dict(re.findall(r"(\w+)=(\S+)", output.strip().splitlines()[-1]))
+    timing = next((root / "vidur-work" / "out").glob(f"*_n{requests}")) / "time.txt"
+    text = timing.read_text()
+    cpu = sum(float(re.search(rf"{k} time \(seconds\): ([\d.]+)", text).group(1)) for k in ("User", "System"))  # type: ignore[union-attr]
+    return {"cpu_s": cpu, "wall_s": float(metrics["wall_s"]), "peak_rss_mb": float(metrics["peak_rss_mb"])}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="every case (tens of minutes), not the quick set")
+    parser.add_argument("--cases", help="comma-separated case names (see the module docstring)")
+    parser.add_argument("--vs-vidur", action="store_true", help="the reference workload through Vidur too")
+    args = parser.parse_args()
+    # Ctrl-C or a termination stops the running case and prints the table so far (a background
+    # job may have inherited SIGINT ignored, so both are set here).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    names = args.cases.split(",") if args.cases else FULL if args.full else QUICK
+    if args.vs_vidur:
+        names = [n for n in names if n not in ("1000 reference via infersim run", "10000 reference via infersim run")]
+        names += ["1000 reference via infersim run", "10000 reference via infersim run"]
+    print(f"infersim benchmarks: {len(names)} cases, each in its own process (Ctrl-C stops)", flush=True)
+    rows: dict[str, dict[str, Any]] = {}
+    try:
+        for name in names:
+            print(f"  {name} ...", end="", flush=True)
+            try:
+                rows[name] = run_case(Case(name.strip()))
+            except RuntimeError as exc:  # the case's process died (killed, out of memory): go on
+                print(f" failed: {exc}", flush=True)
+                continue
+            print(f" {rows[name]['cpu_s']:.1f} CPU s, {rows[name]['peak_rss_mb']:.0f} MB", flush=True)
+        if args.vs_vidur:
+            for n in (1000, 10000):
+                print(f"  {n} reference via Vidur 0.0.26 ...", end="", flush=True)
+                peer = vidur(n)
+                rows[f"{n} reference via Vidur"] = peer | {"calls": n, "events": math.nan, "steps": math.nan,
+                                                        "simulated_s": math.nan, "replicas": 1}  # fmt: skip
+                print(f" {peer['cpu_s']:.1f} CPU s", flush=True)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the cases finished so far", file=sys.stderr)
+    print(format_table(HEADERS, [row(name, r) for name, r in rows.items()]))
+    for n in (1000, 10000):
+        ours, theirs = rows.get(f"{n} reference via infersim run"), rows.get(f"{n} reference via Vidur")
+        if ours and theirs:
+            print(f"{n:,} requests, start-up included: Vidur takes {theirs['cpu_s'] / ours['cpu_s']:.1f}x "
+                  f"the CPU of infersim")  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

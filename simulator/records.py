@@ -16,6 +16,7 @@ The contract between :mod:`simulator.engine` (which fills these while it runs) a
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -26,6 +27,9 @@ from simulator.analytic.economics import Pricing
 from simulator.config.hardware import HardwareProfile
 
 FloatArray = npt.NDArray[np.float64]
+
+#: Rows per piece when a CSV file is written piece by piece.
+CSV_CHUNK_ROWS = 8192
 
 #: Inter-token latency histogram: log-spaced bins from 1 us to 1000 s, 200 per decade.
 ITL_BIN_EDGES_S = np.logspace(-6, 3, 9 * 200 + 1)
@@ -262,18 +266,29 @@ class RunRecords:
 
     def levels_csv(self) -> str:
         """:meth:`levels` of every replica in long form: ``replica,level,t_s,value`` (exact floats)."""
-        rows = ["replica,level,t_s,value"]
+        return "".join(self.levels_csv_chunks())
+
+    def levels_csv_chunks(self) -> Iterator[str]:
+        """:meth:`levels_csv` in pieces of at most ``CSV_CHUNK_ROWS`` rows (to write it without holding it)."""
+        yield "replica,level,t_s,value\n"
         for replica in range(len(self.batch)):
             for name, (times, values) in self.levels(replica).items():
-                rows += [f"{replica},{name},{t!r},{v!r}" for t, v in zip(times.tolist(), values.tolist(), strict=True)]
-        return "\n".join(rows) + "\n"
+                for start in range(0, times.size, CSV_CHUNK_ROWS):
+                    part = zip(times[start : start + CSV_CHUNK_ROWS].tolist(),
+                               values[start : start + CSV_CHUNK_ROWS].tolist(), strict=True)  # fmt: skip
+                    yield "".join(f"{replica},{name},{t!r},{v!r}\n" for t, v in part)
 
     def to_csv(self) -> str:
         """One row per request; times are exact (shortest round-trip decimal), counts integers."""
-        rows = [",".join(REQUEST_COLUMNS)]
-        columns = [self.requests[f].tolist() for f in REQUEST_COLUMNS]
-        rows += [",".join(_csv_number(v) for v in values) for values in zip(*columns, strict=True)]
-        return "\n".join(rows) + "\n"
+        return "".join(self.csv_chunks())
+
+    def csv_chunks(self) -> Iterator[str]:
+        """:meth:`to_csv` in pieces of at most ``CSV_CHUNK_ROWS`` rows (to write it without holding it)."""
+        yield ",".join(REQUEST_COLUMNS) + "\n"
+        rows = self.requests[REQUEST_COLUMNS[0]].size
+        for start in range(0, rows, CSV_CHUNK_ROWS):
+            columns = [self.requests[f][start : start + CSV_CHUNK_ROWS].tolist() for f in REQUEST_COLUMNS]
+            yield "".join(",".join(_csv_number(v) for v in values) + "\n" for values in zip(*columns, strict=True))
 
 
 def _csv_number(value: float) -> str:

@@ -42,7 +42,6 @@ from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
-from scipy import integrate, stats
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -102,6 +101,8 @@ def expected_max_binomial(trials: float, probability: float, ranks: int) -> floa
     ``E[max] = sum_{x >= 0} (1 - F(x)^ranks)``, summed exactly over the support when it is
     small and over ``mean +- 8 sigma`` otherwise (the tails beyond add below 1e-12).
     """
+    from scipy import stats  # imported here: a dense model's run never needs scipy
+
     n = round(trials)
     if ranks <= 1 or n == 0 or probability <= 0.0:
         return n * probability
@@ -143,6 +144,8 @@ def hot_rank_factor(num_experts: int, ranks: int, expert_load_cv: float) -> floa
     >>> round(hot_rank_factor(256, 32, 0.0), 6)  # no hot experts
     1.0
     """
+    from scipy import integrate, stats
+
     per_rank = num_experts // ranks
     if ranks <= 1 or expert_load_cv <= 0.0 or per_rank >= num_experts:
         return 1.0

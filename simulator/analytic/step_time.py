@@ -199,18 +199,32 @@ class PassTimes:
                          self.bytes_moved * factor)  # fmt: skip
 
 
+class IterationCost(Protocol):
+    """What the engine reads of iterations' times: seconds, FLOPs and bytes, one entry each."""
+
+    @property
+    def total_s(self) -> FloatArray: ...
+
+    @property
+    def flops(self) -> FloatArray: ...
+
+    @property
+    def bytes_moved(self) -> FloatArray: ...
+
+
 class CostModel(Protocol):
     """What the engine asks of a step-time model: the seconds (and the work) of iterations.
 
-    :class:`StepCostModel` is the roofline model of this module; a test double (a constant
-    step time) or another execution style implements the same method.
+    :class:`StepCostModel` is the roofline model of this module (the engine runs it through
+    :class:`~simulator.analytic.step_fast.FastStepCost`); a test double (a constant step time)
+    or another execution style implements the same method.
     """
 
     #: Acceptance of each draft position with speculative decoding; empty without it.
     accepted: tuple[float, ...]
 
-    def iteration_times(self, batch: BatchAggregates) -> PassTimes:
-        """Seconds between iterations for each entry of ``batch``, by component, with FLOPs and bytes."""
+    def iteration_times(self, batch: BatchAggregates) -> IterationCost:
+        """Seconds between iterations for each entry of ``batch``, with FLOPs and bytes."""
         ...
 
     def draft_s(self, context_tokens: FloatArray) -> float:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import yaml
 
-from simulator.cli.output import ResultsFolder
+from simulator.cli.output import FileContents, ResultsFolder
 from simulator.config.loading import Catalog, parse_override
 from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError
@@ -54,11 +54,12 @@ def json_text(payload: object) -> str:
     return json.dumps(strict_json(payload), indent=2, allow_nan=False) + "\n"
 
 
-def run_files(result: RunResult) -> dict[str, str]:
+def run_files(result: RunResult) -> dict[str, FileContents]:
+    """A run's files; the per-request and level tables are written piece by piece."""
     return {
         "summary.json": json_text(result.summary.to_dict()),
-        "requests.csv": result.records.to_csv(),
-        "levels.csv": result.records.levels_csv(),
+        "requests.csv": result.records.csv_chunks(),
+        "levels.csv": result.records.levels_csv_chunks(),
         "scenario.resolved.yaml": scenario_yaml(result.scenario),
     }
 

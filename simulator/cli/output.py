@@ -31,7 +31,7 @@ import secrets
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from simulator.config.files import read_text
@@ -41,7 +41,7 @@ from simulator.version import __version__
 MARKER = ".infersim-results.json"
 LOCK = ".infersim-results.lock"
 STAGING_PREFIX = ".infersim-staging-"
-FileContents = str | bytes
+FileContents = str | bytes | Iterable[str]  # text, bytes, or text in pieces (written as they come)
 
 
 def _internal(name: str) -> bool:
@@ -164,8 +164,11 @@ class ResultsFolder:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     if isinstance(contents, bytes):
                         target.write_bytes(contents)
-                    else:
+                    elif isinstance(contents, str):
                         target.write_text(contents, encoding="utf-8")
+                    else:
+                        with target.open("w", encoding="utf-8") as file:
+                            file.writelines(contents)
                 with _signals_deferred():
                     self._commit(staging, files, replace, owned)
             except OSError as exc:

@@ -25,6 +25,8 @@ import numpy as np
 import simpy
 
 from simulator.analytic.precision import matmul_precision
+from simulator.analytic.step_fast import FastStepCost
+from simulator.analytic.step_time import StepCostModel
 
 # The bundled loads' modules register their processes with start_load when imported.
 from simulator.engine import agents, load, replay  # noqa: F401
@@ -114,13 +116,14 @@ def build(resolved: ResolvedScenario) -> Simulation:
     replicas: list[Replica] = []
     for plan in resolved.backends:
         backend = Backend(plan, [])
+        cost = FastStepCost(plan.cost) if isinstance(plan.cost, StepCostModel) else plan.cost
         for _ in range(plan.replicas):
             rng = np.random.default_rng(replica_seeds[len(replicas)])
             policy = batch_policy(plan.scheduler, plan)
             if plan.kv_tiers and isinstance(policy, PagedBatching):
                 block_bytes = plan.kv_block_tokens * plan.deployment.kv_bytes_per_token
                 factory.tiers[len(replicas)] = KVTiers(plan.kv_tiers, policy.kv, plan.cost, plan.window, block_bytes)
-            replica = Replica(env, len(replicas), plan.cost, policy, recorder, rng, factory.complete,
+            replica = Replica(env, len(replicas), cost, policy, recorder, rng, factory.complete,
                               plan.swap_s_per_block)  # fmt: skip
             replicas.append(replica)
             backend.replicas.append(replica)

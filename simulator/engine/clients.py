@@ -104,6 +104,7 @@ class RequestFactory:
         task: int,
         block_hashes: tuple[int, ...] | None,
         hash_block_tokens: int,
+        awaited: bool = True,
     ) -> Request | None:
         request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes)
         request.task, request.klass, request.priority = task, klass, priority
@@ -120,7 +121,8 @@ class RequestFactory:
         if block_hashes is not None:
             request.hash_ratio = max(1, hash_block_tokens // block_tokens)
         request.one_way_s = self.replica_backend[replica.index].one_way_s
-        request.done = self.env.event()
+        if awaited:  # an event only when somebody waits on it
+            request.done = self.env.event()
         self.recorder.arrival(self.env.now)
         if replica.index in self.handoffs:
             self.handoffs[replica.index].admit(request)  # prefill here, decode on the paired backend
@@ -186,17 +188,20 @@ class ClassSource:
         task: int = -1,
         block_hashes: tuple[int, ...] | None = None,
         hash_block_tokens: int = 0,
+        awaited: bool = True,
     ) -> Request | None:
         """A request now: lengths drawn for ``user`` unless given; a session sticks to one replica.
 
-        ``block_hashes`` (traces) name the prompt's KV blocks of ``hash_block_tokens`` each.
+        ``block_hashes`` (traces) name the prompt's KV blocks of ``hash_block_tokens`` each. A
+        request that is ``awaited`` gets a ``done`` event (None when it was refused); an open-loop
+        arrival nobody waits on gets none (no event scheduled at its completion).
         """
         if lengths is None:
             input_sampler, output_sampler = self.samplers.get(user, self.samplers[-1])
             lengths = (input_sampler.draw(), output_sampler.draw())
         session_key = None if session is None else (self.klass, session)
         return self.factory.make(
-            self.klass, self.priority, user, lengths, session_key, task, block_hashes, hash_block_tokens
+            self.klass, self.priority, user, lengths, session_key, task, block_hashes, hash_block_tokens, awaited
         )
 
 

@@ -7,6 +7,7 @@ are charged like full ones: conservative for gpt-oss.)
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 
@@ -35,9 +36,14 @@ class BlockManager:
         self.evictable: OrderedDict[BlockKey, None] = OrderedDict()
         self.in_use: dict[BlockKey, int] = {}
         self.on_evict: Callable[[list[BlockKey]], None] | None = None  # where reclaimed cached blocks go (KV tiers)
+        self.version = 0  # changes whenever the set of resident cached blocks may have changed
 
-    def blocks_for(self, tokens: FloatArray | float) -> FloatArray:
-        return np.ceil(np.asarray(tokens, dtype=np.float64) / self.block_tokens)
+    def blocks_for(self, tokens: FloatArray) -> FloatArray:
+        return np.ceil(tokens / self.block_tokens)
+
+    def blocks_of(self, tokens: float) -> float:
+        """:meth:`blocks_for` of one sequence, in plain Python."""
+        return float(math.ceil(tokens / self.block_tokens))
 
     @property
     def used(self) -> int:
@@ -54,17 +60,22 @@ class BlockManager:
             return False
         reclaimed = [self.evictable.popitem(last=False)[0] for _ in range(blocks - self.free)]
         self.free += len(reclaimed)
-        if reclaimed and self.on_evict is not None:
-            self.on_evict(reclaimed)
+        if reclaimed:
+            self.version += 1
+            if self.on_evict is not None:
+                self.on_evict(reclaimed)
         self.free -= blocks
         return True
 
     def acquire(self, keys: Sequence[BlockKey]) -> None:
         """Reference resident blocks for a sequence that reuses them."""
+        self.version += 1
+        evictable, in_use = self.evictable, self.in_use
         for key in keys:
-            if key in self.evictable:
-                del self.evictable[key]
-            self.in_use[key] = self.in_use.get(key, 0) + 1
+            if evictable.pop(key, False) is None:  # an idle cached block (never also in use)
+                in_use[key] = 1
+            else:
+                in_use[key] = in_use.get(key, 0) + 1
 
     def publish(self, keys: Sequence[BlockKey | None]) -> list[BlockKey]:
         """Make freshly computed full blocks shareable; returns the keys now referenced.
@@ -73,6 +84,7 @@ class BlockManager:
         private block of its owner (it was computed twice).
         """
         published = []
+        self.version += 1
         for key in keys:
             if key is None or key in self.in_use or key in self.evictable:
                 break
@@ -88,16 +100,18 @@ class BlockManager:
         them in reverse), so eviction trims a cached context from its end and keeps its prefix.
         """
         cached = 0
+        self.version += 1
+        evictable, in_use = self.evictable, self.in_use
         if self.caching:
             for key in reversed(keys[:owned]):
-                if key is not None and key not in self.evictable and key not in self.in_use:
-                    self.evictable[key] = None
+                if key is not None and key not in evictable and key not in in_use:
+                    evictable[key] = None
                     cached += 1
         for key in reversed(shared):
-            count = self.in_use[key] - 1
+            count = in_use[key] - 1
             if count:
-                self.in_use[key] = count
+                in_use[key] = count
             else:
-                del self.in_use[key]
-                self.evictable[key] = None
+                del in_use[key]
+                evictable[key] = None
         self.free += owned - cached

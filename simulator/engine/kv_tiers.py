@@ -105,12 +105,12 @@ class KVTiers:
         if not kv.caching or not request.cacheable or request.swapped is not None:
             return 0.0
         full = int((request.input_tokens + request.generated - 1) // kv.block_tokens)
+        keys = request.block_keys(0, full)
         first = 0
-        while first < full and _resident(kv, request.block_key(first)):
+        while first < full and _resident(kv, keys[first]):
             first += 1
         found: list[tuple[Hashable, int]] = []
-        for index in range(first, full):
-            key = request.block_key(index)
+        for key in keys[first:]:
             tier = self.where.get(key)
             if tier is None:
                 break
@@ -141,6 +141,7 @@ class KVTiers:
         keys = [k for k in self._landing.pop(request.id, []) if not _resident(self.blocks, k)]
         room = min(len(keys), self.blocks.available)
         self.blocks.allocate(room)
+        self.blocks.version += 1  # the resident cached blocks change: prefix hits found before are stale
         for key in keys[:room]:
             self.blocks.evictable[key] = None
             self._forget(key)  # a copy demoted while this one was in flight

@@ -108,7 +108,7 @@ def open_loop(
         yield env.timeout(t - env.now)
         if make.exhausted:  # checked at submission: other classes may have used the budget meanwhile
             return
-        make.submit(user=-1)
+        make.submit(user=-1, awaited=False)
 
 
 def closed_loop_user(

@@ -67,8 +67,12 @@ class Recorder:
 
         Samples are buffered and binned in bulk, so memory stays flat in simulated time.
         """
-        self._itl_durations.extend(np.ravel(durations_s).tolist())
-        self._itl_weights.extend(np.broadcast_to(weights, np.shape(durations_s)).ravel().tolist())
+        durations = np.ravel(durations_s)
+        self._itl_durations.frombytes(durations.astype(np.float64, copy=False).tobytes())
+        if isinstance(weights, float):
+            self._itl_weights.extend(array("d", [weights]) * durations.size)
+        else:
+            self._itl_weights.frombytes(np.ravel(weights).astype(np.float64, copy=False).tobytes())
         if len(self._itl_durations) >= ITL_BUFFER:
             self.flush_inter_tokens()
 
@@ -97,10 +101,10 @@ class Recorder:
     ) -> RunRecords:
         """The records as arrays (requests and tasks sorted by id), once, after the run."""
         self.flush_inter_tokens()
-        table = np.frombuffer(self.requests, dtype=np.float64).reshape(-1, len(REQUEST_COLUMNS)).copy()
+        table = np.frombuffer(self.requests, dtype=np.float64).reshape(-1, len(REQUEST_COLUMNS))  # a view
         order = np.argsort(table[:, 0], kind="stable")
         requests = {name: table[order, i] for i, name in enumerate(REQUEST_COLUMNS)}
-        task_table = np.frombuffer(self.tasks, dtype=np.float64).reshape(-1, len(TASK_COLUMNS)).copy()
+        task_table = np.frombuffer(self.tasks, dtype=np.float64).reshape(-1, len(TASK_COLUMNS))
         task_order = np.argsort(task_table[:, 0], kind="stable")
         tasks = {name: task_table[task_order, i] for i, name in enumerate(TASK_COLUMNS)}
         return RunRecords(

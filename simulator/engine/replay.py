@@ -81,7 +81,7 @@ def _requests(
         if factory.exhausted:
             return
         factory.submit(-1, (row.input_tokens, row.output_tokens), block_hashes=row.block_hashes,
-                       hash_block_tokens=row.hash_block_tokens)  # fmt: skip
+                       hash_block_tokens=row.hash_block_tokens, awaited=False)  # fmt: skip
 
 
 def _session_task(

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import simpy
 
+    from simulator.engine.scheduler import PrefixHit
+
 
 class Request:
     """One model call and its timestamps (seconds). ``generated`` counts emitted tokens."""
@@ -22,6 +24,7 @@ class Request:
         "first_token_s",
         "generated",
         "hash_ratio",
+        "hit",
         "id",
         "input_tokens",
         "klass",
@@ -73,17 +76,19 @@ class Request:
         self.published_upto = 0  # leading blocks of this request that are shared prefix KV
         self.one_way_s = 0.0  # half the network round trip to its backend
         self.reserved_usd = 0.0  # API budget reserved for it when routed
+        self.hit: tuple[int, int, PrefixHit] | None = None  # (cache version, generated, prefix hit) last found
 
     @property
     def cacheable(self) -> bool:
         """Whether any of its blocks has a key (a session or trace hashes): else none is shared."""
         return self.session is not None or self.block_hashes is not None
 
-    def block_key(self, index: int) -> Hashable | None:
-        """Key of the KV block covering tokens [index * bs, (index + 1) * bs) of this context."""
-        if self.block_hashes is not None:
-            trace_block, part = divmod(index, self.hash_ratio)
-            if trace_block < len(self.block_hashes):
-                return (self.session, self.block_hashes[trace_block], part)
-            return None
-        return None if self.session is None else (self.session, index)
+    def block_keys(self, start: int, stop: int) -> list[Hashable | None]:
+        """Keys of the KV blocks ``start..stop-1``: block i covers tokens [i * bs, (i + 1) * bs) of
+        this context; None where a block has no key (no session, or past a trace's hashes)."""
+        if self.block_hashes is None:
+            session = self.session
+            return [None] * (stop - start) if session is None else [(session, i) for i in range(start, stop)]
+        hashes, ratio = self.block_hashes, self.hash_ratio
+        return [(self.session, hashes[i // ratio], i % ratio) if i // ratio < len(hashes) else None
+                for i in range(start, stop)]  # fmt: skip

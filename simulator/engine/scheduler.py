@@ -63,6 +63,7 @@ class WaitingQueue:
         self._levels: dict[int, deque[Request]] = {}
         self._order: list[int] = []  # priorities present, highest first
         self._size = 0
+        self.tokens = 0.0  # prompt and output tokens the waiting requests still need
 
     def _level(self, priority: int) -> deque[Request]:
         if priority not in self._levels:
@@ -73,17 +74,21 @@ class WaitingQueue:
     def append(self, request: Request) -> None:
         self._level(request.priority).append(request)
         self._size += 1
+        self.tokens += _tokens_left(request)
 
     def appendleft(self, request: Request) -> None:
         self._level(request.priority).appendleft(request)
         self._size += 1
+        self.tokens += _tokens_left(request)
 
     def _head_level(self) -> deque[Request]:
         return next(self._levels[p] for p in self._order if self._levels[p])
 
     def popleft(self) -> Request:
         self._size -= 1
-        return self._head_level().popleft()
+        request = self._head_level().popleft()
+        self.tokens -= _tokens_left(request)
+        return request
 
     def __getitem__(self, index: int) -> Request:
         assert index == 0, "only the head of the queue is visible"
@@ -101,6 +106,10 @@ class WaitingQueue:
             yield from self._levels[priority]
 
 
+def _tokens_left(request: Request) -> float:
+    return float(request.input_tokens + request.output_tokens - request.generated)
+
+
 class Plan:
     """One iteration as a policy formed it: the new tokens of each slot (0: not scheduled).
 
@@ -114,6 +123,8 @@ class Plan:
         self.new_tokens = new_tokens
         self.scheduled: BoolArray = new_tokens > 0
         self.decoding: BoolArray = self.scheduled & (slots.prompt_left == 0)
+        self.sequences = int(np.count_nonzero(self.scheduled))
+        self.decodes = int(np.count_nonzero(self.decoding))  # sequences that decode
         self.running = slots.count  # sequences holding a slot (scheduled or not)
         self.budget_left = budget_left  # tokens of the iteration's budget left unused
         self.swapped_blocks = swapped_blocks  # KV blocks moved to or from a slower tier, charged to this iteration
@@ -122,16 +133,12 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        return not self.scheduled.any()
+        return self.sequences == 0
 
     @property
     def all_decoding(self) -> bool:
         """Every scheduled sequence decodes (no prefill chunk in the iteration)."""
-        return bool(np.array_equal(self.decoding, self.scheduled))
-
-    @property
-    def decodes(self) -> int:
-        return int(self.decoding.sum())
+        return self.decodes == self.sequences
 
     @property
     def decode_context(self) -> FloatArray:
@@ -156,6 +163,17 @@ class Plan:
     def first_tokens(self) -> float:
         """Sequences whose prompt this iteration completes (each emits its first token)."""
         return float((self.scheduled & ~self.decoding & (self._slots.prompt_left <= self.new_tokens)).sum())
+
+
+class PrefixHit(NamedTuple):
+    """The leading prompt blocks of a request already resident, and how many of them are idle
+    (cached, referenced by no running sequence: reusing one takes it out of the reclaimable pool)."""
+
+    keys: list[Hashable | None]  # none of them None: a block without a key is never a hit
+    idle: int
+
+
+NO_HIT = PrefixHit([], 0)
 
 
 class Applied(NamedTuple):
@@ -245,6 +263,7 @@ class Slots:
         self.requests: list[Request | None] = [None] * capacity
         self._free = list(range(capacity - 1, -1, -1))
         self._admissions = 0
+        self.tokens_left = 0.0  # prompt and output tokens the running sequences still need (a running sum)
 
     @property
     def count(self) -> int:
@@ -261,6 +280,7 @@ class Slots:
             self.context[slot], self.prompt_left[slot] = request.swapped
             request.swapped = None
         self.out_left[slot] = request.output_tokens - request.generated
+        self.tokens_left += float(self.prompt_left[slot] + self.out_left[slot])
         self.blocks[slot] = float(cached_blocks)
         self._admissions += 1
         self.order[slot] = self._admissions
@@ -272,6 +292,7 @@ class Slots:
         assert request is not None
         self.requests[slot] = None
         self.active[slot] = False
+        self.tokens_left -= float(self.prompt_left[slot] + self.out_left[slot])
         self.blocks[slot] = 0.0
         self._free.append(slot)
         return request
@@ -321,17 +342,14 @@ class PagedBatching:
         return self.kv.block_tokens
 
     def blocks_for(self, tokens: float) -> float:
-        return float(self.kv.blocks_for(tokens))
+        return self.kv.blocks_of(tokens)
 
     def tokens_left(self) -> float:
-        s = self.slots
-        running = float((s.prompt_left[s.active] + s.out_left[s.active]).sum())
-        queued = sum(r.input_tokens + r.output_tokens - r.generated for r in self.waiting)
-        return running + queued
+        return self.slots.tokens_left + self.waiting.tokens
 
     def kv_headroom(self) -> float:
         kv = self.kv
-        demand = sum(float(kv.blocks_for(r.input_tokens + r.generated)) for r in self.waiting)
+        demand = sum(kv.blocks_of(r.input_tokens + r.generated) for r in self.waiting)
         return kv.available - demand
 
     def has_room(self) -> bool:
@@ -358,8 +376,8 @@ class PagedBatching:
         if new <= 0:
             return False
         # reusing an idle cached block takes it out of the reclaimable pool
-        reclaimable = self.kv.available - sum(key in self.kv.evictable for key in hit)
-        return float(self.kv.blocks_for(held)) - len(hit) <= reclaimable
+        reclaimable = self.kv.available - hit.idle
+        return self.kv.blocks_of(held) - len(hit.keys) <= reclaimable
 
     def preempt(self) -> bool:
         """Evict the latest-admitted sequence to the front of the queue (recompute or swap)."""
@@ -369,7 +387,7 @@ class PagedBatching:
         slot = int(np.argmax(np.where(s.active, s.order, -1)))
         if self.swap:
             request_state = (float(s.context[slot]), float(s.prompt_left[slot]))
-            self._swapped_blocks += float(self.kv.blocks_for(s.context[slot]))
+            self._swapped_blocks += self.kv.blocks_of(float(s.context[slot]))
         request = self._release(slot, cache=not self.swap)
         request.published_upto = 0
         request.generated = int(request.output_tokens - s.out_left[slot])
@@ -403,33 +421,42 @@ class PagedBatching:
         """Prefill chunks move into the KV (finished prompts emit their first token), decodes emit
         ``decode_tokens``; blocks the new tokens fill beyond those planned are taken now."""
         s = self.slots
-        on, decoding = plan.scheduled, plan.decoding
-        prefilled = np.where(on & ~decoding, plan.new_tokens, 0.0)
-        s.prompt_left -= prefilled
-        s.context += prefilled
-        self._publish_prefilled(np.flatnonzero(prefilled > 0))
-        finished_prefill = on & ~decoding & (s.prompt_left == 0)
-        emitted = np.zeros(s.capacity)
-        emitted[finished_prefill] = 1.0
-        if decode_tokens.size:
-            emitted[decoding] = decode_tokens
-        emitted = np.minimum(emitted, s.out_left)
-        s.context[decoding] += emitted[decoding]
-        s.out_left -= emitted
-        need = np.maximum(self.kv.blocks_for(s.context[on]) - s.blocks[on], 0.0)
+        slots = np.flatnonzero(plan.scheduled)
+        decoding = plan.decoding[slots]
+        finished = np.zeros(slots.size, dtype=bool)  # prompts this iteration completes
+        if plan.decodes < plan.sequences:
+            prefilling = ~decoding
+            prefilled = np.where(prefilling, plan.new_tokens[slots], 0.0)
+            prompt_left = s.prompt_left[slots] - prefilled
+            s.prompt_left[slots] = prompt_left
+            s.context[slots] += prefilled
+            s.tokens_left -= float(prefilled.sum())
+            self._publish_prefilled(slots[prefilled > 0])
+            finished = prefilling & (prompt_left == 0)
+        emitted = finished.astype(np.float64)
+        emitted[decoding] = decode_tokens
+        out_left = s.out_left[slots]
+        emitted = np.minimum(emitted, out_left)
+        context = s.context[slots] + np.where(decoding, emitted, 0.0)
+        s.context[slots] = context
+        out_left -= emitted
+        s.out_left[slots] = out_left
+        tokens = float(emitted.sum())
+        s.tokens_left -= tokens
+        need = np.maximum(self.kv.blocks_for(context) - s.blocks[slots], 0.0)
         allocated = self.kv.allocate(int(need.sum()))
         assert allocated, "an iteration's blocks are sized to those available when it is planned"
-        s.blocks[on] += need
-        for slot in np.flatnonzero(finished_prefill):
+        s.blocks[slots] += need
+        for slot in slots[finished].tolist():
             request = s.requests[slot]
             if request is not None and math.isnan(request.first_token_s):
                 request.first_token_s = now
         completed = []
-        for slot in np.flatnonzero(on & s.active & (s.out_left <= 0)):
-            request = self._release(int(slot))
+        for slot in slots[out_left <= 0].tolist():
+            request = self._release(slot)
             request.generated = request.output_tokens
             completed.append(request)
-        return Applied(emitted[decoding], float(emitted.sum()), completed)
+        return Applied(emitted[decoding], tokens, completed)
 
     # -- helpers --------------------------------------------------------------------------------
     def _grow(self, slot_ids: IntArray, new_tokens: FloatArray) -> bool:
@@ -444,7 +471,7 @@ class PagedBatching:
     def _reserve(self, slot: int, tokens: float) -> bool:
         """Take the blocks of ``tokens`` of KV for a slot at once (reserve-full admission)."""
         s = self.slots
-        need = max(float(self.kv.blocks_for(tokens)) - float(s.blocks[slot]), 0.0)
+        need = max(self.kv.blocks_of(tokens) - float(s.blocks[slot]), 0.0)
         if not self.kv.allocate(int(need)):
             return False
         s.blocks[slot] += need
@@ -461,7 +488,7 @@ class PagedBatching:
             first = len(request.shared)
             full = int(s.context[slot] // self.kv.block_tokens)
             if full > first and first == request.published_upto and request.cacheable:
-                keys = self.kv.publish([request.block_key(i) for i in range(first, full)])
+                keys = self.kv.publish(request.block_keys(first, full))
                 request.shared.extend(keys)
                 request.published_upto = len(request.shared)
 
@@ -473,25 +500,31 @@ class PagedBatching:
         owned = int(s.blocks[slot]) - len(request.shared)
         first = len(request.shared)
         full = int(s.context[slot] // self.kv.block_tokens)
-        keys = [request.block_key(i) for i in range(first, full)] if cache and request.cacheable else []
+        keys = request.block_keys(first, full) if cache and request.cacheable else []
         self.kv.release(request.shared, owned, keys)
         request.shared = []
         return s.release(slot)
 
-    def _prefix_hit(self, request: Request) -> list[Hashable]:
+    def _prefix_hit(self, request: Request) -> PrefixHit:
         """Keys of the leading prompt blocks already resident (at least one token is left to prefill)."""
         if not self.kv.caching or request.swapped is not None:
-            return []
+            return NO_HIT
+        kv = self.kv
+        if request.hit is not None and request.hit[:2] == (kv.version, request.generated):
+            return request.hit[2]  # nothing cached has changed since it was last looked up
         prompt = request.input_tokens + request.generated
-        evictable, in_use = self.kv.evictable, self.kv.in_use
-        keys = []
-        for index in range(int((prompt - 1) // self.kv.block_tokens)):
-            key = request.block_key(index)
+        keys = request.block_keys(0, int((prompt - 1) // kv.block_tokens))
+        hit, idle = len(keys), 0
+        for index, key in enumerate(keys):
             # blocks without a key (past a trace's hashes) cannot be matched; the hit ends at a miss
-            if key is None or (key not in evictable and key not in in_use):
+            if key is not None and key in kv.evictable:
+                idle += 1
+            elif key is None or key not in kv.in_use:
+                hit = index
                 break
-            keys.append(key)
-        return keys
+        found = PrefixHit(keys[:hit], idle)
+        request.hit = (kv.version, request.generated, found)
+        return found
 
     def _chunk(self, prompt_left: float, budget: int, first_prefill: bool) -> float:
         """Prompt tokens this iteration: a chunk within the budget, or (unchunked) the whole prompt
@@ -502,15 +535,15 @@ class PagedBatching:
 
     def _admission_tokens(
         self, request: Request, budget: int, first_prefill: bool = True
-    ) -> tuple[float, float, list[Hashable]]:
+    ) -> tuple[float, float, PrefixHit]:
         """(KV tokens reserved at admission, new tokens this iteration, reused block keys)."""
         if request.swapped is not None:
             context, prompt_left = request.swapped
             step = min(self.decode_step_tokens, budget)
             new = self._chunk(prompt_left, budget, first_prefill) if prompt_left else step
-            return context + new, new, []
+            return context + new, new, NO_HIT
         hit = self._prefix_hit(request)
-        cached = float(len(hit) * self.kv.block_tokens)
+        cached = float(len(hit.keys) * self.kv.block_tokens)
         prompt = request.input_tokens + request.generated
         chunk = self._chunk(prompt - cached, budget, first_prefill)
         held = prompt + request.output_tokens - request.generated if self.reserve_full else cached + chunk
@@ -535,12 +568,12 @@ class PagedBatching:
             held, new, hit = self._admission_tokens(request, budget, first)
             first = False
             if request.swapped is not None:
-                self._swapped_blocks += float(self.kv.blocks_for(request.swapped[0]))
-            self.kv.acquire(hit)
-            request.shared = hit
-            request.published_upto = len(hit)
-            cached = float(len(hit) * self.kv.block_tokens)
-            slot = s.admit(request, cached, len(hit))
+                self._swapped_blocks += self.kv.blocks_of(request.swapped[0])
+            self.kv.acquire(hit.keys)
+            request.shared = list(hit.keys)
+            request.published_upto = len(hit.keys)
+            cached = float(len(hit.keys) * self.kv.block_tokens)
+            slot = s.admit(request, cached, len(hit.keys))
             if math.isnan(request.admitted_s):
                 request.admitted_s = now
                 request.cached_tokens = int(cached)
@@ -588,7 +621,7 @@ class StaticBatchingPolicy(PagedBatching):
         if s.count == 0:
             while self.waiting and s.count < s.capacity:
                 head = self.waiting[0]
-                need = int(self.kv.blocks_for(head.input_tokens + head.output_tokens))
+                need = int(self.kv.blocks_of(head.input_tokens + head.output_tokens))
                 if not self.kv.allocate(need):
                     break
                 self.waiting.popleft()

@@ -1,0 +1,53 @@
+"""The engine's fast step-cost path equals the reference step-time model (same physics, same numbers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.analytic.step_fast import FastStepCost
+from simulator.analytic.step_time import BatchAggregates, StepCostModel
+from simulator.config.loading import Catalog
+from simulator.config.speculation import SpeculativeSpec
+from tests.conftest import deploy
+
+CATALOG = Catalog()
+DEPLOYMENTS = {
+    "dense TP2 x PP2": deploy(CATALOG, "nvidia-a100-sxm", "llama-2-70b", chips=4, tensor_parallel=2,
+                              pipeline_parallel=2),
+    "MoE": deploy(CATALOG, "nvidia-h100-sxm", "mixtral-8x7b", chips=2),
+    "MoE, data-parallel attention": deploy(CATALOG, "nvidia-h200", "deepseek-v3", chips=8, attention_parallel="data"),
+    "windowed, layer-pipelined": deploy(CATALOG, "cerebras-cs3", "gpt-oss-120b", weights="mxfp4"),
+    "LPU": deploy(CATALOG, "groq-lpu", "llama-3.1-8b", weights="fp8"),
+    "speculative": deploy(CATALOG, "nvidia-h100-sxm", "llama-3.1-70b", chips=4,
+                          speculative=SpeculativeSpec(draft="model", draft_model="llama-3.1-8b", tokens_proposed=4)),
+}  # fmt: skip
+RTOL = 1e-9
+
+
+def _random_batches(rng: np.random.Generator, window: int | None) -> list[BatchAggregates]:
+    batches = []
+    for _ in range(40):
+        size = int(rng.integers(1, 130))
+        new = np.where(rng.random(size) < 0.7, 1.0, rng.integers(1, 4096, size).astype(float))
+        held = rng.integers(0, 40_000, size).astype(float)
+        batches.append(BatchAggregates.of(new, held, window))
+    return batches
+
+
+@pytest.mark.parametrize("name", DEPLOYMENTS)
+def test_fast_path_equals_the_reference_model_on_random_batches_and_decode_jumps(name: str) -> None:
+    reference = StepCostModel(DEPLOYMENTS[name])
+    fast = FastStepCost(reference)
+    window = reference.deployment.model.attention.sliding_window
+    rng = np.random.default_rng(7)
+    jumps = [BatchAggregates.decode_steps(rng.integers(1, 9000, int(n)).astype(float), int(k), window)
+             for n, k in rng.integers(1, 129, (10, 2))]  # fmt: skip
+    for batch in [*_random_batches(rng, window), *jumps]:
+        want, got = reference.iteration_times(batch), fast.iteration_times(batch)
+        np.testing.assert_allclose(got.total_s, want.total_s, rtol=RTOL)
+        np.testing.assert_allclose(got.flops, want.flops, rtol=RTOL)
+        np.testing.assert_allclose(got.bytes_moved, want.bytes_moved, rtol=RTOL)
+    context = rng.integers(1, 9000, 17).astype(float)
+    assert fast.draft_s(context) == pytest.approx(reference.draft_s(context), rel=RTOL)
+    assert (fast.draft is not None) == bool(reference.accepted)
