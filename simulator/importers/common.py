@@ -175,6 +175,21 @@ def whole(data: Mapping[str, object], path: str, where: str, minimum: int = 0) -
     return int(value)
 
 
+def report_object(data: object, where: str, what: str) -> dict[str, object]:
+    """The top-level JSON object of a result file (``what`` names the format in the error)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a JSON object ({what})")
+    return data
+
+
+def succeeded(data: Mapping[str, object], path: str, where: str) -> int:
+    """The count of successful requests at ``path``: at least one, or there is nothing to import."""
+    count = whole(data, path, where, minimum=0)
+    if count == 0:
+        raise ConfigError(f"{where}: {path}: 0 requests succeeded, nothing to import")
+    return count
+
+
 def stats_of(values: FloatArray) -> dict[str, float]:
     """The statistics of :data:`STAT_NAMES` of a sample (NaNs dropped; std with ddof 0, as vLLM's numpy)."""
     finite = values[np.isfinite(values)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from simulator.errors import ConfigError
-from simulator.importers.common import ImportedRun, Load, Stats, get, num, optional, whole
+from simulator.importers.common import ImportedRun, Load, Stats, get, num, optional, report_object, succeeded, whole
 
 FORMAT = "inference-perf"
 _METRICS = {"time_to_first_token": "ttft_s", "time_per_output_token": "tpot_s", "inter_token_latency": "itl_s",
@@ -40,11 +40,8 @@ def _distribution(data: Mapping[str, object], path: str, where: str, count: int)
 
 
 def read(data: object, where: str) -> list[ImportedRun]:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a JSON object (an inference-perf report)")
-    count = whole(data, "successes.count", where, minimum=0)
-    if count == 0:
-        raise ConfigError(f"{where}: successes.count: 0 requests succeeded, nothing to import")
+    data = report_object(data, where, "an inference-perf report")
+    count = succeeded(data, "successes.count", where)
     metrics = {m: _distribution(data, f"successes.latency.{k}", where, count) for k, m in _METRICS.items()
                if optional(data, f"successes.latency.{k}") is not None}  # fmt: skip
     metrics["output_tok_s"] = Stats({"mean": num(data, "successes.throughput.output_tokens_per_sec", where)},

@@ -36,7 +36,9 @@ from simulator.importers.common import (
     model_from_path,
     num,
     optional,
+    report_object,
     stats_of,
+    succeeded,
     whole,
 )
 
@@ -134,11 +136,8 @@ def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
 
 
 def read(data: object, where: str) -> list[ImportedRun]:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a JSON object (vLLM's result file)")
-    completed = whole(data, "completed", where, minimum=0)
-    if completed == 0:
-        raise ConfigError(f"{where}: completed: 0 requests succeeded, nothing to import")
+    data = report_object(data, where, "vLLM's result file")
+    completed = succeeded(data, "completed", where)
     load, refusal, notes = _load(data, where)
     failed = whole(data, "num_prompts", where) - completed
     if failed > 0:

@@ -33,7 +33,7 @@ SHARED_FILES = [
     ("vllm-bench/llm-d-benchmark/llama-3.1-8b_h100_3x-tp1-replicas/*.json",
      ["--hardware", "nvidia-h100-sxm", "--chips", "1", "--replicas", "3", "--stack", "vllm"], "ok"),
     ("vllm-bench/inferencex/gpt-oss-120b_mi355x_1p1d-tp8-tp8/*.json",
-     ["--hardware", "amd-mi355x"], "no hardware profile 'amd-mi355x'"),
+     ["--hardware", "amd-mi355x"], "ok"),
     ("sglang-bench/datacrunch-h200-benchmarks/llama_3_3_70b_*.jsonl",
      ["--hardware", "nvidia-h200", "--model", "llama-3.3-70b", "--chips", "4", "--stack", "sglang"], "ok"),
     ("sglang-bench/datacrunch-h200-benchmarks/llama_405b_online_output.jsonl",
@@ -44,7 +44,9 @@ SHARED_FILES = [
      ["--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--chips", "1", "--stack", "vllm"], "ok"),
     ("inference-perf/kubecon-na-2025/*/summary_lifecycle_metrics.json",
      ["--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b"], "pools stages of different rates"),
-    ("genai-perf/inferencex-aiperf/*/*/*", ["--hardware", "amd-mi355x"], "no hardware profile 'amd-mi355x'"),
+    ("genai-perf/inferencex-aiperf/*/*/profile_export.jsonl", ["--hardware", "amd-mi355x"], "does not name its model"),
+    ("genai-perf/inferencex-aiperf/*/*/profile_export_aiperf.json", ["--hardware", "amd-mi355x"],
+     "fixed-length rows cannot reproduce"),
 ]  # fmt: skip
 
 
