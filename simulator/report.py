@@ -31,8 +31,8 @@ from simulator.analytic.estimate import estimate
 from simulator.analytic.layouts import deploy
 from simulator.captions import Assumptions, best, caption, closed_form_assumptions, run_assumptions, trend
 from simulator.config.deployment import DeploymentSpec
-from simulator.config.files import read_csv, read_json, read_text, read_yaml
-from simulator.config.loading import Catalog, ConfigError
+from simulator.config.files import number, read_csv, read_json, read_text, read_yaml
+from simulator.config.loading import Catalog, ConfigError, format_validation_error
 from simulator.config.scenario import Scenario
 from simulator.results.summary import RunSummary
 from simulator.results.views import (
@@ -95,8 +95,13 @@ LIMITED_MARK = "⚠"
 
 
 def read_summary(path: Path) -> RunSummary:
-    """A ``summary.json`` as the typed summary (``null`` read as NaN)."""
-    return RunSummary.model_validate(read_json(path))
+    """A ``summary.json`` as the typed summary (``null`` read as NaN); a damaged one is an error
+    naming the file and the field."""
+    data = read_json(path)
+    try:
+        return RunSummary.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(str(path), exc, data)) from None
 
 
 def read_scenario(folder: Path) -> Scenario | None:
@@ -175,11 +180,11 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
     levels = folder / "levels.csv"
     if levels.exists():
         series: dict[str, tuple[list[float], list[float]]] = {}
-        for _, row in read_csv(levels, ("replica", "level", "t_s", "value"))[1]:
+        for line, row in read_csv(levels, ("replica", "level", "t_s", "value"))[1]:
             if row["replica"] == "0":
-                series.setdefault(row["level"], ([], []))
-                series[row["level"]][0].append(float(row["t_s"]))
-                series[row["level"]][1].append(float(row["value"]))
+                times, values = series.setdefault(row["level"], ([], []))
+                times.append(number(row["t_s"], f"{levels}:{line}", "t_s"))
+                values.append(number(row["value"], f"{levels}:{line}", "value"))
         sections.append(Section(
             f"{label}: replica 0 over time", figure=plots.timeline(series),
             caption=_captioned("Batch size, queue length and KV occupancy of replica 0 over simulated time.", a),

@@ -1016,17 +1016,16 @@ def damaged(name: str, contents: str | bytes) -> Files:
 
 
 REPORT = ("report", "res")
-REPORT_NAMING_BUG = "report on a damaged results folder names the folder, not the damaged file or field"
 
 REPORT_CASES = [
     case("truncated-summary", REPORT, "res/summary.json", "not valid JSON",
          files=damaged("summary.json", '{"ttft_s": {"count": 20, "me')),
     case("summary-not-utf8", REPORT, "res/summary.json", "UTF-8", files=damaged("summary.json", b'{"a": "\xff"}')),
     case("summary-with-nan", REPORT, "res/summary.json", "NaN", files=damaged("summary.json", '{"ttft_s": NaN}')),
-    case("summary-missing-keys", REPORT, "res", "damaged", files=damaged("summary.json", '{"ttft_s": {}}')),
-    case("summary-a-list", REPORT, "res", "damaged", files=damaged("summary.json", "[1, 2]")),
+    case("summary-missing-keys", REPORT, "res/summary.json", files=damaged("summary.json", '{"ttft_s": {}}')),
+    case("summary-a-list", REPORT, "res/summary.json", files=damaged("summary.json", "[1, 2]")),
     case("summary-empty", REPORT, "res/summary.json", "not valid JSON", files=damaged("summary.json", "")),
-    case("levels-not-numbers", REPORT, "res", "damaged",
+    case("levels-not-numbers", REPORT, "res/levels.csv:2", "t_s",
          files=damaged("levels.csv", "replica,level,t_s,value\n0,batch,abc,1\n")),
     case("requests-ragged", REPORT, "res", "damaged", files=damaged("requests.csv", "id,replica\n1,2,3\n")),
     case("resolved-scenario-not-utf8", REPORT, "res/scenario.resolved.yaml", "UTF-8",
@@ -1034,9 +1033,9 @@ REPORT_CASES = [
     case("compare-json-wrong-shape", REPORT, "res", "damaged", files=damaged("compare.json", '[{"hardware": 3}]')),
     case("sweep-json-wrong-shape", REPORT, "res", "damaged", files=damaged("sweep.json", '{"a": 1}')),
     case("summary-missing-keys-names-the-file", REPORT, "res/summary.json", "ttft_s",
-         files=damaged("summary.json", '{"ttft_s": {}}'), bug=REPORT_NAMING_BUG),
+         files=damaged("summary.json", '{"ttft_s": {}}')),
     case("levels-not-numbers-names-the-file", REPORT, "res/levels.csv",
-         files=damaged("levels.csv", "replica,level,t_s,value\n0,batch,abc,1\n"), bug=REPORT_NAMING_BUG),
+         files=damaged("levels.csv", "replica,level,t_s,value\n0,batch,abc,1\n")),
 ]  # fmt: skip
 
 
