@@ -71,7 +71,10 @@ class LayoutChoice:
 
     @property
     def runner_up(self) -> Candidate | None:
-        return self.ranked[1] if len(self.ranked) > 1 else None
+        """The best layout that differs from the winner (specs that place alike, such as data- and
+        tensor-parallel attention on one chip, are one layout)."""
+        best = self.ranked[0].deployment.layout
+        return next((c for c in self.ranked[1:] if c.deployment.layout != best), None)
 
     def describe(self) -> str:
         """The winner and the runner-up in words."""
