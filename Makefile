@@ -24,8 +24,9 @@ browser:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 	  ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null)
 
+# One test process per core (pytest-xdist): the suite is CPU-bound and its tests are independent.
 test: $(STAMP) browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 # make bench: the quick set; make bench BENCH="--full" (or "--vs-vidur", "--cases ...") for more
 bench: $(STAMP)
