@@ -92,8 +92,8 @@ def poisson(old: str, new: str) -> Files:
 #: A 401-digit integer: YAML and JSON read it as a Python int, which no float holds.
 BIG_INT = "1" + "0" * 400
 PLACEMENT_BUG = (
-    "an automatic layout's placement error ('pipeline_parallel 268435456 exceeds the model's 32 layers' for chips: "
-    "2147483648) names the scenario file but not the deployment field the user wrote (deployment.chips)"
+    "an automatic layout's placement error ('chips: 2147483648 chips as 8 x 268435456 stages need ... more than the "
+    "model's 32 layers') names the scenario file and 'chips' but not the field's path (deployment.chips)"
 )
 
 SCENARIO_CASES = [
@@ -226,7 +226,8 @@ SCENARIO_CASES = [
          files=scenario("hardware: nvidia-h100-sxm", "hardware: nvidia-h900")),
     case("model-does-not-fit-names-the-file", RUN, "s.yaml",
          files=scenario("model: llama-3.1-8b", "model: llama-3.1-405b")),
-    case("chips-two-billion", RUN, "exceeds the model's 32 layers", files=scenario("chips: 1", "chips: 2147483648")),
+    case("chips-two-billion", RUN, "more than the model's 32 layers", "at most 256 chips",
+         files=scenario("chips: 1", "chips: 2147483648")),
     case("placement-error-names-the-file-and-field", RUN, "s.yaml", "deployment.chips",
          files=scenario("chips: 1", "chips: 2147483648"),
          bug=PLACEMENT_BUG),
