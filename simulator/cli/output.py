@@ -231,7 +231,8 @@ def _probe(path: Path, ancestor: Path) -> None:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ConfigError(f"{path}: cannot write there: {ancestor} is not writable")
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=ancestor))
+        # named as this writer's staging, so a concurrent writer's clean-up leaves it alone
+        os.rmdir(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=ancestor))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot write there: {ancestor}: {exc.strerror or exc}") from None
 
