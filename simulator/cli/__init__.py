@@ -23,6 +23,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -42,7 +43,21 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that cleanup (worker pools, staging folders) runs."""
 
 
+#: Seconds the cleanup after SIGTERM may take before the process exits regardless: the raise can
+#: land where Python swallows exceptions (a fork handler of the logging module, a finaliser), and
+#: then nothing else would end the command.
+TERMINATE_GRACE_S = 5.0
+
+
+def _terminate_now() -> None:
+    print("infersim: terminated; no results folder was written", file=sys.stderr, flush=True)
+    os._exit(EXIT_TERMINATED)
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    watchdog = threading.Timer(TERMINATE_GRACE_S, _terminate_now)
+    watchdog.daemon = True
+    watchdog.start()
     raise Terminated
 
 
