@@ -361,8 +361,10 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
         chips = _round_chips(hardware, _chips_needed(weight_bytes, floor, tier))
     if pp > model.num_layers:
         field = "pipeline_parallel" if spec.pipeline_parallel else "chips"
-        raise PlacementError(f"{field}: {chips} chips as {tp} x {pp} stages need {pp} pipeline stages, more than "
-                             f"the model's {model.num_layers} layers (at most {tp * model.num_layers} chips here)")
+        raise PlacementError(
+            f"{field}: {chips} chips as {tp} x {pp} stages need {pp} pipeline stages, more than "
+            f"the model's {model.num_layers} layers (at most {tp * model.num_layers} chips here)"
+        )
     dp = 1
     if spec.attention_parallel == "data":
         dp, tp = _data_parallel_attention(model, tp)
