@@ -77,6 +77,16 @@ class BlockManager:
             else:
                 in_use[key] = in_use.get(key, 0) + 1
 
+    def cache_loaded(self, keys: Sequence[BlockKey]) -> int:
+        """Blocks loaded from a lower tier join the cache as its most recent, as many as there is
+        room for; returns how many did."""
+        room = min(len(keys), self.available)
+        self.allocate(room)
+        self.version += 1
+        for key in keys[:room]:
+            self.evictable[key] = None
+        return room
+
     def publish(self, keys: Sequence[BlockKey | None]) -> list[BlockKey]:
         """Make freshly computed full blocks shareable; returns the keys now referenced.
 

@@ -139,11 +139,8 @@ class KVTiers:
         """The loaded blocks join the serving tier's cache as its most recent (as many as fit)."""
         self._now = now
         keys = [k for k in self._landing.pop(request.id, []) if not _resident(self.blocks, k)]
-        room = min(len(keys), self.blocks.available)
-        self.blocks.allocate(room)
-        self.blocks.version += 1  # the resident cached blocks change: prefix hits found before are stale
+        room = self.blocks.cache_loaded(keys)
         for key in keys[:room]:
-            self.blocks.evictable[key] = None
             self._forget(key)  # a copy demoted while this one was in flight
         self.lost += len(keys) - room
 
