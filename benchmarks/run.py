@@ -10,7 +10,8 @@ prints the table of those finished. Cases:
   most, 16-token KV blocks, no prefix caching, Poisson arrivals at 1 request/s, 1,024 prompt and
   256 output tokens. ``N reference`` runs N requests; ``T s reference`` runs T simulated seconds
   (memory at 10k and 100k simulated seconds should match); ``N reference via infersim run`` is ``infersim
-  run`` writing every request row, start-up included.
+  run`` writing every request row, start-up included; ``N reference on R replicas`` is R replicas
+  at R requests/s behind least-outstanding-tokens routing (the router's cost per request).
 - ``chat``: Poisson arrivals at 60 % of a deployment's analytic saturation throughput, lognormal
   512-token prompts and 128-token answers, per architecture.
 - ``agents``: N agents each run one 50-step task (1k-token system prompt, ~250 tokens added per
@@ -67,13 +68,16 @@ AGENT_HARDWARE = "nvidia-h100-sxm"
 PROMPT_MEDIAN, ANSWER_MEDIAN = 512, 128
 LOAD_FRACTION = 0.6
 QUICK = ["1000 reference", "10000 reference", "10000 reference via infersim run", "200 agents"]
-FULL = [*QUICK, "100000 reference", "1000000 reference", "1000000 reference via infersim run", "10000 s reference",
+FULL = [*QUICK, "10000 reference on 64 replicas", "100000 reference", "1000000 reference",
+        "1000000 reference via infersim run", "10000 s reference",
         "100000 s reference", "10000 agents", *(f"10000 chat on {hw}" for hw in ARCHITECTURES)]  # fmt: skip
 PEERS = Path(__file__).resolve().parents[1].parent / "shared" / "peers"
 
 
-def reference_scenario(requests: int | None = None, duration_s: float | None = None) -> dict[str, Any]:
-    """The reference workload (module docstring) as a scenario mapping."""
+def reference_scenario(
+    requests: int | None = None, duration_s: float | None = None, replicas: int = 1
+) -> dict[str, Any]:
+    """The reference workload (module docstring) as a scenario mapping, on ``replicas`` replicas."""
     run: dict[str, Any] = {"seed": 1}
     if duration_s is not None:
         run |= {"duration": f"{duration_s:g} s", "drain": False}
@@ -86,7 +90,9 @@ def reference_scenario(requests: int | None = None, duration_s: float | None = N
         "scheduler": {"policy": "continuous", "priority": "prefill-first", "max_batch_size": 128,
                       "max_batched_tokens": 4096, "kv_block_tokens": 16},
         "prefix_caching": False,
-        "load": {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 1.0}},
+        "replicas": replicas,
+        "router": {"policy": "least-outstanding-tokens"},
+        "load": {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": float(replicas)}},
         "requests": {"input_tokens": {"dist": "constant", "value": 1024},
                      "output_tokens": {"dist": "constant", "value": 256}},
         "run": run,
@@ -147,7 +153,7 @@ def _bench_catalog(folder: Path) -> Catalog:
 @dataclass(frozen=True)
 class Case:
     """One benchmark case, parsed from its name: ``N reference``, ``T s reference``, ``N reference
-    via infersim run``, ``N agents``, ``N chat on HARDWARE``."""
+    via infersim run``, ``N reference on R replicas``, ``N agents``, ``N chat on HARDWARE``."""
 
     name: str
 
@@ -158,6 +164,8 @@ class Case:
     def scenario(self, catalog: Catalog) -> dict[str, Any]:
         if " s reference" in self.name:
             return reference_scenario(duration_s=self.size)
+        if " replicas" in self.name:
+            return reference_scenario(requests=self.size, replicas=int(self.name.split()[-2]))
         if "reference" in self.name:
             return reference_scenario(requests=self.size)
         if "agents" in self.name:

@@ -8,6 +8,13 @@ least outstanding tokens, power of two, KV-aware), unless session affinity alrea
 Both choices are registered under the names the config gives them (:func:`backend_choice`,
 :func:`replica_choice`): a new one is one registered function.
 
+The least-loaded choices (JSQ, least outstanding tokens, KV-aware, and the SLO-aware
+prediction's least-loaded replica) cost O(log R) per request on R replicas, not a scan: each
+backend keeps a heap of ``(load, replica index)`` per load measure (:class:`LeastLoaded`), a
+replica marks itself whenever its load may have changed (an arrival, an admission, an
+iteration), and only marked replicas are re-pushed before the next choice. The choice is the
+scan's: the least load, ties to the first candidate.
+
 SLO-aware prediction (a router's model, not the simulator's physics, which the replicas
 run): on backend ``b`` with ``n`` requests outstanding on its least-loaded replica, batch cap
 ``B`` and the closed-form :func:`~simulator.analytic.estimate.estimate` at ``min(n + 1, B)``
@@ -28,6 +35,7 @@ is reserved when the request is routed and settled at its actual price on comple
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -112,6 +120,42 @@ class Backend:
         return self.usd_per_replica_hour / SECONDS_PER_HOUR / tok_s
 
 
+Load = Callable[[Replica], float]
+
+
+class LeastLoaded:
+    """The replica of one backend with the least ``load`` (ties: the lowest index), in O(log R).
+
+    A heap of ``(load, index, stamp)`` entries with lazy deletion: a replica whose load may have
+    changed is in ``changed`` (it adds itself, :attr:`Replica.watchers`); before a query each of
+    those is pushed afresh with a new stamp, and entries whose stamp is not their replica's
+    latest are skipped. The heap is rebuilt when stale entries outnumber live ones 4 to 1.
+    """
+
+    def __init__(self, replicas: list[Replica], load: Load) -> None:
+        self.replicas = {r.index: r for r in replicas}
+        self.load = load
+        self.changed: set[int] = set(self.replicas)
+        self.stamps = dict.fromkeys(self.replicas, 0)
+        self.heap: list[tuple[float, int, int]] = []
+        for replica in replicas:
+            replica.watchers.append(self.changed)
+
+    def least(self) -> tuple[float, Replica]:
+        """(load, replica) of the least-loaded replica now."""
+        heap, stamps = self.heap, self.stamps
+        for index in self.changed:
+            stamps[index] += 1
+            heapq.heappush(heap, (self.load(self.replicas[index]), index, stamps[index]))
+        self.changed.clear()
+        if len(heap) > 4 * len(stamps):
+            heap[:] = [entry for entry in heap if entry[2] == stamps[entry[1]]]
+            heapq.heapify(heap)
+        while heap[0][2] != stamps[heap[0][1]]:
+            heapq.heappop(heap)
+        return heap[0][0], self.replicas[heap[0][1]]
+
+
 def _bucket(x: int) -> int:
     return 1 << max(0, round(math.log2(max(x, 1))))
 
@@ -127,6 +171,7 @@ class Router:
         self.cursors: dict[tuple[int, ...], int] = {}  # round robin: the next turn of each candidate set
         self.bucket_usd = self._bucket_cap
         self._bucket_t = 0.0
+        self._least: dict[tuple[int, Load], LeastLoaded] = {}  # per backend and load measure
 
     def bind(self, backends: list[Backend], allowed: list[tuple[int, ...]]) -> None:
         """Connect the built backends; ``allowed`` holds the backend indices each class may use."""
@@ -167,8 +212,9 @@ class Router:
             candidates = [b for b in self.allowed[request.klass] if usable(b)]
             if not candidates:
                 return None
-            candidates = BACKEND_CHOICES[self.spec.backend_choice](candidates, klass, request.input_tokens, output)
-            replica = self._choose([r for b in candidates for r in b.replicas])
+            choice = BACKEND_CHOICES[self.spec.backend_choice]
+            candidates = choice(self, candidates, klass, request.input_tokens, output)
+            replica = self._choose(candidates)
             if sticky:
                 self._affinity[request.session] = replica
         backend = self._backend_of[replica.index]
@@ -192,13 +238,28 @@ class Router:
             self.bucket_usd = min(self._bucket_cap, self.bucket_usd + rate * (now - self._bucket_t))
             self._bucket_t = now
 
-    def _choose(self, replicas: list[Replica]) -> Replica:
-        return replicas[0] if len(replicas) == 1 else REPLICA_CHOICES[self.spec.policy](self, replicas)
+    def _choose(self, backends: list[Backend]) -> Replica:
+        if len(backends) == 1 and len(backends[0].replicas) == 1:
+            return backends[0].replicas[0]
+        return REPLICA_CHOICES[self.spec.policy](self, backends)
+
+    def least_loaded(self, backends: list[Backend], load: Load) -> Replica:
+        """The replica of ``backends`` with the least ``load``, ties to the first (in O(B log R))."""
+        best, best_load = None, math.inf
+        for backend in backends:
+            key = (backend.index, load)
+            if key not in self._least:
+                self._least[key] = LeastLoaded(backend.replicas, load)
+            value, replica = self._least[key].least()
+            if best is None or value < best_load:
+                best, best_load = replica, value
+        assert best is not None
+        return best
 
 
-def _predict(backend: Backend, prompt: int, output: int) -> tuple[float, float]:
+def _predict(router: Router, backend: Backend, prompt: int, output: int) -> tuple[float, float]:
     """(TTFT s, TPOT s) a request would see on ``backend`` now (module docstring)."""
-    replica = min(backend.replicas, key=lambda r: r.outstanding)
+    replica = router.least_loaded([backend], _requests)
     n, cap = replica.outstanding, backend.batch_cap
     prefill, itl = backend.prefill_and_itl(prompt, output, min(n + 1, cap))
     ahead = max(0, n + 1 - cap)
@@ -209,11 +270,11 @@ def _predict(backend: Backend, prompt: int, output: int) -> tuple[float, float]:
 
 
 # -- the router's choices, by the names the config gives them --------------------------------
-BackendChoice = Callable[[list[Backend], ClassRouting, int, int], list[Backend]]
-ReplicaChoice = Callable[[Router, list[Replica]], Replica]
+BackendChoice = Callable[[Router, list[Backend], ClassRouting, int, int], list[Backend]]
+ReplicaChoice = Callable[[Router, list[Backend]], Replica]
 #: ``router.backend_choice``: the backends whose replicas are candidates, from the usable ones.
 BACKEND_CHOICES: dict[str, BackendChoice] = {}
-#: ``router.policy``: the replica a request goes to, among two or more candidates.
+#: ``router.policy``: the replica a request goes to, among the candidate backends' (two or more).
 REPLICA_CHOICES: dict[str, ReplicaChoice] = {}
 
 
@@ -238,18 +299,18 @@ def replica_choice(name: str) -> Callable[[ReplicaChoice], ReplicaChoice]:
 
 
 @backend_choice("pooled")
-def _pooled(backends: list[Backend], klass: ClassRouting, prompt: int, output: int) -> list[Backend]:
+def _pooled(router: Router, backends: list[Backend], klass: ClassRouting, prompt: int, output: int) -> list[Backend]:
     """Every usable backend's replicas are candidates."""
     return backends
 
 
 @backend_choice("slo-aware")
-def _slo_aware(backends: list[Backend], klass: ClassRouting, prompt: int, output: int) -> list[Backend]:
+def _slo_aware(router: Router, backends: list[Backend], klass: ClassRouting, prompt: int, output: int) -> list[Backend]:
     """The cheapest backend predicted to meet the class's bounds, else the fastest predicted TTFT."""
     ranked = sorted(backends, key=lambda b: b.usd_per_output_token(prompt, max(output, 1)))
     best, best_ttft = ranked[0], math.inf
     for backend in ranked:
-        ttft, tpot = _predict(backend, prompt, max(output, 1))
+        ttft, tpot = _predict(router, backend, prompt, max(output, 1))
         if (klass.ttft_bound_s is None or ttft <= klass.ttft_bound_s) and (
             klass.tpot_bound_s is None or tpot <= klass.tpot_bound_s
         ):
@@ -259,9 +320,27 @@ def _slo_aware(backends: list[Backend], klass: ClassRouting, prompt: int, output
     return [best]
 
 
+def _requests(replica: Replica) -> float:
+    return float(replica.outstanding)
+
+
+def _tokens(replica: Replica) -> float:
+    return replica.outstanding_tokens
+
+
+def _kv_used(replica: Replica) -> float:
+    """Least headroom first is most loaded: the load is minus the free KV after the queue."""
+    return -replica.kv_headroom
+
+
+def _flat(backends: list[Backend]) -> list[Replica]:
+    return [r for b in backends for r in b.replicas]
+
+
 @replica_choice("round-robin")
-def _round_robin(router: Router, replicas: list[Replica]) -> Replica:
+def _round_robin(router: Router, backends: list[Backend]) -> Replica:
     """A cursor per candidate set, so each set is cycled evenly."""
+    replicas = _flat(backends)
     key = tuple(r.index for r in replicas)
     turn = router.cursors.get(key, 0)
     router.cursors[key] = turn + 1
@@ -269,27 +348,29 @@ def _round_robin(router: Router, replicas: list[Replica]) -> Replica:
 
 
 @replica_choice("random")
-def _random(router: Router, replicas: list[Replica]) -> Replica:
+def _random(router: Router, backends: list[Backend]) -> Replica:
+    replicas = _flat(backends)
     return replicas[int(router.rng.integers(len(replicas)))]
 
 
 @replica_choice("power-of-two")
-def _power_of_two(router: Router, replicas: list[Replica]) -> Replica:
+def _power_of_two(router: Router, backends: list[Backend]) -> Replica:
     """The less loaded of two random replicas (Mitzenmacher 2001)."""
+    replicas = _flat(backends)
     a, b = (replicas[int(i)] for i in router.rng.choice(len(replicas), size=2, replace=False))
     return a if a.outstanding <= b.outstanding else b
 
 
 @replica_choice("join-shortest-queue")
-def _shortest_queue(router: Router, replicas: list[Replica]) -> Replica:
-    return min(replicas, key=lambda r: float(r.outstanding))
+def _shortest_queue(router: Router, backends: list[Backend]) -> Replica:
+    return router.least_loaded(backends, _requests)
 
 
 @replica_choice("least-outstanding-tokens")
-def _least_tokens(router: Router, replicas: list[Replica]) -> Replica:
-    return min(replicas, key=lambda r: r.outstanding_tokens)
+def _least_tokens(router: Router, backends: list[Backend]) -> Replica:
+    return router.least_loaded(backends, _tokens)
 
 
 @replica_choice("kv-aware")
-def _most_kv(router: Router, replicas: list[Replica]) -> Replica:
-    return min(replicas, key=lambda r: -r.kv_headroom)
+def _most_kv(router: Router, backends: list[Backend]) -> Replica:
+    return router.least_loaded(backends, _kv_used)

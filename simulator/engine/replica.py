@@ -50,6 +50,11 @@ class Replica:
         self.swap_s_per_block = swap_s_per_block
         self._wake: simpy.Event | None = None
         self.in_transit, self.in_transit_tokens, self.in_transit_blocks = 0, 0.0, 0.0
+        self.watchers: list[set[int]] = []  # routers' sets of replicas whose load may have changed
+
+    def _load_changed(self) -> None:
+        for changed in self.watchers:
+            changed.add(self.index)
 
     # -- entry from the router -----------------------------------------------------------------
     @property
@@ -65,6 +70,7 @@ class Replica:
         self.in_transit += 1
         self.in_transit_tokens += request.input_tokens + request.output_tokens
         self.in_transit_blocks += self.policy.blocks_for(request.input_tokens)
+        self._load_changed()
 
     def submit(self, request: Request) -> None:
         if request.one_way_s > 0:  # it was reserved when routed
@@ -73,6 +79,7 @@ class Replica:
             self.in_transit_blocks -= self.policy.blocks_for(request.input_tokens)
         request.replica = self.index
         self.policy.enqueue(request)
+        self._load_changed()
         self.recorder.queue[self.index].record(self.env.now, self.policy.queued)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -100,10 +107,12 @@ class Replica:
     def run(self) -> ProcessGenerator:
         policy = self.policy
         while True:
+            self._load_changed()  # the iteration that ended (or a preemption) changed it
             if policy.running == 0 and policy.queued == 0:
                 yield self._sleep()
                 continue
             plan = policy.plan(self.env.now)
+            self._load_changed()  # admissions
             self._record_queue()
             if plan.empty:
                 if policy.running == 0 or not policy.preempt():

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
+from simulator.engine.fleet import Backend, Router
+from simulator.engine.replica import Replica
 from tests.engine.conftest import run, service_time_s
 from tests.engine.test_queueing_laws import COST
 
@@ -66,3 +70,39 @@ def test_kv_aware_routing_balances_kv_demand() -> None:
             run={"seed": 3, "max_requests": 600}).records.requests  # fmt: skip
     per_replica = np.bincount(r["replica"].astype(int), weights=r["input_tokens"])
     assert per_replica.min() > 0.7 * per_replica.max()
+
+
+@pytest.mark.parametrize(
+    ("policy", "backend_choice"),
+    [("join-shortest-queue", "pooled"), ("least-outstanding-tokens", "pooled"), ("kv-aware", "pooled"),
+     ("least-outstanding-tokens", "slo-aware")],
+)  # fmt: skip
+def test_the_load_index_chooses_what_a_scan_of_every_replica_would(
+    policy: str, backend_choice: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At every routing decision the heap's least-loaded replica is the scan's: the least load, ties
+    to the first candidate (backends in order, replicas by index), while loads change between decisions."""
+    indexed = Router.least_loaded
+    checked = []
+
+    def least_loaded(router: Router, backends: list[Backend], load: Callable[[Replica], float]) -> Replica:
+        chosen = indexed(router, backends, load)
+        scanned = min((r for b in backends for r in b.replicas), key=load)
+        assert chosen is scanned
+        checked.append(len([r for b in backends for r in b.replicas]))
+        return chosen
+
+    monkeypatch.setattr(Router, "least_loaded", least_loaded)
+    backend = {"deployment": {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1}, "replicas": 3}
+    run(
+        backends=[{"name": "a", **backend}, {"name": "b", **backend}],
+        scheduler={"policy": "continuous", "max_batch_size": 4},
+        router={"policy": policy, "backend_choice": backend_choice},
+        load={"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 60.0}},
+        requests={
+            "input_tokens": {"dist": "uniform", "low": 16, "high": 2048},
+            "output_tokens": {"dist": "geometric", "mean": 64},
+        },
+        run={"seed": 3, "max_requests": 600},
+    )
+    assert len(checked) >= 600 and max(checked) >= 3
