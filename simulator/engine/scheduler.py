@@ -32,6 +32,7 @@ class through :func:`batch_policy`: a new one is a config class and one register
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections import deque
@@ -111,7 +112,7 @@ def _tokens_left(request: Request) -> float:
 
 
 class Plan:
-    """One iteration as a policy formed it: the new tokens of each slot (0: not scheduled).
+    """One iteration as a policy formed it: the slots it schedules (ascending) and their new tokens.
 
     The policy's slots do not change until it applies the plan, so the views below describe
     the planned iteration whenever they are read before :meth:`BatchPolicy.apply`.
@@ -120,11 +121,12 @@ class Plan:
     def __init__(
         self, new_tokens: FloatArray, slots: Slots, window: int | None, budget_left: int, swapped_blocks: float
     ) -> None:
-        self.new_tokens = new_tokens
-        self.scheduled: BoolArray = new_tokens > 0
-        self.decoding: BoolArray = self.scheduled & (slots.prompt_left == 0)
-        self.sequences = int(np.count_nonzero(self.scheduled))
-        self.decodes = int(np.count_nonzero(self.decoding))  # sequences that decode
+        self.ids: IntArray = np.flatnonzero(new_tokens)  # the scheduled slots, ascending
+        self.new: FloatArray = new_tokens[self.ids]  # their new tokens
+        self.context: FloatArray = slots.context[self.ids]  # tokens each holds in KV before the iteration
+        self.decoding: BoolArray = slots.prompt_left[self.ids] == 0  # which of them decode
+        self.sequences = int(self.ids.size)
+        self.decodes = int(np.count_nonzero(self.decoding)) if slots.prefilling else self.sequences
         self.running = slots.count  # sequences holding a slot (scheduled or not)
         self.budget_left = budget_left  # tokens of the iteration's budget left unused
         self.swapped_blocks = swapped_blocks  # KV blocks moved to or from a slower tier, charged to this iteration
@@ -143,26 +145,28 @@ class Plan:
     @property
     def decode_context(self) -> FloatArray:
         """Tokens in the KV cache of each decoding sequence."""
-        return self._slots.context[self.decoding]
+        return self.context if self.all_decoding else self.context[self.decoding]
 
     @property
     def batch(self) -> BatchAggregates:
         """What the step-time model needs of this iteration."""
-        on = self.scheduled
-        return BatchAggregates.of(self.new_tokens[on], self._slots.context[on], self.window)
+        return BatchAggregates.of(self.new, self.context, self.window)
 
     def decode_steps(self, steps: int) -> BatchAggregates:
         """The aggregates of ``steps`` decode steps of the scheduled batch, unchanged."""
-        return BatchAggregates.decode_steps(self._slots.context[self.scheduled], steps, self.window)
+        return BatchAggregates.decode_steps(self.context, steps, self.window)
 
     @property
     def prefill_tokens(self) -> float:
-        return float(np.where(self.scheduled & ~self.decoding, self.new_tokens, 0.0).sum())
+        return 0.0 if self.all_decoding else float(self.new[~self.decoding].sum())
 
     @property
     def first_tokens(self) -> float:
         """Sequences whose prompt this iteration completes (each emits its first token)."""
-        return float((self.scheduled & ~self.decoding & (self._slots.prompt_left <= self.new_tokens)).sum())
+        if self.all_decoding:
+            return 0.0
+        prompt_left = self._slots.prompt_left[self.ids]
+        return float((~self.decoding & (prompt_left <= self.new)).sum())
 
 
 class PrefixHit(NamedTuple):
@@ -250,7 +254,8 @@ class BatchPolicy(Protocol):
 
 
 class Slots:
-    """The running set of one replica as fixed arrays, one entry per batch slot."""
+    """The running set of one replica as fixed arrays, one entry per batch slot, and the slots
+    that prefill and that decode, each list in admission order."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -261,6 +266,8 @@ class Slots:
         self.order = np.zeros(capacity, dtype=np.int64)  # admission sequence number
         self.active = np.zeros(capacity, dtype=bool)
         self.requests: list[Request | None] = [None] * capacity
+        self.prefilling: list[int] = []  # slots with prompt tokens left
+        self.decoding: list[int] = []  # slots whose prompt is in KV
         self._free = list(range(capacity - 1, -1, -1))
         self._admissions = 0
         self.tokens_left = 0.0  # prompt and output tokens the running sequences still need (a running sum)
@@ -285,7 +292,18 @@ class Slots:
         self._admissions += 1
         self.order[slot] = self._admissions
         self.active[slot] = True
+        (self.prefilling if self.prompt_left[slot] > 0 else self.decoding).append(slot)  # the latest admitted
         return slot
+
+    def prefilled(self, slot: int) -> None:
+        """A slot's prompt is all in KV: it decodes from now on (kept in admission order)."""
+        self.prefilling.remove(slot)
+        bisect.insort(self.decoding, slot, key=self.order.__getitem__)
+
+    def latest(self) -> int | None:
+        """The slot admitted last, None when none runs."""
+        last = [lane[-1] for lane in (self.prefilling, self.decoding) if lane]
+        return max(last, key=self.order.__getitem__) if last else None
 
     def release(self, slot: int) -> Request:
         request = self.requests[slot]
@@ -294,6 +312,7 @@ class Slots:
         self.active[slot] = False
         self.tokens_left -= float(self.prompt_left[slot] + self.out_left[slot])
         self.blocks[slot] = 0.0
+        (self.prefilling if self.prompt_left[slot] > 0 else self.decoding).remove(slot)
         self._free.append(slot)
         return request
 
@@ -382,9 +401,9 @@ class PagedBatching:
     def preempt(self) -> bool:
         """Evict the latest-admitted sequence to the front of the queue (recompute or swap)."""
         s = self.slots
-        if not s.active.any():
+        slot = s.latest()
+        if slot is None:
             return False
-        slot = int(np.argmax(np.where(s.active, s.order, -1)))
         if self.swap:
             request_state = (float(s.context[slot]), float(s.prompt_left[slot]))
             self._swapped_blocks += self.kv.blocks_of(float(s.context[slot]))
@@ -400,11 +419,10 @@ class PagedBatching:
     def unchanged_steps(self, plan: Plan) -> int:
         """To the first completion, or the last step whose new blocks are all available."""
         s = self.slots
-        on = plan.scheduled
-        k_done = int(s.out_left[on].min())
+        k_done = int(s.out_left[plan.ids].min())
         if k_done <= 1:
             return 1
-        context, blocks = s.context[on], s.blocks[on]
+        context, blocks = plan.context, s.blocks[plan.ids]
 
         def extra_blocks(k: int) -> float:
             return float(np.maximum(self.kv.blocks_for(context + k) - blocks, 0.0).sum())
@@ -421,23 +439,29 @@ class PagedBatching:
         """Prefill chunks move into the KV (finished prompts emit their first token), decodes emit
         ``decode_tokens``; blocks the new tokens fill beyond those planned are taken now."""
         s = self.slots
-        slots = np.flatnonzero(plan.scheduled)
-        decoding = plan.decoding[slots]
-        finished = np.zeros(slots.size, dtype=bool)  # prompts this iteration completes
-        if plan.decodes < plan.sequences:
-            prefilling = ~decoding
-            prefilled = np.where(prefilling, plan.new_tokens[slots], 0.0)
+        slots, decoding, context = plan.ids, plan.decoding, plan.context
+        out_left = s.out_left[slots]
+        if plan.all_decoding:
+            emitted = np.minimum(decode_tokens, out_left)
+            context = context + emitted
+        else:
+            prefilled = np.where(decoding, 0.0, plan.new)
             prompt_left = s.prompt_left[slots] - prefilled
             s.prompt_left[slots] = prompt_left
-            s.context[slots] += prefilled
+            context = context + prefilled
+            s.context[slots] = context
             s.tokens_left -= float(prefilled.sum())
             self._publish_prefilled(slots[prefilled > 0])
-            finished = prefilling & (prompt_left == 0)
-        emitted = finished.astype(np.float64)
-        emitted[decoding] = decode_tokens
-        out_left = s.out_left[slots]
-        emitted = np.minimum(emitted, out_left)
-        context = s.context[slots] + np.where(decoding, emitted, 0.0)
+            finished = ~decoding & (prompt_left == 0)  # prompts this iteration completes
+            emitted = finished.astype(np.float64)
+            emitted[decoding] = decode_tokens
+            emitted = np.minimum(emitted, out_left)
+            context = context + np.where(decoding, emitted, 0.0)
+            for slot in slots[finished].tolist():
+                s.prefilled(slot)
+                request = s.requests[slot]
+                if request is not None and math.isnan(request.first_token_s):
+                    request.first_token_s = now
         s.context[slots] = context
         out_left -= emitted
         s.out_left[slots] = out_left
@@ -447,16 +471,12 @@ class PagedBatching:
         allocated = self.kv.allocate(int(need.sum()))
         assert allocated, "an iteration's blocks are sized to those available when it is planned"
         s.blocks[slots] += need
-        for slot in slots[finished].tolist():
-            request = s.requests[slot]
-            if request is not None and math.isnan(request.first_token_s):
-                request.first_token_s = now
         completed = []
         for slot in slots[out_left <= 0].tolist():
             request = self._release(slot)
             request.generated = request.output_tokens
             completed.append(request)
-        return Applied(emitted[decoding], tokens, completed)
+        return Applied(emitted if plan.all_decoding else emitted[decoding], tokens, completed)
 
     # -- helpers --------------------------------------------------------------------------------
     def _grow(self, slot_ids: IntArray, new_tokens: FloatArray) -> bool:
@@ -553,8 +573,7 @@ class PagedBatching:
         """Continue unfinished prefills (admission order), then admit new requests (FCFS)."""
         s = self.slots
         first = True  # no prefill in this iteration yet
-        pending = np.flatnonzero(s.active & (s.prompt_left > 0) & (q == 0))
-        for slot in pending[np.argsort(s.order[pending])]:
+        for slot in list(s.prefilling):
             if budget <= 0:
                 return budget
             chunk = self._chunk(float(s.prompt_left[slot]), budget, first)
@@ -585,7 +604,7 @@ class PagedBatching:
 
     def _prefill_pending(self) -> bool:
         s = self.slots
-        return bool((s.active & (s.prompt_left > 0)).any()) or self.can_admit(self.max_batched_tokens)
+        return bool(s.prefilling) or self.can_admit(self.max_batched_tokens)
 
 
 class ContinuousBatchingPolicy(PagedBatching):
@@ -597,8 +616,7 @@ class ContinuousBatchingPolicy(PagedBatching):
         s = self.slots
         step = self.decode_step_tokens
         while True:
-            decoding = np.flatnonzero(s.active & (s.prompt_left == 0))
-            decoding = decoding[np.argsort(s.order[decoding])][: int(budget // step)]
+            decoding = np.array(s.decoding[: int(budget // step)], dtype=np.int64)
             if decoding.size == 0 or self._grow(decoding, np.full(decoding.size, step)):
                 break
             if not self.preempt():
@@ -630,13 +648,13 @@ class StaticBatchingPolicy(PagedBatching):
                 s.blocks[slot] = need
         q = np.zeros(s.capacity)
         budget = self.max_batched_tokens
-        prefilling = np.flatnonzero(s.active & (s.prompt_left > 0))
-        for slot in prefilling[np.argsort(s.order[prefilling])]:
+        prefilling = list(s.prefilling)
+        for slot in prefilling:
             if budget <= 0:
                 break
             q[slot] = min(float(s.prompt_left[slot]), float(budget))
             budget -= int(q[slot])
-        if prefilling.size == 0:
+        if not prefilling:
             q[s.active] = 1.0
         return self._planned(q)
 

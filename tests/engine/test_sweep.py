@@ -57,7 +57,7 @@ def test_a_loopback_dask_cluster_gives_the_local_pools_table(tmp_path: Path) -> 
     runs = expand(spec, path)
     local = run_sweep(spec, runs, tmp_path / "local", "local", jobs=2)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster:  # fmt: skip
+                      dashboard_address=":0") as cluster:  # fmt: skip
         remote = run_sweep(spec, runs, tmp_path / "dask", "dask", address=cluster.scheduler_address)
     assert len(local) == 8 and all(not r["error"] for r in local)
     assert _table(local) == _table(remote)
