@@ -102,9 +102,8 @@ class FastStepCost:
         tokens, sequences = batch.tokens, batch.sequences
         t0, s0 = float(tokens[0]), float(sequences[0])
         if tokens.size == 1:  # one iteration: scalars
-            rows = [float(x[0]) for x in (batch.held_full, batch.pairs_full, batch.held_window, batch.pairs_window)]
-            total, flops, moved = self._with_core(t0, s0, *rows)
-            return IterationTimes(np.array([total]), np.array([flops]), np.array([moved]))
+            rows = (x.item() for x in (batch.held_full, batch.pairs_full, batch.held_window, batch.pairs_window))
+            return IterationTimes(*np.array(self._with_core(t0, s0, *rows))[:, None])
         if (tokens == t0).all() and (sequences == s0).all():  # one shape (a decode jump): arrays
             jump = self._with_core(t0, s0, batch.held_full, batch.pairs_full, batch.held_window, batch.pairs_window)
             return IterationTimes(*(np.asarray(x, dtype=np.float64) for x in jump))

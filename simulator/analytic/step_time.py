@@ -131,19 +131,20 @@ class BatchAggregates:
 
     @classmethod
     def of(cls, new_tokens: npt.ArrayLike, context_tokens: npt.ArrayLike, window: int | None) -> BatchAggregates:
-        """Aggregates of one batch given per-sequence new and cached tokens."""
+        """Aggregates of one batch given per-sequence new and cached tokens.
+
+        (Token counts are whole or half numbers, so every sum below is exact in any order.)
+        """
         q = np.asarray(new_tokens, dtype=np.float64)
         c = np.asarray(context_tokens, dtype=np.float64)
         causal = c + (q + 1.0) / 2.0
-        w = np.inf if window is None else float(window)
-        return cls(
-            tokens=np.array([q.sum()]),
-            sequences=np.array([float(q.size)]),
-            held_full=np.array([(c + q).sum()]),
-            held_window=np.array([np.minimum(c + q, w).sum()]),
-            pairs_full=np.array([(q * causal).sum()]),
-            pairs_window=np.array([(q * np.minimum(causal, w)).sum()]),
-        )
+        tokens = float(q.sum())
+        held, pairs = float(c.sum()) + tokens, float(q @ causal)
+        held_window, pairs_window = held, pairs
+        if window is not None:
+            w = float(window)
+            held_window, pairs_window = float(np.minimum(c + q, w).sum()), float(q @ np.minimum(causal, w))
+        return cls(*np.array([[tokens], [float(q.size)], [held], [held_window], [pairs], [pairs_window]]))
 
     @classmethod
     def decode_steps(cls, context_tokens: FloatArray, steps: int, window: int | None) -> BatchAggregates:
@@ -154,23 +155,17 @@ class BatchAggregates:
         ``held_window = sum min(c + j + 1, W)``; a decode's causal pairs equal what it holds.
         """
         n = float(context_tokens.size)
-        j = np.arange(steps, dtype=np.float64)
-        held = context_tokens.sum() + n * (j + 1.0)
-        if window is None:
-            held_window = held
-        else:
+        held = float(context_tokens.sum()) + n * np.arange(1.0, steps + 1.0)
+        held_window = held
+        if window is not None:
             w = float(window)
+            j = np.arange(steps, dtype=np.float64)
             small = context_tokens[context_tokens + 1.0 < w]
             growing = np.minimum(small[None, :] + 1.0 + j[:, None], w).sum(axis=1)  # those below the window
-            held_window = w * (context_tokens.size - small.size) + growing
-        return cls(
-            tokens=np.full(steps, n),
-            sequences=np.full(steps, n),
-            held_full=held,
-            held_window=np.asarray(held_window, dtype=np.float64),
-            pairs_full=held,
-            pairs_window=np.asarray(held_window, dtype=np.float64),
-        )
+            held_window = np.asarray(w * (context_tokens.size - small.size) + growing, dtype=np.float64)
+        batch = np.full(steps, n)
+        return cls(tokens=batch, sequences=batch, held_full=held, held_window=held_window, pairs_full=held,
+                   pairs_window=held_window)  # fmt: skip
 
     def scaled(self, factor: FloatArray | float) -> BatchAggregates:
         """Every statistic times ``factor`` (one micro-batch of an evenly split batch)."""

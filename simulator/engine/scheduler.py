@@ -467,10 +467,11 @@ class PagedBatching:
         s.out_left[slots] = out_left
         tokens = float(emitted.sum())
         s.tokens_left -= tokens
-        need = np.maximum(self.kv.blocks_for(context) - s.blocks[slots], 0.0)
-        allocated = self.kv.allocate(int(need.sum()))
+        held = s.blocks[slots]
+        blocks = np.maximum(self.kv.blocks_for(context), held)
+        allocated = self.kv.allocate(int(blocks.sum() - held.sum()))
         assert allocated, "an iteration's blocks are sized to those available when it is planned"
-        s.blocks[slots] += need
+        s.blocks[slots] = blocks
         completed = []
         for slot in slots[out_left <= 0].tolist():
             request = self._release(slot)
@@ -482,10 +483,11 @@ class PagedBatching:
     def _grow(self, slot_ids: IntArray, new_tokens: FloatArray) -> bool:
         """Allocate the blocks these slots need for ``new_tokens`` more; False if not enough."""
         s = self.slots
-        need = np.maximum(self.kv.blocks_for(s.context[slot_ids] + new_tokens) - s.blocks[slot_ids], 0.0)
-        if not self.kv.allocate(int(need.sum())):
+        held = s.blocks[slot_ids]
+        blocks = np.maximum(self.kv.blocks_for(s.context[slot_ids] + new_tokens), held)
+        if not self.kv.allocate(int(blocks.sum() - held.sum())):
             return False
-        s.blocks[slot_ids] += need
+        s.blocks[slot_ids] = blocks
         return True
 
     def _reserve(self, slot: int, tokens: float) -> bool:
