@@ -131,5 +131,6 @@ def table_cells(d: dict[str, Any]) -> list[object]:
     return [d.get(key) or "-" if spec is None else format_number(d.get(key), spec) for key, spec in CELLS]
 
 
-def comparison_table(rows: list[ComparisonRow]) -> str:
-    return format_table(HEADERS, [table_cells(row.to_dict()) for row in rows])
+def comparison_table(rows: list[dict[str, Any]]) -> str:
+    """The comparison table of rows (each a :meth:`ComparisonRow.to_dict`)."""
+    return format_table(HEADERS, [table_cells(row) for row in rows])
