@@ -38,7 +38,9 @@ from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError, naming
 from simulator.execution import Cache, Profiles, Runs, catalog_of, check_address, inputs_digest, run_key, start
 from simulator.limits import Limits
+from simulator.limits import check as check_size
 from simulator.planning import Evaluation, Planner, answer_scenario, plan_text, summary_run
+from simulator.resolve import resolve
 from simulator.results.metrics import overload_message, undefined_message
 from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, scenario_from, simulate
@@ -73,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
             progress = progress_bar(f"run {index + 1}/{len(combos)}") if interactive(args) else None
             with naming(str(args.scenario)):
                 results.append((combo, simulate(scenario, cat, progress, limits(args))))
-            if say:
+            if len(combos) > 1:
                 folder.add({f"run-{index:03d}/{name}": text for name, text in run_files(results[-1][1]).items()},
                            [{"folder": f"run-{i:03d}", "set": c} for i, (c, _) in enumerate(results)])  # fmt: skip
+            if say:
                 say(f"run {index + 1}/{len(combos)} written to {out.path / f'run-{index:03d}'}; {countdown.finished()}")
     except (KeyboardInterrupt, Terminated) as exc:
         exc.kept = folder.kept()  # type: ignore[union-attr]
@@ -149,6 +152,11 @@ def compare(args: argparse.Namespace) -> int:
     out = ResultsFolder(args.out or Path("runs") / f"compare-{name}", "compare", args.overwrite)
     folder = PartialFolder(out, "compare", cases[0][2].run.seed)
     with naming(str(args.scenario)):
+        run_limits = limits(args)
+        for _, _, scenario in cases:  # a case that cannot run, or is too large, fails before any runs
+            size = resolve(scenario, cat).size
+            if run_limits is not None:
+                check_size(size, run_limits)
         texts = [write_in(scenario, cat).model_dump_json(by_alias=True) for _, _, scenario in cases]
         keys = [
             run_key(text, inputs_digest(scenario, "compare-run"))
