@@ -10,6 +10,10 @@ load, seeds and cost assumptions. A row is one (backend, load) run:
   throughput-interactivity frontier;
 - task time, $/1M output tokens, $/task and tasks per $ from the run summary, and the
   provider's list API price for the model on that hardware where one is published.
+
+:func:`compare` runs the cases here, one after another; ``infersim compare`` runs the same
+cases on an executor (:mod:`simulator.execution`), where each row is computed by the process
+that ran it and comes back as the same document.
 """
 
 from __future__ import annotations

@@ -1,4 +1,13 @@
-"""Commands that simulate: run, compare, plan."""
+"""Commands that simulate: run, compare, plan.
+
+``compare`` and ``plan`` run their simulations on an executor of :mod:`simulator.execution`
+(``--jobs``, ``--executor dask --address``) through the cache under ``DIR/cache``; ``run`` with
+several ``--set`` values runs them here, one after another. All three print a line per step
+on stderr (which run or candidate, an ETA) and write each finished run into the results folder
+as it completes, beside ``<command>.partial.json`` (:class:`~simulator.cli.common.PartialFolder`),
+so an interrupted command keeps what it finished; the last write replaces that file with the
+full results.
+"""
 
 from __future__ import annotations
 
