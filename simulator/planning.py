@@ -224,6 +224,7 @@ class Planner:
             for b, metered in zip(self.fleet, self.metered, strict=True)
         )  # fmt: skip
         self._memo: dict[tuple[Counts, str], Evaluation] = {}
+        self._keys: dict[tuple[Counts, str], list[tuple[str, str]]] = {}
 
     def _price(self, index: int, backend: BackendSpec) -> tuple[float, bool, str]:
         """($/h of one replica, paid per token?, what a replica is) of a backend."""
@@ -237,7 +238,12 @@ class Planner:
         return sum(n * usd for n, usd in zip(counts, self.usd_per_replica_hour, strict=True))
 
     def _run_keys(self, counts: Counts, kind: str) -> list[tuple[str, str]]:
-        """``(key, resolved scenario JSON)`` of each replication of a candidate."""
+        """``(key, resolved scenario JSON)`` of each replication of a candidate (memoised)."""
+        if (counts, kind) not in self._keys:
+            self._keys[(counts, kind)] = self._resolved_runs(counts, kind)
+        return self._keys[(counts, kind)]
+
+    def _resolved_runs(self, counts: Counts, kind: str) -> list[tuple[str, str]]:
         backends = [b.model_copy(update={"replicas": n}) for b, n in zip(self.fleet, counts, strict=True)]
         router = self.scenario.router
         if kind == "single":

@@ -111,7 +111,7 @@ def test_compare_gives_the_same_rows_and_files_on_every_executor(tmp_path: Path,
 
 
 def test_long_commands_print_progress_with_an_eta(tmp_path: Path) -> None:
-    plan = run_cli("plan", str(_write(tmp_path, MIXED)), "-o", str(tmp_path / "plan"), "--jobs", "2")
+    plan = run_cli("plan", str(_write(tmp_path, MIXED)), "-o", str(tmp_path / "plan"), "--jobs", "1")
     assert plan.returncode == 0, plan.stderr
     lines = plan.stderr.splitlines()
     assert lines[0].startswith("infersim plan: candidate 1-2 of at most ")
