@@ -10,6 +10,10 @@ load, seeds and cost assumptions. A row is one (backend, load) run:
   throughput-interactivity frontier;
 - task time, $/1M output tokens, $/task and tasks per $ from the run summary, and the
   provider's list API price for the model on that hardware where one is published.
+
+:func:`compare` runs the cases here, one after another; ``infersim compare`` runs the same
+cases on an executor (:mod:`simulator.execution`), where each row is computed by the process
+that ran it and comes back as the same document.
 """
 
 from __future__ import annotations
@@ -131,5 +135,6 @@ def table_cells(d: dict[str, Any]) -> list[object]:
     return [d.get(key) or "-" if spec is None else format_number(d.get(key), spec) for key, spec in CELLS]
 
 
-def comparison_table(rows: list[ComparisonRow]) -> str:
-    return format_table(HEADERS, [table_cells(row.to_dict()) for row in rows])
+def comparison_table(rows: list[dict[str, Any]]) -> str:
+    """The comparison table of rows (each a :meth:`ComparisonRow.to_dict`)."""
+    return format_table(HEADERS, [table_cells(row) for row in rows])

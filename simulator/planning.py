@@ -18,6 +18,15 @@ Search, assuming more replicas never make an SLO worse (monotone feasibility):
 
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
 beaten on both cost and ``worst``; each rejected candidate lists the targets it misses.
+
+Execution (:mod:`simulator.execution`): the single-architecture searches run side by side, and
+each step asks for all its replications at once, so a local pool or a Dask cluster simulates
+them in parallel; a bisection also names the candidates it may need next (*spare* runs, started
+only on idle slots and used only if the search later asks for them). The sequence of candidates
+the search asks for, and so the answer, the frontier and the list of evaluations, is the same on
+every executor: a candidate's runs are deterministic for their seeds, each run's summary reaches
+the planner as the same JSON document whichever process made it (or the cache, keyed by the
+resolved scenario), and nothing the search decides depends on which runs finished first.
 """
 
 from __future__ import annotations
@@ -25,13 +34,16 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.config.fleet import BackendSpec
 from simulator.config.loading import Catalog
+from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass
+from simulator.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
 from simulator.limits import Limits
 from simulator.resolve import ScenarioError, backend_plan, layout_question
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
@@ -39,6 +51,11 @@ from simulator.runner import simulate
 from simulator.tables import format_table
 
 Counts = tuple[int, ...]
+
+
+def fleet_text(counts: Counts, names: tuple[str, ...]) -> str:
+    """``2 x wafer + 1 x gpu`` (backends at 0 left out)."""
+    return " + ".join(f"{n} x {name}" for n, name in zip(counts, names, strict=True) if n) or "(empty)"
 
 
 @dataclass(frozen=True)
@@ -78,7 +95,7 @@ class Evaluation:
 
     @property
     def fleet(self) -> str:
-        return " + ".join(f"{n} x {name}" for n, name in zip(self.counts, self.names, strict=True) if n) or "(empty)"
+        return fleet_text(self.counts, self.names)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -148,8 +165,31 @@ def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Mis
     return found
 
 
+def summary_run(scenario_json: str, profiles: Profiles, limits: Limits | None) -> dict[str, Any]:
+    """Simulate one resolved scenario (on any executor): its summary document."""
+    summary = simulate(Scenario.model_validate_json(scenario_json), catalog_of(profiles), limits=limits).summary
+    return summary.to_dict()
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a search needs next: one candidate, and the ones it may need after it (spare)."""
+
+    counts: Counts
+    kind: str
+    spare: tuple[Counts, ...] = ()
+
+
+Search = Generator[Ask, "Evaluation", "Evaluation | None"]
+
+
 class Planner:
-    """Evaluates candidates by simulation (memoised) and runs the search of the module docstring."""
+    """Evaluates candidates by simulation (memoised) and runs the search of the module docstring.
+
+    ``runs`` simulates on an executor, through a cache (default: in this process, no cache);
+    ``progress`` gets a line per step (the candidates, how many at most are left, an ETA);
+    ``checkpoint`` gets every evaluation so far after each step (to keep them if interrupted).
+    """
 
     def __init__(
         self,
@@ -157,9 +197,15 @@ class Planner:
         catalog: Catalog,
         progress: Callable[[str], None] | None = None,
         run_limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
+        runs: Runs | None = None,
+        checkpoint: Callable[[list[Evaluation]], None] | None = None,
     ) -> None:
         self.scenario, self.catalog, self.run_limits = scenario, catalog, run_limits
         self.progress = progress or (lambda _: None)
+        self.checkpoint = checkpoint or (lambda _: None)
+        self.runs = runs or Runs(Executor(), summary_run, (catalog, run_limits), None)
+        self.inputs = inputs_digest(scenario, "summary")
+        self.started = time.monotonic()
         self.fleet = scenario.fleet
         self.names = tuple(b.name for b in self.fleet)
         self.classes = scenario.workload_classes
@@ -178,6 +224,7 @@ class Planner:
             for b, metered in zip(self.fleet, self.metered, strict=True)
         )  # fmt: skip
         self._memo: dict[tuple[Counts, str], Evaluation] = {}
+        self._keys: dict[tuple[Counts, str], list[tuple[str, str]]] = {}
 
     def _price(self, index: int, backend: BackendSpec) -> tuple[float, bool, str]:
         """($/h of one replica, paid per token?, what a replica is) of a backend."""
@@ -190,23 +237,48 @@ class Planner:
     def fixed_cost(self, counts: Counts) -> float:
         return sum(n * usd for n, usd in zip(counts, self.usd_per_replica_hour, strict=True))
 
-    def evaluate(self, counts: Counts, kind: str) -> Evaluation:
-        key = (counts, kind)
-        if key in self._memo:
-            return self._memo[key]
-        self.progress(f"simulating {kind} fleet {dict(zip(self.names, counts, strict=True))}")
+    def _run_keys(self, counts: Counts, kind: str) -> list[tuple[str, str]]:
+        """``(key, resolved scenario JSON)`` of each replication of a candidate (memoised)."""
+        if (counts, kind) not in self._keys:
+            self._keys[(counts, kind)] = self._resolved_runs(counts, kind)
+        return self._keys[(counts, kind)]
+
+    def _resolved_runs(self, counts: Counts, kind: str) -> list[tuple[str, str]]:
         backends = [b.model_copy(update={"replicas": n}) for b, n in zip(self.fleet, counts, strict=True)]
         router = self.scenario.router
         if kind == "single":
             router = router.model_copy(update={"rules": {}, "backend_choice": "pooled"})
-        misses: dict[tuple[str, str], Miss] = {}
-        worst, api_spend = 0.0, 0.0
+        found = []
         for r in range(self.scenario.plan.replications):
             run = self.scenario.run.model_copy(update={"seed": self.scenario.run.seed + r})
             variant = self.scenario.model_copy(
                 update={"backends": backends, "deployment": None, "router": router, "run": run}
             )
-            summary = simulate(variant, self.catalog, limits=self.run_limits).summary
+            text = write_in(variant, self.catalog).model_dump_json(by_alias=True)
+            found.append((run_key(text, self.inputs), text))
+        return found
+
+    def _ask(self, ask: Ask) -> None:
+        if (ask.counts, ask.kind) not in self._memo:
+            for key, text in self._run_keys(ask.counts, ask.kind):
+                self.runs.ask(key, text)
+
+    def _ask_spare(self, ask: Ask) -> None:
+        for counts in ask.spare:
+            if (counts, ask.kind) not in self._memo:
+                for key, text in self._run_keys(counts, ask.kind):
+                    self.runs.ask(key, text, spare=True)
+
+    def evaluate(self, counts: Counts, kind: str) -> Evaluation:
+        """The candidate's evaluation over its replications (simulated once, then memoised)."""
+        key = (counts, kind)
+        if key in self._memo:
+            return self._memo[key]
+        keys = [k for k, _ in self._run_keys(counts, kind)]
+        misses: dict[tuple[str, str], Miss] = {}
+        worst, api_spend = 0.0, 0.0
+        for document in self.runs.wait(keys).values():
+            summary = RunSummary.model_validate(document)
             for miss in target_ratios(summary, self.classes):
                 worst = max(worst, miss.ratio)
                 known = misses.get((miss.klass, miss.target))
@@ -221,6 +293,59 @@ class Planner:
         self._memo[key] = evaluation
         return evaluation
 
+    def _drive(self, searches: list[Search]) -> list[Evaluation | None]:
+        """Run ``searches`` side by side: each step asks every live search's candidate (then the
+        spare ones), waits for them, and answers each search in turn (a fixed order)."""
+        found: list[Evaluation | None] = [None] * len(searches)
+        asks: dict[int, Ask] = {}
+
+        def advance(index: int, evaluation: Evaluation | None) -> None:
+            try:
+                asks[index] = next(searches[index]) if evaluation is None else searches[index].send(evaluation)
+            except StopIteration as stop:
+                found[index] = stop.value
+                asks.pop(index, None)
+
+        for index in range(len(searches)):
+            advance(index, None)
+        while asks:
+            self._announce(list(asks.values()))
+            for ask in asks.values():
+                self._ask(ask)
+            for ask in asks.values():
+                self._ask_spare(ask)
+            evaluations = {index: self.evaluate(ask.counts, ask.kind) for index, ask in asks.items()}
+            self.checkpoint(list(self._memo.values()))
+            for index, evaluation in evaluations.items():
+                advance(index, evaluation)
+        return found
+
+    def _announce(self, asks: list[Ask]) -> None:
+        new = [a for a in asks if (a.counts, a.kind) not in self._memo]
+        if not new:
+            return
+        done = len(self._memo)
+        left = max(self._most_candidates() - done, len(new))
+        elapsed = time.monotonic() - self.started
+        eta = f", ETA at most {elapsed / done * left:.0f} s" if done else ""
+        fleets = "; ".join(f"{a.kind} {fleet_text(a.counts, self.names)}" for a in new)
+        runs = len(new) * self.scenario.plan.replications
+        self.progress(
+            f"candidate {done + 1}{f'-{done + len(new)}' if len(new) > 1 else ''} of at most {done + left}: "
+            f"{fleets} ({runs} run{'s' if runs > 1 else ''}){eta}"
+        )
+
+    def _most_candidates(self) -> int:
+        """An upper bound on the candidates the search evaluates (a bisection of ``[low, m]`` asks
+        at most ``1 + ceil(log2(m - low + 1))``)."""
+        searched = [i for i, metered in enumerate(self.metered) if not metered]
+        steps = sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in searched)
+        if len(searched) > 1:
+            *others, last = searched
+            prefixes = math.prod(self.limits[i][1] + 1 for i in others) - 1  # all at 0: skipped
+            steps += prefixes * (1 + math.ceil(math.log2(self.limits[last][1] + 1)))
+        return steps
+
     def _vector(self, counts: dict[int, int]) -> Counts:
         """Replica counts: metered backends at their given counts, searched ones as given (else 0)."""
         return tuple(
@@ -231,23 +356,28 @@ class Planner:
     def _with_last(self, counts: dict[int, int], last: int, n: int) -> Counts:
         return self._vector(counts | {last: n})
 
-    def _fewest(self, make: Callable[[int], Counts], low: int, high: int, kind: str) -> Evaluation | None:
-        """Bisect the fewest ``n`` in ``[low, high]`` whose ``make(n)`` meets (monotone in ``n``)."""
-        if high < low or not self.evaluate(make(high), kind).meets:
+    def _fewest(self, make: Callable[[int], Counts], low: int, high: int, kind: str) -> Search:
+        """Bisect the fewest ``n`` in ``[low, high]`` whose ``make(n)`` meets (monotone in ``n``);
+        each step names the two candidates the next step may need as spare."""
+        if high < low:
+            return None
+        top = yield Ask(make(high), kind, (make((low + high) // 2),) if low < high else ())
+        if not top.meets:
             return None
         while low < high:
             mid = (low + high) // 2
-            if self.evaluate(make(mid), kind).meets:
+            after = {(low + mid) // 2, (mid + 1 + high) // 2} - {mid, high}
+            if (yield Ask(make(mid), kind, tuple(make(n) for n in sorted(after)))).meets:
                 high = mid
             else:
                 low = mid + 1
-        return self.evaluate(make(high), kind)
+        return (yield Ask(make(high), kind))
 
-    def _single(self, index: int) -> Evaluation | None:
+    def _single(self, index: int) -> Search:
         """The fewest replicas of backend ``index`` alone that meet, or None."""
         return self._fewest(lambda n: self._vector({index: n}), 1, self.limits[index][1], "single")
 
-    def _mixed(self, best: Evaluation | None, cap: float) -> Evaluation | None:
+    def _mixed(self, best: Evaluation | None, cap: float) -> Search:
         """For each count vector of all searched backends but the last (cheapest first), bisect
         the last backend's fewest replicas under the best cost so far."""
         searched = [i for i, metered in enumerate(self.metered) if not metered]
@@ -265,17 +395,17 @@ class Planner:
             low, high = (1 if used == 1 else 0), self.limits[last][1]
             while high >= low and self.fixed_cost(self._vector(counts | {last: high})) >= bound:
                 high -= 1
-            found = self._fewest(functools.partial(self._with_last, counts, last), low, high, "mixed")
+            found = yield from self._fewest(functools.partial(self._with_last, counts, last), low, high, "mixed")
             if found is not None and (best is None or found.usd_per_hour < best.usd_per_hour):
                 best = found
         return best
 
     def search(self) -> PlanResult:
         searched = [i for i, metered in enumerate(self.metered) if not metered]
-        singles = [e for i in searched if (e := self._single(i)) is not None]
+        singles = [e for e in self._drive([self._single(i) for i in searched]) if e is not None]
         best_single = min(singles, key=lambda e: e.usd_per_hour, default=None)
         cap = self.scenario.plan.max_usd_per_hour or math.inf
-        best = self._mixed(best_single, cap)
+        best = self._drive([self._mixed(best_single, cap)])[0]
         result = PlanResult(best if best is None or best.usd_per_hour <= cap else None, best_single,
                             list(self._memo.values()))  # fmt: skip
         result.explanation = self._explain(result, cap, best)
@@ -319,9 +449,12 @@ def plan_fleet(
     catalog: Catalog,
     progress: Callable[[str], None] | None = None,
     limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
+    runs: Runs | None = None,
+    checkpoint: Callable[[list[Evaluation]], None] | None = None,
 ) -> PlanResult:
-    """The cheapest fleet meeting ``scenario``'s SLO targets (module docstring)."""
-    return Planner(scenario, catalog, progress, limits).search()
+    """The cheapest fleet meeting ``scenario``'s SLO targets (module docstring); :class:`Planner`
+    says what ``runs``, ``progress`` and ``checkpoint`` are."""
+    return Planner(scenario, catalog, progress, limits, runs, checkpoint).search()
 
 
 def answer_scenario(scenario: Scenario, answer: Evaluation) -> Scenario:

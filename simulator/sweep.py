@@ -1,4 +1,5 @@
-"""Parameter sweeps: many scenarios from one, run on a local process pool or a Dask cluster.
+"""Parameter sweeps: many scenarios from one, run on a local process pool or a Dask cluster
+(:mod:`simulator.execution`).
 
 A sweep spec names a scenario file and the factors to vary, by the scenario's own field
 paths (``deployment.hardware``, ``load.users``): a ``grid`` (every combination), a
@@ -8,30 +9,21 @@ grid), and ``replications``, each with its own seed spawned from ``run.seed`` by
 values, the replication and seed, the chosen metrics (dotted paths into the run summary),
 and ``error`` (a run that fails is a row with its message, not an aborted sweep).
 
-Rows are cached under ``DIR/cache/<key>.json`` where ``key`` is the SHA-256 of the resolved
-scenario (every profile and workload it uses written in), the traces it reads, the metric
-columns and the infersim version: a rerun, or a sweep killed half-way, only simulates what is missing (failed runs
-are not cached, so they are retried). ``summary`` groups rows by factor values across seeds: the mean and the half-width
-of a 95 % Student-t confidence interval for every metric.
+Rows are cached under ``DIR/cache/<key>.json`` (:mod:`simulator.execution`; the metric columns
+are part of the key): a rerun, or a sweep killed half-way, only simulates what is missing (failed
+runs are not cached, so they are retried). ``summary`` groups rows by factor values across
+seeds: the mean and the half-width of a 95 % Student-t confidence interval for every metric.
 """
 
 from __future__ import annotations
 
 import csv
 import difflib
-import hashlib
 import importlib
 import io
 import json
 import math
-import os
-import re
-import signal
-import tempfile
-import threading
-import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -42,18 +34,17 @@ from scipy import stats
 from scipy.stats import qmc
 
 from simulator.config.base import Spec
-from simulator.config.files import read_csv, read_json
+from simulator.config.files import read_csv
 from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_data
 from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
-from simulator.config.workload import TraceLoad
 from simulator.errors import naming
+from simulator.execution import Cache, ExecutorName, Profiles, catalog_of, inputs_digest, run_key, start
 from simulator.limits import Limits, RunTooLargeError
 from simulator.limits import check as check_size
 from simulator.resolve import ScenarioError, resolve
 from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, metric_paths, scenario_from, simulate, summary_shape
-from simulator.version import __version__
 
 DEFAULT_METRICS = (
     "per_user_output_tok_s.p50", "ttft_s.p50", "ttft_s.p99", "tpot_s.mean", "e2e_s.p50", "output_tok_s",
@@ -183,13 +174,12 @@ def expand(
                 _check_size(base, catalog, limits)
         if number == 0 and "metrics" in spec.model_fields_set:  # the defaults may name task metrics a chat run lacks
             check_metrics(spec.metrics, summary_shape(base, catalog), sweep_path)
-        inputs = _inputs_digest(base, spec.metrics)
+        inputs = inputs_digest(base, spec.metrics)
         seeds = replication_seeds(base.run.seed, spec.replications) if spec.replications > 1 else [base.run.seed]
         for replication, seed in enumerate(seeds):
             scenario = base.model_copy(update={"run": base.run.model_copy(update={"seed": seed})})
             text = scenario.model_dump_json(by_alias=True)
-            key = hashlib.sha256(f"{__version__}\n{inputs}\n{text}".encode()).hexdigest()[:32]
-            runs.append(RunPoint(len(runs), factors, replication, seed, text, key))
+            runs.append(RunPoint(len(runs), factors, replication, seed, text, run_key(text, inputs)))
     return runs
 
 
@@ -203,22 +193,6 @@ def _check_size(scenario: Scenario, catalog: Catalog, limits: Limits) -> None:
     check_size(size, limits)
 
 
-def _inputs_digest(scenario: Scenario, metrics: list[str]) -> str:
-    """What a run reads besides its (self-contained) scenario: the traces it replays, and the
-    metric columns asked for; a change to any of them is a cache miss."""
-    digest = hashlib.sha256(json.dumps(metrics).encode())
-    for klass in scenario.workload_classes:
-        if isinstance(klass.load, TraceLoad):
-            path = klass.load.path
-            files = sorted(path.glob("*.json")) if path.is_dir() else [path]
-            try:
-                for file in files:
-                    digest.update(file.name.encode() + file.read_bytes())
-            except OSError as exc:
-                raise ConfigError(f"{path}: cannot read the trace ({exc.strerror})") from None
-    return digest.hexdigest()
-
-
 def check_metrics(metrics: list[str], shape: RunSummary, sweep_path: Path) -> None:
     """Every metric must name a number of the run summary (a typo would be a silent NaN column)."""
     known = metric_paths(shape)
@@ -229,10 +203,10 @@ def check_metrics(metrics: list[str], shape: RunSummary, sweep_path: Path) -> No
             raise ConfigError(f"{sweep_path}: metrics.{index}: {name!r} is not a number in a run's summary{hint}")
 
 
-def run_point(scenario_json: str, metrics: list[str], dirs: tuple[str | None, str | None]) -> dict[str, Any]:
+def run_point(scenario_json: str, metrics: list[str], profiles: Profiles) -> dict[str, Any]:
     """Simulate one resolved scenario (in a worker process); errors become the row's ``error``."""
     try:
-        catalog = Catalog(*(Path(d) if d else None for d in dirs))
+        catalog = catalog_of(profiles)
         scenario = Scenario.model_validate_json(scenario_json)
         summary = simulate(scenario, catalog, limits=None).summary  # its size was checked by expand
 
@@ -241,119 +215,14 @@ def run_point(scenario_json: str, metrics: list[str], dirs: tuple[str | None, st
         return dict.fromkeys(metrics, math.nan) | {"error": f"{type(exc).__name__}: {exc}"}
 
 
-class Cache:
-    """One JSON file per finished run, written atomically (a killed sweep leaves only whole files)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        """The cached row, or None when absent or unreadable (then the run is simply repeated)."""
-        path = self.folder / f"{key}.json"
-        if not path.exists():
-            return None
-        try:
-            row = read_json(path, allow_nonfinite=True)  # rows are written by json.dump: NaN for missing metrics
-        except ConfigError:
-            return None
-        return row if isinstance(row, dict) else None
-
-    def put(self, key: str, row: dict[str, Any]) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
-        with os.fdopen(handle, "w") as f:
-            json.dump(row, f)
-        os.replace(temporary, self.folder / f"{key}.json")
-
-
-Submit = Callable[[RunPoint], Any]  # a concurrent.futures or a distributed Future
-
-
-#: How often a worker checks that the process that started it still runs (seconds).
-PARENT_POLL_S = 0.5
-
-Close = Callable[[bool], None]  # close(interrupted): stop the executor, at once when interrupted
-
-
-def _worker_init(parent_pid: int) -> None:
-    """In each local worker: leave Ctrl-C to the parent, die on SIGTERM (the parent's handler is
-    inherited by fork), and exit as soon as the parent is gone (a killed sweep must not leave
-    workers computing for minutes)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(PARENT_POLL_S)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def _local(jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]) -> tuple[Submit, Close]:
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init, initargs=(os.getpid(),))
-
-    def close(interrupted: bool) -> None:
-        if not interrupted:
-            pool.shutdown(wait=True)
-            return
-        # queued runs are cancelled and running ones stopped: the cache keeps every finished run
-        processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API before Python 3.14
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.join()
-        pool.shutdown(wait=True, cancel_futures=True)  # the pool sees its workers gone: returns at once
-
-    return (lambda p: pool.submit(run_point, p.scenario_json, metrics, dirs)), close
-
-
-#: A Dask scheduler address: ``[protocol://]host:port``.
-DASK_ADDRESS = re.compile(r"^(?:(?:tcp|tls|ws|wss|ucx)://)?(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
-
-
-def check_address(address: str | None) -> None:
-    """A Dask scheduler address must be ``[protocol://]host:port`` (checked before connecting)."""
-    if address is not None and not DASK_ADDRESS.match(address):
-        raise ConfigError(f"--address {address!r}: expected a Dask scheduler address such as tcp://10.0.0.5:8786")
-
-
-def _dask(address: str | None, jobs: int, metrics: list[str], dirs: tuple[str | None, str | None]
-          ) -> tuple[Submit, Close]:  # fmt: skip
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError:
-        raise ConfigError("the dask executor needs dask.distributed: pip install 'infersim[dask]'") from None
-    check_address(address)
-    cluster = None
-    if address is None:
-        cluster = LocalCluster(  # type: ignore[no-untyped-call]
-            n_workers=jobs, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
-        )
-        address = cluster.scheduler_address
-    try:
-        client = Client(address, timeout="5s")  # type: ignore[no-untyped-call]
-    except Exception as exc:  # refused, timed out, or something that is not a scheduler answered
-        raise ConfigError(f"no Dask scheduler answered at {address} within 5 s ({type(exc).__name__}: {exc})") from None
-
-    def close(interrupted: bool) -> None:
-        client.close(timeout=5 if interrupted else None)  # type: ignore[no-untyped-call]
-        if cluster is not None:
-            cluster.close(timeout=5 if interrupted else None)
-
-    return (
-        lambda p: client.submit(run_point, p.scenario_json, metrics, dirs, key=f"infersim-{p.key}", pure=False)
-    ), close
-
-
 def run_sweep(
     spec: SweepSpec,
     runs: list[RunPoint],
     out: Path,
-    executor: Literal["local", "dask"] = "local",
+    executor: ExecutorName = "local",
     jobs: int = 1,
     address: str | None = None,
-    dirs: tuple[str | None, str | None] = (None, None),
+    profiles: Profiles = (None, None, None),
     progress: Callable[[int, int], None] | None = None,
     ready: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -377,14 +246,12 @@ def run_sweep(
     if not todo and ready:
         ready()
     if todo:
-        make = _dask if executor == "dask" else None
-        jobs = min(jobs, len(todo))  # a worker more than there are runs would only start and idle
-        submit, close = make(address, jobs, spec.metrics, dirs) if make else _local(jobs, spec.metrics, dirs)
+        pool = start(executor, min(jobs, len(todo)), address)  # a worker more than there are runs would idle
         try:
             if ready:
                 ready()
-            futures = {submit(p): p for p in todo}
-            for future in _completed(futures, executor):
+            futures = {pool.submit(run_point, p.scenario_json, spec.metrics, profiles, key=p.key): p for p in todo}
+            for future in pool.completed(futures):
                 point = futures[future]
                 row = future.result()
                 if not row["error"]:  # a failure is reported, and retried by the next run
@@ -394,19 +261,10 @@ def run_sweep(
                 if progress:
                     progress(done, len(runs))
         except BaseException:  # Ctrl-C, SIGTERM, a broken worker: stop the workers now
-            close(True)
+            pool.close(True)
             raise
-        close(False)
+        pool.close(False)
     return [_row(p, rows[p.index]) for p in runs]
-
-
-def _completed(futures: dict[Any, RunPoint], executor: str) -> Iterator[Any]:
-    if executor == "dask":
-        from distributed import as_completed as dask_completed
-
-        yield from dask_completed(list(futures))  # type: ignore[no-untyped-call]
-    else:
-        yield from as_completed(futures)
 
 
 def _row(point: RunPoint, result: dict[str, Any]) -> dict[str, Any]:

@@ -6,8 +6,9 @@ One boundary for everything that can go wrong:
   to simulate) prints one message naming the file and field or the flag, and exits 2; so does
   a usage error argparse finds (one ``infersim: error:`` line, no usage block);
 - Ctrl-C exits 130 and SIGTERM 143, each with one line and no traceback, leaving any results
-  folder as it was (:mod:`simulator.cli.output`); the package's imports happen inside
-  :func:`main`, so a Ctrl-C while they run is caught too;
+  folder as it was (:mod:`simulator.cli.output`), except the runs a long command (``sweep``,
+  ``plan``, ``compare``, ``run`` with several values) finished, which it keeps and names; the
+  package's imports happen inside :func:`main`, so a Ctrl-C while they run is caught too;
 - anything else is a bug: exit 1 with a short message asking for a report (the traceback
   with ``--debug``);
 - :class:`~simulator.errors.InfersimWarning`\\ s print as ``infersim: warning: ...``.
@@ -116,11 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InfersimError as exc:
         print(f"infersim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("infersim: interrupted; no results folder was written", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"infersim: interrupted; {_kept(exc)}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Terminated:
-        print("infersim: terminated; no results folder was written", file=sys.stderr)
+    except Terminated as exc:
+        print(f"infersim: terminated; {_kept(exc)}", file=sys.stderr)
         return EXIT_TERMINATED
     except BrokenPipeError:  # the reader (e.g. `| head`) closed early: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -138,6 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _kept(exc: BaseException) -> str:
+    """What an interrupted command leaves: a command that keeps finished runs sets ``exc.kept``."""
+    return str(getattr(exc, "kept", "no results folder was written"))
 
 
 def _main_thread() -> bool:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import yaml
 
@@ -24,6 +24,11 @@ from simulator.version import __version__
 
 def catalog(args: argparse.Namespace) -> Catalog:
     return Catalog(args.hardware_dir, args.model_dir, stack_dir=args.stack_dir)
+
+
+def profile_dirs(args: argparse.Namespace) -> tuple[str | None, str | None, str | None]:
+    """The user's profile folders, as a worker process or a Dask worker gets them."""
+    return tuple(str(d) if d else None for d in (args.hardware_dir, args.model_dir, args.stack_dir))  # type: ignore[return-value]
 
 
 def sweep_values(overrides: Sequence[str]) -> list[dict[str, object]]:
@@ -76,6 +81,56 @@ def progress_bar(label: str) -> Callable[[float], None]:
               file=sys.stderr, flush=True)  # fmt: skip
 
     return show
+
+
+def progress_lines(command: str, args: argparse.Namespace) -> Callable[[str], None] | None:
+    """One line per step of a long command on stderr (not with ``--json``)."""
+    if getattr(args, "json", False):
+        return None
+    return lambda text: print(f"infersim {command}: {text}", file=sys.stderr, flush=True)
+
+
+class Countdown:
+    """``k/n`` and an ETA (mean wall time per finished run times the runs left), for progress lines."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.started = total, 0, time.monotonic()
+
+    def finished(self) -> str:
+        """Count one more finished run; ``k/n done, ETA s``."""
+        self.done += 1
+        elapsed = time.monotonic() - self.started
+        left = self.total - self.done
+        return f"{self.done}/{self.total} done, " + (f"ETA {elapsed / self.done * left:.0f} s" if left else
+                                                     f"{elapsed:.0f} s")  # fmt: skip
+
+
+class PartialFolder:
+    """A results folder filled run by run (:mod:`simulator.cli.output`): each finished run's files
+    with ``<stem>.partial.json`` (``partial: true``, what is done, version, seed), then the full results."""
+
+    def __init__(self, out: ResultsFolder, stem: str, seed: int) -> None:
+        self.out, self.stem, self.seed = out, stem, seed
+        self.written: list[str] = []
+        self.started = False
+
+    def add(self, files: Mapping[str, FileContents], done: object) -> None:
+        """Write a finished run's ``files`` (the first write clears an earlier command's results)."""
+        note = {"partial": True, "note": "written while the command ran; it did not finish: what is here is what "
+                "was done", "version": __version__, "seed": self.seed, "done": done}  # fmt: skip
+        self.out.write({**files, f"{self.stem}.partial.json": json_text(note)}, replace=not self.started,
+                       kept=tuple(self.written))  # fmt: skip
+        self.started = True
+        self.written += [name for name in files if name not in self.written]
+
+    def finish(self, files: Mapping[str, FileContents]) -> None:
+        """The full results; the runs written before stay, ``<stem>.partial.json`` goes."""
+        self.out.write(files, kept=tuple(name for name in self.written if name not in files))
+
+    def kept(self) -> str:
+        """What an interrupted command says it leaves."""
+        return (f"the finished runs are kept in {self.out.path} (marked partial in {self.stem}.partial.json)"
+                if self.started else "no results folder was written")  # fmt: skip
 
 
 def interactive(args: argparse.Namespace) -> bool:

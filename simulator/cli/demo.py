@@ -58,7 +58,7 @@ def demo(args: argparse.Namespace) -> int:
             f"agents/run-{i:03d}/{name}": t for i, row in enumerate(agents) for name, t in run_files(row.result).items()
         }
         files["agents/compare.json"] = json_text([row.to_dict() for row in agents])
-        files["agents/compare.txt"] = comparison_table(agents) + "\n"
+        files["agents/compare.txt"] = comparison_table([row.to_dict() for row in agents]) + "\n"
         files["agents/tasks.txt"] = task_table(agents) + "\n"
         print(f"\nAgents under load: fast-tool coding agents (50 calls each) on gpt-oss-120b, "
               f"{' and '.join(str(n) for n in SPEED_WAR_AGENTS)} at once (simulated):\n")  # fmt: skip

@@ -16,6 +16,10 @@ Rules (each one a test in ``tests/cli/test_output_folders.py``):
   mixed with the other's leftovers), and a command interrupted before its commit leaves the
   folder as it was. Files an earlier run of the same command wrote and this one does not are
   removed; files of any other origin never are.
+- **Long commands fill it run by run.** ``run`` with several values, ``compare`` and ``plan``
+  write each finished run as it completes, beside ``<command>.partial.json`` (what is done so
+  far, the version and seed): an interrupted command keeps what it found, marked partial.
+  The last write replaces that file with the full results (the runs written before are kept).
 - **Leftovers cleaned.** A staging folder whose process no longer runs (killed mid-write) is
   removed by the next writer into that folder.
 - Folders and files get the permissions the user's umask gives, like any other program's.
@@ -138,10 +142,17 @@ class ResultsFolder:
             )
 
     # -- writing ------------------------------------------------------------------------------
-    def write(self, files: Mapping[str, FileContents], replace: bool = True, owned: tuple[str, ...] = ()) -> None:
+    def write(
+        self,
+        files: Mapping[str, FileContents],
+        replace: bool = True,
+        owned: tuple[str, ...] = (),
+        kept: tuple[str, ...] = (),
+    ) -> None:
         """Write ``files`` (relative path -> text or bytes) into the folder, all or nothing.
 
-        ``replace``: files this command wrote earlier and not now are removed (a rerun);
+        ``replace``: files this command wrote earlier and not now are removed (a rerun),
+        except the ``kept`` ones (written earlier by this same command, run by run);
         otherwise the folder keeps them (adding a report to a run folder), except earlier
         infersim files under the ``owned`` prefixes (an older report's figures).
         """
@@ -170,7 +181,7 @@ class ResultsFolder:
                         with target.open("w", encoding="utf-8") as file:
                             file.writelines(contents)
                 with _signals_deferred():
-                    self._commit(staging, files, replace, owned)
+                    self._commit(staging, files, replace, owned, set(kept))
             except OSError as exc:
                 raise ConfigError(f"{self.path}: cannot write results: {exc.strerror or exc}") from None
             finally:
@@ -188,7 +199,9 @@ class ResultsFolder:
                 "infersim's own files: move them or choose another folder"
             )
 
-    def _commit(self, staging: Path, files: Mapping[str, FileContents], replace: bool, owned: tuple[str, ...]) -> None:
+    def _commit(
+        self, staging: Path, files: Mapping[str, FileContents], replace: bool, owned: tuple[str, ...], kept: set[str]
+    ) -> None:
         """Mark first (so that a concurrent check sees infersim's folder), move, prune, mark again."""
         marker = read_marker(self.path) or {}
         listed = marker.get("files")
@@ -199,7 +212,7 @@ class ResultsFolder:
             (self.path / name).parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging / name, self.path / name)
         same_command = marker.get("command") == self.command
-        stale = {n for n in earlier - set(files) if (replace and same_command) or n.startswith(owned)}
+        stale = {n for n in earlier - set(files) - kept if (replace and same_command) or n.startswith(owned)}
         for name in sorted(stale):
             _remove_with_empty_parents(self.path, name)
         self._mark(staging, command, (earlier - stale) | set(files))

@@ -78,6 +78,14 @@ def _add_output(p: argparse.ArgumentParser, default_help: str) -> None:
     )
 
 
+def _add_executor(p: argparse.ArgumentParser) -> None:
+    """Where the command's simulations run (:mod:`simulator.execution`)."""
+    p.add_argument("--executor", choices=("local", "dask"), default="local", help="where runs execute")
+    p.add_argument("--address", help="Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a loopback cluster)")
+    p.add_argument("--jobs", type=jobs, default=min(os.cpu_count() or 1, MAX_JOBS),
+                   help=f"worker processes (at most {MAX_JOBS:,}; 1 runs in this process)")  # fmt: skip
+
+
 def _add_large(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allow-large-runs",
@@ -175,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a field (repeatable); a,b,c compares each load")  # fmt: skip
     _add_output(p, "runs/compare-<scenario name>")
     _add_large(p)
+    _add_executor(p)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--report", action="store_true", help="also write report.html with the figures")
 
@@ -184,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field (one value each)")
     _add_output(p, "runs/plan-<scenario name>")
     _add_large(p)
+    _add_executor(p)
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--report", action="store_true", help="also write report.html with the figures")
 
@@ -194,10 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override the sweep (replications=3, grid.load.users=1,8, metrics=...) or its base scenario "
                    "(a scenario field's values become its grid values: deployment.hardware=nvidia-h200 fixes it, "
                    "load.users=1,4,16 sweeps it); repeatable")  # fmt: skip
-    p.add_argument("--executor", choices=("local", "dask"), default="local", help="where runs execute")
-    p.add_argument("--address", help="Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a loopback cluster)")
-    p.add_argument("--jobs", type=jobs, default=min(os.cpu_count() or 1, MAX_JOBS),
-                   help=f"worker processes (at most {MAX_JOBS:,}, and never more than the runs to do)")  # fmt: skip
+    _add_executor(p)
     _add_output(p, "runs/sweep-<name>")
     _add_large(p)
     p.add_argument("--json", action="store_true", help="print every row and the summary as JSON")

@@ -1,22 +1,37 @@
-"""Commands that simulate: run, compare, plan."""
+"""Commands that simulate: run, compare, plan.
+
+``compare`` and ``plan`` run their simulations on an executor of :mod:`simulator.execution`
+(``--jobs``, ``--executor dask --address``) through the cache under ``DIR/cache``; ``run`` with
+several ``--set`` values runs them here, one after another. All three print a line per step
+on stderr (which run or candidate, an ETA) and write each finished run into the results folder
+as it completes, beside ``<command>.partial.json`` (:class:`~simulator.cli.common.PartialFolder`),
+so an interrupted command keeps what it finished; the last write replaces that file with the
+full results.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
+from simulator.cli import Terminated
 from simulator.cli.common import (
     KV_HEADERS,
     SUMMARY_HEADERS,
     TASK_HEADERS,
+    Countdown,
+    PartialFolder,
     breakdown_text,
     catalog,
     interactive,
     json_text,
     kv_rows,
     maybe_report,
+    profile_dirs,
     progress_bar,
+    progress_lines,
     run_files,
     scenario_yaml,
     single_values,
@@ -25,12 +40,18 @@ from simulator.cli.common import (
     task_row,
 )
 from simulator.cli.output import ResultsFolder
-from simulator.compare import check_one_deployment, compare_cases, comparison_table, on_hardware
+from simulator.compare import ComparisonRow, check_one_deployment, comparison_table, on_hardware
+from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
+from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError, naming
+from simulator.execution import Cache, Profiles, Runs, catalog_of, check_address, inputs_digest, run_key, start
 from simulator.limits import Limits
-from simulator.planning import answer_scenario, plan_fleet, plan_text
+from simulator.limits import check as check_size
+from simulator.planning import Evaluation, Planner, answer_scenario, plan_text, summary_run
+from simulator.resolve import resolve
 from simulator.results.metrics import overload_message, undefined_message
+from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, scenario_from, simulate
 from simulator.tables import format_table
 
@@ -52,18 +73,30 @@ def run(args: argparse.Namespace) -> int:
     combos = sweep_values(args.set or [])
     scenarios = [scenario_from(data, combo, str(args.scenario), cat) for combo in combos]  # all validated first
     out = ResultsFolder(args.out or Path("runs") / scenarios[0].name, "run", args.overwrite)
+    folder = PartialFolder(out, "runs", scenarios[0].run.seed)
+    say = progress_lines("run", args) if len(combos) > 1 else None
+    countdown = Countdown(len(combos))
     results = []
-    for index, (combo, scenario) in enumerate(zip(combos, scenarios, strict=True)):
-        progress = progress_bar(f"run {index + 1}/{len(combos)}") if interactive(args) else None
-        with naming(str(args.scenario)):
-            results.append((combo, simulate(scenario, cat, progress, limits(args))))
+    try:
+        for index, (combo, scenario) in enumerate(zip(combos, scenarios, strict=True)):
+            if say:
+                say(f"run {index + 1}/{len(combos)}: {_label(combo)}")
+            progress = progress_bar(f"run {index + 1}/{len(combos)}") if interactive(args) else None
+            with naming(str(args.scenario)):
+                results.append((combo, simulate(scenario, cat, progress, limits(args))))
+            if len(combos) > 1:
+                folder.add({f"run-{index:03d}/{name}": text for name, text in run_files(results[-1][1]).items()},
+                           [{"folder": f"run-{i:03d}", "set": c} for i, (c, _) in enumerate(results)])  # fmt: skip
+            if say:
+                say(f"run {index + 1}/{len(combos)} written to {out.path / f'run-{index:03d}'}; {countdown.finished()}")
+    except (KeyboardInterrupt, Terminated) as exc:
+        exc.kept = folder.kept()  # type: ignore[union-attr]
+        raise
     if len(results) == 1:
-        files = run_files(results[0][1])
+        out.write(run_files(results[0][1]))
     else:
-        files = {f"run-{i:03d}/{name}": text for i, (_, r) in enumerate(results) for name, text in run_files(r).items()}
-        files["sweep.json"] = json_text([{"set": c, "summary": r.summary.to_dict()} for c, r in results])
-        files["index.txt"] = run_index(["--set"], [[_label(c)] for c, _ in results])
-    out.write(files)
+        folder.finish({"sweep.json": json_text([{"set": c, "summary": r.summary.to_dict()} for c, r in results]),
+                       "index.txt": run_index(["--set"], [[_label(c)] for c, _ in results])})  # fmt: skip
     maybe_report(args, out)
     if args.json:
         payload: object = results[0][1].summary.to_dict() if len(results) == 1 else [
@@ -100,6 +133,13 @@ def run_index(headers: list[str], rows: list[list[object]]) -> str:
     return format_table(["folder", *headers], [[f"run-{i:03d}", *row] for i, row in enumerate(rows)]) + "\n"
 
 
+def compare_run(scenario_json: str, profiles: Profiles, run_limits: Limits | None) -> dict[str, Any]:
+    """One compare case (on any executor): its row, summary document and run folder files."""
+    result = simulate(Scenario.model_validate_json(scenario_json), catalog_of(profiles), limits=run_limits)
+    files = {name: text if isinstance(text, str | bytes) else "".join(text) for name, text in run_files(result).items()}
+    return {"row": ComparisonRow("", "", result).to_dict(), "summary": result.summary.to_dict(), "files": files}
+
+
 def compare(args: argparse.Namespace) -> int:
     cat = catalog(args)
     data = load_scenario_data(args.scenario)
@@ -117,42 +157,116 @@ def compare(args: argparse.Namespace) -> int:
     # each case moves the deployment first, so a --set into its hardware applies to every hardware
     cases = [(hw, _label(c), scenario_from(data, on_hardware(name, hw) | c, str(args.scenario), cat))
              for c in combos for hw in hardware]  # fmt: skip
+    check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"compare-{name}", "compare", args.overwrite)
+    folder = PartialFolder(out, "compare", cases[0][2].run.seed)
     with naming(str(args.scenario)):
-        rows = compare_cases(cases, cat, limits(args))
-    payload = [row.to_dict() for row in rows]
-    files = {f"run-{i:03d}/{name}": text for i, row in enumerate(rows) for name, text in run_files(row.result).items()}
-    files["compare.json"] = json_text(payload)
-    files["index.txt"] = run_index(["hardware", "load"], [[row.hardware, row.load or "-"] for row in rows])
-    files["compare.txt"] = comparison_table(rows) + "\n"
-    out.write(files)
+        run_limits = limits(args)
+        for _, _, scenario in cases:  # a case that cannot run, or is too large, fails before any runs
+            size = resolve(scenario, cat).size
+            if run_limits is not None:
+                check_size(size, run_limits)
+        texts = [write_in(scenario, cat).model_dump_json(by_alias=True) for _, _, scenario in cases]
+        keys = [
+            run_key(text, inputs_digest(scenario, "compare-run"))
+            for text, (_, _, scenario) in zip(texts, cases, strict=True)
+        ]
+        found = _compare_runs(args, cases, texts, keys, folder, cat)
+    rows = [
+        found[key]["row"] | {"hardware": hw, "load": label} for key, (hw, label, _) in zip(keys, cases, strict=True)
+    ]
+    summaries = [RunSummary.model_validate(found[key]["summary"]) for key in keys]
+    files = {"compare.json": json_text(rows),
+             "index.txt": run_index(["hardware", "load"], [[row["hardware"], row["load"] or "-"] for row in rows]),
+             "compare.txt": comparison_table(rows) + "\n"}  # fmt: skip
+    folder.finish(files)
     maybe_report(args, out)
     if args.json:
-        print(json_text(payload), end="")
+        print(json_text(rows), end="")
         return 0
     print(comparison_table(rows))
-    for row in rows:
-        breakdown = breakdown_text(f"{row.hardware} {row.load}".strip(), row.result.summary)
+    for row, summary in zip(rows, summaries, strict=True):
+        breakdown = breakdown_text(f"{row['hardware']} {row['load']}".strip(), summary)
         if breakdown:
             print(f"\n{breakdown}")
     print(f"\nwrote {out.path} (index.txt says which run-NNN folder holds which hardware and load)")
     return 0
 
 
+def _compare_runs(
+    args: argparse.Namespace,
+    cases: list[tuple[str, str, Scenario]],
+    texts: list[str],
+    keys: list[str],
+    folder: PartialFolder,
+    cat: Catalog,
+) -> dict[str, dict[str, Any]]:
+    """Every case's result, on the executor through the cache; each written to its run folder as it finishes."""
+    say = progress_lines("compare", args)
+    countdown = Countdown(len(set(keys)))
+    finished: list[dict[str, object]] = []
+    runs: Runs
+
+    def done(key: str, cached: bool) -> None:
+        for index in (i for i, k in enumerate(keys) if k == key):
+            hw, label, _ = cases[index]
+            result = runs.results[key]
+            finished.append({"folder": f"run-{index:03d}", "row": result["row"] | {"hardware": hw, "load": label}})
+            folder.add({f"run-{index:03d}/{n}": t for n, t in result["files"].items()}, finished)
+            if say:
+                say(f"run {index + 1}/{len(cases)} ({hw}{f', {label}' if label else ''}) "
+                    f"{'from the cache' if cached else 'finished'}; {countdown.finished()}")  # fmt: skip
+
+    pool = start(args.executor, min(args.jobs, len(set(keys))), args.address)
+    runs = Runs(pool, compare_run, (profile_dirs(args), limits(args)), Cache(folder.out.path / "cache"), done)
+    if say:
+        say(f"{len(cases)} runs on {pool.slots} worker{'s' if pool.slots > 1 else ''}")
+    try:
+        for key, text in zip(keys, texts, strict=True):
+            runs.ask(key, text)
+        found = runs.wait(keys)
+    except BaseException as exc:  # Ctrl-C, SIGTERM, a failed run: stop the workers now
+        runs.close(True)
+        if isinstance(exc, KeyboardInterrupt | Terminated):
+            exc.kept = folder.kept()  # type: ignore[union-attr]
+        raise
+    runs.close()
+    return found
+
+
 def plan(args: argparse.Namespace) -> int:
     cat = catalog(args)
     scenario = scenario_from(load_scenario_data(args.scenario), single_values(args.set or [], "plan"),
                              str(args.scenario), cat)  # fmt: skip
+    check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"plan-{scenario.name}", "plan", args.overwrite)
-    progress = (lambda text: print(f"infersim: {text}", file=sys.stderr)) if interactive(args) else None
+    folder = PartialFolder(out, "plan", scenario.run.seed)
+    resolved = scenario_yaml(write_in(scenario, cat))
+
+    def checkpoint(evaluations: list[Evaluation]) -> None:
+        folder.add({"scenario.resolved.yaml": resolved}, {"evaluations": [e.to_dict() for e in evaluations]})
+
+    def started(key: str, cached: bool) -> None:  # a run finished: the folder exists before its cache
+        if not folder.started:
+            checkpoint([])
+
     with naming(str(args.scenario)):
-        result = plan_fleet(scenario, cat, progress, limits(args))
+        planner = Planner(scenario, cat, progress_lines("plan", args), limits(args), checkpoint=checkpoint)
+        pool = start(args.executor, args.jobs, args.address)
+        planner.runs = Runs(pool, summary_run, (profile_dirs(args), limits(args)), Cache(out.path / "cache"), started)
+        try:
+            result = planner.search()
+        except BaseException as exc:  # Ctrl-C, SIGTERM, a failed run: stop the workers now
+            planner.runs.close(True)
+            if isinstance(exc, KeyboardInterrupt | Terminated):
+                exc.kept = folder.kept()  # type: ignore[union-attr]
+            raise
+        planner.runs.close()
     payload = result.to_dict()
-    files = {"plan.json": json_text(payload), "plan.txt": plan_text(result) + "\n",
-             "scenario.resolved.yaml": scenario_yaml(write_in(scenario, cat))}  # fmt: skip
+    files = {"plan.json": json_text(payload), "plan.txt": plan_text(result) + "\n", "scenario.resolved.yaml": resolved}
     if result.answer is not None:
         files["answer.yaml"] = scenario_yaml(write_in(answer_scenario(scenario, result.answer), cat))
-    out.write(files)
+    folder.finish(files)
     maybe_report(args, out)
     if args.json:
         print(json_text(payload), end="")

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import yaml
 
 from simulator.cli import Terminated
-from simulator.cli.common import catalog, interactive, json_text, maybe_report, progress_bar, scenario_yaml
+from simulator.cli.common import (
+    catalog,
+    interactive,
+    json_text,
+    maybe_report,
+    profile_dirs,
+    progress_bar,
+    scenario_yaml,
+)
 from simulator.cli.output import ResultsFolder
 from simulator.cli.simulate import limits
 from simulator.config.loading import parse_override
 from simulator.config.scenario import Scenario
+from simulator.execution import check_address
 from simulator.results.views import sweep_table
-from simulator.sweep import cached_runs, check_address, expand, load_sweep, run_sweep, summarize_rows, table_file
+from simulator.sweep import cached_runs, expand, load_sweep, run_sweep, summarize_rows, table_file
 from simulator.tables import format_table
 from simulator.version import __version__
 
@@ -26,7 +34,6 @@ def sweep(args: argparse.Namespace) -> int:
     check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"sweep-{spec.name}", "sweep", args.overwrite)
     reused = cached_runs(runs, out.path)
-    dirs = (str(args.hardware_dir) if args.hardware_dir else None, str(args.model_dir) if args.model_dir else None)
     bar = progress_bar(f"sweep of {len(runs)} runs") if interactive(args) else None
     progress = (lambda done, total: bar(done / total)) if bar else None
     started = False
@@ -37,11 +44,12 @@ def sweep(args: argparse.Namespace) -> int:
         started = True
 
     try:
-        rows = run_sweep(spec, runs, out.path, args.executor, args.jobs, args.address, dirs, progress, ready)
-    except (KeyboardInterrupt, Terminated):
+        rows = run_sweep(
+            spec, runs, out.path, args.executor, args.jobs, args.address, profile_dirs(args), progress, ready
+        )
+    except (KeyboardInterrupt, Terminated) as exc:
         if started:
-            print(f"infersim: finished runs are kept in {out.path / 'cache'}; rerun the sweep to resume",
-                  file=sys.stderr)  # fmt: skip
+            exc.kept = f"finished runs are kept in {out.path / 'cache'}; rerun the sweep to resume"  # type: ignore[union-attr]
         raise
     factors = list(dict.fromkeys(k for p in runs for k in p.factors))
     summary = summarize_rows(rows, factors, spec.metrics)
