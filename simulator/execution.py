@@ -193,8 +193,10 @@ class _Dask(Executor):
         check_address(address)
         self.cluster = None
         if address is None:
+            # The scheduler's HTTP server on a free port: on the default 8787 a second cluster on the
+            # machine (another sweep, plan or compare) would clash.
             self.cluster = LocalCluster(  # type: ignore[no-untyped-call]
-                n_workers=jobs, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+                n_workers=jobs, threads_per_worker=1, host="127.0.0.1", dashboard_address=":0"
             )
             address = self.cluster.scheduler_address
         try:

@@ -61,7 +61,7 @@ NO_DIRS = (None, None, None)
 def cluster() -> Iterator[LocalCluster]:
     """A real Dask scheduler and two single-threaded worker processes on 127.0.0.1."""
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as local:  # fmt: skip
+                      dashboard_address=":0") as local:  # fmt: skip
         yield local
 
 
