@@ -31,7 +31,7 @@ from simulator.engine.fleet import Backend, Router
 from simulator.engine.kv_tiers import KVTiers
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
-from simulator.engine.request import Request
+from simulator.engine.request import Request, SessionKeys
 from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, RequestRecord
 from simulator.resolve import ClassPlan
 
@@ -89,6 +89,7 @@ class RequestFactory:
         self._next_tick = 1
         self.handoffs: dict[int, KVHandoff] = {}  # prefill replica index -> its backend's handoff
         self.tiers: dict[int, KVTiers] = {}  # replica index -> the KV tiers below its serving tier
+        self.session_keys = SessionKeys()
 
     @property
     def exhausted(self) -> bool:
@@ -106,7 +107,8 @@ class RequestFactory:
         hash_block_tokens: int,
         awaited: bool = True,
     ) -> Request | None:
-        request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes)
+        request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes,
+                          key_base=self.session_keys.base(session))  # fmt: skip
         request.task, request.klass, request.priority = task, klass, priority
         self.count += 1
         if self.progress is not None:

@@ -27,6 +27,7 @@ class Request:
         "hit",
         "id",
         "input_tokens",
+        "key_base",
         "klass",
         "one_way_s",
         "output_tokens",
@@ -52,6 +53,7 @@ class Request:
         session: Hashable | None = None,
         block_hashes: Sequence[Hashable] | None = None,
         hash_ratio: int = 1,
+        key_base: int | None = None,
     ) -> None:
         self.id = request_id
         self.arrival_s = arrival_s
@@ -65,7 +67,8 @@ class Request:
         self.replica = -1
         self.done: simpy.Event | None = None  # when somebody waits on the request
         self.swapped: tuple[float, float] | None = None  # (context, prompt_left) while swapped out
-        self.session = session  # conversation id: block i of its context is (session, i)
+        self.session = session  # conversation id (session affinity routes on it)
+        self.key_base = key_base  # block i of its session's context has the key key_base + i (None: no session)
         self.block_hashes = block_hashes  # explicit prompt block hashes (traces), first
         self.hash_ratio = hash_ratio  # our KV blocks per trace hash block
         self.cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
@@ -81,14 +84,30 @@ class Request:
     @property
     def cacheable(self) -> bool:
         """Whether any of its blocks has a key (a session or trace hashes): else none is shared."""
-        return self.session is not None or self.block_hashes is not None
+        return self.key_base is not None or self.block_hashes is not None
 
     def block_keys(self, start: int, stop: int) -> list[Hashable | None]:
         """Keys of the KV blocks ``start..stop-1``: block i covers tokens [i * bs, (i + 1) * bs) of
-        this context; None where a block has no key (no session, or past a trace's hashes)."""
+        this context; None where a block has no key (no session, or past a trace's hashes).
+
+        A session's block i is the integer ``key_base + i`` (:class:`SessionKeys`: bases 2^32
+        apart, so sessions never share a block), which hashes and compares faster than a tuple.
+        """
         if self.block_hashes is None:
-            session = self.session
-            return [None] * (stop - start) if session is None else [(session, i) for i in range(start, stop)]
+            base = self.key_base
+            return [None] * (stop - start) if base is None else list(range(base + start, base + stop))
         hashes, ratio = self.block_hashes, self.hash_ratio
         return [(self.session, hashes[i // ratio], i % ratio) if i // ratio < len(hashes) else None
                 for i in range(start, stop)]  # fmt: skip
+
+
+class SessionKeys:
+    """The base of each session's block keys in one simulation: ``2^32 x`` its first-seen order."""
+
+    def __init__(self) -> None:
+        self._bases: dict[Hashable, int] = {}
+
+    def base(self, session: Hashable | None) -> int | None:
+        if session is None:
+            return None
+        return self._bases.setdefault(session, len(self._bases) << 32)

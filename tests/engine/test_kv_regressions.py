@@ -14,7 +14,7 @@ from simulator.config.deployment import DeploymentSpec
 from simulator.engine.kv import BlockManager
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
-from simulator.engine.request import Request
+from simulator.engine.request import Request, SessionKeys
 from simulator.engine.scheduler import ContinuousBatchingPolicy, Slots
 from tests.engine.conftest import CATALOG, SMALL
 
@@ -31,13 +31,15 @@ def _step(policy: ContinuousBatchingPolicy) -> None:
 def test_reusing_idle_cached_blocks_does_not_over_commit_kv() -> None:
     """A prefix hit on idle cached blocks removes them from the pool: admission must count that."""
     kv = BlockManager(6, BLOCK, caching=True)
+    keys = SessionKeys()
     policy = ContinuousBatchingPolicy(Slots(4), kv, 1000, 1.0, None, prefill_first=False)
-    policy.enqueue(Request(0, 0.0, 5 * BLOCK, 1, 0, session="s"))
+    policy.enqueue(Request(0, 0.0, 5 * BLOCK, 1, 0, session="s", key_base=keys.base("s")))
     _step(policy)  # a 1-token answer: done after its prefill, leaving five cached blocks and one free
     assert policy.running == 0 and kv.free == 1 and len(kv.evictable) == 5
-    policy.enqueue(Request(1, 0.0, 10, 100, 0, session="other"))
+    policy.enqueue(Request(1, 0.0, 10, 100, 0, session="other", key_base=keys.base("other")))
     _step(policy)  # takes the free block
-    policy.enqueue(Request(2, 0.0, 6 * BLOCK, 1, 0, session="s"))  # hits 5, needs 1 more: none left
+    # hits 5, needs 1 more: none left
+    policy.enqueue(Request(2, 0.0, 6 * BLOCK, 1, 0, session="s", key_base=keys.base("s")))
     assert not policy.can_admit(1000)
     _step(policy)
     assert kv.free >= 0 and kv.used <= kv.total
