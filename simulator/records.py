@@ -4,19 +4,24 @@ The contract between :mod:`simulator.engine` (which fills these while it runs) a
 :mod:`simulator.results` (which derives metrics from them afterwards): neither imports the other.
 
 - A request is one :class:`RequestRecord` and an agent task one :class:`TaskRecord`: named
-  fields, stored flat as float64 (88 bytes a request); times are seconds of simulated time,
-  NaN where an event never happened (a dropped request has no first token).
+  fields, stored flat as float64 (112 bytes a request); times are seconds of simulated time,
+  NaN where an event never happened (a dropped request has no first token). Past
+  :data:`REQUEST_ROWS_KEPT` requests the rows stream to a temporary file (:class:`RequestRows`)
+  and the metrics digest them chunk by chunk (:mod:`simulator.results.requests`).
 - Levels (batch size, queue length, KV blocks in use) are piecewise constant
   (:class:`LevelMonitor`), so time-weighted means are exact integrals.
 - Output and input token counts are cumulative per replica (:class:`TokenCounter`), linear
   within an iteration, so a window's tokens exclude the parts of iterations outside it.
-- Inter-token gaps are a histogram over :data:`ITL_BIN_EDGES_S` (0.5 % resolution).
+- Both keep every point up to a bound, then bucket the past (:mod:`simulator.series` states
+  the resolution and what stays exact: the integrals and counts over ``[warmup, end]``).
+- Inter-token gaps are a histogram over :data:`ITL_BIN_EDGES_S` (200 log bins per decade).
 """
 
 from __future__ import annotations
 
 import io
 import tempfile
+import weakref
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -119,6 +124,7 @@ class RequestRows:
     def _stream(self) -> None:
         if self._file is None:
             self._file = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the rows
+            weakref.finalize(self, self._file.close)
         self._file.seek(0, io.SEEK_END)
         self._file.write(self.buffer.tobytes())
         self.streamed_rows += len(self.buffer) // self.width
@@ -248,7 +254,11 @@ class RunRecords:
         return ITL_BIN_EDGES_S
 
     def levels(self, replica: int = 0) -> dict[str, tuple[FloatArray, FloatArray]]:
-        """Batch size, queue length and KV occupancy (% of blocks) of a replica: (times s, values)."""
+        """Batch size, queue length and KV occupancy (% of blocks) of a replica: (times s, values).
+
+        Every change while the level kept every point; once compacted, time-weighted means over
+        buckets (``level.bucket_s`` wide) up to ``level.exact_from_s``, every change after it.
+        """
         kv_scale = 100.0 / max(self.backend_of(replica).kv_blocks_per_replica, 1)
         out = {}
         for name, level, scale in (("batch size", self.batch[replica], 1.0), ("queue", self.queue[replica], 1.0),

@@ -24,7 +24,8 @@ off by at most one bucket's share: ``|error of F(t)| <= w * max L``, ``|error of
 tokens of one bucket. The peak of a level is kept apart (:meth:`LevelMonitor.maximum` is exact).
 
 Compaction costs one numpy pass over the points every ``P`` appends, so a record stays an
-append. Memory per series: at most ``2 P`` points (plus the points of the last unfinished bucket).
+append. Memory per series: at most ``2 P`` points plus those of the last unfinished bucket (about
+``2 n / P`` after ``n`` records: fewer than ``P`` while ``n < P**2 / 2``, a billion for a run's default).
 """
 
 from __future__ import annotations

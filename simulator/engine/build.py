@@ -101,15 +101,18 @@ def _record(backend: Backend) -> BackendRecord:
     )
 
 
-def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT) -> Simulation:
+def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT, points: int | None = None,
+          ) -> Simulation:  # fmt: skip
     """Construct every component, connect them, start the processes (nothing runs yet).
 
     ``rows_kept``: request rows held in memory before they stream (:class:`~simulator.records.RequestRows`;
     None keeps all); a fleet with disaggregated backends keeps all (its KV handoffs join them by id).
+    ``points``: the buckets of each level and token series (:mod:`simulator.series`; default
+    :func:`~simulator.series.points_per_series`).
     """
     scenario = resolved.scenario
     env = simpy.Environment()
-    recorder = Recorder(resolved.replicas, scenario.run.warmup, rows_kept)
+    recorder = Recorder(resolved.replicas, scenario.run.warmup, rows_kept, points)
     root = np.random.SeedSequence(scenario.run.seed)
     replicas_ss, router_ss, *class_seeds = root.spawn(2 + len(resolved.classes))
     replica_seeds = replicas_ss.spawn(resolved.replicas)

@@ -33,12 +33,14 @@ ITL_BUFFER = 8192
 class Recorder:
     """Collects everything a run produces, per replica and globally."""
 
-    def __init__(self, replicas: int, warmup_s: float = 0.0, rows_kept: int | None = REQUEST_ROWS_KEPT) -> None:
+    def __init__(self, replicas: int, warmup_s: float = 0.0, rows_kept: int | None = REQUEST_ROWS_KEPT,
+                 points: int | None = None) -> None:  # fmt: skip
         """``warmup_s``: where the levels and token counts stay exact however long the run;
-        ``rows_kept``: the request rows held in memory before they stream (None: all)."""
+        ``rows_kept``: the request rows held in memory before they stream (None: all);
+        ``points``: buckets per level and token series (default :func:`~simulator.series.points_per_series`)."""
         self.requests = RequestRows(len(REQUEST_COLUMNS), rows_kept)  # one RequestRecord per request
-        marks, points = (warmup_s,), points_per_series(replicas)
-        self.in_system = LevelMonitor(marks=marks)
+        marks, points = (warmup_s,), points or points_per_series(replicas)
+        self.in_system = LevelMonitor(marks=marks, points=points)
         self.queue = [LevelMonitor(marks=marks, points=points) for _ in range(replicas)]
         self.batch = [LevelMonitor(marks=marks, points=points) for _ in range(replicas)]
         self.kv_blocks = [LevelMonitor(marks=marks, points=points) for _ in range(replicas)]

@@ -35,6 +35,11 @@ with what each served; with workload classes, ``classes`` gives each class its p
 backend's cost (:mod:`simulator.results.attribution` states the rule) and the fleet's per-task
 figures charge only the classes that run tasks. Dropped requests (too long for every allowed backend) and requests
 rejected over the API budget are counted apart.
+
+Percentiles are exact order statistics when the run kept every request row; a run whose rows
+streamed takes them from log-binned histograms (:mod:`simulator.results.requests` states the bin
+width; counts, means, goodput and token sums stay exact). ``statistics`` in the summary says
+which statistics are exact and which binned, and the resolution of the levels.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.records import (
     DROPPED_OVER_BUDGET,
     DROPPED_TOO_LONG,
+    REQUEST_ROWS_KEPT,
     BackendRecord,
     FloatArray,
     KVTierRecords,
@@ -62,6 +68,8 @@ from simulator.records import (
 )
 from simulator.results.attribution import ATTRIBUTION, ClassCosts, attribute
 from simulator.results.requests import (
+    BIN_WIDTH,
+    LATENCIES,
     NO_REQUESTS,
     PERCENTILES,
     Requests,
@@ -81,6 +89,7 @@ from simulator.results.summary import (
     KVTransferSummary,
     ReplicaSummary,
     RunSummary,
+    Statistics,
     TaskParts,
     TaskSummary,
 )
@@ -267,7 +276,32 @@ def summarize(
         capacity_requests_per_s=capacity,
         offered_requests_per_s=offered,
         overloaded=bool(offered is not None and capacity == capacity and offered > capacity),
+        statistics=statistics(records, requests),
     )  # fmt: skip
+
+
+ITL_BINS = f"mean and percentiles at bin midpoints; {BIN_WIDTH}"
+
+
+def statistics(records: RunRecords, requests: Requests) -> Statistics:
+    """What is exact in a run's summary and what comes from histograms."""
+    tasks = ["tasks.task_time_s"] if records.tasks["task"].size else []
+    if requests.exact:
+        rows = f"all {records.request_count} kept in memory: every percentile is an exact order statistic"
+        exact, binned = [*LATENCIES, *tasks], {"itl_s": ITL_BINS}
+    else:
+        rows = (f"{records.request_count} streamed (more than {REQUEST_ROWS_KEPT} would be kept in memory); "
+                "latency counts, means, SLO attainment and token sums are exact")  # fmt: skip
+        exact = tasks
+        binned = dict.fromkeys(LATENCIES, f"percentiles from log-binned histograms; {BIN_WIDTH}") | {"itl_s": ITL_BINS}
+    series = [*records.queue, *records.batch, *records.kv_blocks, *records.tokens, records.in_system]
+    widest = max(s.bucket_s for s in series)
+    levels = "every change of every level kept" if widest == 0 else (
+        f"compacted: levels.csv holds time-weighted means over buckets of up to {widest:g} s (the stretch since the "
+        "last whole bucket exact); mean levels and token rates over the window stay exact; class cost shares "
+        "read seat-seconds off the bucketed batch level"
+    )  # fmt: skip
+    return Statistics(request_rows=rows, exact=exact, binned=binned, levels=levels)
 
 
 def _class_summaries(records: RunRecords, requests: Requests, classes: Sequence[WorkloadClass],
