@@ -25,7 +25,7 @@ tokens of one bucket. The peak of a level is kept apart (:meth:`LevelMonitor.max
 
 Compaction costs one numpy pass over the points every ``P`` appends, so a record stays an
 append. Memory per series: at most ``2 P`` points plus those of the last unfinished bucket (about
-``2 n / P`` after ``n`` records: fewer than ``P`` while ``n < P**2 / 2``, a billion for a run's default).
+``2 n / P`` after ``n`` records: fewer than ``P`` while ``n < P**2 / 2``, 33 million records at ``P = 8192``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ FloatArray = npt.NDArray[np.float64]
 #: Buckets a compacted series keeps at most, unless told otherwise (it compacts at twice as many points).
 SERIES_POINTS = 16384
 #: A run's level and token series share this many buckets (:func:`points_per_series`).
-RUN_POINTS = 32768
+RUN_POINTS = 8192
 
 
 def points_per_series(replicas: int) -> int:

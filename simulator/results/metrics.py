@@ -294,8 +294,7 @@ def statistics(records: RunRecords, requests: Requests) -> Statistics:
                 "latency counts, means, SLO attainment and token sums are exact")  # fmt: skip
         exact = tasks
         binned = dict.fromkeys(LATENCIES, f"percentiles from log-binned histograms; {BIN_WIDTH}") | {"itl_s": ITL_BINS}
-    series = [*records.queue, *records.batch, *records.kv_blocks, *records.tokens, records.in_system]
-    widest = max(s.bucket_s for s in series)
+    widest = max(level.bucket_s for level in [*records.queue, *records.batch, *records.kv_blocks])
     levels = "every change of every level kept" if widest == 0 else (
         f"compacted: levels.csv holds time-weighted means over buckets of up to {widest:g} s (the stretch since the "
         "last whole bucket exact); mean levels and token rates over the window stay exact; class cost shares "
