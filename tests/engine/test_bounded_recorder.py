@@ -89,8 +89,9 @@ def _stored(records: RunRecords) -> int:
 
 
 def test_what_a_run_stores_stays_bounded_as_it_runs_ten_times_longer() -> None:
-    short, long = _records(150, rows_kept=50, points=POINTS), _records(1500, rows_kept=50, points=POINTS)
+    short, long = _records(100, rows_kept=50, points=POINTS), _records(1000, rows_kept=50, points=POINTS)
     assert long.request_count == 10 * short.request_count
+    assert long.streamed is not None and long.in_system.compacted and long.batch[0].compacted
     bound = 50 + 5 * SERIES_BOUND  # rows kept, plus five series (one replica) at their bound
     assert _stored(short) <= bound and _stored(long) <= bound
 
