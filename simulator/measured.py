@@ -107,17 +107,17 @@ def compare_run(entry: dict[str, Any], folder: Path, catalog: Catalog) -> Compar
             raise ConfigError(f"{key}: missing (expected a run written by infersim import)")
     measured = _measured(folder / entry["measured"])
     result = simulate(scenario(entry, folder, measured, catalog), catalog)
-    req = result.records.requests
     count = len(measured["ttft_s"])
     simulated = {m: np.full(count, math.nan) for m in COMPARED}
-    served = (req["dropped"] == 0) & np.isfinite(req["done_s"]) & (req["task"] >= 0) & (req["task"] < count)
-    index = req["task"][served].astype(int)
-    first, done, arrival = req["first_token_s"][served], req["done_s"][served], req["arrival_s"][served]
-    n_out = req["output_tokens"][served]
-    simulated["ttft_s"][index] = first - arrival
-    simulated["e2e_s"][index] = done - arrival
-    with np.errstate(divide="ignore", invalid="ignore"):
-        simulated["tpot_s"][index] = np.where(n_out > 1, (done - first) / (n_out - 1), math.nan)
+    for req in result.records.request_chunks():  # every row, kept or streamed
+        served = (req["dropped"] == 0) & np.isfinite(req["done_s"]) & (req["task"] >= 0) & (req["task"] < count)
+        index = req["task"][served].astype(int)
+        first, done, arrival = req["first_token_s"][served], req["done_s"][served], req["arrival_s"][served]
+        n_out = req["output_tokens"][served]
+        simulated["ttft_s"][index] = first - arrival
+        simulated["e2e_s"][index] = done - arrival
+        with np.errstate(divide="ignore", invalid="ignore"):
+            simulated["tpot_s"][index] = np.where(n_out > 1, (done - first) / (n_out - 1), math.nan)
     words = f"{entry['deployment']['hardware']} x {entry['deployment']['model']}"
     return Comparison(str(entry["id"]), words, {m: measured[m] for m in COMPARED}, simulated)
 

@@ -4,32 +4,45 @@ The contract between :mod:`simulator.engine` (which fills these while it runs) a
 :mod:`simulator.results` (which derives metrics from them afterwards): neither imports the other.
 
 - A request is one :class:`RequestRecord` and an agent task one :class:`TaskRecord`: named
-  fields, stored flat as float64 (88 bytes a request); times are seconds of simulated time,
-  NaN where an event never happened (a dropped request has no first token).
+  fields, stored flat as float64 (112 bytes a request); times are seconds of simulated time,
+  NaN where an event never happened (a dropped request has no first token). Past
+  :data:`REQUEST_ROWS_KEPT` requests the rows stream to a temporary file (:class:`RequestRows`)
+  and the metrics digest them chunk by chunk (:mod:`simulator.results.requests`).
 - Levels (batch size, queue length, KV blocks in use) are piecewise constant
   (:class:`LevelMonitor`), so time-weighted means are exact integrals.
 - Output and input token counts are cumulative per replica (:class:`TokenCounter`), linear
   within an iteration, so a window's tokens exclude the parts of iterations outside it.
-- Inter-token gaps are a histogram over :data:`ITL_BIN_EDGES_S` (0.5 % resolution).
+- Both keep every point up to a bound, then bucket the past (:mod:`simulator.series` states
+  the resolution and what stays exact: the integrals and counts over ``[warmup, end]``).
+- Inter-token gaps are a histogram over :data:`ITL_BIN_EDGES_S` (200 log bins per decade).
 """
 
 from __future__ import annotations
 
+import io
+import tempfile
+import weakref
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from simulator.analytic.economics import Pricing
 from simulator.config.hardware import HardwareProfile
+from simulator.series import LevelMonitor as LevelMonitor  # re-exported: part of the records' contract
+from simulator.series import TokenCounter as TokenCounter
 
 FloatArray = npt.NDArray[np.float64]
 
 #: Rows per piece when a CSV file is written piece by piece.
 CSV_CHUNK_ROWS = 8192
+
+#: Request rows a run keeps in memory; a run with more streams them all to a temporary file and
+#: its latency percentiles come from log-binned histograms (:mod:`simulator.results.digest`).
+REQUEST_ROWS_KEPT = 16384
 
 #: Inter-token latency histogram: log-spaced bins from 1 us to 1000 s, 200 per decade.
 ITL_BIN_EDGES_S = np.logspace(-6, 3, 9 * 200 + 1)
@@ -89,67 +102,53 @@ DROPPED_TOO_LONG = 1
 DROPPED_OVER_BUDGET = 2
 
 
-class LevelMonitor:
-    """A piecewise-constant level ``(t, value)``: value holds from t until the next record."""
+class RequestRows:
+    """Request rows as a run writes them: in memory up to ``kept`` rows, then streamed.
 
-    def __init__(self, t0: float = 0.0, value: float = 0.0) -> None:
-        self.times = array("d", [t0])
-        self.values = array("d", [value])
-
-    def record(self, t: float, value: float) -> None:
-        if value != self.values[-1]:
-            if t == self.times[-1]:
-                self.values[-1] = value
-            else:
-                self.times.append(t)
-                self.values.append(value)
-
-    def integral(self, t0: float, t1: float) -> float:
-        """Exact area under the level over ``[t0, t1]``."""
-        times = np.frombuffer(self.times, dtype=np.float64)
-        values = np.frombuffer(self.values, dtype=np.float64)
-        starts = np.clip(times, t0, t1)
-        ends = np.clip(np.append(times[1:], np.inf), t0, t1)
-        return float(np.sum(values * (ends - starts)))
-
-    def time_mean(self, t0: float, t1: float) -> float:
-        return self.integral(t0, t1) / (t1 - t0) if t1 > t0 else float("nan")
-
-    def maximum(self) -> float:
-        return float(max(self.values))
-
-
-class TokenCounter:
-    """Cumulative output (emitted) and input (prefilled) tokens of one replica over time.
-
-    An iteration or jump is a span from its start to its (planned) end, linear in between;
-    a jump that stops early amends its span.
+    Past ``kept`` rows, the rows held so far and every later batch of ``kept`` go to an
+    anonymous temporary file (deleted when the rows are), so memory stays bounded; the rows read
+    back in the order they were written (requests in the order they left).
     """
 
-    def __init__(self) -> None:
-        self.times = array("d", [0.0])
-        self.output = array("d", [0.0])
-        self.input = array("d", [0.0])
+    def __init__(self, width: int, kept: int | None = REQUEST_ROWS_KEPT) -> None:
+        self.width, self.kept = width, kept
+        self.buffer = array("d")
+        self._file: IO[bytes] | None = None
+        self.streamed_rows = 0
 
-    def span(self, start_s: float, end_s: float, output_tokens: float, input_tokens: float) -> None:
-        if start_s > self.times[-1]:
-            self.times.append(start_s)
-            self.output.append(self.output[-1])
-            self.input.append(self.input[-1])
-        self.times.append(end_s)
-        self.output.append(self.output[-1] + output_tokens)
-        self.input.append(self.input[-1] + input_tokens)
+    def extend(self, record: tuple[float, ...]) -> None:
+        self.buffer.extend(record)
+        if self.kept is not None and len(self.buffer) >= self.kept * self.width:
+            self._stream()
 
-    def amend(self, end_s: float, output_tokens: float) -> None:
-        self.times[-1] = end_s
-        self.output[-1] = self.output[-2] + output_tokens
+    def _stream(self) -> None:
+        if self._file is None:
+            self._file = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the rows
+            weakref.finalize(self, self._file.close)
+        self._file.seek(0, io.SEEK_END)
+        self._file.write(self.buffer.tobytes())
+        self.streamed_rows += len(self.buffer) // self.width
+        self.buffer = array("d")
 
-    def in_window(self, t0: float, t1: float) -> tuple[float, float]:
-        """(output, input) tokens over ``[t0, t1]``."""
-        times = np.frombuffer(self.times, dtype=np.float64)
-        counts = [np.frombuffer(series, dtype=np.float64) for series in (self.output, self.input)]
-        out, inp = (float(np.interp(t1, times, c) - np.interp(t0, times, c)) for c in counts)
-        return out, inp
+    @property
+    def streamed(self) -> bool:
+        return self._file is not None
+
+    def __len__(self) -> int:
+        return self.streamed_rows + len(self.buffer) // self.width
+
+    def in_memory(self) -> FloatArray:
+        """The rows held in memory, one per line (a view)."""
+        return np.frombuffer(self.buffer, dtype=np.float64).reshape(-1, self.width)
+
+    def chunks(self, rows: int = REQUEST_ROWS_KEPT) -> Iterator[FloatArray]:
+        """Every row, ``rows`` at a time (the streamed ones read back from the file first)."""
+        if self._file is not None:
+            self._file.seek(0)
+            while block := self._file.read(rows * self.width * 8):
+                yield np.frombuffer(block, dtype=np.float64).reshape(-1, self.width)
+        if self.buffer:
+            yield self.in_memory()
 
 
 @dataclass
@@ -239,6 +238,7 @@ class RunRecords:
     offered_requests_per_s: float | None
     kv_transfers: tuple[KVTransferRecords, ...] = ()  # one per disaggregated backend
     kv_tiers: tuple[KVTierRecords, ...] = ()  # one per replica with KV tiers
+    streamed: RequestRows | None = None  # every request row, when there were too many to keep (``requests`` empty)
 
     def tokens_in_window(self, t0: float, t1: float, replicas: list[int] | None = None) -> tuple[float, float]:
         """(output, input) tokens the replicas (default: all) processed over ``[t0, t1]``."""
@@ -254,7 +254,11 @@ class RunRecords:
         return ITL_BIN_EDGES_S
 
     def levels(self, replica: int = 0) -> dict[str, tuple[FloatArray, FloatArray]]:
-        """Batch size, queue length and KV occupancy (% of blocks) of a replica: (times s, values)."""
+        """Batch size, queue length and KV occupancy (% of blocks) of a replica: (times s, values).
+
+        Every change while the level kept every point; once compacted, time-weighted means over
+        buckets (``level.bucket_s`` wide) up to ``level.exact_from_s``, every change after it.
+        """
         kv_scale = 100.0 / max(self.backend_of(replica).kv_blocks_per_replica, 1)
         out = {}
         for name, level, scale in (("batch size", self.batch[replica], 1.0), ("queue", self.queue[replica], 1.0),
@@ -278,6 +282,20 @@ class RunRecords:
                                values[start : start + CSV_CHUNK_ROWS].tolist(), strict=True)  # fmt: skip
                     yield "".join(f"{replica},{name},{t!r},{v!r}\n" for t, v in part)
 
+    @property
+    def request_count(self) -> int:
+        """Rows recorded (requests that left or were dropped), kept or streamed."""
+        return len(self.streamed) if self.streamed is not None else self.requests[REQUEST_COLUMNS[0]].size
+
+    def request_chunks(self) -> Iterator[dict[str, FloatArray]]:
+        """Every request row, a bounded number at a time, as one array per column (sorted by id
+        when every row was kept; in the order requests left when they streamed)."""
+        if self.streamed is None:
+            yield self.requests
+            return
+        for table in self.streamed.chunks():
+            yield {name: table[:, i] for i, name in enumerate(REQUEST_COLUMNS)}
+
     def to_csv(self) -> str:
         """One row per request; times are exact (shortest round-trip decimal), counts integers."""
         return "".join(self.csv_chunks())
@@ -285,10 +303,10 @@ class RunRecords:
     def csv_chunks(self) -> Iterator[str]:
         """:meth:`to_csv` in pieces of at most ``CSV_CHUNK_ROWS`` rows (to write it without holding it)."""
         yield ",".join(REQUEST_COLUMNS) + "\n"
-        rows = self.requests[REQUEST_COLUMNS[0]].size
-        for start in range(0, rows, CSV_CHUNK_ROWS):
-            columns = [self.requests[f][start : start + CSV_CHUNK_ROWS].tolist() for f in REQUEST_COLUMNS]
-            yield "".join(",".join(_csv_number(v) for v in values) + "\n" for values in zip(*columns, strict=True))
+        for chunk in self.request_chunks():
+            for start in range(0, chunk[REQUEST_COLUMNS[0]].size, CSV_CHUNK_ROWS):
+                columns = [chunk[f][start : start + CSV_CHUNK_ROWS].tolist() for f in REQUEST_COLUMNS]
+                yield "".join(",".join(_csv_number(v) for v in row) + "\n" for row in zip(*columns, strict=True))
 
 
 def _csv_number(value: float) -> str:

@@ -37,7 +37,7 @@ from simulator.engine.kv_tiers import KVTiers
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.scheduler import PagedBatching, batch_policy
-from simulator.records import BackendRecord, RunRecords
+from simulator.records import REQUEST_ROWS_KEPT, BackendRecord, RunRecords
 from simulator.resolve import BackendPlan, ResolvedScenario
 
 
@@ -101,11 +101,18 @@ def _record(backend: Backend) -> BackendRecord:
     )
 
 
-def build(resolved: ResolvedScenario) -> Simulation:
-    """Construct every component, connect them, start the processes (nothing runs yet)."""
+def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT, points: int | None = None,
+          ) -> Simulation:  # fmt: skip
+    """Construct every component, connect them, start the processes (nothing runs yet).
+
+    ``rows_kept``: request rows held in memory before they stream (:class:`~simulator.records.RequestRows`;
+    None keeps all); a fleet with disaggregated backends keeps all (its KV handoffs join them by id).
+    ``points``: the buckets of each level and token series (:mod:`simulator.series`; default
+    :func:`~simulator.series.points_per_series`).
+    """
     scenario = resolved.scenario
     env = simpy.Environment()
-    recorder = Recorder(resolved.replicas)
+    recorder = Recorder(resolved.replicas, scenario.run.warmup, rows_kept, points)
     root = np.random.SeedSequence(scenario.run.seed)
     replicas_ss, router_ss, *class_seeds = root.spawn(2 + len(resolved.classes))
     replica_seeds = replicas_ss.spawn(resolved.replicas)
@@ -132,6 +139,8 @@ def build(resolved: ResolvedScenario) -> Simulation:
         backends.append(backend)
     router.bind(backends, [c.backends for c in resolved.classes])
     handoffs = couple(env, backends)
+    if handoffs:
+        recorder.requests.kept = None
     factory.handoffs = {r.index: h for h in handoffs for r in h.prefill.replicas}
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
     counter = TaskCounter(itertools.count(), itertools.count())

@@ -13,16 +13,19 @@ import numpy as np
 from simulator.records import (
     ITL_BIN_EDGES_S,
     REQUEST_COLUMNS,
+    REQUEST_ROWS_KEPT,
     TASK_COLUMNS,
     BackendRecord,
     FloatArray,
     LevelMonitor,
     ReplicaTotals,
     RequestRecord,
+    RequestRows,
     RunRecords,
     TaskRecord,
     TokenCounter,
 )
+from simulator.series import points_per_series
 
 ITL_BUFFER = 8192
 
@@ -30,16 +33,21 @@ ITL_BUFFER = 8192
 class Recorder:
     """Collects everything a run produces, per replica and globally."""
 
-    def __init__(self, replicas: int) -> None:
-        self.requests = array("d")  # one RequestRecord per request, flat: 88 bytes a request
-        self.in_system = LevelMonitor()
-        self.queue = [LevelMonitor() for _ in range(replicas)]
-        self.batch = [LevelMonitor() for _ in range(replicas)]
-        self.kv_blocks = [LevelMonitor() for _ in range(replicas)]
+    def __init__(self, replicas: int, warmup_s: float = 0.0, rows_kept: int | None = REQUEST_ROWS_KEPT,
+                 points: int | None = None) -> None:  # fmt: skip
+        """``warmup_s``: where the levels and token counts stay exact however long the run;
+        ``rows_kept``: the request rows held in memory before they stream (None: all);
+        ``points``: buckets per level and token series (default :func:`~simulator.series.points_per_series`)."""
+        self.requests = RequestRows(len(REQUEST_COLUMNS), rows_kept)  # one RequestRecord per request
+        marks, points = (warmup_s,), points or points_per_series(replicas)
+        self.in_system = LevelMonitor(marks=marks, points=points)
+        self.queue = [LevelMonitor(marks=marks, points=points) for _ in range(replicas)]
+        self.batch = [LevelMonitor(marks=marks, points=points) for _ in range(replicas)]
+        self.kv_blocks = [LevelMonitor(marks=marks, points=points) for _ in range(replicas)]
         self.totals = [ReplicaTotals() for _ in range(replicas)]
         self.itl_counts = np.zeros(ITL_BIN_EDGES_S.size - 1)
         self._itl_durations, self._itl_weights = array("d"), array("d")
-        self.tokens = [TokenCounter() for _ in range(replicas)]
+        self.tokens = [TokenCounter(marks=marks, points=points) for _ in range(replicas)]
         self.tasks = array("d")  # one TaskRecord per finished task, flat
         self._in_system = 0
 
@@ -60,7 +68,7 @@ class Recorder:
 
     @property
     def request_count(self) -> int:
-        return len(self.requests) // len(REQUEST_COLUMNS)
+        return len(self.requests)
 
     def inter_token(self, durations_s: FloatArray, weights: FloatArray | float) -> None:
         """Add inter-token gaps (one per decoding sequence per step) to the histogram.
@@ -99,9 +107,13 @@ class Recorder:
         capacity_requests_per_s: float,
         offered_requests_per_s: float | None,
     ) -> RunRecords:
-        """The records as arrays (requests and tasks sorted by id), once, after the run."""
+        """The records as arrays (requests and tasks sorted by id), once, after the run.
+
+        Requests that streamed stay where they are (``RunRecords.streamed``; ``requests`` is empty).
+        """
         self.flush_inter_tokens()
-        table = np.frombuffer(self.requests, dtype=np.float64).reshape(-1, len(REQUEST_COLUMNS))  # a view
+        rows = self.requests
+        table = rows.in_memory()[:0] if rows.streamed else rows.in_memory()  # a view
         order = np.argsort(table[:, 0], kind="stable")
         requests = {name: table[order, i] for i, name in enumerate(REQUEST_COLUMNS)}
         task_table = np.frombuffer(self.tasks, dtype=np.float64).reshape(-1, len(TASK_COLUMNS))
@@ -123,4 +135,5 @@ class Recorder:
             in_flight=in_flight,
             capacity_requests_per_s=capacity_requests_per_s,
             offered_requests_per_s=offered_requests_per_s,
+            streamed=rows if rows.streamed else None,
         )

@@ -35,6 +35,11 @@ with what each served; with workload classes, ``classes`` gives each class its p
 backend's cost (:mod:`simulator.results.attribution` states the rule) and the fleet's per-task
 figures charge only the classes that run tasks. Dropped requests (too long for every allowed backend) and requests
 rejected over the API budget are counted apart.
+
+Percentiles are exact order statistics when the run kept every request row; a run whose rows
+streamed takes them from log-binned histograms (:mod:`simulator.results.requests` states the bin
+width; counts, means, goodput and token sums stay exact). ``statistics`` in the summary says
+which statistics are exact and which binned, and the resolution of the levels.
 """
 
 from __future__ import annotations
@@ -46,7 +51,6 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from simulator.analytic.economics import RunCost, api_usd, assumptions_of, run_cost
 from simulator.config.fleet import CostSpec
@@ -55,6 +59,7 @@ from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.records import (
     DROPPED_OVER_BUDGET,
     DROPPED_TOO_LONG,
+    REQUEST_ROWS_KEPT,
     BackendRecord,
     FloatArray,
     KVTierRecords,
@@ -62,6 +67,16 @@ from simulator.records import (
     RunRecords,
 )
 from simulator.results.attribution import ATTRIBUTION, ClassCosts, attribute
+from simulator.results.requests import (
+    BIN_WIDTH,
+    LATENCIES,
+    NO_REQUESTS,
+    PERCENTILES,
+    Requests,
+    distribution_stats,
+    measured_rows,
+    requests_of,
+)
 from simulator.results.summary import (
     BackendCost,
     BackendSummary,
@@ -74,45 +89,18 @@ from simulator.results.summary import (
     KVTransferSummary,
     ReplicaSummary,
     RunSummary,
+    Statistics,
     TaskParts,
     TaskSummary,
 )
 
 CostRecord = TypeVar("CostRecord", BackendCost, FleetCost)
 
-PERCENTILES = (50, 90, 95, 99)
 #: Where a task's time goes (the columns ``<part>_s`` of the task records).
 TASK_PARTS = ("model", "queue", "tool", "subagent", "network")
 
 
-#: Why a latency statistic is undefined, written beside it in summary.json.
-NO_REQUESTS = "no request completed in the measurement window"
-ONE_TOKEN_ANSWERS = "every measured request has a 1-token answer, so there is no inter-token interval"
 NO_TASKS = "no task started after the warm-up finished in the window"
-
-
-def distribution_stats(values: FloatArray, empty_reason: str = NO_REQUESTS) -> DistributionStats:
-    """Count, mean and p50/p90/p95/p99 of the finite values; NaN, with the reason, when there are none."""
-    finite = values[np.isfinite(values)]
-    keys = ["mean", *(f"p{p}" for p in PERCENTILES)]
-    if finite.size == 0:
-        return DistributionStats(count=0, **dict.fromkeys(keys, math.nan), undefined=dict.fromkeys(keys, empty_reason))
-    quantiles = np.percentile(finite, PERCENTILES)
-    return DistributionStats(
-        count=int(finite.size),
-        mean=float(finite.mean()),
-        **{f"p{p}": float(v) for p, v in zip(PERCENTILES, quantiles, strict=True)},
-    )
-
-
-def _latency_stats(m: dict[str, FloatArray]) -> dict[str, DistributionStats]:
-    """Every latency distribution, each undefined one with its reason."""
-    completed = m["ttft_s"].size > 0
-    out = {}
-    for name in LATENCIES:
-        per_token = name in ("tpot_s", "per_user_output_tok_s")
-        out[name] = distribution_stats(m[name], ONE_TOKEN_ANSWERS if completed and per_token else NO_REQUESTS)
-    return out
 
 
 def histogram_stats(counts: FloatArray, edges: FloatArray) -> DistributionStats:
@@ -126,51 +114,19 @@ def histogram_stats(counts: FloatArray, edges: FloatArray) -> DistributionStats:
     return DistributionStats(count=int(total), mean=float((counts * mids).sum() / total), **percentiles)
 
 
-def request_metrics(records: RunRecords, klass: int | None = None) -> dict[str, FloatArray]:
-    r = records.requests
-    measured = _measured(records)
-    if klass is not None:
-        measured &= r["class"] == klass
-    a, s, f, c, n = (r[k][measured] for k in ("arrival_s", "admitted_s", "first_token_s", "done_s", "output_tokens"))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(n > 1, (c - f) / (n - 1), np.nan)
-        per_user = np.where((n > 1) & (c > f), (n - 1) / (c - f), np.nan)
-    return {
-        "ttft_s": f - a,
-        "e2e_s": c - a,
-        "tpot_s": tpot,
-        "per_user_output_tok_s": per_user,
-        "normalized_tpot_s": (c - a) / n,
-        "queueing_delay_s": s - a,
-        "input_tokens": r["input_tokens"][measured],
-        "output_tokens": n,
-    }
-
-
-def _meets(m: dict[str, FloatArray], slo: SLOSpec) -> npt.NDArray[np.bool_]:
-    ok = np.ones(m["ttft_s"].size, dtype=bool)
-    if slo.ttft is not None:
-        ok &= m["ttft_s"] <= slo.ttft
-    if slo.tpot is not None:
-        ok &= ~(m["tpot_s"] > slo.tpot)
-    return ok
-
-
-LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "per_user_output_tok_s", "normalized_tpot_s", "queueing_delay_s")
-
-
-def class_summary(records: RunRecords, klass: int, spec: WorkloadClass, cost: ClassCost | None = None) -> ClassSummary:
+def class_summary(records: RunRecords, requests: Requests, klass: int, spec: WorkloadClass,
+                  cost: ClassCost | None = None) -> ClassSummary:  # fmt: skip
     """One workload class: its latencies, its goodput under its own SLOs, its tasks, its cost."""
-    m = request_metrics(records, klass)
     window = max(records.end_s - records.warmup_s, 1e-12)
     tasks = class_tasks(records, klass, spec)
+    completed, met = requests.completed(klass), requests.meeting(spec.slo, klass)
     return ClassSummary(
-        **_latency_stats(m),
+        **requests.latency_stats(klass),
         priority=spec.priority,
-        requests_completed=int(m["ttft_s"].size),
-        requests_per_s=m["ttft_s"].size / window,
-        goodput_requests_per_s=float(_meets(m, spec.slo).sum()) / window,
-        slo_attainment=float(_meets(m, spec.slo).mean()) if m["ttft_s"].size else float("nan"),
+        requests_completed=completed,
+        requests_per_s=completed / window,
+        goodput_requests_per_s=float(met) / window,
+        slo_attainment=met / completed if completed else float("nan"),
         tasks=tasks,
         cost=cost,
     )
@@ -187,16 +143,15 @@ def _makes_tasks(klass: WorkloadClass) -> bool:
     return isinstance(load, AgentsLoad) or (isinstance(load, TraceLoad) and load.format in ("weka", "taskgraph"))
 
 
-def backend_cost(records: RunRecords, backend: BackendRecord, spec: CostSpec, tasks: int) -> RunCost:
+def backend_cost(records: RunRecords, requests: Requests, backend: BackendRecord, spec: CostSpec,
+                 tasks: int) -> RunCost:  # fmt: skip
     """Dollars and joules of one backend over the window (the API bill from its measured requests)."""
     assumptions = assumptions_of(spec)
     t0, t1 = records.warmup_s, records.end_s
     output_tokens, _ = records.tokens_in_window(t0, t1, backend.replicas)
     busy = [records.totals[i].busy_s * (t1 - t0) / max(t1, 1e-12) for i in backend.replicas]  # window share
-    r = records.requests
-    served = _measured(records) & np.isin(r["replica"], backend.replicas)
-    billed_output = float(r["output_tokens"][served].sum())
-    bill = api_usd(backend.pricing.token_price, r["input_tokens"][served].sum(), billed_output)
+    billed_input, billed_output = requests.billed(backend.replicas)
+    bill = api_usd(backend.pricing.token_price, billed_input, billed_output)
     if backend.pricing.token_price is not None:
         output_tokens = billed_output  # $/1M of an API backend: its bill over the same requests' tokens
     return run_cost(
@@ -205,28 +160,19 @@ def backend_cost(records: RunRecords, backend: BackendRecord, spec: CostSpec, ta
     )  # fmt: skip
 
 
-def _measured(records: RunRecords) -> npt.NDArray[np.bool_]:
-    r = records.requests
-    measured: npt.NDArray[np.bool_] = (
-        (r["dropped"] == 0) & np.isfinite(r["done_s"]) & (r["arrival_s"] >= records.warmup_s)
-    )
-    return measured
-
-
-def backend_summary(records: RunRecords, backend: BackendRecord, spec: CostSpec) -> BackendSummary:
+def backend_summary(records: RunRecords, requests: Requests, backend: BackendRecord, spec: CostSpec) -> BackendSummary:
     """One backend of the fleet: what it served, how busy it was, what it cost."""
     t0, t1 = records.warmup_s, records.end_s
     window = max(t1 - t0, 1e-12)
     output_tokens, _ = records.tokens_in_window(t0, t1, backend.replicas)
-    served = _measured(records) & np.isin(records.requests["replica"], backend.replicas)
-    cost = backend_cost(records, backend, spec, 0)
+    cost = backend_cost(records, requests, backend, spec, 0)
     busy = [records.totals[i].busy_s for i in backend.replicas]
     return BackendSummary(
         hardware=backend.hardware.id,
         model=backend.model_id,
         replicas=len(backend.replicas),
         chips=len(backend.replicas) * backend.chips_per_replica,
-        requests_completed=int(served.sum()),
+        requests_completed=requests.served(backend.replicas),
         output_tok_s=output_tokens / window,
         busy_fraction=float(np.mean(busy)) / max(t1, 1e-12) if busy else 0.0,
         cost=cost_record(BackendCost, backend.pricing.basis, cost),
@@ -274,36 +220,35 @@ def summarize(
     records: RunRecords, slo: SLOSpec, classes: Sequence[WorkloadClass] = (), cost: CostSpec | None = None
 ) -> RunSummary:
     """The run summary: distributions, rates, goodput, levels and utilisation (and per class)."""
-    m = request_metrics(records)
+    requests = requests_of(records, [slo, *(c.slo for c in classes)], len(classes))
     window = max(records.end_s - records.warmup_s, 1e-12)
-    ok = _meets(m, slo)
     replicas = len(records.totals)
     t0, t1 = records.warmup_s, records.end_s
     output_tokens, input_tokens = records.tokens_in_window(t0, t1)
     owner = [records.backend_of(i) for i in range(replicas)]
-    r = records.requests
-    measured = _measured(records)
-    prompts = float(r["input_tokens"][measured].sum())
+    cached, prompts = requests.prompt_tokens()
+    completed = requests.completed()
     tasks = task_summary(records) if records.tasks["task"].size or any(_makes_tasks(c) for c in classes) else None
     cost_spec = cost or CostSpec()
-    parts = [backend_cost(records, b, cost_spec, tasks.tasks_completed if tasks else 0) for b in records.backends]
+    parts = [backend_cost(records, requests, b, cost_spec, tasks.tasks_completed if tasks else 0)
+             for b in records.backends]  # fmt: skip
     bases = sorted({b.pricing.basis for b in records.backends})
     offered, capacity = records.offered_requests_per_s, records.capacity_requests_per_s
-    per_class, split = _class_summaries(records, classes, parts) if len(classes) > 1 else (None, None)
+    per_class, split = _class_summaries(records, requests, classes, parts) if len(classes) > 1 else (None, None)
     basis = bases[0] if len(bases) == 1 else "mixed"
     return RunSummary(
-        **_latency_stats(m),
+        **requests.latency_stats(),
         itl_s=histogram_stats(records.itl_counts, records.itl_bin_edges_s),
-        requests_completed=int(m["ttft_s"].size),
-        requests_dropped=int((r["dropped"] == DROPPED_TOO_LONG).sum()),
-        requests_rejected_over_budget=int((r["dropped"] == DROPPED_OVER_BUDGET).sum()),
+        requests_completed=completed,
+        requests_dropped=requests.dropped(DROPPED_TOO_LONG),
+        requests_rejected_over_budget=requests.dropped(DROPPED_OVER_BUDGET),
         requests_in_flight=records.in_flight,
         window_s=window,
-        requests_per_s=m["ttft_s"].size / window,
+        requests_per_s=completed / window,
         output_tok_s=output_tokens / window,
         input_tok_s=input_tokens / window,
-        goodput_requests_per_s=float(ok.sum()) / window,
-        preemptions=int(r["preemptions"].sum()),
+        goodput_requests_per_s=float(requests.meeting(slo)) / window,
+        preemptions=requests.preemptions(),
         mean_batch_size=float(np.mean([b.time_mean(t0, t1) for b in records.batch])),
         mean_queue_length=float(np.mean([q.time_mean(t0, t1) for q in records.queue])),
         mean_kv_occupancy=float(np.mean([
@@ -321,28 +266,53 @@ def summarize(
             for t, b in zip(records.totals, owner, strict=True)
         ],
         replica_count=replicas,
-        prefix_cache_hit_rate=float(r["cached_tokens"][measured].sum()) / prompts if prompts else 0.0,
+        prefix_cache_hit_rate=cached / prompts if prompts else 0.0,
         tasks=tasks,
         classes=per_class,
-        backends={b.name: backend_summary(records, b, cost_spec) for b in records.backends},
+        backends={b.name: backend_summary(records, requests, b, cost_spec) for b in records.backends},
         kv_transfers={k.prefill_backend: kv_transfer_summary(records, k) for k in records.kv_transfers} or None,
         kv_tiers=kv_tier_summaries(records.kv_tiers) or None,
         cost=_fleet_cost(functools.reduce(RunCost.plus, parts), basis, per_class, split),
         capacity_requests_per_s=capacity,
         offered_requests_per_s=offered,
         overloaded=bool(offered is not None and capacity == capacity and offered > capacity),
+        statistics=statistics(records, requests),
     )  # fmt: skip
 
 
-def _class_summaries(records: RunRecords, classes: Sequence[WorkloadClass],
+ITL_BINS = f"mean and percentiles at bin midpoints; {BIN_WIDTH}"
+
+
+def statistics(records: RunRecords, requests: Requests) -> Statistics:
+    """What is exact in a run's summary and what comes from histograms."""
+    tasks = ["tasks.task_time_s"] if records.tasks["task"].size else []
+    if requests.exact:
+        rows = f"all {records.request_count} kept in memory: every percentile is an exact order statistic"
+        exact, binned = [*LATENCIES, *tasks], {"itl_s": ITL_BINS}
+    else:
+        rows = (f"{records.request_count} streamed (more than {REQUEST_ROWS_KEPT} would be kept in memory); "
+                "latency counts, means, SLO attainment and token sums are exact")  # fmt: skip
+        exact = tasks
+        binned = dict.fromkeys(LATENCIES, f"percentiles from log-binned histograms; {BIN_WIDTH}") | {"itl_s": ITL_BINS}
+    widest = max(level.bucket_s for level in [*records.queue, *records.batch, *records.kv_blocks])
+    levels = "every change of every level kept" if widest == 0 else (
+        f"compacted: levels.csv holds time-weighted means over buckets of up to {widest:g} s (the stretch since the "
+        "last whole bucket exact); mean levels and token rates over the window stay exact; class cost shares "
+        "read seat-seconds off the bucketed batch level"
+    )  # fmt: skip
+    return Statistics(request_rows=rows, exact=exact, binned=binned, levels=levels)
+
+
+def _class_summaries(records: RunRecords, requests: Requests, classes: Sequence[WorkloadClass],
                      parts: list[RunCost]) -> tuple[dict[str, ClassSummary], ClassCosts]:  # fmt: skip
     """Every class's summary with its attributed cost, and the split itself."""
     tasks = [class_tasks(records, k, spec) for k, spec in enumerate(classes)]
     counts = [t.tasks_completed if t is not None else 0 for t in tasks]
-    split = attribute(records, parts, counts, len(classes))
+    split = attribute(records.backends, requests, parts, counts, len(classes))
     fleet_usd = sum(p.usd for p in parts)
     costs = [class_cost(split.by_class[k], counts[k], fleet_usd, tasks[k] is not None) for k in range(len(classes))]
-    return {spec.name: class_summary(records, k, spec, costs[k]) for k, spec in enumerate(classes)}, split
+    summaries = {spec.name: class_summary(records, requests, k, spec, costs[k]) for k, spec in enumerate(classes)}
+    return summaries, split
 
 
 def _fleet_cost(fleet: RunCost, basis: str, classes: dict[str, ClassSummary] | None, split: ClassCosts | None,
@@ -374,7 +344,7 @@ def kv_transfer_summary(records: RunRecords, kv: KVTransferRecords) -> KVTransfe
     ``decode_first_s = f - k``; they sum to ``ttft_s = f - a``.
     """
     r, c = records.requests, kv.columns
-    measured = _measured(records)
+    measured = measured_rows(r, records.warmup_s)
     ids = r["id"][measured]
     rows = np.isin(c["request"], ids)
     order = np.searchsorted(r["id"], c["request"][rows])  # records are sorted by id

@@ -209,6 +209,15 @@ class LatencyStats(Record):
     queueing_delay_s: DistributionStats
 
 
+class Statistics(Record):
+    """How each statistic was computed: which are exact, which come from histograms (and their bins)."""
+
+    request_rows: str  # kept in memory (every order statistic exact) or streamed (digested)
+    exact: list[str]  # metrics whose every statistic is exact
+    binned: dict[str, str]  # metric -> what comes from its histogram, and the bin width
+    levels: str  # the resolution of levels.csv and of the timeline figure
+
+
 class ClassSummary(LatencyStats):
     """One workload class: its latencies, its goodput under its own SLOs, its tasks."""
 
@@ -252,6 +261,7 @@ class RunSummary(LatencyStats):
     capacity_requests_per_s: Number
     offered_requests_per_s: Number | None
     overloaded: bool
+    statistics: Statistics | None = None
     undefined: Reasons | None = None
 
     def to_dict(self) -> dict[str, Any]:
