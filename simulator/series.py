@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +49,23 @@ RUN_POINTS = 8192
 def points_per_series(replicas: int) -> int:
     """Buckets for each series of a run with ``replicas`` replicas: ``max(2048, RUN_POINTS / replicas)``."""
     return max(2048, RUN_POINTS // max(replicas, 1))
+
+
+class Buckets(NamedTuple):
+    """A compaction's grid: bucket width, its ``K + 1`` edges, and the marks it merges away."""
+
+    width_s: float
+    edges: FloatArray
+    passed: list[float]
+
+    @property
+    def edge_s(self) -> float:
+        """The end of the last whole bucket."""
+        return float(self.edges[-1])
+
+    @property
+    def whole(self) -> int:
+        return self.edges.size - 1
 
 
 class _Bucketed:
@@ -72,6 +90,16 @@ class _Bucketed:
             return self.bucket_s, 0
         width = max(self.bucket_s, 2.0 ** math.ceil(math.log2(span / self.points)))
         return width, int(span // width)
+
+    def _buckets(self, last_s: float, stored: int) -> Buckets | None:
+        """The whole buckets before ``last_s``; None, and the next compaction put off by ``points``
+        more, while there is no whole bucket yet (``stored``: the points held)."""
+        width, whole = self._grid(last_s)
+        if whole == 0:
+            self._compact_at = stored + self.points
+            return None
+        edges: FloatArray = self.t0 + width * np.arange(whole + 1, dtype=np.float64)
+        return Buckets(width, edges, self._passed_marks(float(edges[-1])))
 
     def _merged(self, width_s: float, edge_s: float, points: int, exact: Mapping[float, tuple[float, ...]]) -> None:
         """Bookkeeping after merging up to ``edge_s``: the exact values at the marks passed, when to compact next."""
@@ -114,13 +142,10 @@ class LevelMonitor(_Bucketed):
     def _compact(self) -> None:
         times = np.frombuffer(self.times, dtype=np.float64)
         values = np.frombuffer(self.values, dtype=np.float64)
-        width, whole = self._grid(times[-1])
-        if whole == 0:
-            self._compact_at = len(self.times) + self.points
+        grid = self._buckets(float(times[-1]), times.size)
+        if grid is None:
             return
-        edges = self.t0 + width * np.arange(whole + 1)
-        edge = edges[-1]
-        passed = self._passed_marks(edge)
+        (width, edges, passed), edge, whole = grid, grid.edge_s, grid.whole
         area = self._area(times, values, np.append(edges, passed))
         means = np.diff(area[: whole + 1]) / width
         tail = int(np.searchsorted(times, edge, side="right")) - 1  # the point in force at the edge
@@ -188,13 +213,10 @@ class TokenCounter(_Bucketed):
     def _compact(self) -> None:
         """Buckets up to the last whole one before the last span (which :meth:`amend` may change)."""
         times = np.frombuffer(self.times, dtype=np.float64)
-        width, whole = self._grid(times[-2])
-        if whole == 0:
-            self._compact_at = len(self.times) + self.points
+        grid = self._buckets(float(times[-2]), times.size)
+        if grid is None:
             return
-        edges = self.t0 + width * np.arange(whole + 1)
-        edge = edges[-1]
-        passed = self._passed_marks(edge)
+        (width, edges, passed), edge, whole = grid, grid.edge_s, grid.whole
         at = np.append(edges, passed)
         tail = min(int(np.searchsorted(times, edge, side="right")), times.size - 2)  # the last span stays
         kept = []
