@@ -41,7 +41,7 @@ FloatArray = npt.NDArray[np.float64]
 CSV_CHUNK_ROWS = 8192
 
 #: Request rows a run keeps in memory; a run with more streams them all to a temporary file and
-#: its latency percentiles come from log-binned histograms (:mod:`simulator.results.digest`).
+#: its latency percentiles come from log-binned histograms (:mod:`simulator.results.requests`).
 REQUEST_ROWS_KEPT = 16384
 
 #: Inter-token latency histogram: log-spaced bins from 1 us to 1000 s, 200 per decade.

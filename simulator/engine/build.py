@@ -112,6 +112,8 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
     """
     scenario = resolved.scenario
     env = simpy.Environment()
+    if any(plan.decode_backend is not None for plan in resolved.backends):
+        rows_kept = None  # the KV handoffs join their records to the request rows by id
     recorder = Recorder(resolved.replicas, scenario.run.warmup, rows_kept, points)
     root = np.random.SeedSequence(scenario.run.seed)
     replicas_ss, router_ss, *class_seeds = root.spawn(2 + len(resolved.classes))
@@ -139,8 +141,6 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
         backends.append(backend)
     router.bind(backends, [c.backends for c in resolved.classes])
     handoffs = couple(env, backends)
-    if handoffs:
-        recorder.requests.kept = None
     factory.handoffs = {r.index: h for h in handoffs for r in h.prefill.replicas}
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
     counter = TaskCounter(itertools.count(), itertools.count())
