@@ -106,9 +106,7 @@ class KVTiers:
             return 0.0
         full = int((request.input_tokens + request.generated - 1) // kv.block_tokens)
         keys = request.block_keys(0, full)
-        first = 0
-        while first < full and _resident(kv, keys[first]):
-            first += 1
+        first, _ = kv.leading(keys)
         found: list[tuple[Hashable, int]] = []
         for key in keys[first:]:
             tier = self.where.get(key)
@@ -138,7 +136,7 @@ class KVTiers:
     def land(self, request: Request, now: float) -> None:
         """The loaded blocks join the serving tier's cache as its most recent (as many as fit)."""
         self._now = now
-        keys = [k for k in self._landing.pop(request.id, []) if not _resident(self.blocks, k)]
+        keys = [k for k in self._landing.pop(request.id, []) if not self.blocks.resident(k)]
         room = self.blocks.cache_loaded(keys)
         for key in keys[:room]:
             self._forget(key)  # a copy demoted while this one was in flight
@@ -161,7 +159,3 @@ class KVTiers:
             declined=self.declined,
             load_pairs_s=np.frombuffer(self.load_pairs, dtype=np.float64).reshape(-1, 2).copy(),
         )
-
-
-def _resident(kv: BlockManager, key: Hashable | None) -> bool:
-    return key is not None and (key in kv.evictable or key in kv.in_use)

@@ -72,7 +72,7 @@ class Request:
         self.block_hashes = block_hashes  # explicit prompt block hashes (traces), first
         self.hash_ratio = hash_ratio  # our KV blocks per trace hash block
         self.cached_tokens = 0  # prompt tokens served from the prefix cache at first admission
-        self.shared: list[Hashable] = []  # cached blocks this request references while running
+        self.shared: Sequence[Hashable] = []  # cached blocks this request references while running
         self.task = -1  # the agent task this call belongs to
         self.klass = 0  # workload class index
         self.priority = 0  # higher is admitted first
@@ -86,16 +86,17 @@ class Request:
         """Whether any of its blocks has a key (a session or trace hashes): else none is shared."""
         return self.key_base is not None or self.block_hashes is not None
 
-    def block_keys(self, start: int, stop: int) -> list[Hashable | None]:
+    def block_keys(self, start: int, stop: int) -> Sequence[Hashable | None]:
         """Keys of the KV blocks ``start..stop-1``: block i covers tokens [i * bs, (i + 1) * bs) of
         this context; None where a block has no key (no session, or past a trace's hashes).
 
         A session's block i is the integer ``key_base + i`` (:class:`SessionKeys`: bases 2^32
-        apart, so sessions never share a block), which hashes and compares faster than a tuple.
+        apart, so sessions never share a block); its keys come as a ``range``, which the prefix
+        cache keeps as runs (:class:`~simulator.engine.kv.BlockManager`).
         """
         if self.block_hashes is None:
             base = self.key_base
-            return [None] * (stop - start) if base is None else list(range(base + start, base + stop))
+            return [None] * (stop - start) if base is None else range(base + start, base + stop)
         hashes, ratio = self.block_hashes, self.hash_ratio
         return [(self.session, hashes[i // ratio], i % ratio) if i // ratio < len(hashes) else None
                 for i in range(start, stop)]  # fmt: skip

@@ -36,7 +36,7 @@ import bisect
 import functools
 import math
 from collections import deque
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -44,7 +44,7 @@ import numpy.typing as npt
 
 from simulator.analytic.step_time import BatchAggregates
 from simulator.config.batching import ContinuousBatching, StaticBatching
-from simulator.engine.kv import BlockManager
+from simulator.engine.kv import BlockManager, extended
 from simulator.engine.request import Request
 from simulator.resolve import BackendPlan
 
@@ -173,7 +173,7 @@ class PrefixHit(NamedTuple):
     """The leading prompt blocks of a request already resident, and how many of them are idle
     (cached, referenced by no running sequence: reusing one takes it out of the reclaimable pool)."""
 
-    keys: list[Hashable | None]  # none of them None: a block without a key is never a hit
+    keys: Sequence[Hashable]  # a range for a session's keys (:class:`BlockManager`)
     idle: int
 
 
@@ -511,7 +511,7 @@ class PagedBatching:
             full = int(s.context[slot] // self.kv.block_tokens)
             if full > first and first == request.published_upto and request.cacheable:
                 keys = self.kv.publish(request.block_keys(first, full))
-                request.shared.extend(keys)
+                request.shared = extended(request.shared, keys)
                 request.published_upto = len(request.shared)
 
     def _release(self, slot: int, cache: bool = True) -> Request:
@@ -536,15 +536,8 @@ class PagedBatching:
             return request.hit[2]  # nothing cached has changed since it was last looked up
         prompt = request.input_tokens + request.generated
         keys = request.block_keys(0, int((prompt - 1) // kv.block_tokens))
-        hit, idle = len(keys), 0
-        for index, key in enumerate(keys):
-            # blocks without a key (past a trace's hashes) cannot be matched; the hit ends at a miss
-            if key is not None and key in kv.evictable:
-                idle += 1
-            elif key is None or key not in kv.in_use:
-                hit = index
-                break
-        found = PrefixHit(keys[:hit], idle)
+        hit, idle = kv.leading(keys)
+        found = PrefixHit(keys[:hit], idle)  # no None among resident keys
         request.hit = (kv.version, request.generated, found)
         return found
 
@@ -591,7 +584,7 @@ class PagedBatching:
             if request.swapped is not None:
                 self._swapped_blocks += self.kv.blocks_of(request.swapped[0])
             self.kv.acquire(hit.keys)
-            request.shared = list(hit.keys)
+            request.shared = hit.keys
             request.published_upto = len(hit.keys)
             cached = float(len(hit.keys) * self.kv.block_tokens)
             slot = s.admit(request, cached, len(hit.keys))

@@ -35,7 +35,7 @@ def test_reusing_idle_cached_blocks_does_not_over_commit_kv() -> None:
     policy = ContinuousBatchingPolicy(Slots(4), kv, 1000, 1.0, None, prefill_first=False)
     policy.enqueue(Request(0, 0.0, 5 * BLOCK, 1, 0, session="s", key_base=keys.base("s")))
     _step(policy)  # a 1-token answer: done after its prefill, leaving five cached blocks and one free
-    assert policy.running == 0 and kv.free == 1 and len(kv.evictable) == 5
+    assert policy.running == 0 and kv.free == 1 and kv.idle == 5
     policy.enqueue(Request(1, 0.0, 10, 100, 0, session="other", key_base=keys.base("other")))
     _step(policy)  # takes the free block
     # hits 5, needs 1 more: none left
