@@ -58,6 +58,7 @@ HARDWARE_FITTABLE: dict[str, tuple[float, float]] = {
 #: Serving-stack parameters (shared by every row the stack served), with their bounds.
 STACK_FITTABLE: dict[str, tuple[float, float]] = {
     "layer_latency": (0.0, 1e-3),
+    "expert_latency": (0.0, 1e-4),
     "step_overhead": (0.0, 0.05),
 }
 

@@ -31,7 +31,10 @@ in its KV cache (``c``). Assumptions:
   (on a torus one hop over one link).
 - **Fixed latency**: per layer, the hardware's ``layer_latency`` (the per-layer slot of a
   deterministic schedule on an LPU) plus the serving stack's (kernel launches and syncs on a
-  GPU), and the stack's ``step_overhead`` per pass.
+  GPU), and the stack's ``step_overhead`` per pass. Per MoE layer, the stack's
+  ``expert_latency`` per distinct expert the busiest chip runs: its routed experts the batch
+  hits (all it holds a slice of, when experts are split tensor-parallel) plus the shared ones,
+  ``expert_latency * (E_busiest(tokens) + shared)``.
 - **Fabric traversal** (spatial chips with a ``fabric``): a token crosses the cores that
   hold the weights it uses; on a 2D mesh that is ``sqrt(cores spanned)`` hops per layer, at
   ``hop_latency`` each, with ``cores spanned = active layer bytes / SRAM per core``.
@@ -308,6 +311,7 @@ class StepCostModel:
         self.router_weight_s = s.router_params * d.bytes_per_param("router") / tp / read_rate("router")
         layer_s = hw.execution.layer_latency.value + d.stack.layer_latency.value
         self.fixed_s = layers * layer_s + d.stack.step_overhead.value
+        self.expert_s = d.stack.expert_latency.value
         # Batch-independent parts of the operator terms, in seconds per unit of their driver.
         row_rates = [read_rate("attention"), 1.0, 1.0, read_rate("dense_ffn"), read_rate("experts"),
                      read_rate("lm_head")]  # fmt: skip
@@ -376,8 +380,8 @@ class StepCostModel:
             share = np.where(total > 0, memory_p / total, 0.0)
         return np.power(total, 1.0 / p), share
 
-    def _moe_row(self, tokens: FloatArray, tokens_per_rank: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """(weight seconds, compute seconds) of one MoE layer on the busiest chip.
+    def _moe_row(self, tokens: FloatArray, tokens_per_rank: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(weight seconds, compute seconds, expert set-up seconds) of one MoE layer on the busiest chip.
 
         The router's weights are read once. Routed experts: the busiest expert-parallel rank's distinct
         experts (weights read) and token-expert pairs (FLOPs, hot experts included), each expert split
@@ -388,13 +392,14 @@ class StepCostModel:
         moe = d.model.moe
         assert moe is not None
         e, k, ep = moe.num_routed_experts, moe.experts_per_token, d.expert_parallel
-        experts = busiest(busiest_rank_experts, tokens, e, k, ep) / self.expert_tp
+        hit = busiest(busiest_rank_experts, tokens, e, k, ep)  # distinct routed experts the chip runs
+        experts = hit / self.expert_tp
         pairs = busiest(busiest_rank_pairs_hot, tokens, k, ep, self.hot_rank) / self.expert_tp
         shared = moe.num_shared_experts / d.tensor_parallel
         weight_s = (experts + shared) * self.expert_bytes / self.expert_read_rate + self.router_weight_s
         flops = (pairs + shared * tokens_per_rank) * self.flops_per_expert_token
         compute_s = (flops + tokens_per_rank * self.router_flops_per_token) / self.op_flop_rate[4, 0]
-        return weight_s, compute_s
+        return weight_s, compute_s, (hit + moe.num_shared_experts) * self.expert_s
 
     # -- public API ----------------------------------------------------------------------------
     def pass_times(self, batch: BatchAggregates) -> PassTimes:
@@ -416,8 +421,9 @@ class StepCostModel:
         drivers[0] = drivers[3] = drivers[4] = rank.tokens
         drivers[1], drivers[2], drivers[5] = rank.pairs_full, rank.pairs_window, rank.sequences
         compute_s = drivers * self.op_compute_s_per_unit
+        expert_s = np.zeros(n)
         if self.moe_layers:
-            weight_s[4], compute_s[4] = self._moe_row(tokens, rank.tokens)
+            weight_s[4], compute_s[4], expert_s = self._moe_row(tokens, rank.tokens)
         count = self.op_count
         memory_s = weight_s + kv_s
         op_s, memory_share = self._overlap(memory_s, compute_s)
@@ -444,7 +450,7 @@ class StepCostModel:
         parts["pipeline_hops"] = (pp - 1) * hop
         dense_fabric, moe_fabric = self.fabric_per_layer_s
         parts["fabric"] = np.full(n, self.dense_layers * dense_fabric + self.moe_layers * moe_fabric)
-        parts["fixed_latency"] = np.full(n, self.fixed_s)
+        parts["fixed_latency"] = self.fixed_s + self.moe_layers * expert_s
         chips = tp * dp
         total_flops = chips * (count * compute_s * self.op_flop_rate).sum(axis=0)
         total_bytes = chips * self.bandwidth * (count * (weight_s + kv_s)).sum(axis=0)

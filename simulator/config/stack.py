@@ -19,6 +19,10 @@ runs the stack (``layer_latency``) is one number, shared, not copied into each h
 - ``layer_latency`` / ``step_overhead``: software time per layer per iteration (kernel
   launches and synchronisation the stack does not hide) and per iteration (scheduling,
   sampling, host round trip), added to the hardware's own per-layer latency.
+- ``expert_latency``: software time per distinct expert a chip runs in one MoE layer, however
+  few tokens it gets: a grouped-GEMM kernel sets up and schedules each expert's problem on a
+  GPU; a dataflow chip starts each expert's weight stream. A chip that holds a slice of every
+  expert (tensor-parallel experts) runs every expert its tokens hit.
 - ``moe_comm_overlap``: the share of expert-parallel all-to-all time hidden behind compute by
   two-batch overlap (DeepSeek, SGLang), applied when an attention rank holds at least 128 tokens.
 - ``speculation``: how the operator is documented to decode speculatively, per model and by
@@ -62,6 +66,10 @@ class StackProfile(Profile):
     admission: Literal["on-demand", "reserve-full"]
     layer_latency: Sourced[NonNegativeSeconds] = Field(description="software time per layer per iteration")
     step_overhead: Sourced[NonNegativeSeconds] = Field(description="software time per iteration")
+    expert_latency: Sourced[NonNegativeSeconds] = Field(
+        description="software time per distinct expert a chip runs in one MoE layer (grouped-GEMM problem "
+        "set-up, an expert's weight stream started)"
+    )
     moe_comm_overlap: Sourced[Annotated[float, Field(ge=0.0, le=1.0)]] = Field(
         description="share of the expert-parallel dispatch and combine hidden behind compute (two-batch "
         "overlap) once each attention rank holds enough tokens"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -16,10 +18,11 @@ from simulator.analytic.moe import (
     hot_rank_factor,
     other_ranks,
 )
-from simulator.analytic.placement import PlacementError
+from simulator.analytic.placement import Deployment, PlacementError
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
+from simulator.config.paths import with_values
 from tests.conftest import deploy
 
 DRAWS = 20_000
@@ -125,6 +128,41 @@ def test_data_parallel_attention_communicates_less_than_tensor_parallel_at_load(
     tp = StepCostModel(deploy(catalog, "nvidia-h200", "qwen3-235b-a22b", chips=8, attention_parallel="tensor"))
     dp = StepCostModel(deploy(catalog, "nvidia-h200", "qwen3-235b-a22b", chips=8, attention_parallel="data"))
     assert dp.pass_time(*batch).components_s["communication"] < tp.pass_time(*batch).components_s["communication"]
+
+
+@pytest.mark.parametrize(
+    ("model", "layout"),
+    [("qwen3-235b-a22b", {"attention_parallel": "data"}),
+     ("qwen3-235b-a22b", {"attention_parallel": "tensor", "expert_parallel": 1}),
+     ("deepseek-r1", {"attention_parallel": "data"}), ("llama-3.1-70b", {})],
+)  # fmt: skip
+def test_each_distinct_expert_a_chip_runs_adds_the_stacks_expert_latency(
+    catalog: Catalog, model: str, layout: dict[str, str]
+) -> None:
+    """Per MoE layer, ``expert_latency`` for every distinct expert the busiest chip runs: the routed
+    ones its rank's tokens hit (every one hit, when experts are split tensor-parallel) and the
+    shared ones. Nothing else changes, and a dense model does not change at all."""
+    d = deploy(catalog, "nvidia-h200", model, chips=8, weights="fp8", **layout)
+    latency = 3e-6
+
+    def with_latency(value: float) -> Deployment:
+        stack = with_values(d.stack, {"expert_latency": value}, mark=None)
+        return dataclasses.replace(d, stack=stack)
+
+    without, with_ = StepCostModel(with_latency(0.0)), StepCostModel(with_latency(latency))
+    moe = d.model.moe
+    for sequences in (1, 7, 64, 900):
+        batch = np.ones(sequences), np.full(sequences, 2000.0)
+        before, after = without.pass_time(*batch).components_s, with_.pass_time(*batch).components_s
+        if moe is None:
+            assert after == before
+            continue
+        experts = busiest_rank_experts(moe.num_routed_experts, moe.experts_per_token, d.expert_parallel, sequences)
+        added = moe.num_moe_layers * latency * (experts + moe.num_shared_experts)
+        assert after["fixed_latency"] - before["fixed_latency"] == pytest.approx(added, rel=1e-9)
+        assert {k: v for k, v in after.items() if k != "fixed_latency"} == {
+            k: v for k, v in before.items() if k != "fixed_latency"
+        }
 
 
 @pytest.mark.parametrize("concurrency", [1, 64, None])

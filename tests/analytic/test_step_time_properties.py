@@ -34,7 +34,7 @@ def _scaled(d: Deployment, rate_factor: float, latency_factor: float) -> Deploym
         latencies.append("fabric.hop_latency")
     for paths, factor in ((rates, rate_factor), (latencies, latency_factor)):
         hw = with_values(hw, {path: get_path(hw, path).value * factor for path in paths}, mark=None)
-    software = ("layer_latency", "step_overhead")  # the serving stack's software latencies
+    software = ("layer_latency", "step_overhead", "expert_latency")  # the serving stack's software latencies
     stack = with_values(d.stack, {path: get_path(d.stack, path).value * latency_factor for path in software}, mark=None)
     tier = next(t for t in hw.memory if t.name == d.weights_tier.name)
     return dataclasses.replace(d, hardware=hw, weights_tier=tier, stack=stack)
