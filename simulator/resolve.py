@@ -273,7 +273,7 @@ def backend_plan(
         replicas=spec.replicas,
         scheduler=sched,
         batch_cap=sched.max_batch_size or deployment.max_batch_size,
-        max_batched_tokens=sched.max_batched_tokens or deployment.stack.max_batched_tokens.value,
+        max_batched_tokens=sched.max_batched_tokens or deployment.max_batched_tokens,
         kv_block_tokens=sched.kv_block_tokens,
         kv_blocks=kv_blocks,
         max_tokens=min(kv_blocks * sched.kv_block_tokens, deployment.model.max_context_tokens),

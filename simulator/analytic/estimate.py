@@ -4,8 +4,10 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
 
 - ``C`` users in a closed loop with no think time, every request ``I`` prompt tokens and
   ``O`` output tokens; decoding sequences hold on average ``I + O/2`` tokens of context.
-- Prefill is chunked by the stack's ``max_batched_tokens`` (whole, when it does not chunk);
-  the chunks run in successive iterations (a pipelined machine streams each chunk's tokens
+- Prefill is chunked by the replica's token budget (the stack's ``max_batched_tokens`` per
+  attention rank, times the data-parallel ranks) less the decodes riding along; a stack that
+  does not chunk runs the whole prompt in one iteration however many decodes ride along.
+  The chunks run in successive iterations (a pipelined machine streams each chunk's tokens
   through its stages, :meth:`StepCostModel.iteration_times`).
 - TTFT at ``C`` is the prefill with the other ``C - 1`` users' decodes riding in its
   iterations.
@@ -133,10 +135,13 @@ class Estimate:
 
 
 def prefill_chunks(cost: StepCostModel, input_tokens: int, riding_decodes: int) -> list[tuple[float, float]]:
-    """(new tokens, cached tokens) of each chunk a prompt is prefilled in, beside ``riding_decodes``."""
-    stack = cost.deployment.stack
-    chunk = stack.max_batched_tokens.value if stack.chunked_prefill else input_tokens  # unchunked: whole
-    chunk = max(1, chunk - riding_decodes)
+    """(new tokens, cached tokens) of each chunk a prompt is prefilled in, beside ``riding_decodes``:
+    chunks of the token budget the decodes leave, or (unchunked) the whole prompt in one
+    iteration, as the engine's scheduler runs it however many decodes ride along."""
+    d = cost.deployment
+    if not d.stack.chunked_prefill:
+        return [(float(input_tokens), 0.0)]
+    chunk = max(1, d.max_batched_tokens - riding_decodes)
     return [(float(min(chunk, input_tokens - start)), float(start)) for start in range(0, input_tokens, chunk)]
 
 

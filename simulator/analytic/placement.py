@@ -107,6 +107,11 @@ class Deployment:
         return self.stack.max_batch_size.value * self.attention_dp
 
     @property
+    def max_batched_tokens(self) -> int:
+        """Tokens one replica batches in an iteration, at most: the stack's cap per attention rank."""
+        return self.stack.max_batched_tokens.value * self.attention_dp
+
+    @property
     def layout(self) -> str:
         """The parallel layout in the serving stacks' words, e.g. ``TP8``, ``DP8 EP8``, ``TP4 EP4 PP2``."""
         parts = [f"DP{self.attention_dp}" if self.attention_dp > 1 else f"TP{self.tensor_parallel}"]

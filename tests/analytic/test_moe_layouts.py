@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from simulator.analytic.estimate import prefill_chunks
 from simulator.analytic.layouts import Question, choose_layout
 from simulator.analytic.moe import (
     DEFAULT_EXPERT_LOAD_CV,
@@ -187,3 +188,31 @@ def test_a_layout_that_does_not_fit_is_never_chosen(catalog: Catalog) -> None:
     for candidate in choose_layout(catalog, tight, Question()).ranked:
         d = candidate.deployment
         assert d.weight_bytes + d.kv_budget_bytes <= d.chips * d.weights_tier.capacity.value
+
+
+def test_data_parallel_attention_ranks_each_bring_their_token_budget(catalog: Catalog) -> None:
+    """A stack's batch caps are per attention rank: a DP8 replica batches 8x the tokens of one rank,
+    and the engine's replica gets that budget."""
+    d = deploy(catalog, "nvidia-h200", "qwen3-235b-a22b", chips=8, weights="fp8", attention_parallel="data")
+    assert d.attention_dp == 8
+    assert d.max_batched_tokens == 8 * d.stack.max_batched_tokens.value
+    assert d.max_batch_size == 8 * d.stack.max_batch_size.value
+
+
+@pytest.mark.parametrize("stack", ["trtllm", "vllm"])
+def test_a_prompt_is_prefilled_whole_or_in_chunks_of_the_budget_the_decodes_leave(catalog: Catalog, stack: str) -> None:
+    """Unchunked (TensorRT-LLM): one iteration of the whole prompt, however many decodes ride
+    along. Chunked (vLLM): chunks of the replica's budget minus the riding decodes, covering the
+    prompt exactly once."""
+    d = deploy(catalog, "nvidia-h200", "qwen3-235b-a22b", chips=8, weights="fp8", attention_parallel="data",
+               stack=stack)  # fmt: skip
+    cost = StepCostModel(d)
+    prompt = 3000
+    for riding in (0, 700, 5000, 3 * d.max_batched_tokens):
+        chunks = prefill_chunks(cost, prompt, riding)
+        assert sum(q for q, _ in chunks) == prompt
+        assert [start for _, start in chunks] == list(np.cumsum([0.0] + [q for q, _ in chunks[:-1]]))
+        if not d.stack.chunked_prefill:
+            assert chunks == [(float(prompt), 0.0)]
+        else:
+            assert max(q for q, _ in chunks) <= max(1, d.max_batched_tokens - riding)
