@@ -11,11 +11,15 @@ from pydantic import BaseModel, ValidationError
 
 from simulator.analytic.estimate import Estimate, EstimateQuery, estimate, saturation_concurrency
 from simulator.analytic.layouts import LayoutChoice, Question, choose_layout
+from simulator.analytic.placement import Deployment
+from simulator.analytic.precision import compute_path
 from simulator.analytic.step_time import COMPONENTS
 from simulator.cli.common import catalog, json_text
 from simulator.cli.output import ResultsFolder
+from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
+from simulator.config.model import TensorGroup
 from simulator.errors import ConfigError
 from simulator.serialize import estimate_dict, layout_dict
 from simulator.tables import format_number, format_table
@@ -96,10 +100,18 @@ def profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _group_text(d: Deployment, group: TensorGroup, precision: Precision) -> str:
+    """A tensor group's stored precision, and its matmul path when the chip dequantises it (weight-only)."""
+    path = compute_path(d.hardware, precision, d.activations)
+    if group == "embeddings" or path.native:  # an embedding is a lookup, not a matmul
+        return f"{group} {precision}"
+    return f"{group} {precision} (weight-only: {path.precision} matmuls)"
+
+
 def estimate_text(e: Estimate, choice: LayoutChoice | None = None) -> str:
     d = e.deployment
     info = estimate_dict(e)
-    groups = ", ".join(f"{g} {p}" for g, p in d.precision.items() if g != "router")
+    groups = ", ".join(_group_text(d, g, p) for g, p in d.precision.items() if g != "router")
     lines = [
         f"{d.model.id} on {d.chips} x {d.hardware.id} with {d.stack.id}  ({d.layout}; KV {d.kv_cache})",
         f"  weights by group: {groups}",
