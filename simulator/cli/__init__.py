@@ -114,7 +114,7 @@ def _one_blas_thread() -> None:
     to split (the simulation makes none; ``calibrate`` solves small least-squares problems).
     Set before numpy loads, so in :func:`main` ahead of the package's imports.
     """
-    if "OPENBLAS_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
+    if not os.environ.keys() & {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"}:  # OpenBLAS reads these
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
