@@ -305,12 +305,17 @@ class RunRecords:
         yield ",".join(REQUEST_COLUMNS) + "\n"
         for chunk in self.request_chunks():
             for start in range(0, chunk[REQUEST_COLUMNS[0]].size, CSV_CHUNK_ROWS):
-                columns = [chunk[f][start : start + CSV_CHUNK_ROWS].tolist() for f in REQUEST_COLUMNS]
-                yield "".join(",".join(_csv_number(v) for v in row) + "\n" for row in zip(*columns, strict=True))
+                columns = [_csv_cells(chunk[f][start : start + CSV_CHUNK_ROWS]) for f in REQUEST_COLUMNS]
+                yield "".join(f"{','.join(row)}\n" for row in zip(*columns, strict=True))
 
 
-def _csv_number(value: float) -> str:
-    """An integer-valued float as an integer, NaN as empty, anything else exactly."""
-    if value != value:
-        return ""
-    return str(int(value)) if abs(value) < 2**53 and value == int(value) else repr(value)
+def _csv_cells(values: FloatArray) -> list[str]:
+    """Each value as a cell: an integer-valued float as an integer, NaN as empty, anything else
+    exactly (shortest round-trip decimal). Decided for the whole column at once, so a column of
+    counts takes no per-value test."""
+    whole = np.abs(values) < 2**53  # False for NaN and infinities
+    whole &= values == np.trunc(values)
+    if whole.all():
+        return list(map(str, values.astype(np.int64).tolist()))
+    cells = zip(values.tolist(), whole.tolist(), strict=True)
+    return [str(int(v)) if w else repr(v) if v == v else "" for v, w in cells]

@@ -111,7 +111,7 @@ class StepTime:
         return StepTime({k: v * factor for k, v in self.components_s.items()})
 
     def plus(self, other: StepTime) -> StepTime:
-        keys = self.components_s.keys() | other.components_s.keys()
+        keys = dict.fromkeys([*self.components_s, *other.components_s])  # in order, not a set's hash order
         return StepTime({k: self.components_s.get(k, 0.0) + other.components_s.get(k, 0.0) for k in keys})
 
 

@@ -14,6 +14,7 @@ from simulator.cli.output import FileContents, ResultsFolder
 from simulator.config.loading import Catalog, parse_override
 from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError
+from simulator.limits import Limits
 from simulator.results.summary import RunSummary
 from simulator.results.views import BACKEND_HEADERS, CLASS_HEADERS, backend_rows, class_rows
 from simulator.runner import RunResult
@@ -45,6 +46,21 @@ def single_values(overrides: Sequence[str], command: str) -> dict[str, object]:
     if len(combos) > 1:
         raise ConfigError(f"{command} takes one value per --set field (a comma list would sweep it)")
     return combos[0]
+
+
+def limits(args: argparse.Namespace) -> Limits | None:
+    """The up-front size limits, unless ``--allow-large-runs``."""
+    return None if args.allow_large_runs else Limits()
+
+
+def set_label(combo: dict[str, object]) -> str:
+    """``--set`` values of one run, as ``path=value, ...``."""
+    return ", ".join(f"{k}={v}" for k, v in combo.items())
+
+
+def run_index(headers: list[str], rows: list[list[object]]) -> str:
+    """Which run folder holds what: ``run-NNN`` and its values, one line each."""
+    return format_table(["folder", *headers], [[f"run-{i:03d}", *row] for i, row in enumerate(rows)]) + "\n"
 
 
 def scenario_yaml(scenario: Scenario) -> str:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import NoReturn, get_args
 
-from simulator.config.base import Precision
+from simulator.config.names import Precision
 from simulator.errors import InfersimError
 from simulator.version import __version__
 
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(p, "runs/calibrate-<hardware>")
     p.add_argument("--json", action="store_true", help="print the fit as JSON")
 
-    p = _command(sub, "run", "simulator.cli.simulate:run", "simulate a scenario under load and write a results folder")
+    p = _command(sub, "run", "simulator.cli.run:run", "simulate a scenario under load and write a results folder")
     p.add_argument("scenario", type=Path, help="scenario YAML")
     p.add_argument("--set", action="append", metavar="PATH=VALUE",
                    help="override a field (repeatable); a,b,c runs each value")  # fmt: skip

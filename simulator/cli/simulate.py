@@ -1,12 +1,11 @@
-"""Commands that simulate: run, compare, plan.
+"""Commands that simulate many candidates: compare and plan.
 
-``compare`` and ``plan`` run their simulations on an executor of :mod:`simulator.execution`
-(``--jobs``, ``--executor dask --address``) through the cache under ``DIR/cache``; ``run`` with
-several ``--set`` values runs them here, one after another. All three print a line per step
-on stderr (which run or candidate, an ETA) and write each finished run into the results folder
-as it completes, beside ``<command>.partial.json`` (:class:`~simulator.cli.common.PartialFolder`),
+Both run their simulations on an executor of :mod:`simulator.execution` (``--jobs``,
+``--executor dask --address``) through the cache under ``DIR/cache``, print a line per step on
+stderr (which run or candidate, an ETA) and write each finished run into the results folder as
+it completes, beside ``<command>.partial.json`` (:class:`~simulator.cli.common.PartialFolder`),
 so an interrupted command keeps what it finished; the last write replaces that file with the
-full results.
+full results. ``run`` is in :mod:`simulator.cli.run`, which imports none of this machinery.
 """
 
 from __future__ import annotations
@@ -18,26 +17,21 @@ from typing import Any
 
 from simulator.cli import Terminated
 from simulator.cli.common import (
-    KV_HEADERS,
-    SUMMARY_HEADERS,
-    TASK_HEADERS,
     Countdown,
     PartialFolder,
     breakdown_text,
     catalog,
-    interactive,
     json_text,
-    kv_rows,
+    limits,
     maybe_report,
     profile_dirs,
-    progress_bar,
     progress_lines,
     run_files,
+    run_index,
     scenario_yaml,
+    set_label,
     single_values,
-    summary_row,
     sweep_values,
-    task_row,
 )
 from simulator.cli.output import ResultsFolder
 from simulator.compare import ComparisonRow, check_one_deployment, comparison_table, on_hardware
@@ -50,87 +44,10 @@ from simulator.limits import Limits
 from simulator.limits import check as check_size
 from simulator.planning import Evaluation, Planner, answer_scenario, plan_text, summary_run
 from simulator.resolve import resolve
-from simulator.results.metrics import overload_message, undefined_message
 from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, scenario_from, simulate
-from simulator.tables import format_table
 
 EXIT_NO_PLAN = 2  # `plan` when no fleet within the limits meets the targets
-
-
-def limits(args: argparse.Namespace) -> Limits | None:
-    """The up-front size limits, unless ``--allow-large-runs``."""
-    return None if args.allow_large_runs else Limits()
-
-
-def _label(combo: dict[str, object]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in combo.items())
-
-
-def run(args: argparse.Namespace) -> int:
-    cat = catalog(args)
-    data = load_scenario_data(args.scenario)
-    combos = sweep_values(args.set or [])
-    scenarios = [scenario_from(data, combo, str(args.scenario), cat) for combo in combos]  # all validated first
-    out = ResultsFolder(args.out or Path("runs") / scenarios[0].name, "run", args.overwrite)
-    folder = PartialFolder(out, "runs", scenarios[0].run.seed)
-    say = progress_lines("run", args) if len(combos) > 1 else None
-    countdown = Countdown(len(combos))
-    results = []
-    try:
-        for index, (combo, scenario) in enumerate(zip(combos, scenarios, strict=True)):
-            if say:
-                say(f"run {index + 1}/{len(combos)}: {_label(combo)}")
-            progress = progress_bar(f"run {index + 1}/{len(combos)}") if interactive(args) else None
-            with naming(str(args.scenario)):
-                results.append((combo, simulate(scenario, cat, progress, limits(args))))
-            if len(combos) > 1:
-                folder.add({f"run-{index:03d}/{name}": text for name, text in run_files(results[-1][1]).items()},
-                           [{"folder": f"run-{i:03d}", "set": c} for i, (c, _) in enumerate(results)])  # fmt: skip
-            if say:
-                say(f"run {index + 1}/{len(combos)} written to {out.path / f'run-{index:03d}'}; {countdown.finished()}")
-    except (KeyboardInterrupt, Terminated) as exc:
-        exc.kept = folder.kept()  # type: ignore[union-attr]
-        raise
-    if len(results) == 1:
-        out.write(run_files(results[0][1]))
-    else:
-        folder.finish({"sweep.json": json_text([{"set": c, "summary": r.summary.to_dict()} for c, r in results]),
-                       "index.txt": run_index(["--set"], [[_label(c)] for c, _ in results])})  # fmt: skip
-    maybe_report(args, out)
-    if args.json:
-        payload: object = results[0][1].summary.to_dict() if len(results) == 1 else [
-            {"set": c, "summary": r.summary.to_dict()} for c, r in results]  # fmt: skip
-        print(json_text(payload), end="")
-        return 0
-    for combo, result in results:
-        for message in (overload_message(result.summary), undefined_message(result.summary)):
-            if message:
-                label = _label(combo)
-                print(f"infersim: warning: {label + ': ' if label else ''}{message}", file=sys.stderr)
-    labels = [_label(c) or r.scenario.name for c, r in results]
-    rows = [summary_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True)]
-    print(format_table(SUMMARY_HEADERS, rows))
-    task_rows = [task_row(label, r.summary) for label, (_, r) in zip(labels, results, strict=True) if r.summary.tasks]
-    if task_rows:
-        print()
-        print(format_table(TASK_HEADERS, task_rows))
-    motion = [row for label, (_, r) in zip(labels, results, strict=True) for row in kv_rows(label, r.summary)]
-    if motion:
-        print()
-        print(format_table(KV_HEADERS, motion))
-    for label, (_, result) in zip(labels, results, strict=True):
-        breakdown = breakdown_text(label if len(results) > 1 else "", result.summary)
-        if breakdown:
-            print(f"\n{breakdown}")
-    print(f"\nwrote {out.path} (everything above and more per run, e.g. per-replica utilisation, ITL and task time "
-          f"shares, is in summary.json; --json prints it)")  # fmt: skip
-    return 0
-
-
-def run_index(headers: list[str], rows: list[list[object]]) -> str:
-    """Which run folder holds what: ``run-NNN`` and its values, one line each."""
-    return format_table(["folder", *headers], [[f"run-{i:03d}", *row] for i, row in enumerate(rows)]) + "\n"
 
 
 def compare_run(scenario_json: str, profiles: Profiles, run_limits: Limits | None) -> dict[str, Any]:
@@ -155,7 +72,7 @@ def compare(args: argparse.Namespace) -> int:
         check_one_deployment(name, "backends" in data)
     combos = sweep_values(args.set or [])
     # each case moves the deployment first, so a --set into its hardware applies to every hardware
-    cases = [(hw, _label(c), scenario_from(data, on_hardware(name, hw) | c, str(args.scenario), cat))
+    cases = [(hw, set_label(c), scenario_from(data, on_hardware(name, hw) | c, str(args.scenario), cat))
              for c in combos for hw in hardware]  # fmt: skip
     check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"compare-{name}", "compare", args.overwrite)

@@ -12,13 +12,13 @@ from simulator.cli.common import (
     catalog,
     interactive,
     json_text,
+    limits,
     maybe_report,
     profile_dirs,
     progress_bar,
     scenario_yaml,
 )
 from simulator.cli.output import ResultsFolder
-from simulator.cli.simulate import limits
 from simulator.config.loading import parse_override
 from simulator.config.scenario import Scenario
 from simulator.execution import check_address

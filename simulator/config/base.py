@@ -10,6 +10,8 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from simulator.config.names import Precision as Precision  # where the models look for it
+
 T = TypeVar("T")
 
 #: Largest integer any field holds (2**63 - 1): a count beyond 64 bits fits no array, clock or
@@ -17,9 +19,6 @@ T = TypeVar("T")
 MAX_INTEGER = 2**63 - 1
 
 Confidence = Literal["datasheet", "measured", "vendor-claim", "derived", "assumed"]
-
-#: Numeric precisions a weight, KV cache or activation can be stored in.
-Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "mxfp4"]
 
 
 class Spec(BaseModel):

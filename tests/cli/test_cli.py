@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
+from simulator.cli import _one_blas_thread, main
 from simulator.config.loading import bundled_dir
 
 ESTIMATE_KEYS = {"ttft_s", "itl_s", "per_user_output_tok_s", "aggregate_output_tok_s", "chips", "breakdown"}
@@ -256,3 +257,28 @@ def test_calibrate_writes_profiles_that_reproduce_the_rows_they_were_fitted_to(t
     dirs = ["--hardware-dir", str(hardware_dir), "--stack-dir", str(stack_dir)]
     refitted = json.loads(run_cli(*dirs, "validate", str(table), "--json").stdout)
     assert max(abs(r["rel_error"]) for r in refitted["rows"]) < 1e-3
+
+
+def test_the_command_keeps_openblas_to_one_thread_unless_the_user_set_a_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenBLAS's idle threads spin (start-up CPU for nothing); a count the user set is theirs."""
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    _one_blas_thread()
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    _one_blas_thread()
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "4"
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    _one_blas_thread()
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["estimate", "--hardware", "groq-lpu", "--model", "llama-3.1-8b"]])
+def test_a_command_leaves_the_garbage_collector_on(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The start-up's objects are set aside from the collector only while the command runs: a
+    caller running many commands in one process keeps its garbage collected."""
+    import gc
+
+    assert main(argv) == 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0

@@ -30,3 +30,24 @@ def test_importing_the_package_loads_nothing_else() -> None:
     code = f"import sys, simulator; print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_run_command_imports_only_what_a_run_uses() -> None:
+    """``infersim run`` starts without plotting, fitting, data-frame or cluster libraries and without
+    compare's and plan's executors and search, and its parser without pydantic (``--help``): each
+    is start-up CPU paid by every run."""
+    import subprocess
+    import sys
+
+    heavy = "('scipy', 'matplotlib', 'pandas', 'dask', 'distributed', 'pyarrow', 'concurrent', 'multiprocessing')"
+    ours = "('simulator.execution', 'simulator.planning', 'simulator.compare', 'simulator.plots', 'simulator.report')"
+    code = (
+        "import importlib, sys\n"
+        "from simulator.cli.parser import build_parser\n"
+        "args = build_parser().parse_args(['run', 'scenario.yaml'])\n"
+        "parsing = 'pydantic' in sys.modules\n"
+        "importlib.import_module(args.handler.split(':')[0])\n"
+        f"print(parsing, sorted(m for m in sys.modules if m.split('.')[0] in {heavy} or m in {ours}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False []"
