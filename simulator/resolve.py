@@ -46,7 +46,7 @@ import numpy as np
 from simulator.analytic.economics import CostError, Pricing, assumptions_of, resolve_pricing
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.layouts import Question, deploy
-from simulator.analytic.placement import Deployment
+from simulator.analytic.placement import Deployment, PlacementError
 from simulator.analytic.step_time import CostModel, StepCostModel
 from simulator.config.batching import BatchingSpec, KVTierSpec
 from simulator.config.deployment import DeploymentSpec
@@ -252,7 +252,13 @@ def backend_plan(
 ) -> BackendPlan:
     """A backend's deployment (its layout chosen for ``question`` unless pinned), replica shape,
     transfer times and pricing; batching caps the scheduler leaves empty are the stack's."""
-    deployment = deploy(catalog, spec.deployment, question)
+    try:
+        deployment = deploy(catalog, spec.deployment, question)
+    except PlacementError as exc:
+        if exc.field is None:
+            raise
+        where = "deployment" if scenario.backends is None else f"backends.{spec.name}.deployment"
+        raise PlacementError(f"{where}.{exc}") from None  # the message starts with the field
     sched = spec.scheduler or scenario.scheduler
     kv_blocks = int(deployment.kv_budget_bytes // (sched.kv_block_tokens * deployment.kv_bytes_per_token))
     swap_s_per_block = 0.0

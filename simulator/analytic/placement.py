@@ -46,7 +46,12 @@ MAX_LAYOUT_ATTEMPTS = 8
 
 
 class PlacementError(InfersimError):
-    """The model cannot be placed as asked; the message says what it would need."""
+    """The model cannot be placed as asked; the message says what it would need. ``field``: the
+    deployment field the message starts with, when it concerns one."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -368,7 +373,8 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
         field = "pipeline_parallel" if spec.pipeline_parallel else "chips"
         raise PlacementError(
             f"{field}: {chips} chips as {tp} x {pp} stages need {pp} pipeline stages, more than "
-            f"the model's {model.num_layers} layers (at most {tp * model.num_layers} chips here)"
+            f"the model's {model.num_layers} layers (at most {tp * model.num_layers} chips here)",
+            field=field,
         )
     dp = 1
     if spec.attention_parallel == "data":

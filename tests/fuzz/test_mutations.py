@@ -53,9 +53,7 @@ from tests.fuzz.conftest import (
 )
 
 #: Messages that do not name the input file: known bugs (the named case that tracks each).
-KNOWN_UNNAMED = {
-    "pipeline stages, more than the model's": "placement-error-names-the-file-and-field",
-}
+KNOWN_UNNAMED: dict[str, str] = {}
 #: The same for sweeps, whose errors should name the sweep file (sw.yaml) and its field.
 KNOWN_UNNAMED_IN_SWEEPS = KNOWN_UNNAMED
 
