@@ -212,12 +212,20 @@ class BlockManager:
 
     def _drop_run(self, run: _Run) -> None:
         """An emptied run leaves its session and its push."""
-        runs = self._sessions[run.lo >> SESSION_BITS].runs
+        number = run.lo >> SESSION_BITS
+        runs = self._sessions[number].runs
         i = bisect.bisect_left(runs, run.hi, key=_run_hi)
         while runs[i] is not run:
             i += 1
         del runs[i]
         run.push.runs.remove(run)
+        self._forget_if_empty(number)
+
+    def _forget_if_empty(self, number: int) -> None:
+        """A session with nothing cached and nothing referenced is dropped (memory stays flat)."""
+        session = self._sessions[number]
+        if not session.runs and not session.stops:
+            del self._sessions[number]
 
     # -- references ---------------------------------------------------------------------------------
     def acquire(self, keys: Sequence[BlockKey]) -> None:
@@ -305,6 +313,7 @@ class BlockManager:
                 else:
                     pieces.append((lo, shared.stop))
         self._push_runs(session, pieces, descending=True)
+        self._forget_if_empty(first.start >> SESSION_BITS)
         return cached
 
     def _release_keys(self, shared: Sequence[BlockKey], owned: int, keys: Sequence[BlockKey | None]) -> int:

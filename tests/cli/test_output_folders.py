@@ -20,6 +20,7 @@ import pytest
 from simulator.cli import main
 from simulator.cli.output import MARKER, STAGING_PREFIX, ResultsFolder
 from simulator.errors import ConfigError
+from tests.conftest import interruptible
 
 SCENARIO = """\
 name: tiny
@@ -188,7 +189,7 @@ def _marked_processes(mark: str) -> list[int]:
 def _start(args: list[str], cwd: Path, mark: str) -> subprocess.Popen[str]:
     env = os.environ | {"INFERSIM_TEST_MARK": mark}
     return subprocess.Popen([sys.executable, "-m", "simulator", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=interruptible)  # fmt: skip
 
 
 def test_ctrl_c_exits_130_quietly_and_writes_nothing(tmp_path: Path) -> None:

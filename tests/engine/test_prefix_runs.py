@@ -165,6 +165,10 @@ def _drive(seed: int, steps: int = 400) -> tuple[int, int]:
     for session in range(len(bases)):
         keys = _keys(session, 60, bases)
         assert [runs.resident(k) for k in keys] == [k in reference.idle or k in reference.in_use for k in keys]
+    for sequence in running:  # everything leaves, then a whole-cache allocation evicts every block
+        runs.release(sequence.shared, sequence.blocks - len(sequence.shared), [])
+    assert runs.allocate(total) and runs.idle == 0
+    assert not runs._sessions  # no bookkeeping outlives its blocks: memory does not grow with sessions
     return hits, len(evicted)
 
 

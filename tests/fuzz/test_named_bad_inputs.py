@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import interruptible
 from tests.fuzz.conftest import (
     BASE_CHANGED,
     EMPIRICAL,
@@ -1080,6 +1081,7 @@ def _long_run(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     try:
         yield process
