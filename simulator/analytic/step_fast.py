@@ -23,12 +23,12 @@ in ``pairs`` and ``held``. The draft of speculative decoding is its own fast mod
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from simulator.analytic.step_time import BatchAggregates, StepCostModel
+from simulator.analytic.step_time import BatchAggregates, BatchShape, CostModel, IterationCost, StepCostModel
 
 FloatArray = npt.NDArray[np.float64]
 Number = float | FloatArray  # one iteration, or the steps of a jump
@@ -112,6 +112,12 @@ class FastStepCost:
         columns = zip(*(self._with_core(*e) for e in entries), strict=True)
         return IterationTimes(*(np.array(column) for column in columns))
 
+    def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
+        """(seconds, FLOPs, bytes) of one iteration, in plain floats."""
+        one = self._with_core(shape.tokens, shape.sequences, shape.held_full, shape.pairs_full, shape.held_window,
+                              shape.pairs_window)  # fmt: skip
+        return float(one[0]), float(one[1]), float(one[2])
+
     def _with_core(
         self, tokens: float, sequences: float, held_full: Number, pairs_full: Number, held_window: Number,
         pairs_window: Number,
@@ -141,3 +147,42 @@ class FastStepCost:
             return 0.0
         decode = BatchAggregates.of(np.ones(context_tokens.size), context_tokens, self.draft_window)
         return float(self.draft.iteration_times(decode).total_s[0]) * len(self.accepted)
+
+
+class EngineCost(Protocol):
+    """What a replica asks of its step-time model: :class:`~simulator.analytic.step_time.CostModel`
+    plus one iteration in plain floats."""
+
+    accepted: tuple[float, ...]
+
+    def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
+        """(seconds, FLOPs, bytes) of one iteration of this shape."""
+        ...
+
+    def iteration_times(self, batch: BatchAggregates) -> IterationCost:
+        """Seconds between iterations for each entry of ``batch``, with FLOPs and bytes."""
+        ...
+
+    def draft_s(self, context_tokens: FloatArray) -> float:
+        """Seconds the draft takes to propose for decoding sequences holding ``context_tokens``."""
+        ...
+
+
+class ArrayCost:
+    """Any :class:`~simulator.analytic.step_time.CostModel` as an :class:`EngineCost`: one iteration
+    is a batch of one entry."""
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+        self.accepted = cost.accepted
+        self.iteration_times = cost.iteration_times
+        self.draft_s = cost.draft_s
+
+    def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
+        times = self.cost.iteration_times(BatchAggregates(*np.array(shape, dtype=np.float64)[:, None]))
+        return float(times.total_s[0]), float(times.flops[0]), float(times.bytes_moved[0])
+
+
+def engine_cost(cost: CostModel) -> EngineCost:
+    """The reference model through :class:`FastStepCost`; any other cost model as it is."""
+    return FastStepCost(cost) if isinstance(cost, StepCostModel) else ArrayCost(cost)

@@ -53,8 +53,9 @@ roofline would predict them about 100x too fast.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -113,6 +114,32 @@ class StepTime:
     def plus(self, other: StepTime) -> StepTime:
         keys = dict.fromkeys([*self.components_s, *other.components_s])  # in order, not a set's hash order
         return StepTime({k: self.components_s.get(k, 0.0) + other.components_s.get(k, 0.0) for k in keys})
+
+
+class BatchShape(NamedTuple):
+    """The statistics of :class:`BatchAggregates` for one batch, as floats (the engine's iterations)."""
+
+    tokens: float
+    sequences: float
+    held_full: float
+    held_window: float
+    pairs_full: float
+    pairs_window: float
+
+    @classmethod
+    def of(cls, new_tokens: Sequence[float], context_tokens: Sequence[float], window: int | None) -> BatchShape:
+        """:meth:`BatchAggregates.of` in plain Python, for the few sequences of one iteration
+        (whole or half token counts: every sum is exact, so both agree to the last bit)."""
+        tokens = float(sum(new_tokens))
+        held = float(sum(context_tokens)) + tokens
+        pairs = float(sum(q * (c + (q + 1.0) / 2.0) for q, c in zip(new_tokens, context_tokens, strict=True)))
+        if window is None:
+            return cls(tokens, float(len(new_tokens)), held, held, pairs, pairs)
+        w = float(window)
+        held_window = float(sum(min(c + q, w) for q, c in zip(new_tokens, context_tokens, strict=True)))
+        pairs_window = float(sum(q * min(c + (q + 1.0) / 2.0, w) for q, c in zip(new_tokens, context_tokens,
+                                                                                  strict=True)))  # fmt: skip
+        return cls(tokens, float(len(new_tokens)), held, held_window, pairs, pairs_window)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,7 @@ import numpy as np
 import simpy
 
 from simulator.analytic.precision import matmul_precision
-from simulator.analytic.step_fast import FastStepCost
-from simulator.analytic.step_time import StepCostModel
+from simulator.analytic.step_fast import engine_cost
 
 # The bundled loads' modules register their processes with start_load when imported.
 from simulator.engine import agents, load, replay  # noqa: F401
@@ -125,7 +124,7 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
     replicas: list[Replica] = []
     for plan in resolved.backends:
         backend = Backend(plan, [])
-        cost = FastStepCost(plan.cost) if isinstance(plan.cost, StepCostModel) else plan.cost
+        cost = engine_cost(plan.cost)
         for _ in range(plan.replicas):
             rng = np.random.default_rng(replica_seeds[len(replicas)])
             policy = batch_policy(plan.scheduler, plan)

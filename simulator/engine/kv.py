@@ -23,11 +23,6 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 
-import numpy as np
-import numpy.typing as npt
-
-FloatArray = npt.NDArray[np.float64]
-
 BlockKey = Hashable
 SESSION_BITS = 32  # a session's keys are base + i, bases 2^32 apart
 
@@ -105,11 +100,8 @@ class BlockManager:
         self._idle_keys: dict[BlockKey, _Push] = {}  # keys given one by one: the push holding each idle one
         self._in_use_keys: dict[BlockKey, int] = {}  # ... and the reference count of each in use
 
-    def blocks_for(self, tokens: FloatArray) -> FloatArray:
-        return np.ceil(tokens / self.block_tokens)
-
     def blocks_of(self, tokens: float) -> float:
-        """:meth:`blocks_for` of one sequence, in plain Python."""
+        """Blocks ``tokens`` of one sequence's context take: ``ceil(tokens / block_tokens)``."""
         return float(math.ceil(tokens / self.block_tokens))
 
     @property

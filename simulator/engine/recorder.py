@@ -84,6 +84,13 @@ class Recorder:
         if len(self._itl_durations) >= ITL_BUFFER:
             self.flush_inter_tokens()
 
+    def inter_token_gaps(self, duration_s: float, count: float) -> None:
+        """``count`` inter-token gaps of ``duration_s`` each (one iteration's one-token decodes)."""
+        self._itl_durations.append(duration_s)
+        self._itl_weights.append(count)
+        if len(self._itl_durations) >= ITL_BUFFER:
+            self.flush_inter_tokens()
+
     def flush_inter_tokens(self) -> None:
         if self._itl_durations:
             durations = np.frombuffer(self._itl_durations, dtype=np.float64)
@@ -91,7 +98,15 @@ class Recorder:
             np.add.at(self.itl_counts, np.clip(index, 0, self.itl_counts.size - 1), self._itl_weights)
             self._itl_durations, self._itl_weights = array("d"), array("d")
 
-    def iteration(self, replica: int, duration_s: FloatArray, flops: FloatArray, bytes_moved: FloatArray) -> None:
+    def iteration(self, replica: int, duration_s: float, flops: float, bytes_moved: float) -> None:
+        totals = self.totals[replica]
+        totals.busy_s += duration_s
+        totals.iterations += 1
+        totals.flops += flops
+        totals.bytes_moved += bytes_moved
+
+    def iterations(self, replica: int, duration_s: FloatArray, flops: FloatArray, bytes_moved: FloatArray) -> None:
+        """Several iterations in a row (a decode jump)."""
         totals = self.totals[replica]
         totals.busy_s += float(duration_s.sum())
         totals.iterations += duration_s.size

@@ -23,7 +23,7 @@ import numpy as np
 import simpy
 
 from simulator.analytic.speculation import draw_emitted, tokens_per_verify
-from simulator.analytic.step_time import CostModel
+from simulator.analytic.step_fast import EngineCost
 from simulator.engine import ProcessGenerator
 from simulator.engine.recorder import Recorder
 from simulator.engine.request import Request
@@ -37,7 +37,7 @@ class Replica:
         self,
         env: simpy.Environment,
         index: int,
-        cost: CostModel,
+        cost: EngineCost,
         policy: BatchPolicy,
         recorder: Recorder,
         rng: np.random.Generator,
@@ -141,21 +141,25 @@ class Replica:
 
     def _iterate(self, plan: Plan) -> ProcessGenerator:
         start = self.env.now
-        times = self.cost.iteration_times(plan.batch)
-        duration = float(times.total_s[0]) + plan.swapped_blocks * self.swap_s_per_block
+        duration, flops, bytes_moved = self.cost.iteration(plan.shape)
+        duration += plan.swapped_blocks * self.swap_s_per_block
         accepted, decodes = self.cost.accepted, plan.decodes
         if accepted and decodes:
             duration += self.cost.draft_s(plan.decode_context)
         self.recorder.batch[self.index].record(start, float(plan.running))
-        self.recorder.iteration(self.index, np.array([duration]), times.flops, times.bytes_moved)
+        self.recorder.iteration(self.index, duration, flops, bytes_moved)
         per_decode = tokens_per_verify(accepted) if accepted else 1.0
         expected_output = plan.first_tokens + float(decodes) * per_decode
         self.recorder.tokens[self.index].span(start, start + duration, expected_output, plan.prefill_tokens)
         yield self.env.timeout(duration)
-        emitted = draw_emitted(self.rng, accepted, decodes) if accepted and decodes else np.ones(decodes)
-        applied = self.policy.apply(plan, self.env.now, emitted)
-        if decodes:
-            self.recorder.inter_token(duration / applied.decode_tokens, applied.decode_tokens)
+        if accepted and decodes:
+            applied = self.policy.apply(plan, self.env.now, draw_emitted(self.rng, accepted, decodes).tolist())
+            emitted = np.array(applied.decode_tokens)
+            self.recorder.inter_token(duration / emitted, emitted)
+        else:  # one token per decode: as many gaps of the iteration's duration
+            applied = self.policy.apply(plan, self.env.now, [1.0] * decodes)
+            if decodes:
+                self.recorder.inter_token_gaps(duration, float(decodes))
         self.recorder.tokens[self.index].amend(self.env.now, applied.tokens)
         self._complete(applied.completed)
 
@@ -183,8 +187,8 @@ class Replica:
         else:
             yield env.timeout(float(cumulative[-1]))
             done = steps
-        applied = self.policy.apply(plan, env.now, np.full(plan.decodes, float(done)))
-        self.recorder.iteration(self.index, durations[:done], times.flops[:done], times.bytes_moved[:done])
+        applied = self.policy.apply(plan, env.now, [float(done)] * plan.decodes)
+        self.recorder.iterations(self.index, durations[:done], times.flops[:done], times.bytes_moved[:done])
         self.recorder.inter_token(durations[:done], batch)
         self._complete(applied.completed)
 

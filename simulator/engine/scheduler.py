@@ -42,15 +42,13 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from simulator.analytic.step_time import BatchAggregates
+from simulator.analytic.step_time import BatchAggregates, BatchShape
 from simulator.config.batching import ContinuousBatching, StaticBatching
 from simulator.engine.kv import BlockManager, extended
 from simulator.engine.request import Request
 from simulator.resolve import BackendPlan
 
 FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 class WaitingQueue:
@@ -115,18 +113,19 @@ class Plan:
     """One iteration as a policy formed it: the slots it schedules (ascending) and their new tokens.
 
     The policy's slots do not change until it applies the plan, so the views below describe
-    the planned iteration whenever they are read before :meth:`BatchPolicy.apply`.
+    the planned iteration whenever they are read before :meth:`BatchPolicy.apply`. Plain
+    Python lists: a batch holds a few to a few hundred sequences, where a list beats an array.
     """
 
     def __init__(
-        self, new_tokens: FloatArray, slots: Slots, window: int | None, budget_left: int, swapped_blocks: float
+        self, new_tokens: dict[int, float], slots: Slots, window: int | None, budget_left: int, swapped_blocks: float
     ) -> None:
-        self.ids: IntArray = np.flatnonzero(new_tokens)  # the scheduled slots, ascending
-        self.new: FloatArray = new_tokens[self.ids]  # their new tokens
-        self.context: FloatArray = slots.context[self.ids]  # tokens each holds in KV before the iteration
-        self.decoding: BoolArray = slots.prompt_left[self.ids] == 0  # which of them decode
-        self.sequences = int(self.ids.size)
-        self.decodes = int(np.count_nonzero(self.decoding)) if slots.prefilling else self.sequences
+        self.ids = sorted(slot for slot, new in new_tokens.items() if new)  # the scheduled slots, ascending
+        self.new = [new_tokens[slot] for slot in self.ids]  # their new tokens
+        self.context = [slots.context[slot] for slot in self.ids]  # tokens each holds in KV before the iteration
+        self.decoding = [slots.prompt_left[slot] == 0 for slot in self.ids]  # which of them decode
+        self.sequences = len(self.ids)
+        self.decodes = sum(self.decoding)
         self.running = slots.count  # sequences holding a slot (scheduled or not)
         self.budget_left = budget_left  # tokens of the iteration's budget left unused
         self.swapped_blocks = swapped_blocks  # KV blocks moved to or from a slower tier, charged to this iteration
@@ -145,28 +144,27 @@ class Plan:
     @property
     def decode_context(self) -> FloatArray:
         """Tokens in the KV cache of each decoding sequence."""
-        return self.context if self.all_decoding else self.context[self.decoding]
+        return np.array([c for c, decoding in zip(self.context, self.decoding, strict=True) if decoding])
 
     @property
-    def batch(self) -> BatchAggregates:
+    def shape(self) -> BatchShape:
         """What the step-time model needs of this iteration."""
-        return BatchAggregates.of(self.new, self.context, self.window)
+        return BatchShape.of(self.new, self.context, self.window)
 
     def decode_steps(self, steps: int) -> BatchAggregates:
         """The aggregates of ``steps`` decode steps of the scheduled batch, unchanged."""
-        return BatchAggregates.decode_steps(self.context, steps, self.window)
+        return BatchAggregates.decode_steps(np.array(self.context), steps, self.window)
 
     @property
     def prefill_tokens(self) -> float:
-        return 0.0 if self.all_decoding else float(self.new[~self.decoding].sum())
+        return float(sum(new for new, decoding in zip(self.new, self.decoding, strict=True) if not decoding))
 
     @property
     def first_tokens(self) -> float:
         """Sequences whose prompt this iteration completes (each emits its first token)."""
-        if self.all_decoding:
-            return 0.0
-        prompt_left = self._slots.prompt_left[self.ids]
-        return float((~self.decoding & (prompt_left <= self.new)).sum())
+        prompt_left = self._slots.prompt_left
+        return float(sum(1 for slot, new, decoding in zip(self.ids, self.new, self.decoding, strict=True)
+                         if not decoding and prompt_left[slot] <= new))  # fmt: skip
 
 
 class PrefixHit(NamedTuple):
@@ -183,7 +181,7 @@ NO_HIT = PrefixHit([], 0)
 class Applied(NamedTuple):
     """What an applied iteration (or run of decode steps) produced."""
 
-    decode_tokens: FloatArray  # tokens each decoding sequence emitted, in slot order
+    decode_tokens: list[float]  # tokens each decoding sequence emitted, in slot order
     tokens: float  # every token emitted, first tokens of finished prefills included
     completed: list[Request]  # requests that emitted their last token, their slots freed
 
@@ -248,23 +246,22 @@ class BatchPolicy(Protocol):
         """Decode steps the planned batch can run as it is (to a completion or a KV shortage), >= 1."""
         ...
 
-    def apply(self, plan: Plan, now: float, decode_tokens: FloatArray) -> Applied:
+    def apply(self, plan: Plan, now: float, decode_tokens: Sequence[float]) -> Applied:
         """The planned iteration ran until ``now``: each decoding sequence emitted ``decode_tokens``."""
         ...
 
 
 class Slots:
-    """The running set of one replica as fixed arrays, one entry per batch slot, and the slots
-    that prefill and that decode, each list in admission order."""
+    """The running set of one replica, one list entry per batch slot, and the slots that prefill
+    and that decode, each list in admission order."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.context = np.zeros(capacity)  # tokens whose KV is cached
-        self.prompt_left = np.zeros(capacity)  # prefill tokens still to process
-        self.out_left = np.zeros(capacity)  # tokens still to emit
-        self.blocks = np.zeros(capacity)
-        self.order = np.zeros(capacity, dtype=np.int64)  # admission sequence number
-        self.active = np.zeros(capacity, dtype=bool)
+        self.context = [0.0] * capacity  # tokens whose KV is cached
+        self.prompt_left = [0.0] * capacity  # prefill tokens still to process
+        self.out_left = [0.0] * capacity  # tokens still to emit
+        self.blocks = [0.0] * capacity
+        self.order = [0] * capacity  # admission sequence number
         self.requests: list[Request | None] = [None] * capacity
         self.prefilling: list[int] = []  # slots with prompt tokens left
         self.decoding: list[int] = []  # slots whose prompt is in KV
@@ -281,17 +278,16 @@ class Slots:
         slot = self._free.pop()
         self.requests[slot] = request
         if request.swapped is None:
-            self.context[slot] = cached_tokens
-            self.prompt_left[slot] = request.input_tokens + request.generated - cached_tokens
+            self.context[slot] = float(cached_tokens)
+            self.prompt_left[slot] = float(request.input_tokens + request.generated - cached_tokens)
         else:
             self.context[slot], self.prompt_left[slot] = request.swapped
             request.swapped = None
-        self.out_left[slot] = request.output_tokens - request.generated
-        self.tokens_left += float(self.prompt_left[slot] + self.out_left[slot])
+        self.out_left[slot] = float(request.output_tokens - request.generated)
+        self.tokens_left += self.prompt_left[slot] + self.out_left[slot]
         self.blocks[slot] = float(cached_blocks)
         self._admissions += 1
         self.order[slot] = self._admissions
-        self.active[slot] = True
         (self.prefilling if self.prompt_left[slot] > 0 else self.decoding).append(slot)  # the latest admitted
         return slot
 
@@ -309,8 +305,7 @@ class Slots:
         request = self.requests[slot]
         assert request is not None
         self.requests[slot] = None
-        self.active[slot] = False
-        self.tokens_left -= float(self.prompt_left[slot] + self.out_left[slot])
+        self.tokens_left -= self.prompt_left[slot] + self.out_left[slot]
         self.blocks[slot] = 0.0
         (self.prefilling if self.prompt_left[slot] > 0 else self.decoding).remove(slot)
         self._free.append(slot)
@@ -380,9 +375,9 @@ class PagedBatching:
     def plan(self, now: float) -> Plan:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _planned(self, new_tokens: FloatArray) -> Plan:
-        """The plan of these new tokens; a plan that runs takes the swaps charged so far."""
-        budget_left = self.max_batched_tokens - int(new_tokens.sum())
+    def _planned(self, new_tokens: dict[int, float]) -> Plan:
+        """The plan of these new tokens (by slot); a plan that runs takes the swaps charged so far."""
+        budget_left = self.max_batched_tokens - int(sum(new_tokens.values()))
         plan = Plan(new_tokens, self.slots, self.window, budget_left, self._swapped_blocks)
         if not plan.empty:
             self._swapped_blocks = 0.0
@@ -419,13 +414,14 @@ class PagedBatching:
     def unchanged_steps(self, plan: Plan) -> int:
         """To the first completion, or the last step whose new blocks are all available."""
         s = self.slots
-        k_done = int(s.out_left[plan.ids].min())
+        k_done = int(min(s.out_left[slot] for slot in plan.ids))
         if k_done <= 1:
             return 1
-        context, blocks = plan.context, s.blocks[plan.ids]
+        block_tokens = self.kv.block_tokens
+        held = [(c, s.blocks[slot]) for slot, c in zip(plan.ids, plan.context, strict=True)]
 
         def extra_blocks(k: int) -> float:
-            return float(np.maximum(self.kv.blocks_for(context + k) - blocks, 0.0).sum())
+            return float(sum(max(math.ceil((c + k) / block_tokens) - blocks, 0.0) for c, blocks in held))
 
         if extra_blocks(k_done) <= self.kv.available:
             return k_done
@@ -435,59 +431,68 @@ class PagedBatching:
             low, high = (mid, high) if extra_blocks(mid) <= self.kv.available else (low, mid)
         return low
 
-    def apply(self, plan: Plan, now: float, decode_tokens: FloatArray) -> Applied:
+    def apply(self, plan: Plan, now: float, decode_tokens: Sequence[float]) -> Applied:
         """Prefill chunks move into the KV (finished prompts emit their first token), decodes emit
-        ``decode_tokens``; blocks the new tokens fill beyond those planned are taken now."""
+        ``decode_tokens`` (one entry per decoding sequence, in slot order); blocks the new tokens
+        fill beyond those planned are taken now."""
         s = self.slots
-        slots, decoding, context = plan.ids, plan.decoding, plan.context
-        out_left = s.out_left[slots]
-        if plan.all_decoding:
-            emitted = np.minimum(decode_tokens, out_left)
-            context = context + emitted
-        else:
-            prefilled = np.where(decoding, 0.0, plan.new)
-            prompt_left = s.prompt_left[slots] - prefilled
-            s.prompt_left[slots] = prompt_left
-            context = context + prefilled
-            s.context[slots] = context
-            s.tokens_left -= float(prefilled.sum())
-            self._publish_prefilled(slots[prefilled > 0])
-            finished = ~decoding & (prompt_left == 0)  # prompts this iteration completes
-            emitted = finished.astype(np.float64)
-            emitted[decoding] = decode_tokens
-            emitted = np.minimum(emitted, out_left)
-            context = context + np.where(decoding, emitted, 0.0)
-            for slot in slots[finished].tolist():
-                s.prefilled(slot)
-                request = s.requests[slot]
-                if request is not None and math.isnan(request.first_token_s):
-                    request.first_token_s = now
-        s.context[slots] = context
-        out_left -= emitted
-        s.out_left[slots] = out_left
-        tokens = float(emitted.sum())
+        context_of, prompt_left, out_left, blocks = s.context, s.prompt_left, s.out_left, s.blocks
+        block_tokens = self.kv.block_tokens
+        decoded = iter(decode_tokens)
+        decode_emitted: list[float] = []
+        prefilled: list[int] = []  # slots that ran a prompt chunk
+        finished: list[int] = []  # ... and completed their prompt in it
+        prefilled_tokens = tokens = grown = 0.0
+        for slot, new, decoding, context in zip(plan.ids, plan.new, plan.decoding, plan.context, strict=True):
+            if decoding:
+                emitted = min(next(decoded), out_left[slot])
+                decode_emitted.append(emitted)
+                context += emitted
+            else:
+                left = prompt_left[slot] = prompt_left[slot] - new
+                context += new
+                prefilled_tokens += new
+                prefilled.append(slot)
+                emitted = 0.0
+                if left == 0:  # the first token
+                    finished.append(slot)
+                    emitted = min(1.0, out_left[slot])
+            context_of[slot] = context
+            out_left[slot] -= emitted
+            tokens += emitted
+            need = max(float(math.ceil(context / block_tokens)), blocks[slot])
+            grown += need - blocks[slot]
+            blocks[slot] = need
+        if prefilled:
+            s.tokens_left -= prefilled_tokens
+            self._publish_prefilled(prefilled)
+        for slot in finished:
+            s.prefilled(slot)
+            request = s.requests[slot]
+            if request is not None and math.isnan(request.first_token_s):
+                request.first_token_s = now
         s.tokens_left -= tokens
-        held = s.blocks[slots]
-        blocks = np.maximum(self.kv.blocks_for(context), held)
-        allocated = self.kv.allocate(int(blocks.sum() - held.sum()))
+        allocated = self.kv.allocate(int(grown))
         assert allocated, "an iteration's blocks are sized to those available when it is planned"
-        s.blocks[slots] = blocks
         completed = []
-        for slot in slots[out_left <= 0].tolist():
-            request = self._release(slot)
-            request.generated = request.output_tokens
-            completed.append(request)
-        return Applied(emitted if plan.all_decoding else emitted[decoding], tokens, completed)
+        for slot in plan.ids:
+            if out_left[slot] <= 0:
+                request = self._release(slot)
+                request.generated = request.output_tokens
+                completed.append(request)
+        return Applied(decode_emitted, tokens, completed)
 
     # -- helpers --------------------------------------------------------------------------------
-    def _grow(self, slot_ids: IntArray, new_tokens: FloatArray) -> bool:
-        """Allocate the blocks these slots need for ``new_tokens`` more; False if not enough."""
+    def _grow(self, slot_ids: Sequence[int], new_tokens: float) -> bool:
+        """Allocate the blocks these slots need for ``new_tokens`` more each; False if not enough."""
         s = self.slots
-        held = s.blocks[slot_ids]
-        blocks = np.maximum(self.kv.blocks_for(s.context[slot_ids] + new_tokens), held)
-        if not self.kv.allocate(int(blocks.sum() - held.sum())):
+        block_tokens = self.kv.block_tokens
+        need = [max(float(math.ceil((s.context[slot] + new_tokens) / block_tokens)), s.blocks[slot])
+                for slot in slot_ids]  # fmt: skip
+        if not self.kv.allocate(int(sum(need) - sum(s.blocks[slot] for slot in slot_ids))):
             return False
-        s.blocks[slot_ids] = blocks
+        for slot, blocks in zip(slot_ids, need, strict=True):
+            s.blocks[slot] = blocks
         return True
 
     def _reserve(self, slot: int, tokens: float) -> bool:
@@ -499,7 +504,7 @@ class PagedBatching:
         s.blocks[slot] += need
         return True
 
-    def _publish_prefilled(self, slots: IntArray) -> None:
+    def _publish_prefilled(self, slots: list[int]) -> None:
         """After a prefill chunk: the slot's newly full prompt blocks become shareable prefix KV."""
         if not self.kv.caching:
             return
@@ -564,7 +569,7 @@ class PagedBatching:
         held = prompt + request.output_tokens - request.generated if self.reserve_full else cached + chunk
         return held, chunk, hit
 
-    def _schedule_prefills(self, q: FloatArray, budget: int, now: float) -> int:
+    def _schedule_prefills(self, q: dict[int, float], budget: int, now: float) -> int:
         """Continue unfinished prefills (admission order), then admit new requests (FCFS)."""
         s = self.slots
         first = True  # no prefill in this iteration yet
@@ -572,7 +577,7 @@ class PagedBatching:
             if budget <= 0:
                 return budget
             chunk = self._chunk(float(s.prompt_left[slot]), budget, first)
-            if chunk <= 0 or not self._grow(np.array([slot]), np.array([chunk])):
+            if chunk <= 0 or not self._grow([slot], chunk):
                 return budget
             q[slot] = chunk
             budget -= int(chunk)
@@ -591,7 +596,7 @@ class PagedBatching:
             if math.isnan(request.admitted_s):
                 request.admitted_s = now
                 request.cached_tokens = int(cached)
-            grown = self._reserve(slot, held) if self.reserve_full else self._grow(np.array([slot]), np.array([new]))
+            grown = self._reserve(slot, held) if self.reserve_full else self._grow([slot], new)
             assert grown, "admission is sized to the blocks available"
             q[slot] = new
             budget -= int(new)
@@ -607,20 +612,20 @@ class ContinuousBatchingPolicy(PagedBatching):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.prefill_first = prefill_first
 
-    def _schedule_decodes(self, q: FloatArray, budget: int) -> int:
+    def _schedule_decodes(self, q: dict[int, float], budget: int) -> int:
         s = self.slots
         step = self.decode_step_tokens
         while True:
-            decoding = np.array(s.decoding[: int(budget // step)], dtype=np.int64)
-            if decoding.size == 0 or self._grow(decoding, np.full(decoding.size, step)):
+            decoding = s.decoding[: int(budget // step)]
+            if not decoding or self._grow(decoding, step):
                 break
             if not self.preempt():
                 break
-        q[decoding] = step
-        return budget - int(step * decoding.size)
+        q.update(dict.fromkeys(decoding, step))
+        return budget - int(step * len(decoding))
 
     def plan(self, now: float) -> Plan:
-        q = np.zeros(self.slots.capacity)
+        q: dict[int, float] = {}
         budget = self.max_batched_tokens
         if not (self.prefill_first and self._prefill_pending()):
             budget = self._schedule_decodes(q, budget)
@@ -640,8 +645,8 @@ class StaticBatchingPolicy(PagedBatching):
                 self.waiting.popleft()
                 slot = s.admit(head)
                 head.admitted_s = now
-                s.blocks[slot] = need
-        q = np.zeros(s.capacity)
+                s.blocks[slot] = float(need)
+        q: dict[int, float] = {}
         budget = self.max_batched_tokens
         prefilling = list(s.prefilling)
         for slot in prefilling:
@@ -650,7 +655,7 @@ class StaticBatchingPolicy(PagedBatching):
             q[slot] = min(float(s.prompt_left[slot]), float(budget))
             budget -= int(q[slot])
         if not prefilling:
-            q[s.active] = 1.0
+            q.update(dict.fromkeys(s.decoding, 1.0))
         return self._planned(q)
 
 

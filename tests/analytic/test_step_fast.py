@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from simulator.analytic.step_fast import FastStepCost
-from simulator.analytic.step_time import BatchAggregates, StepCostModel
+from simulator.analytic.step_time import BatchAggregates, BatchShape, StepCostModel
 from simulator.config.loading import Catalog
 from simulator.config.speculation import SpeculativeSpec
 from tests.conftest import deploy
@@ -25,14 +25,15 @@ DEPLOYMENTS = {
 RTOL = 1e-9
 
 
+def _random_tokens(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(new, cached) tokens of a random batch: mostly decodes, some prompt chunks."""
+    size = int(rng.integers(1, 130))
+    new = np.where(rng.random(size) < 0.7, 1.0, rng.integers(1, 4096, size).astype(float))
+    return new, rng.integers(0, 40_000, size).astype(float)
+
+
 def _random_batches(rng: np.random.Generator, window: int | None) -> list[BatchAggregates]:
-    batches = []
-    for _ in range(40):
-        size = int(rng.integers(1, 130))
-        new = np.where(rng.random(size) < 0.7, 1.0, rng.integers(1, 4096, size).astype(float))
-        held = rng.integers(0, 40_000, size).astype(float)
-        batches.append(BatchAggregates.of(new, held, window))
-    return batches
+    return [BatchAggregates.of(*_random_tokens(rng), window) for _ in range(40)]
 
 
 @pytest.mark.parametrize("name", DEPLOYMENTS)
@@ -48,6 +49,23 @@ def test_fast_path_equals_the_reference_model_on_random_batches_and_decode_jumps
         np.testing.assert_allclose(got.total_s, want.total_s, rtol=RTOL)
         np.testing.assert_allclose(got.flops, want.flops, rtol=RTOL)
         np.testing.assert_allclose(got.bytes_moved, want.bytes_moved, rtol=RTOL)
+    for _ in range(20):  # one iteration in plain floats, as the engine runs it
+        new, cached = _random_tokens(rng)
+        want = reference.iteration_times(BatchAggregates.of(new, cached, window))
+        got = fast.iteration(BatchShape.of(new.tolist(), cached.tolist(), window))
+        assert got == pytest.approx((want.total_s[0], want.flops[0], want.bytes_moved[0]), rel=RTOL)
     context = rng.integers(1, 9000, 17).astype(float)
     assert fast.draft_s(context) == pytest.approx(reference.draft_s(context), rel=RTOL)
     assert (fast.draft is not None) == bool(reference.accepted)
+
+
+@pytest.mark.parametrize("window", [None, 1, 128, 4096])
+def test_one_batch_in_plain_floats_equals_its_array_aggregates_to_the_last_bit(window: int | None) -> None:
+    """Whole and half token counts make every sum exact: the engine's plain-Python statistics of
+    an iteration equal the array ones exactly, so a run does not depend on which computed them."""
+    rng = np.random.default_rng(11)
+    for _ in range(50):
+        new, cached = _random_tokens(rng)
+        arrays = BatchAggregates.of(new, cached, window)
+        shape = BatchShape.of(new.tolist(), cached.tolist(), window)
+        assert shape == tuple(float(getattr(arrays, name)[0]) for name in BatchShape._fields)

@@ -9,6 +9,7 @@ import numpy as np
 import simpy
 
 from simulator.analytic.layouts import deploy
+from simulator.analytic.step_fast import engine_cost
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.deployment import DeploymentSpec
 from simulator.engine.kv import BlockManager
@@ -25,7 +26,7 @@ COST = StepCostModel(deploy(CATALOG, DeploymentSpec(**SMALL)))
 def _step(policy: ContinuousBatchingPolicy) -> None:
     """Plan one iteration and apply it: prefills move into the KV, finished prompts emit a token."""
     plan = policy.plan(0.0)
-    policy.apply(plan, 0.0, np.ones(plan.decodes))
+    policy.apply(plan, 0.0, [1.0] * plan.decodes)
 
 
 def test_reusing_idle_cached_blocks_does_not_over_commit_kv() -> None:
@@ -51,7 +52,7 @@ def _replica(total_blocks: int) -> tuple[simpy.Environment, Replica, dict[int, f
     policy = ContinuousBatchingPolicy(Slots(8), BlockManager(total_blocks, BLOCK), 8192, 1.0, None, prefill_first=False)
     done: dict[int, float] = {}
     replica = Replica(
-        env, 0, COST, policy, Recorder(1), np.random.default_rng(0), lambda r: done.update({r.id: env.now})
+        env, 0, engine_cost(COST), policy, Recorder(1), np.random.default_rng(0), lambda r: done.update({r.id: env.now})
     )
     env.process(replica.run())
     return env, replica, done

@@ -35,14 +35,13 @@ class OneAtATimePolicy(PagedBatching):
         s = self.slots
         if s.count == 0 and self.waiting:
             head = self.waiting[0]
-            need = int(self.kv.blocks_for(head.input_tokens + head.output_tokens))
-            if self.kv.allocate(need):
+            need = self.kv.blocks_of(head.input_tokens + head.output_tokens)
+            if self.kv.allocate(int(need)):
                 self.waiting.popleft()
                 s.blocks[s.admit(head)] = need
                 head.admitted_s = now
-        new_tokens = np.zeros(s.capacity)
-        new_tokens[s.active] = np.where(s.prompt_left[s.active] > 0, s.prompt_left[s.active], 1.0)
-        return self._planned(new_tokens)
+        running = s.prefilling + s.decoding
+        return self._planned({slot: s.prompt_left[slot] or 1.0 for slot in running})
 
 
 @batch_policy.register
