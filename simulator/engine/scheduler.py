@@ -121,9 +121,14 @@ class Plan:
         self, new_tokens: dict[int, float], slots: Slots, window: int | None, budget_left: int, swapped_blocks: float
     ) -> None:
         self.ids = sorted(slot for slot, new in new_tokens.items() if new)  # the scheduled slots, ascending
-        self.new = [new_tokens[slot] for slot in self.ids]  # their new tokens
-        self.context = [slots.context[slot] for slot in self.ids]  # tokens each holds in KV before the iteration
-        self.decoding = [slots.prompt_left[slot] == 0 for slot in self.ids]  # which of them decode
+        self.new: list[float] = []  # their new tokens
+        self.context: list[float] = []  # tokens each holds in KV before the iteration
+        self.decoding: list[bool] = []  # which of them decode
+        context, prompt_left = slots.context, slots.prompt_left
+        for slot in self.ids:
+            self.new.append(new_tokens[slot])
+            self.context.append(context[slot])
+            self.decoding.append(prompt_left[slot] == 0)
         self.sequences = len(self.ids)
         self.decodes = sum(self.decoding)
         self.running = slots.count  # sequences holding a slot (scheduled or not)
@@ -414,14 +419,18 @@ class PagedBatching:
     def unchanged_steps(self, plan: Plan) -> int:
         """To the first completion, or the last step whose new blocks are all available."""
         s = self.slots
-        k_done = int(min(s.out_left[slot] for slot in plan.ids))
+        k_done = int(min([s.out_left[slot] for slot in plan.ids]))
         if k_done <= 1:
             return 1
-        block_tokens = self.kv.block_tokens
-        held = [(c, s.blocks[slot]) for slot, c in zip(plan.ids, plan.context, strict=True)]
+        block_tokens, blocks = self.kv.block_tokens, s.blocks
+        held = list(zip(plan.context, [blocks[slot] for slot in plan.ids], strict=True))
 
         def extra_blocks(k: int) -> float:
-            return float(sum(max(math.ceil((c + k) / block_tokens) - blocks, 0.0) for c, blocks in held))
+            extra = 0.0
+            for c, b in held:
+                if c + k > b * block_tokens:
+                    extra += math.ceil((c + k) / block_tokens) - b
+            return extra
 
         if extra_blocks(k_done) <= self.kv.available:
             return k_done
@@ -445,7 +454,9 @@ class PagedBatching:
         prefilled_tokens = tokens = grown = 0.0
         for slot, new, decoding, context in zip(plan.ids, plan.new, plan.decoding, plan.context, strict=True):
             if decoding:
-                emitted = min(next(decoded), out_left[slot])
+                emitted = next(decoded)
+                if emitted > out_left[slot]:
+                    emitted = out_left[slot]
                 decode_emitted.append(emitted)
                 context += emitted
             else:
@@ -460,9 +471,10 @@ class PagedBatching:
             context_of[slot] = context
             out_left[slot] -= emitted
             tokens += emitted
-            need = max(float(math.ceil(context / block_tokens)), blocks[slot])
-            grown += need - blocks[slot]
-            blocks[slot] = need
+            if context > blocks[slot] * block_tokens:  # into a block it does not hold yet
+                need = float(math.ceil(context / block_tokens))
+                grown += need - blocks[slot]
+                blocks[slot] = need
         if prefilled:
             s.tokens_left -= prefilled_tokens
             self._publish_prefilled(prefilled)
@@ -485,14 +497,19 @@ class PagedBatching:
     # -- helpers --------------------------------------------------------------------------------
     def _grow(self, slot_ids: Sequence[int], new_tokens: float) -> bool:
         """Allocate the blocks these slots need for ``new_tokens`` more each; False if not enough."""
-        s = self.slots
-        block_tokens = self.kv.block_tokens
-        need = [max(float(math.ceil((s.context[slot] + new_tokens) / block_tokens)), s.blocks[slot])
-                for slot in slot_ids]  # fmt: skip
-        if not self.kv.allocate(int(sum(need) - sum(s.blocks[slot] for slot in slot_ids))):
+        context, blocks, block_tokens = self.slots.context, self.slots.blocks, self.kv.block_tokens
+        grown: list[tuple[int, float]] = []  # (slot, blocks it needs) where more than it holds
+        more = 0.0
+        for slot in slot_ids:
+            tokens = context[slot] + new_tokens
+            if tokens > blocks[slot] * block_tokens:  # into a block it does not hold yet
+                need = float(math.ceil(tokens / block_tokens))
+                grown.append((slot, need))
+                more += need - blocks[slot]
+        if not self.kv.allocate(int(more)):
             return False
-        for slot, blocks in zip(slot_ids, need, strict=True):
-            s.blocks[slot] = blocks
+        for slot, need in grown:
+            blocks[slot] = need
         return True
 
     def _reserve(self, slot: int, tokens: float) -> bool:
