@@ -175,7 +175,9 @@ class Replica:
         # Any arrival might join at the next step boundary (a higher priority may jump the queue),
         # so the jump stops for one whenever a slot and some KV are free, exactly as stepping would.
         if self.policy.has_room():
-            yield env.timeout(float(cumulative[-1])) | self._sleep()
+            wake = self._sleep()  # by an arrival, or by the jump's end, whichever comes first
+            env.timeout(float(cumulative[-1])).callbacks.append(lambda _: wake.triggered or wake.succeed())
+            yield wake
             self._wake = None
             done = int(np.searchsorted(cumulative, env.now - start, side="left")) + 1
             done = min(done, steps)

@@ -120,15 +120,11 @@ class Plan:
     def __init__(
         self, new_tokens: dict[int, float], slots: Slots, window: int | None, budget_left: int, swapped_blocks: float
     ) -> None:
-        self.ids = sorted(slot for slot, new in new_tokens.items() if new)  # the scheduled slots, ascending
-        self.new: list[float] = []  # their new tokens
-        self.context: list[float] = []  # tokens each holds in KV before the iteration
-        self.decoding: list[bool] = []  # which of them decode
+        ids = self.ids = sorted(new_tokens)  # the scheduled slots, ascending
+        self.new = [new_tokens[slot] for slot in ids]  # their new tokens (each > 0)
         context, prompt_left = slots.context, slots.prompt_left
-        for slot in self.ids:
-            self.new.append(new_tokens[slot])
-            self.context.append(context[slot])
-            self.decoding.append(prompt_left[slot] == 0)
+        self.context = [context[slot] for slot in ids]  # tokens each holds in KV before the iteration
+        self.decoding = [prompt_left[slot] == 0 for slot in ids]  # which of them decode
         self.sequences = len(self.ids)
         self.decodes = sum(self.decoding)
         self.running = slots.count  # sequences holding a slot (scheduled or not)
@@ -381,7 +377,7 @@ class PagedBatching:
         raise NotImplementedError
 
     def _planned(self, new_tokens: dict[int, float]) -> Plan:
-        """The plan of these new tokens (by slot); a plan that runs takes the swaps charged so far."""
+        """The plan of these new tokens (by slot, each > 0); a plan that runs takes the swaps charged so far."""
         budget_left = self.max_batched_tokens - int(sum(new_tokens.values()))
         plan = Plan(new_tokens, self.slots, self.window, budget_left, self._swapped_blocks)
         if not plan.empty:
