@@ -81,8 +81,8 @@ class Replica:
         self.policy.enqueue(request)
         self._load_changed()
         self.recorder.queue[self.index].record(self.env.now, self.policy.queued)
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        if self._wake is not None:
+            _trigger(self._wake)
 
     @property
     def outstanding(self) -> int:
@@ -176,7 +176,7 @@ class Replica:
         # so the jump stops for one whenever a slot and some KV are free, exactly as stepping would.
         if self.policy.has_room():
             wake = self._sleep()  # by an arrival, or by the jump's end, whichever comes first
-            env.timeout(float(cumulative[-1])).callbacks.append(lambda _: wake.triggered or wake.succeed())
+            env.timeout(float(cumulative[-1])).callbacks.append(lambda _: _trigger(wake))
             yield wake
             self._wake = None
             done = int(np.searchsorted(cumulative, env.now - start, side="left")) + 1
@@ -200,3 +200,9 @@ class Replica:
         now = self.env.now
         self.recorder.kv_blocks[self.index].record(now, self.policy.kv_used)
         self.recorder.batch[self.index].record(now, float(self.policy.running))
+
+
+def _trigger(event: simpy.Event) -> None:
+    """Succeed ``event`` unless something already did."""
+    if not event.triggered:
+        event.succeed()
