@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -125,12 +125,12 @@ def test_long_commands_print_progress_with_an_eta(tmp_path: Path) -> None:
     assert not (tmp_path / "r" / "runs.partial.json").exists() and (tmp_path / "r" / "sweep.json").exists()
 
 
-def _stop_when(args: list[str], ready: Path) -> subprocess.CompletedProcess[str]:
-    """Start ``infersim args``, send SIGTERM once ``ready`` exists, and return how it ended."""
+def _stop_when(args: list[str], ready: Callable[[], bool]) -> subprocess.CompletedProcess[str]:
+    """Start ``infersim args``, send SIGTERM once ``ready()`` holds, and return how it ended."""
     process = subprocess.Popen([sys.executable, "-m", "simulator", *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 60
-    while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
+    while not ready() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     os.kill(process.pid, signal.SIGTERM)
     out, err = process.communicate(timeout=60)
@@ -140,7 +140,8 @@ def _stop_when(args: list[str], ready: Path) -> subprocess.CompletedProcess[str]
 def test_a_stopped_plan_keeps_its_finished_candidates_marked_partial(tmp_path: Path) -> None:
     slow = MIXED.replace("duration: 8 s", "duration: 60 s")
     out = tmp_path / "out"
-    ended = _stop_when(["plan", str(_write(tmp_path, slow)), "-o", str(out), "--jobs", "1"], out / "cache")
+    args = ["plan", str(_write(tmp_path, slow)), "-o", str(out), "--jobs", "1"]
+    ended = _stop_when(args, lambda: any((out / "cache").glob("*.json")))  # once a candidate has finished
     assert ended.returncode == 143 and "Traceback" not in ended.stderr
     assert f"terminated; the finished runs are kept in {out}" in ended.stderr
     partial = json.loads((out / "plan.partial.json").read_text())
@@ -157,7 +158,7 @@ def test_a_stopped_compare_keeps_its_finished_runs_marked_partial(tmp_path: Path
     slow = COMPARE.replace("duration: 10 s", "duration: 600 s")
     args = ["compare", str(_write(tmp_path, slow)), "--hardware", "nvidia-h100-sxm,nvidia-a100-sxm,nvidia-h200",
             "-o", str(out), "--jobs", "1"]  # fmt: skip
-    ended = _stop_when(args, out / "run-000" / "summary.json")
+    ended = _stop_when(args, (out / "run-000" / "summary.json").exists)
     assert ended.returncode == 143, ended.stderr
     partial = json.loads((out / "compare.partial.json").read_text())
     assert partial["partial"] is True and partial["seed"] == 2
