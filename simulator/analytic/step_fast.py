@@ -19,6 +19,11 @@ once per ``(tokens, sequences)`` by the reference model itself and cached (a bou
 a decode batch of ``n`` sequences is one key for every step it runs); the held-dependent
 rows are a handful of array operations. FLOPs and bytes split the same way, and are affine
 in ``pairs`` and ``held``. The draft of speculative decoding is its own fast model.
+
+The engine costs one iteration in plain floats (:meth:`FastStepCost.iteration` of a
+:class:`~simulator.analytic.step_time.BatchShape`) and a decode jump as arrays
+(:meth:`FastStepCost.iteration_times`); a cost model that is not the reference one (a test
+double, another execution style) is used through its array interface (:class:`ArrayCost`).
 """
 
 from __future__ import annotations

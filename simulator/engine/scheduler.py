@@ -1,6 +1,8 @@
 """Batch formation: which sequences run in the next iteration, and with how many tokens.
 
-Pure Python and numpy (no SimPy). Assumptions:
+Plain Python (no SimPy): a replica's slots are lists, since a batch holds a few to a few
+hundred sequences, where one pass of Python over a list costs less than the fixed overhead
+of the numpy calls it would replace. Assumptions:
 
 - **Paged KV** (:mod:`simulator.engine.kv`): a sequence holding ``n`` tokens of KV owns
   ``ceil(n / block_tokens)`` blocks; admission and growth take blocks, completion frees them.
