@@ -28,12 +28,20 @@ double, another execution style) is used through its array interface (:class:`Ar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from simulator.analytic.step_time import BatchAggregates, BatchShape, CostModel, IterationCost, StepCostModel
+from simulator.analytic.step_time import (
+    BatchAggregates,
+    BatchShape,
+    CostModel,
+    IterationCost,
+    StepCostModel,
+    decode_held,
+)
 
 FloatArray = npt.NDArray[np.float64]
 Number = float | FloatArray  # one iteration, or the steps of a jump
@@ -117,6 +125,14 @@ class FastStepCost:
         columns = zip(*(self._with_core(*e) for e in entries), strict=True)
         return IterationTimes(*(np.array(column) for column in columns))
 
+    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> IterationTimes:
+        """:meth:`iteration_times` of ``steps`` decode steps of a fixed batch (:func:`decode_held`),
+        without building the batch's aggregates."""
+        n = float(len(context_tokens))
+        held, held_window = decode_held(context_tokens, steps, window)
+        jump = self._with_core(n, n, held, held, held_window, held_window)
+        return IterationTimes(*(np.asarray(x, dtype=np.float64) for x in jump))
+
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one iteration, in plain floats."""
         one = self._with_core(shape.tokens, shape.sequences, shape.held_full, shape.pairs_full, shape.held_window,
@@ -168,6 +184,10 @@ class EngineCost(Protocol):
         """Seconds between iterations for each entry of ``batch``, with FLOPs and bytes."""
         ...
 
+    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> IterationCost:
+        """:meth:`iteration_times` of ``steps`` decode steps of sequences holding ``context_tokens``."""
+        ...
+
     def draft_s(self, context_tokens: FloatArray) -> float:
         """Seconds the draft takes to propose for decoding sequences holding ``context_tokens``."""
         ...
@@ -182,6 +202,9 @@ class ArrayCost:
         self.accepted = cost.accepted
         self.iteration_times = cost.iteration_times
         self.draft_s = cost.draft_s
+
+    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> IterationCost:
+        return self.cost.iteration_times(BatchAggregates.decode_steps(context_tokens, steps, window))
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         times = self.cost.iteration_times(BatchAggregates(*np.array(shape, dtype=np.float64)[:, None]))

@@ -177,29 +177,35 @@ class BatchAggregates:
         return cls(*np.array([[tokens], [float(q.size)], [held], [held_window], [pairs], [pairs_window]]))
 
     @classmethod
-    def decode_steps(cls, context_tokens: FloatArray, steps: int, window: int | None) -> BatchAggregates:
-        """Aggregates of ``steps`` decode steps of a fixed batch, one entry per step.
-
-        Step ``j`` (from 0) decodes one token for each sequence, whose cache then holds
-        ``c + j + 1`` tokens: ``held_full = sum c + n (j + 1)`` and, with a window,
-        ``held_window = sum min(c + j + 1, W)``; a decode's causal pairs equal what it holds.
-        """
-        n = float(context_tokens.size)
-        held = float(context_tokens.sum()) + n * np.arange(1.0, steps + 1.0)
-        held_window = held
-        if window is not None:
-            w = float(window)
-            j = np.arange(steps, dtype=np.float64)
-            small = context_tokens[context_tokens + 1.0 < w]
-            growing = np.minimum(small[None, :] + 1.0 + j[:, None], w).sum(axis=1)  # those below the window
-            held_window = np.asarray(w * (context_tokens.size - small.size) + growing, dtype=np.float64)
-        batch = np.full(steps, n)
+    def decode_steps(cls, context_tokens: Sequence[float], steps: int, window: int | None) -> BatchAggregates:
+        """Aggregates of ``steps`` decode steps of a fixed batch, one entry per step
+        (:func:`decode_held`; a decode's causal pairs equal what it holds)."""
+        held, held_window = decode_held(context_tokens, steps, window)
+        batch = np.full(steps, float(len(context_tokens)))
         return cls(tokens=batch, sequences=batch, held_full=held, held_window=held_window, pairs_full=held,
                    pairs_window=held_window)  # fmt: skip
 
     def scaled(self, factor: FloatArray | float) -> BatchAggregates:
         """Every statistic times ``factor`` (one micro-batch of an evenly split batch)."""
         return BatchAggregates(*(getattr(self, f) * factor for f in self.__dataclass_fields__))
+
+
+def decode_held(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[FloatArray, FloatArray]:
+    """Tokens held in KV at each of ``steps`` decode steps of a fixed batch: (all layers, windowed layers).
+
+    Step ``j`` (from 0) decodes one token for each sequence, whose cache then holds ``c + j + 1``
+    tokens: ``held_full = sum c + n (j + 1)`` and, with a window, ``held_window = sum min(c + j + 1, W)``.
+    """
+    n = float(len(context_tokens))
+    held = float(sum(context_tokens)) + n * np.arange(1.0, steps + 1.0)
+    if window is None:
+        return held, held
+    w = float(window)
+    j = np.arange(steps, dtype=np.float64)
+    context = np.asarray(context_tokens, dtype=np.float64)
+    small = context[context + 1.0 < w]
+    growing = np.minimum(small[None, :] + 1.0 + j[:, None], w).sum(axis=1)  # those below the window
+    return held, np.asarray(w * (context.size - small.size) + growing, dtype=np.float64)
 
 
 @dataclass

@@ -166,7 +166,7 @@ class Replica:
     def _jump(self, plan: Plan, steps: int) -> ProcessGenerator:
         env = self.env
         start = env.now
-        times = self.cost.iteration_times(plan.decode_steps(steps))
+        times = self.cost.decode_jump(plan.context, steps, plan.window)
         durations = times.total_s
         cumulative = np.cumsum(durations)
         self.recorder.batch[self.index].record(start, float(plan.running))

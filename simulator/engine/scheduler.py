@@ -44,7 +44,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from simulator.analytic.step_time import BatchAggregates, BatchShape
+from simulator.analytic.step_time import BatchShape
 from simulator.config.batching import ContinuousBatching, StaticBatching
 from simulator.engine.kv import BlockManager, extended
 from simulator.engine.request import Request
@@ -153,10 +153,6 @@ class Plan:
     def shape(self) -> BatchShape:
         """What the step-time model needs of this iteration."""
         return BatchShape.of(self.new, self.context, self.window)
-
-    def decode_steps(self, steps: int) -> BatchAggregates:
-        """The aggregates of ``steps`` decode steps of the scheduled batch, unchanged."""
-        return BatchAggregates.decode_steps(np.array(self.context), steps, self.window)
 
     @property
     def prefill_tokens(self) -> float:

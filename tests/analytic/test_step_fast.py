@@ -49,6 +49,12 @@ def test_fast_path_equals_the_reference_model_on_random_batches_and_decode_jumps
         np.testing.assert_allclose(got.total_s, want.total_s, rtol=RTOL)
         np.testing.assert_allclose(got.flops, want.flops, rtol=RTOL)
         np.testing.assert_allclose(got.bytes_moved, want.bytes_moved, rtol=RTOL)
+    for n, k in rng.integers(1, 129, (10, 2)):  # a decode jump from its sequences' contexts, as the engine runs it
+        held = rng.integers(1, 9000, int(n)).astype(float).tolist()
+        want = reference.iteration_times(BatchAggregates.decode_steps(held, int(k), window))
+        got = fast.decode_jump(held, int(k), window)
+        for column in ("total_s", "flops", "bytes_moved"):
+            np.testing.assert_allclose(getattr(got, column), getattr(want, column), rtol=RTOL)
     for _ in range(20):  # one iteration in plain floats, as the engine runs it
         new, cached = _random_tokens(rng)
         want = reference.iteration_times(BatchAggregates.of(new, cached, window))
