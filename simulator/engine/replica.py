@@ -1,11 +1,12 @@
 """One serving replica: a SimPy process that keeps time while its batching policy forms batches.
 
-Each iteration costs the cost model's ``iteration_times`` of its batch (micro-batch pipelining
+Each iteration costs the cost model's time for its batch (``iteration``, micro-batch pipelining
 included), plus the swap transfers the plan charged and, with speculative decoding, the
 draft's ``gamma`` passes over the decoding sequences (the cost model's ``draft_s``). A batch of pure
 decodes that nothing can join (no prefill pending, nobody admissible) *jumps*: the per-step
-times of the next ``k`` steps are computed at once and the replica waits once, where ``k``
-runs to the first completion or the first block shortage (the policy says). The blocks the
+times of the next ``k`` steps are computed at once (``decode_jump``) and the replica waits
+once, on one event, where ``k`` runs to the first completion or the first block shortage (the
+policy says). The blocks the
 steps fill are taken when the jump ends, for the steps actually run. While a slot and some KV
 are free, an arrival interrupts the jump at the end of the step in progress, exactly as
 iteration-level batching would admit it there.
