@@ -12,9 +12,11 @@ timestamps to the last bit, same levels and summary statistics.
     python benchmarks/same_results.py save DIR    # this checkout's results, into DIR
     python benchmarks/same_results.py check DIR   # run again and compare with DIR (exit 1 if any differ)
 
-A typical use, before and after a change::
+``--checkout PATH`` runs another checkout's code (``python -m simulator`` in that folder), so a
+commit older than this script can be the reference::
 
-    git worktree add /tmp/before main && (cd /tmp/before && python benchmarks/same_results.py save /tmp/results)
+    git worktree add /tmp/before main
+    python benchmarks/same_results.py save /tmp/results --checkout /tmp/before
     python benchmarks/same_results.py check /tmp/results
 
 The runs go two at a time (about a minute on two cores), each ``infersim run`` in its own process.
@@ -42,12 +44,12 @@ FILES = ("requests.csv", "levels.csv", "summary.json")
 PARALLEL_RUNS = 2
 
 
-def run_all(out: Path) -> None:
-    """Every run of :data:`RUNS`, each into ``out / name``; stops with the first that fails."""
+def run_all(out: Path, checkout: Path) -> None:
+    """Every run of :data:`RUNS` by ``checkout``'s code, each into ``out / name``; stops with the first that fails."""
 
     def one(name: str) -> tuple[str, subprocess.CompletedProcess[str]]:
-        args = [sys.executable, "-m", "simulator", "run", *RUNS[name], "-o", str(out / name)]
-        return name, subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=False)
+        args = [sys.executable, "-m", "simulator", "run", *RUNS[name], "-o", str(out.resolve() / name)]
+        return name, subprocess.run(args, cwd=checkout, capture_output=True, text=True, check=False)
 
     with ThreadPoolExecutor(PARALLEL_RUNS) as pool:
         for name, done in pool.map(one, RUNS):
@@ -70,10 +72,10 @@ def first_difference(ours: Path, theirs: Path) -> str | None:
     return f"{lines_a} lines against {lines_b}"
 
 
-def check(reference: Path) -> int:
+def check(reference: Path, checkout: Path) -> int:
     """Run again and compare with ``reference``: 0 if every file is identical, 1 otherwise."""
     with tempfile.TemporaryDirectory() as folder:
-        run_all(Path(folder))
+        run_all(Path(folder), checkout)
         differences = [(name, file, found) for name in RUNS for file in FILES
                        if (found := first_difference(Path(folder) / name / file, reference / name / file))]  # fmt: skip
     for name, file, found in differences:
@@ -87,14 +89,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["save", "check"])
     parser.add_argument("folder", type=Path, help="where save writes the results, and what check compares with")
+    parser.add_argument("--checkout", type=Path, default=ROOT, help="whose code runs (default: this checkout)")
     args = parser.parse_args()
+    if not (args.checkout / "simulator" / "__main__.py").is_file():
+        parser.error(f"--checkout {args.checkout}: not an infersim checkout (no simulator/__main__.py)")
     if args.action == "save":
-        run_all(args.folder)
+        run_all(args.folder, args.checkout)
         print(f"saved {len(RUNS)} runs in {args.folder}")
         return 0
     if not args.folder.is_dir():
         parser.error(f"{args.folder}: no such folder (run `save` first)")
-    return check(args.folder)
+    return check(args.folder, args.checkout)
 
 
 if __name__ == "__main__":
