@@ -20,7 +20,7 @@ prints the table of those finished. Cases:
 
 ``--vs-vidur`` also runs the reference workload through Vidur 0.0.26 (its script installs it on
 first use) at 1k and 10k requests and prints CPU per request side by side (start-up included:
-both run as commands).
+both run as commands), and the ratio per request beyond start-up (the 10k run minus the 1k run).
 
     make bench BENCH="--full"                 # from the repository root, with any of these flags
     python benchmarks/run.py                  # the quick set (about 2 minutes on 2 cores)
@@ -265,7 +265,10 @@ def vidur(requests: int) -> dict[str, float]:
     metrics = dict(re.findall(r"(\w+)=(\S+)", output.strip().splitlines()[-1]))
     timing = next((root / "vidur-work" / "out").glob(f"*_n{requests}")) / "time.txt"
     text = timing.read_text()
-    cpu = sum(float(re.search(rf"{k} time \(seconds\): ([\d.]+)", text).group(1)) for k in ("User", "System"))  # type: ignore[union-attr]
+    found = [re.search(rf"{k} time \(seconds\): ([\d.]+)", text) for k in ("User", "System")]
+    if None in found:
+        raise RuntimeError(f"{timing}: no user and system time in it")
+    cpu = sum(float(match.group(1)) for match in found if match is not None)
     return {"cpu_s": cpu, "wall_s": float(metrics["wall_s"]), "peak_rss_mb": float(metrics["peak_rss_mb"])}
 
 
@@ -311,6 +314,15 @@ def main() -> int:
         if ours and theirs:
             print(f"{n:,} requests, start-up included: Vidur takes {theirs['cpu_s'] / ours['cpu_s']:.1f}x "
                   f"the CPU of infersim")  # fmt: skip
+    per_request_us = {}  # CPU per request beyond start-up: the 10,000-request run minus the 1,000-request one
+    for tool in ("infersim run", "Vidur"):
+        small, big = rows.get(f"1000 reference via {tool}"), rows.get(f"10000 reference via {tool}")
+        if small and big:
+            per_request_us[tool] = (big["cpu_s"] - small["cpu_s"]) / 9000 * 1e6
+    if len(per_request_us) == 2:
+        ours_us, theirs_us = per_request_us["infersim run"], per_request_us["Vidur"]
+        print(f"per request beyond start-up (10,000 requests minus 1,000): infersim {ours_us:,.0f} us, "
+              f"Vidur {theirs_us:,.0f} us: Vidur takes {theirs_us / ours_us:.1f}x")  # fmt: skip
     return 0
 
 
