@@ -21,8 +21,8 @@ rows are a handful of array operations. FLOPs and bytes split the same way, and 
 in ``pairs`` and ``held``. The draft of speculative decoding is its own fast model.
 
 The engine costs one iteration in plain floats (:meth:`FastStepCost.iteration` of a
-:class:`~simulator.analytic.step_time.BatchShape`) and a decode jump as arrays
-(:meth:`FastStepCost.iteration_times`); a cost model that is not the reference one (a test
+:class:`~simulator.analytic.step_time.BatchShape`) and a decode jump as arrays, straight from
+its sequences' contexts (:meth:`FastStepCost.decode_jump`); a cost model that is not the reference one (a test
 double, another execution style) is used through its array interface (:class:`ArrayCost`).
 """
 

@@ -98,20 +98,17 @@ class Recorder:
             np.add.at(self.itl_counts, np.clip(index, 0, self.itl_counts.size - 1), self._itl_weights)
             self._itl_durations, self._itl_weights = array("d"), array("d")
 
-    def iteration(self, replica: int, duration_s: float, flops: float, bytes_moved: float) -> None:
+    def iteration(self, replica: int, duration_s: float, flops: float, bytes_moved: float, count: int = 1) -> None:
+        """``count`` iterations that took ``duration_s`` and did ``flops`` and ``bytes_moved`` in all."""
         totals = self.totals[replica]
         totals.busy_s += duration_s
-        totals.iterations += 1
+        totals.iterations += count
         totals.flops += flops
         totals.bytes_moved += bytes_moved
 
     def iterations(self, replica: int, duration_s: FloatArray, flops: FloatArray, bytes_moved: FloatArray) -> None:
-        """Several iterations in a row (a decode jump)."""
-        totals = self.totals[replica]
-        totals.busy_s += float(duration_s.sum())
-        totals.iterations += duration_s.size
-        totals.flops += float(flops.sum())
-        totals.bytes_moved += float(bytes_moved.sum())
+        """Several iterations in a row (a decode jump), one entry each."""
+        self.iteration(replica, float(duration_s.sum()), float(flops.sum()), float(bytes_moved.sum()), duration_s.size)
 
     def freeze(
         self,

@@ -6,10 +6,9 @@ draft's ``gamma`` passes over the decoding sequences (the cost model's ``draft_s
 decodes that nothing can join (no prefill pending, nobody admissible) *jumps*: the per-step
 times of the next ``k`` steps are computed at once (``decode_jump``) and the replica waits
 once, on one event, where ``k`` runs to the first completion or the first block shortage (the
-policy says). The blocks the
-steps fill are taken when the jump ends, for the steps actually run. While a slot and some KV
-are free, an arrival interrupts the jump at the end of the step in progress, exactly as
-iteration-level batching would admit it there.
+policy says). The blocks the steps fill are taken when the jump ends, for the steps actually
+run. While a slot and some KV are free, an arrival interrupts the jump at the end of the step
+in progress, exactly as iteration-level batching would admit it there.
 
 Speculative decoding: each decoding sequence of a verify pass emits ``1 + j`` tokens, ``j`` the
 drafts accepted before the first rejection (position ``i`` accepted with the cost model's
