@@ -6,17 +6,22 @@ STAMP := $(VENV)/.installed
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench install clean browser
+.PHONY: demo test bench install compiled clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,compiled]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# The engine's hot modules compiled to C (simulator/compiled.py): about a minute when a source
+# changed, a hash check otherwise. Without a C compiler it says so and the engine runs as Python.
+compiled: $(STAMP)
+	$(BIN)/infersim compile --if-stale
+
+demo: compiled
 	$(BIN)/infersim demo -o results/demo
 
 # The report test opens the HTML report in a real headless Chromium (Debian's package).
@@ -25,12 +30,12 @@ browser:
 	  ($(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null)
 
 # One test process per core (pytest-xdist): the suite is CPU-bound and its tests are independent.
-test: $(STAMP) browser
+test: compiled browser
 	$(BIN)/python -m pytest -n auto
 
 # make bench: the quick set; make bench BENCH="--full" (or "--vs-vidur", "--cases ...") for more
-bench: $(STAMP)
+bench: compiled
 	$(BIN)/python benchmarks/run.py $(BENCH)
 
 clean:
-	rm -rf $(VENV) results runs .pytest_cache .hypothesis
+	rm -rf $(VENV) build results runs .pytest_cache .hypothesis

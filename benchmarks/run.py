@@ -18,6 +18,9 @@ prints the table of those finished. Cases:
   step, ~100-token answers, ~1 s tools) on enough replicas to hold their KV, least outstanding
   tokens routing, prefix caching on.
 
+The header says which engine runs: ``compiled (mypyc)`` after ``make`` (:mod:`simulator.compiled`),
+or ``pure Python`` and why; ``INFERSIM_PURE_PYTHON=1`` measures the sources.
+
 ``--vs-vidur`` also runs the reference workload through Vidur 0.0.26 (its script installs it on
 first use) at 1k and 10k requests and prints CPU per request side by side (start-up included:
 both run as commands), and the ratio per request beyond start-up (the 10k run minus the 1k run).
@@ -48,6 +51,7 @@ from typing import Any
 
 import yaml
 
+from simulator import compiled
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.layouts import deploy
 from simulator.config.deployment import DeploymentSpec
@@ -287,6 +291,7 @@ def main() -> int:
         names = [n for n in names if n not in ("1000 reference via infersim run", "10000 reference via infersim run")]
         names += ["1000 reference via infersim run", "10000 reference via infersim run"]
     print(f"infersim benchmarks: {len(names)} cases, each in its own process (Ctrl-C stops)", flush=True)
+    print(f"engine: {compiled.status()}", flush=True)
     if any(name.endswith("via infersim run") for name in names):
         compile_package()
     rows: dict[str, dict[str, Any]] = {}

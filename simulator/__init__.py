@@ -27,7 +27,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from simulator import compiled
 from simulator.version import __version__
+
+compiled.install()  # the engine's hot modules from their compiled build, if it is current
 
 if TYPE_CHECKING:
     from simulator import plots

@@ -233,7 +233,7 @@ class TokenCounter(_Bucketed):
         times = np.frombuffer(self.times, dtype=np.float64)
         counts = [np.frombuffer(series, dtype=np.float64) for series in (self.output, self.input)]
         if not self.compacted:
-            out, inp = (float(np.interp(t1, times, c) - np.interp(t0, times, c)) for c in counts)
+            out, inp = [float(np.interp(t1, times, c) - np.interp(t0, times, c)) for c in counts]
             return out, inp
         ends = [self.marks.get(t) or tuple(float(np.interp(t, times, c)) for c in counts) for t in (t0, t1)]
         return ends[1][0] - ends[0][0], ends[1][1] - ends[0][1]

@@ -115,15 +115,15 @@ class FastStepCost:
         tokens, sequences = batch.tokens, batch.sequences
         t0, s0 = float(tokens[0]), float(sequences[0])
         if tokens.size == 1:  # one iteration: scalars
-            rows = (x.item() for x in (batch.held_full, batch.pairs_full, batch.held_window, batch.pairs_window))
+            rows = [x.item() for x in (batch.held_full, batch.pairs_full, batch.held_window, batch.pairs_window)]
             return IterationTimes(*np.array(self._with_core(t0, s0, *rows))[:, None])
         if (tokens == t0).all() and (sequences == s0).all():  # one shape (a decode jump): arrays
             jump = self._with_core(t0, s0, batch.held_full, batch.pairs_full, batch.held_window, batch.pairs_window)
-            return IterationTimes(*(np.asarray(x, dtype=np.float64) for x in jump))
+            return IterationTimes(*[np.asarray(x, dtype=np.float64) for x in jump])
         entries = zip(tokens.tolist(), sequences.tolist(), batch.held_full.tolist(), batch.pairs_full.tolist(),
                       batch.held_window.tolist(), batch.pairs_window.tolist(), strict=True)  # fmt: skip
-        columns = zip(*(self._with_core(*e) for e in entries), strict=True)
-        return IterationTimes(*(np.array(column) for column in columns))
+        columns = zip(*[self._with_core(*e) for e in entries], strict=True)
+        return IterationTimes(*[np.array(column) for column in columns])
 
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> IterationTimes:
         """:meth:`iteration_times` of ``steps`` decode steps of a fixed batch (:func:`decode_held`),
@@ -131,7 +131,7 @@ class FastStepCost:
         n = float(len(context_tokens))
         held, held_window = decode_held(context_tokens, steps, window)
         jump = self._with_core(n, n, held, held, held_window, held_window)
-        return IterationTimes(*(np.asarray(x, dtype=np.float64) for x in jump))
+        return IterationTimes(*[np.asarray(x, dtype=np.float64) for x in jump])
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one iteration, in plain floats."""

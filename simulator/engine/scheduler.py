@@ -43,6 +43,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
+from mypy_extensions import mypyc_attr
 
 from simulator.analytic.step_time import BatchShape
 from simulator.config.batching import ContinuousBatching, StaticBatching
@@ -311,6 +312,7 @@ class Slots:
         return request
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a policy outside the package may build on it
 class PagedBatching:
     """Shared machinery of the bundled policies: the queue, the slots, paged KV with a prefix
     cache, admission and preemption. A subclass forms iterations (:meth:`plan`)."""
@@ -619,9 +621,8 @@ class PagedBatching:
 
 
 class ContinuousBatchingPolicy(PagedBatching):
-    def __init__(self, *args: object, prefill_first: bool, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.prefill_first = prefill_first
+    #: While any prefill can run, iterations hold only prefill chunks (vLLM V0); else decode-first.
+    prefill_first: bool = False
 
     def _schedule_decodes(self, q: dict[int, float], budget: int) -> int:
         s = self.slots
@@ -691,11 +692,12 @@ def _continuous(spec: ContinuousBatching, backend: BackendPlan) -> BatchPolicy:
     priority = spec.priority or stack.priority
     chunked = stack.chunked_prefill if spec.chunked_prefill is None else spec.chunked_prefill
     reserve_full = (spec.admission or stack.admission) == "reserve-full"
-    return ContinuousBatchingPolicy(
+    policy = ContinuousBatchingPolicy(
         Slots(backend.batch_cap), paged_kv(backend), backend.max_batched_tokens, backend.decode_step_tokens,
-        backend.window, prefill_first=priority == "prefill-first", swap=spec.swaps, chunked=chunked,
-        reserve_full=reserve_full,
+        backend.window, swap=spec.swaps, chunked=chunked, reserve_full=reserve_full,
     )  # fmt: skip
+    policy.prefill_first = priority == "prefill-first"
+    return policy
 
 
 @batch_policy.register

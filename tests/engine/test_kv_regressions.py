@@ -33,7 +33,7 @@ def test_reusing_idle_cached_blocks_does_not_over_commit_kv() -> None:
     """A prefix hit on idle cached blocks removes them from the pool: admission must count that."""
     kv = BlockManager(6, BLOCK, caching=True)
     keys = SessionKeys()
-    policy = ContinuousBatchingPolicy(Slots(4), kv, 1000, 1.0, None, prefill_first=False)
+    policy = ContinuousBatchingPolicy(Slots(4), kv, 1000, 1.0, None)
     policy.enqueue(Request(0, 0.0, 5 * BLOCK, 1, 0, session="s", key_base=keys.base("s")))
     _step(policy)  # a 1-token answer: done after its prefill, leaving five cached blocks and one free
     assert policy.running == 0 and kv.free == 1 and kv.idle == 5
@@ -49,7 +49,7 @@ def test_reusing_idle_cached_blocks_does_not_over_commit_kv() -> None:
 
 def _replica(total_blocks: int) -> tuple[simpy.Environment, Replica, dict[int, float]]:
     env = simpy.Environment()
-    policy = ContinuousBatchingPolicy(Slots(8), BlockManager(total_blocks, BLOCK), 8192, 1.0, None, prefill_first=False)
+    policy = ContinuousBatchingPolicy(Slots(8), BlockManager(total_blocks, BLOCK), 8192, 1.0, None)
     done: dict[int, float] = {}
     replica = Replica(
         env, 0, engine_cost(COST), policy, Recorder(1), np.random.default_rng(0), lambda r: done.update({r.id: env.now})
