@@ -7,7 +7,8 @@ with prefix caching and KV tiers (``agents-kv-offload``, ``compare-coding-agent`
 replay (``weka-replay``), chained calls (``latency-compounds``), and two of them on a small HBM,
 where KV runs short, sequences are preempted and blocks move between tiers. Each run's
 ``requests.csv``, ``levels.csv`` and ``summary.json`` must be identical: same requests, same
-timestamps to the last bit, same levels and summary statistics.
+timestamps to the last bit, same levels and summary statistics. A file that differs only in the
+digits of its numbers is reported with the largest relative difference (rounding, or a change?).
 
     python benchmarks/same_results.py save DIR    # this checkout's results, into DIR
     python benchmarks/same_results.py check DIR   # run again and compare with DIR (exit 1 if any differ)
@@ -25,6 +26,7 @@ The runs go two at a time (about a minute on two cores), each ``infersim run`` i
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
@@ -58,16 +60,36 @@ def run_all(out: Path, checkout: Path) -> None:
             print(f"  {name}", flush=True)
 
 
+NUMBER = re.compile(rb"(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
+
+
+def largest_relative_difference(a: bytes, b: bytes) -> float | None:
+    """When ``a`` and ``b`` differ only in the digits of their numbers, the largest relative
+    difference between two of those numbers; None when text or structure differs."""
+    parts_a, parts_b = NUMBER.split(a), NUMBER.split(b)
+    if len(parts_a) != len(parts_b) or parts_a[0::2] != parts_b[0::2]:
+        return None
+    largest = 0.0
+    for x, y in zip(parts_a[1::2], parts_b[1::2], strict=True):
+        u, v = float(x), float(y)
+        if u != v:
+            largest = max(largest, abs(u - v) / max(abs(u), abs(v)))
+    return largest
+
+
 def first_difference(ours: Path, theirs: Path) -> str | None:
-    """None when the files are identical, else where they first differ."""
+    """None when the files are identical, else where they first differ (and by how much, when
+    only numbers differ)."""
     if not theirs.exists():
         return f"{theirs} is missing"
     a, b = ours.read_bytes(), theirs.read_bytes()
     if a == b:
         return None
+    relative = largest_relative_difference(a, b)
+    size = "" if relative is None else f"; only numbers differ, by at most {relative:.1e} relative"
     for number, (x, y) in enumerate(zip(a.splitlines(), b.splitlines(), strict=False), start=1):
         if x != y:
-            return f"line {number}: {x.decode()[:120]!r} != {y.decode()[:120]!r}"
+            return f"line {number}: {x.decode()[:120]!r} != {y.decode()[:120]!r}{size}"
     lines_a, lines_b = a.count(b"\n"), b.count(b"\n")
     return f"{lines_a} lines against {lines_b}"
 

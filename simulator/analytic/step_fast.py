@@ -17,17 +17,20 @@ s_per_pair`` and ``overlap`` the hardware's roofline (``max``, or the ``p``-norm
 rows there (``mem = tokens / (m dp) * kv_s_per_token``, ``comp = 0``). ``base`` is computed
 once per ``(tokens, sequences)`` by the reference model itself and cached (a bounded cache:
 a decode batch of ``n`` sequences is one key for every step it runs); the held-dependent
-rows are a handful of array operations. FLOPs and bytes split the same way, and are affine
+rows are a handful of float operations. FLOPs and bytes split the same way, and are affine
 in ``pairs`` and ``held``. The draft of speculative decoding is its own fast model.
 
 The engine costs one iteration in plain floats (:meth:`FastStepCost.iteration` of a
-:class:`~simulator.analytic.step_time.BatchShape`) and a decode jump as arrays, straight from
-its sequences' contexts (:meth:`FastStepCost.decode_jump`); a cost model that is not the reference one (a test
-double, another execution style) is used through its array interface (:class:`ArrayCost`).
+:class:`~simulator.analytic.step_time.BatchShape`) and a decode jump the same way, step by step,
+straight from its sequences' contexts (:meth:`FastStepCost.decode_jump`): a few dozen float
+operations per step, which compiled (:mod:`simulator.compiled`) cost less than one numpy call.
+A cost model that is not the reference one (a test double, another execution style) is used
+through its array interface (:class:`ArrayCost`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
@@ -44,10 +47,17 @@ from simulator.analytic.step_time import (
 )
 
 FloatArray = npt.NDArray[np.float64]
-Number = float | FloatArray  # one iteration, or the steps of a jump
 
 #: Distinct (tokens, sequences) shapes kept; the cache is cleared when it fills (memory stays flat).
 BASE_CACHE_SIZE = 1 << 16
+
+
+class JumpTimes(NamedTuple):
+    """Seconds, FLOPs and bytes of each step of a decode jump, as lists (one float per step)."""
+
+    total_s: list[float]
+    flops: list[float]
+    bytes_moved: list[float]
 
 
 class IterationTimes(NamedTuple):
@@ -78,12 +88,15 @@ class FastStepCost:
         self.draft_window = reference.draft.deployment.model.attention.sliding_window if reference.draft else None
         self._base: dict[tuple[float, float], tuple[float, float, float]] = {}
 
-    def _overlap(self, memory_s: Number, compute_s: Number) -> Number:
-        """The roofline of one operator, on floats (one iteration) or arrays (a jump)."""
+    def _overlap(self, memory_s: float, compute_s: float) -> float:
+        """The roofline of one operator: ``max``, or the ``p``-norm (``p = 2``: a square root of
+        correctly rounded squares, as numpy evaluates ``x**2`` and ``x**0.5``; ``pow`` may round otherwise)."""
         p = self.p
         if p is None:
-            return np.maximum(memory_s, compute_s) if isinstance(memory_s, np.ndarray) else max(memory_s, compute_s)
-        return (memory_s**p + compute_s**p) ** (1.0 / p)
+            return max(memory_s, compute_s)
+        if p == 2.0:
+            return math.sqrt(memory_s * memory_s + compute_s * compute_s)
+        return float((memory_s**p + compute_s**p) ** (1.0 / p))
 
     def _micro_batches(self, tokens: float) -> float:
         return 1.0 if self.stages == 1 else min(max(tokens, 1.0), float(self.stages))
@@ -112,46 +125,41 @@ class FastStepCost:
 
     def iteration_times(self, batch: BatchAggregates) -> IterationTimes:
         """Seconds between iterations for each entry of ``batch``, with FLOPs and bytes (see module)."""
-        tokens, sequences = batch.tokens, batch.sequences
-        t0, s0 = float(tokens[0]), float(sequences[0])
-        if tokens.size == 1:  # one iteration: scalars
-            rows = [x.item() for x in (batch.held_full, batch.pairs_full, batch.held_window, batch.pairs_window)]
-            return IterationTimes(*np.array(self._with_core(t0, s0, *rows))[:, None])
-        if (tokens == t0).all() and (sequences == s0).all():  # one shape (a decode jump): arrays
-            jump = self._with_core(t0, s0, batch.held_full, batch.pairs_full, batch.held_window, batch.pairs_window)
-            return IterationTimes(*[np.asarray(x, dtype=np.float64) for x in jump])
-        entries = zip(tokens.tolist(), sequences.tolist(), batch.held_full.tolist(), batch.pairs_full.tolist(),
-                      batch.held_window.tolist(), batch.pairs_window.tolist(), strict=True)  # fmt: skip
-        columns = zip(*[self._with_core(*e) for e in entries], strict=True)
-        return IterationTimes(*[np.array(column) for column in columns])
+        statistics = zip(*[getattr(batch, name).tolist() for name in BatchShape._fields], strict=True)
+        columns = zip(*[self.iteration(BatchShape(*shape)) for shape in statistics], strict=True)
+        return IterationTimes(*[np.array(column, dtype=np.float64) for column in columns])
 
-    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> IterationTimes:
-        """:meth:`iteration_times` of ``steps`` decode steps of a fixed batch (:func:`decode_held`),
-        without building the batch's aggregates."""
+    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
+        """``steps`` decode steps of a fixed batch, step by step (:func:`decode_held`), without
+        building the batch's aggregates."""
         n = float(len(context_tokens))
+        base = self._base_of(n, n)
         held, held_window = decode_held(context_tokens, steps, window)
-        jump = self._with_core(n, n, held, held, held_window, held_window)
-        return IterationTimes(*[np.asarray(x, dtype=np.float64) for x in jump])
+        total_s, flops, moved = [], [], []
+        for step in range(steps):
+            seconds, step_flops, step_moved = self._with_core(base, n, held[step], held[step], held_window[step],
+                                                              held_window[step])  # fmt: skip
+            total_s.append(seconds)
+            flops.append(step_flops)
+            moved.append(step_moved)
+        return JumpTimes(total_s, flops, moved)
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one iteration, in plain floats."""
-        one = self._with_core(shape.tokens, shape.sequences, shape.held_full, shape.pairs_full, shape.held_window,
-                              shape.pairs_window)  # fmt: skip
-        return float(one[0]), float(one[1]), float(one[2])
+        base = self._base_of(shape.tokens, shape.sequences)
+        return self._with_core(base, shape.tokens, shape.held_full, shape.pairs_full, shape.held_window,
+                               shape.pairs_window)  # fmt: skip
 
     def _with_core(
-        self, tokens: float, sequences: float, held_full: Number, pairs_full: Number, held_window: Number,
-        pairs_window: Number,
-    ) -> tuple[Number, Number, Number]:  # fmt: skip
-        """(seconds, FLOPs, bytes) of iterations of one shape: the cached base plus the attention core."""
-        total: Number
-        flops: Number
-        moved: Number
-        total, flops, moved = self._base_of(tokens, sequences)
+        self, base: tuple[float, float, float], tokens: float, held_full: float, pairs_full: float,
+        held_window: float, pairs_window: float,
+    ) -> tuple[float, float, float]:  # fmt: skip
+        """(seconds, FLOPs, bytes) of one iteration: its shape's ``base`` plus the attention core."""
+        total, flops, moved = base
         m = self._micro_batches(tokens)
         share = 1.0 / (m * self.dp)
         rank_tokens = tokens * share
-        for row, (held, pairs) in enumerate(((held_full, pairs_full), (held_window, pairs_window))):
+        for row, held, pairs in ((0, held_full, pairs_full), (1, held_window, pairs_window)):
             count = self.count[row]
             if count == 0.0:
                 continue
@@ -184,8 +192,8 @@ class EngineCost(Protocol):
         """Seconds between iterations for each entry of ``batch``, with FLOPs and bytes."""
         ...
 
-    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> IterationCost:
-        """:meth:`iteration_times` of ``steps`` decode steps of sequences holding ``context_tokens``."""
+    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
+        """The ``steps`` decode steps of sequences holding ``context_tokens``, one entry per step."""
         ...
 
     def draft_s(self, context_tokens: FloatArray) -> float:
@@ -203,8 +211,9 @@ class ArrayCost:
         self.iteration_times = cost.iteration_times
         self.draft_s = cost.draft_s
 
-    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> IterationCost:
-        return self.cost.iteration_times(BatchAggregates.decode_steps(context_tokens, steps, window))
+    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
+        times = self.cost.iteration_times(BatchAggregates.decode_steps(context_tokens, steps, window))
+        return JumpTimes(times.total_s.tolist(), times.flops.tolist(), times.bytes_moved.tolist())
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         times = self.cost.iteration_times(BatchAggregates(*np.array(shape, dtype=np.float64)[:, None]))

@@ -180,7 +180,7 @@ class BatchAggregates:
     def decode_steps(cls, context_tokens: Sequence[float], steps: int, window: int | None) -> BatchAggregates:
         """Aggregates of ``steps`` decode steps of a fixed batch, one entry per step
         (:func:`decode_held`; a decode's causal pairs equal what it holds)."""
-        held, held_window = decode_held(context_tokens, steps, window)
+        held, held_window = (np.array(h, dtype=np.float64) for h in decode_held(context_tokens, steps, window))
         batch = np.full(steps, float(len(context_tokens)))
         return cls(tokens=batch, sequences=batch, held_full=held, held_window=held_window, pairs_full=held,
                    pairs_window=held_window)  # fmt: skip
@@ -190,22 +190,31 @@ class BatchAggregates:
         return BatchAggregates(*(getattr(self, f) * factor for f in self.__dataclass_fields__))
 
 
-def decode_held(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[FloatArray, FloatArray]:
+def decode_held(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[list[float], list[float]]:
     """Tokens held in KV at each of ``steps`` decode steps of a fixed batch: (all layers, windowed layers).
 
     Step ``j`` (from 0) decodes one token for each sequence, whose cache then holds ``c + j + 1``
-    tokens: ``held_full = sum c + n (j + 1)`` and, with a window, ``held_window = sum min(c + j + 1, W)``.
+    tokens: ``held_full = sum c + n (j + 1)``; with a window ``W``, ``held_window = sum min(c + j + 1, W)
+    = W (n - k) + sum_below c + k (j + 1)``, where the ``k`` sequences still below the window
+    (``c + j + 1 < W``) are the smallest (the largest of them reaches it first). Token counts are
+    whole (or half) numbers, so every sum here is exact, in any order.
     """
     n = float(len(context_tokens))
-    held = float(sum(context_tokens)) + n * np.arange(1.0, steps + 1.0)
+    total = float(sum(context_tokens))
+    held = [total + n * (j + 1.0) for j in range(steps)]
     if window is None:
         return held, held
     w = float(window)
-    j = np.arange(steps, dtype=np.float64)
-    context = np.asarray(context_tokens, dtype=np.float64)
-    small = context[context + 1.0 < w]
-    growing = np.minimum(small[None, :] + 1.0 + j[:, None], w).sum(axis=1)  # those below the window
-    return held, np.asarray(w * (context.size - small.size) + growing, dtype=np.float64)
+    below = sorted(c for c in context_tokens if c + 1.0 < w)
+    k, below_sum = len(below), float(sum(below))
+    held_window = []
+    for j in range(steps):
+        step = j + 1.0
+        while k and below[k - 1] + step >= w:
+            k -= 1
+            below_sum -= below[k]
+        held_window.append(w * (n - k) + below_sum + k * step)
+    return held, held_window
 
 
 @dataclass

@@ -6,7 +6,9 @@ Nothing here computes metrics; :mod:`simulator.results` derives them from the fr
 
 from __future__ import annotations
 
+import math
 from array import array
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -16,7 +18,6 @@ from simulator.records import (
     REQUEST_ROWS_KEPT,
     TASK_COLUMNS,
     BackendRecord,
-    FloatArray,
     LevelMonitor,
     ReplicaTotals,
     RequestRecord,
@@ -70,17 +71,17 @@ class Recorder:
     def request_count(self) -> int:
         return len(self.requests)
 
-    def inter_token(self, durations_s: FloatArray, weights: FloatArray | float) -> None:
-        """Add inter-token gaps (one per decoding sequence per step) to the histogram.
+    def inter_token(self, durations_s: Sequence[float], weights: Sequence[float] | float) -> None:
+        """Add inter-token gaps to the histogram: ``durations_s[i]`` for ``weights[i]`` tokens (or
+        ``weights`` each, one per decoding sequence of a step).
 
         Samples are buffered and binned in bulk, so memory stays flat in simulated time.
         """
-        durations = np.ravel(durations_s)
-        self._itl_durations.frombytes(durations.astype(np.float64, copy=False).tobytes())
+        self._itl_durations.extend(durations_s)
         if isinstance(weights, float):
-            self._itl_weights.extend(array("d", [weights]) * durations.size)
+            self._itl_weights.extend(array("d", [weights]) * len(durations_s))
         else:
-            self._itl_weights.frombytes(np.ravel(weights).astype(np.float64, copy=False).tobytes())
+            self._itl_weights.extend(weights)
         if len(self._itl_durations) >= ITL_BUFFER:
             self.flush_inter_tokens()
 
@@ -106,9 +107,11 @@ class Recorder:
         totals.flops += flops
         totals.bytes_moved += bytes_moved
 
-    def iterations(self, replica: int, duration_s: FloatArray, flops: FloatArray, bytes_moved: FloatArray) -> None:
-        """Several iterations in a row (a decode jump), one entry each."""
-        self.iteration(replica, float(duration_s.sum()), float(flops.sum()), float(bytes_moved.sum()), duration_s.size)
+    def iterations(self, replica: int, duration_s: Sequence[float], flops: Sequence[float],
+                   bytes_moved: Sequence[float]) -> None:  # fmt: skip
+        """Several iterations in a row (a decode jump), one entry each; each total correctly rounded
+        (:func:`math.fsum`), so it does not depend on the order of the entries."""
+        self.iteration(replica, math.fsum(duration_s), math.fsum(flops), math.fsum(bytes_moved), len(duration_s))
 
     def freeze(
         self,

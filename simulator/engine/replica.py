@@ -17,7 +17,9 @@ drafts accepted before the first rejection (position ``i`` accepted with the cos
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
+from itertools import accumulate
 
 import numpy as np
 import simpy
@@ -154,8 +156,8 @@ class Replica:
         yield self.env.timeout(duration)
         if accepted and decodes:
             applied = self.policy.apply(plan, self.env.now, draw_emitted(self.rng, accepted, decodes).tolist())
-            emitted = np.array(applied.decode_tokens)
-            self.recorder.inter_token(duration / emitted, emitted)
+            emitted = applied.decode_tokens
+            self.recorder.inter_token([duration / tokens for tokens in emitted], emitted)
         else:  # one token per decode: as many gaps of the iteration's duration
             applied = self.policy.apply(plan, self.env.now, [1.0] * decodes)
             if decodes:
@@ -168,26 +170,25 @@ class Replica:
         start = env.now
         times = self.cost.decode_jump(plan.context, steps, plan.window)
         durations = times.total_s
-        cumulative = np.cumsum(durations)
+        cumulative = list(accumulate(durations))
         self.recorder.batch[self.index].record(start, float(plan.running))
         batch = float(plan.decodes)
-        self.recorder.tokens[self.index].span(start, start + float(cumulative[-1]), steps * batch, 0.0)
+        self.recorder.tokens[self.index].span(start, start + cumulative[-1], steps * batch, 0.0)
         # Any arrival might join at the next step boundary (a higher priority may jump the queue),
         # so the jump stops for one whenever a slot and some KV are free, exactly as stepping would.
         if self.policy.has_room():
             wake = self._sleep()  # by an arrival, or by the jump's end, whichever comes first
-            env.timeout(float(cumulative[-1])).callbacks.append(lambda _: _trigger(wake))
+            env.timeout(cumulative[-1]).callbacks.append(lambda _: _trigger(wake))
             yield wake
             self._wake = None
-            done = int(np.searchsorted(cumulative, env.now - start, side="left")) + 1
-            done = min(done, steps)
-            remaining = start + float(cumulative[done - 1]) - env.now
+            done = min(bisect_left(cumulative, env.now - start) + 1, steps)  # the step in progress ends
+            remaining = start + cumulative[done - 1] - env.now
             if done < steps:
-                self.recorder.tokens[self.index].amend(start + float(cumulative[done - 1]), done * batch)
+                self.recorder.tokens[self.index].amend(start + cumulative[done - 1], done * batch)
             if remaining > 0:
                 yield env.timeout(remaining)
         else:
-            yield env.timeout(float(cumulative[-1]))
+            yield env.timeout(cumulative[-1])
             done = steps
         applied = self.policy.apply(plan, env.now, [float(done)] * plan.decodes)
         self.recorder.iterations(self.index, durations[:done], times.flops[:done], times.bytes_moved[:done])

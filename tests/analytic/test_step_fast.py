@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from simulator.analytic.step_fast import FastStepCost
-from simulator.analytic.step_time import BatchAggregates, BatchShape, StepCostModel
+from simulator.analytic.step_time import BatchAggregates, BatchShape, StepCostModel, decode_held
 from simulator.config.loading import Catalog
 from simulator.config.speculation import SpeculativeSpec
 from tests.conftest import deploy
@@ -75,3 +75,18 @@ def test_one_batch_in_plain_floats_equals_its_array_aggregates_to_the_last_bit(w
         arrays = BatchAggregates.of(new, cached, window)
         shape = BatchShape.of(new.tolist(), cached.tolist(), window)
         assert shape == tuple(float(getattr(arrays, name)[0]) for name in BatchShape._fields)
+
+
+@pytest.mark.parametrize("window", [None, 1, 2, 128, 4096])
+def test_tokens_held_through_a_decode_jump_are_their_definition_exactly(window: int | None) -> None:
+    """Step ``j`` of a jump holds ``sum c + n (j + 1)`` tokens in all layers and ``sum min(c + j + 1, W)``
+    in windowed ones, computed here term by term; whole token counts make both sums exact."""
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        contexts = rng.integers(0, 6000, int(rng.integers(1, 130))).astype(float).tolist()
+        steps = int(rng.integers(1, 300))
+        held, held_window = decode_held(contexts, steps, window)
+        limit = float("inf") if window is None else float(window)
+        for j in (0, steps // 2, steps - 1):
+            assert held[j] == sum(c + j + 1.0 for c in contexts)
+            assert held_window[j] == sum(min(c + j + 1.0, limit) for c in contexts)
