@@ -4,8 +4,8 @@ sources are unchanged.
 The modules in :data:`MODULES` are plain, type-checked Python, and stay the reference: mypyc
 (the compiler of mypy itself and black) translates them to one C extension with the same
 semantics, float for float, so a run gives byte-identical result files either way
-(``tests/engine/test_compiled.py`` checks it). Compiled, the replica's hot path runs about a
-third faster; nothing else changes.
+(``tests/engine/test_compiled.py`` checks it). Compiled, a simulation takes about half the
+CPU; nothing else changes.
 
 - ``infersim compile`` (run by ``make``) compiles them into
   ``build/compiled/`` beside the package, with a manifest: the SHA-256 of each source it
@@ -18,9 +18,10 @@ third faster; nothing else changes.
 - ``INFERSIM_PURE_PYTHON=1`` always runs the sources (for cProfile, a debugger, or a
   comparison).
 
-A policy written outside the package may subclass :class:`~simulator.engine.scheduler.PagedBatching`
-(compiled with ``allow_interpreted_subclasses``); other compiled classes are final, so the
-engine calls their methods directly.
+Code outside the package may subclass :class:`~simulator.engine.scheduler.PagedBatching` (a
+batching policy) and :class:`~simulator.analytic.step_time.StepCostModel` (compiled with
+``allow_interpreted_subclasses``); the other compiled classes are final, so the engine calls
+their methods directly.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
-#: The modules compiled, in dependency order (each imports only those before it, or none).
+#: The modules compiled: the replica's hot path, and the step-time model whose misses of the
+#: fast path's cache (new batch shapes: prompts of every length) it evaluates.
 MODULES = (
     "simulator.series",
+    "simulator.analytic.step_time",
     "simulator.analytic.step_fast",
     "simulator.engine.kv",
     "simulator.engine.scheduler",

@@ -59,6 +59,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
+from mypy_extensions import mypyc_attr
 
 from simulator.analytic.architecture import FLOPS_PER_MAC, layer_shapes
 from simulator.analytic.moe import (
@@ -180,14 +181,14 @@ class BatchAggregates:
     def decode_steps(cls, context_tokens: Sequence[float], steps: int, window: int | None) -> BatchAggregates:
         """Aggregates of ``steps`` decode steps of a fixed batch, one entry per step
         (:func:`decode_held`; a decode's causal pairs equal what it holds)."""
-        held, held_window = (np.array(h, dtype=np.float64) for h in decode_held(context_tokens, steps, window))
+        held, held_window = [np.array(h, dtype=np.float64) for h in decode_held(context_tokens, steps, window)]
         batch = np.full(steps, float(len(context_tokens)))
         return cls(tokens=batch, sequences=batch, held_full=held, held_window=held_window, pairs_full=held,
                    pairs_window=held_window)  # fmt: skip
 
     def scaled(self, factor: FloatArray | float) -> BatchAggregates:
         """Every statistic times ``factor`` (one micro-batch of an evenly split batch)."""
-        return BatchAggregates(*(getattr(self, f) * factor for f in self.__dataclass_fields__))
+        return BatchAggregates(*[getattr(self, f) * factor for f in self.__dataclass_fields__])
 
 
 def decode_held(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[list[float], list[float]]:
@@ -272,6 +273,7 @@ class CostModel(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a variant of the physics may build on it
 class StepCostModel:
     """Pure step-time model of one deployment: batch state in, seconds out.
 

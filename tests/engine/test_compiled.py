@@ -43,6 +43,15 @@ def test_a_build_is_loaded_only_with_every_extension_file(tmp_path: Path) -> Non
         assert set(files) == {*compiled.MODULES, f"{compiled.GROUP}__mypyc"}
 
 
+def test_the_classes_meant_to_be_extended_take_subclasses_written_in_python() -> None:
+    """A batching policy and a variant of the physics stay open to code outside the package."""
+    from simulator.analytic.step_time import StepCostModel
+    from simulator.engine.scheduler import PagedBatching
+
+    for base in (PagedBatching, StepCostModel):
+        assert issubclass(type(f"My{base.__name__}", (base,), {}), base)
+
+
 def _run(out: Path, *, pure: bool, arguments: tuple[str, ...]) -> None:
     environment = {key: value for key, value in os.environ.items() if key != compiled.PURE_PYTHON_VARIABLE}
     if pure:
