@@ -26,6 +26,7 @@ their methods directly.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -141,7 +142,10 @@ def build(destination: Path = BUILD) -> None:
 
     destination.parent.mkdir(parents=True, exist_ok=True)
     digests = _digests()
-    with tempfile.TemporaryDirectory(dir=destination.parent, prefix=".compiling-") as folder:
+    with (
+        contextlib.chdir(PACKAGE.parent),  # mypy reads its settings (pyproject.toml) from here
+        tempfile.TemporaryDirectory(dir=destination.parent, prefix=".compiling-") as folder,
+    ):
         work = Path(folder)
         extensions = mypycify(
             [str(_source(module)) for module in MODULES], group_name=GROUP, target_dir=str(work / "c")

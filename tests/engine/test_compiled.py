@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from simulator import compiled
+from simulator.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,6 +51,21 @@ def test_the_classes_meant_to_be_extended_take_subclasses_written_in_python() ->
 
     for base in (PagedBatching, StepCostModel):
         assert issubclass(type(f"My{base.__name__}", (base,), {}), base)
+
+
+def test_compile_reports_the_engine_and_a_failed_build_leaves_the_sources_running(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["compile", "--status"]) == 0
+    assert capsys.readouterr().out == f"engine: {compiled.status()}\n"
+
+    def no_compiler(destination: Path = compiled.BUILD) -> None:
+        raise RuntimeError("gcc: not found")
+
+    monkeypatch.setattr(compiled, "build", no_compiler)
+    monkeypatch.setattr(compiled, "current", lambda build=compiled.BUILD: False)
+    assert main(["compile", "--if-stale"]) == 0  # not an error: the engine runs from its sources
+    assert "not compiled (RuntimeError: gcc: not found); it runs as pure Python" in capsys.readouterr().out
 
 
 def _run(out: Path, *, pure: bool, arguments: tuple[str, ...]) -> None:
