@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The engine's hot modules compiled to C (simulator/compiled.py): about a minute when a source
+# The engine's hot modules compiled to C (simulator/compiled.py): under two minutes after a source
 # changed, a hash check otherwise. Without a C compiler it says so and the engine runs as Python.
 compiled: $(STAMP)
 	$(BIN)/infersim compile --if-stale

@@ -179,8 +179,8 @@ class FastStepCost:
 
 
 class EngineCost(Protocol):
-    """What a replica asks of its step-time model: :class:`~simulator.analytic.step_time.CostModel`
-    plus one iteration in plain floats."""
+    """What a replica asks of its step-time model: :class:`~simulator.analytic.step_time.CostModel`,
+    plus one iteration in plain floats and a decode jump as lists (:class:`JumpTimes`)."""
 
     accepted: tuple[float, ...]
 

@@ -241,7 +241,7 @@ class PassTimes:
 
 
 class IterationCost(Protocol):
-    """What the engine reads of iterations' times: seconds, FLOPs and bytes, one entry each."""
+    """Iterations' times as arrays: seconds, FLOPs and bytes, one entry each (what a cost model returns)."""
 
     @property
     def total_s(self) -> FloatArray: ...

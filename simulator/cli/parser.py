@@ -216,9 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_import_commands(sub)
 
-    p = _command(sub, "compile", "simulator.cli.engine:compile_command",
+    p = _command(sub, "compile", "simulator.cli.compiling:compile_command",
                  "compile the engine's hot modules to C with mypyc (same results, faster runs)")  # fmt: skip
-    p.add_argument("--if-stale", action="store_true", help="build only if a compiled source changed since")
+    p.add_argument("--if-stale", action="store_true", help="build only if the build is missing or not current")
     p.add_argument("--status", action="store_true", help="only print whether runs use the compiled engine, and why not")
 
     p = _command(sub, "demo", "simulator.cli.demo:demo",

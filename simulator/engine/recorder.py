@@ -72,8 +72,9 @@ class Recorder:
         return len(self.requests)
 
     def inter_token(self, durations_s: Sequence[float], weights: Sequence[float] | float) -> None:
-        """Add inter-token gaps to the histogram: ``durations_s[i]`` for ``weights[i]`` tokens (or
-        ``weights`` each, one per decoding sequence of a step).
+        """Add inter-token gaps to the histogram: gap ``durations_s[i]``, ``weights[i]`` times; a
+        float ``weights`` counts each gap that many times (a decode jump: one gap per step for
+        each of its sequences).
 
         Samples are buffered and binned in bulk, so memory stays flat in simulated time.
         """

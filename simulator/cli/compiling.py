@@ -8,21 +8,21 @@ from simulator import compiled
 
 
 def compile_command(args: argparse.Namespace) -> int:
-    """Build (or with ``--if-stale``, rebuild only when a source changed); print the engine used.
+    """Build (with ``--if-stale``, only when the build is not current); print the engine runs use.
 
-    A failed build (no C compiler, no mypyc) is not an error: the engine runs from its sources,
-    only slower, and the line printed says so.
+    A build that cannot be made (no C compiler, no Python headers, no mypyc) is not an error: the
+    engine runs from its sources, only slower, and the line printed says so.
     """
     if args.status:
         print(f"engine: {compiled.status()}")
         return 0
     if args.if_stale and compiled.current():
-        print(f"engine: compiled (mypyc), up to date in {compiled.BUILD}")
+        print(f"engine: compiled (mypyc), up to date in {compiled.BUILD_DIR}")
         return 0
     try:
         compiled.build()
     except (Exception, SystemExit) as error:  # mypyc exits on a type error
         print(f"engine: not compiled ({type(error).__name__}: {error}); it runs as pure Python")
         return 0
-    print(f"engine: compiled (mypyc) into {compiled.BUILD}")
+    print(f"engine: compiled (mypyc) into {compiled.BUILD_DIR}")
     return 0
