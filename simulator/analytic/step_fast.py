@@ -154,21 +154,35 @@ class FastStepCost:
         self, base: tuple[float, float, float], tokens: float, held_full: float, pairs_full: float,
         held_window: float, pairs_window: float,
     ) -> tuple[float, float, float]:  # fmt: skip
-        """(seconds, FLOPs, bytes) of one iteration: its shape's ``base`` plus the attention core."""
+        """(seconds, FLOPs, bytes) of one iteration: its shape's ``base`` plus the attention core
+        (the rows of all layers, then of the windowed ones)."""
         total, flops, moved = base
         m = self._micro_batches(tokens)
         share = 1.0 / (m * self.dp)
         rank_tokens = tokens * share
-        for row, held, pairs in ((0, held_full, pairs_full), (1, held_window, pairs_window)):
-            count = self.count[row]
-            if count == 0.0:
-                continue
-            memory_s = (held * share + rank_tokens) * self.kv_s_per_token
-            compute_s = pairs * share * self.s_per_pair[row]
-            total = total + count * self._overlap(memory_s, compute_s)
-            flops = flops + self.chips * count * compute_s * self.flop_rate[row] * m
-            moved = moved + self.chips * self.bandwidth * count * memory_s * m
+        (count_full, count_window), (pair_s_full, pair_s_window) = self.count, self.s_per_pair
+        rate_full, rate_window = self.flop_rate
+        if count_full != 0.0:
+            total, flops, moved = self._plus_row((total, flops, moved), count_full, pair_s_full, rate_full,
+                                                 held_full, pairs_full, share, rank_tokens, m)  # fmt: skip
+        if count_window != 0.0:
+            total, flops, moved = self._plus_row((total, flops, moved), count_window, pair_s_window, rate_window,
+                                                 held_window, pairs_window, share, rank_tokens, m)  # fmt: skip
         return total, flops, moved
+
+    def _plus_row(
+        self, totals: tuple[float, float, float], count: float, s_per_pair: float, flop_rate: float, held: float,
+        pairs: float, share: float, rank_tokens: float, m: float,
+    ) -> tuple[float, float, float]:  # fmt: skip
+        """``totals`` plus one attention-core row: ``count`` operators over ``held`` tokens and ``pairs``."""
+        total, flops, moved = totals
+        memory_s = (held * share + rank_tokens) * self.kv_s_per_token
+        compute_s = pairs * share * s_per_pair
+        return (
+            total + count * self._overlap(memory_s, compute_s),
+            flops + self.chips * count * compute_s * flop_rate * m,
+            moved + self.chips * self.bandwidth * count * memory_s * m,
+        )
 
     def draft_s(self, context_tokens: FloatArray) -> float:
         """Seconds of one step's ``gamma`` draft passes (0 without speculative decoding)."""
