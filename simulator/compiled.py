@@ -141,8 +141,8 @@ class _CompiledFinder(importlib.abc.MetaPathFinder):
 def install(folder: Path = BUILD_DIR) -> bool:
     """Load :data:`MODULES` from ``folder`` from now on, if it is current (:func:`status`) and
     none of them is imported yet."""
-    if _pure_requested() or _stale_reason(folder) or any(module in sys.modules for module in MODULES):
-        return False
+    if _pure_requested() or any(module in sys.modules for module in MODULES) or _stale_reason(folder):
+        return False  # (the cheap checks first: the staleness check hashes the package)
     files = _extension_files(folder)
     assert files is not None  # a current build has them all
     sys.meta_path.insert(0, _CompiledFinder(files))
