@@ -160,7 +160,8 @@ class FastStepCost:
         m = self._micro_batches(tokens)
         share = 1.0 / (m * self.dp)
         rank_tokens = tokens * share
-        (count_full, count_window), (pair_s_full, pair_s_window) = self.count, self.s_per_pair
+        count_full, count_window = self.count
+        pair_s_full, pair_s_window = self.s_per_pair
         rate_full, rate_window = self.flop_rate
         if count_full != 0.0:
             total, flops, moved = self._plus_row((total, flops, moved), count_full, pair_s_full, rate_full,

@@ -133,13 +133,12 @@ class BatchShape(NamedTuple):
         (whole or half token counts: every sum is exact, so both agree to the last bit)."""
         tokens = float(sum(new_tokens))
         held = float(sum(context_tokens)) + tokens
-        pairs = float(sum(q * (c + (q + 1.0) / 2.0) for q, c in zip(new_tokens, context_tokens, strict=True)))
+        pairs = float(sum(q * (c + (q + 1.0) / 2.0) for q, c in zip(new_tokens, context_tokens)))
         if window is None:
             return cls(tokens, float(len(new_tokens)), held, held, pairs, pairs)
         w = float(window)
-        held_window = float(sum(min(c + q, w) for q, c in zip(new_tokens, context_tokens, strict=True)))
-        pairs_window = float(sum(q * min(c + (q + 1.0) / 2.0, w) for q, c in zip(new_tokens, context_tokens,
-                                                                                  strict=True)))  # fmt: skip
+        held_window = float(sum(min(c + q, w) for q, c in zip(new_tokens, context_tokens)))
+        pairs_window = float(sum(q * min(c + (q + 1.0) / 2.0, w) for q, c in zip(new_tokens, context_tokens)))
         return cls(tokens, float(len(new_tokens)), held, held_window, pairs, pairs_window)
 
 

@@ -148,7 +148,7 @@ class Plan:
     @property
     def decode_context(self) -> FloatArray:
         """Tokens in the KV cache of each decoding sequence."""
-        return np.array([c for c, decoding in zip(self.context, self.decoding, strict=True) if decoding])
+        return np.array([c for c, decoding in zip(self.context, self.decoding) if decoding])
 
     @property
     def shape(self) -> BatchShape:
@@ -157,13 +157,13 @@ class Plan:
 
     @property
     def prefill_tokens(self) -> float:
-        return float(sum(new for new, decoding in zip(self.new, self.decoding, strict=True) if not decoding))
+        return float(sum(new for new, decoding in zip(self.new, self.decoding) if not decoding))
 
     @property
     def first_tokens(self) -> float:
         """Sequences whose prompt this iteration completes (each emits its first token)."""
         prompt_left = self._slots.prompt_left
-        return float(sum(1 for slot, new, decoding in zip(self.ids, self.new, self.decoding, strict=True)
+        return float(sum(1 for slot, new, decoding in zip(self.ids, self.new, self.decoding)
                          if not decoding and prompt_left[slot] <= new))  # fmt: skip
 
 
@@ -418,22 +418,15 @@ class PagedBatching:
         k_done = int(min([s.out_left[slot] for slot in plan.ids]))
         if k_done <= 1:
             return 1
-        block_tokens, blocks = self.kv.block_tokens, s.blocks
-        held = list(zip(plan.context, [blocks[slot] for slot in plan.ids], strict=True))
-
-        def extra_blocks(k: int) -> float:
-            extra = 0.0
-            for c, b in held:
-                if c + k > b * block_tokens:
-                    extra += math.ceil((c + k) / block_tokens) - b
-            return extra
-
-        if extra_blocks(k_done) <= self.kv.available:
+        block_tokens, available = self.kv.block_tokens, self.kv.available
+        blocks = [s.blocks[slot] for slot in plan.ids]
+        if _extra_blocks(plan.context, blocks, k_done, block_tokens) <= available:
             return k_done
-        low, high = 1, k_done  # extra_blocks(low) <= free < extra_blocks(high)
+        low, high = 1, k_done  # extra blocks at low <= available < extra blocks at high
         while high - low > 1:
             mid = (low + high) // 2
-            low, high = (mid, high) if extra_blocks(mid) <= self.kv.available else (low, mid)
+            fits = _extra_blocks(plan.context, blocks, mid, block_tokens) <= available
+            low, high = (mid, high) if fits else (low, mid)
         return low
 
     def apply(self, plan: Plan, now: float, decode_tokens: Sequence[float]) -> Applied:
@@ -448,7 +441,7 @@ class PagedBatching:
         prefilled: list[int] = []  # slots that ran a prompt chunk
         finished: list[int] = []  # ... and completed their prompt in it
         prefilled_tokens = tokens = grown = 0.0
-        for slot, new, decoding, context in zip(plan.ids, plan.new, plan.decoding, plan.context, strict=True):
+        for slot, new, decoding, context in zip(plan.ids, plan.new, plan.decoding, plan.context):
             if decoding:
                 emitted = next(decoded)
                 if emitted > out_left[slot]:
@@ -618,6 +611,16 @@ class PagedBatching:
     def _prefill_pending(self) -> bool:
         s = self.slots
         return bool(s.prefilling) or self.can_admit(self.max_batched_tokens)
+
+
+def _extra_blocks(context: list[float], blocks: list[float], steps: int, block_tokens: int) -> float:
+    """KV blocks that sequences holding ``context`` tokens in ``blocks`` blocks each need beyond
+    those after ``steps`` more tokens each: ``sum max(ceil((c + k) / B) - b, 0)``."""
+    extra = 0.0
+    for c, b in zip(context, blocks):
+        if c + steps > b * block_tokens:
+            extra += math.ceil((c + steps) / block_tokens) - b
+    return extra
 
 
 class ContinuousBatchingPolicy(PagedBatching):
