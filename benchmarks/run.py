@@ -54,6 +54,7 @@ import yaml
 from simulator import compiled
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.layouts import deploy
+from simulator.cli import one_blas_thread
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
@@ -286,6 +287,7 @@ def main() -> int:
     # job may have inherited SIGINT ignored, so both are set here).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    one_blas_thread()  # as the command line runs: OpenBLAS's idle threads would spin on the cases' CPU time
     names = args.cases.split(",") if args.cases else FULL if args.full else QUICK
     if args.vs_vidur:
         names = [n for n in names if n not in ("1000 reference via infersim run", "10000 reference via infersim run")]

@@ -106,7 +106,7 @@ def _start(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Callable[[An
     return args, getattr(importlib.import_module(module), function)
 
 
-def _one_blas_thread() -> None:
+def one_blas_thread() -> None:
     """Keep numpy's OpenBLAS to one thread, unless the user set a count.
 
     Imported, OpenBLAS starts a thread per core and they spin waiting for work: 50-150 ms of CPU
@@ -119,7 +119,7 @@ def _one_blas_thread() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _one_blas_thread()
+    one_blas_thread()
     try:
         return _command(argv)
     finally:

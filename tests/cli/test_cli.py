@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import _one_blas_thread, main
+from simulator.cli import main, one_blas_thread
 from simulator.config.loading import bundled_dir
 
 ESTIMATE_KEYS = {"ttft_s", "itl_s", "per_user_output_tok_s", "aggregate_output_tok_s", "chips", "breakdown"}
@@ -263,14 +263,14 @@ def test_the_command_keeps_openblas_to_one_thread_unless_the_user_set_a_count(mo
     """OpenBLAS's idle threads spin (start-up CPU for nothing); a count the user set is theirs."""
     for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
         monkeypatch.delenv(name, raising=False)
-    _one_blas_thread()
+    one_blas_thread()
     assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
-    _one_blas_thread()
+    one_blas_thread()
     assert os.environ["OPENBLAS_NUM_THREADS"] == "4"
     monkeypatch.delenv("OPENBLAS_NUM_THREADS")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    _one_blas_thread()
+    one_blas_thread()
     assert "OPENBLAS_NUM_THREADS" not in os.environ
 
 
