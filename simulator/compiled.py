@@ -24,7 +24,9 @@ about half the CPU; nothing else changes.
 Code outside the package may subclass :class:`~simulator.engine.scheduler.PagedBatching` (a
 batching policy) and :class:`~simulator.analytic.step_time.StepCostModel` (compiled with
 ``allow_interpreted_subclasses``); the other compiled classes are final, so the engine calls
-their methods directly.
+their methods directly, and a patch of one of their methods goes unseen by compiled callers.
+The registries (batching policies, router choices, load starters) are plain dicts and
+single-dispatch functions, open to extension and to a test's patch either way.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ MODULES = (
     "simulator.engine.scheduler",
     "simulator.engine.recorder",
     "simulator.engine.replica",
+    "simulator.engine.fleet",
+    "simulator.engine.clients",
 )
 #: mypyc's shared library for the group is the top-level module ``<GROUP>__mypyc``.
 GROUP = "infersim_engine"

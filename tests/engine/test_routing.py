@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from simulator.engine import fleet
 from simulator.engine.fleet import Backend, Router
 from simulator.engine.replica import Replica
 from tests.engine.conftest import run, service_time_s
@@ -72,6 +73,14 @@ def test_kv_aware_routing_balances_kv_demand() -> None:
     assert per_replica.min() > 0.7 * per_replica.max()
 
 
+#: The load each index-backed policy minimises.
+LOADS: dict[str, Callable[[Replica], float]] = {
+    "join-shortest-queue": lambda r: float(r.outstanding),
+    "least-outstanding-tokens": lambda r: r.outstanding_tokens,
+    "kv-aware": lambda r: -r.kv_headroom,
+}
+
+
 @pytest.mark.parametrize(
     ("policy", "backend_choice"),
     [("join-shortest-queue", "pooled"), ("least-outstanding-tokens", "pooled"), ("kv-aware", "pooled"),
@@ -81,18 +90,22 @@ def test_the_load_index_chooses_what_a_scan_of_every_replica_would(
     policy: str, backend_choice: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At every routing decision the heap's least-loaded replica is the scan's: the least load, ties
-    to the first candidate (backends in order, replicas by index), while loads change between decisions."""
-    indexed = Router.least_loaded
+    to the first candidate (backends in order, replicas by index), while loads change between decisions.
+
+    The check wraps the policy where the router looks it up (its registry), which stays open to a
+    patch when the engine is compiled."""
+    indexed = fleet.REPLICA_CHOICES[policy]
+    load = LOADS[policy]
     checked = []
 
-    def least_loaded(router: Router, backends: list[Backend], load: Callable[[Replica], float]) -> Replica:
-        chosen = indexed(router, backends, load)
+    def least_loaded(router: Router, backends: list[Backend]) -> Replica:
+        chosen = indexed(router, backends)
         scanned = min((r for b in backends for r in b.replicas), key=load)
         assert chosen is scanned
         checked.append(len([r for b in backends for r in b.replicas]))
         return chosen
 
-    monkeypatch.setattr(Router, "least_loaded", least_loaded)
+    monkeypatch.setitem(fleet.REPLICA_CHOICES, policy, least_loaded)
     backend = {"deployment": {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1}, "replicas": 3}
     run(
         backends=[{"name": "a", **backend}, {"name": "b", **backend}],
