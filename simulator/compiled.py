@@ -59,6 +59,7 @@ MODULES = (
     "simulator.engine.replica",
     "simulator.engine.fleet",
     "simulator.engine.clients",
+    "simulator.engine.request",
 )
 #: mypyc's shared library for the group is the top-level module ``<GROUP>__mypyc``.
 GROUP = "infersim_engine"

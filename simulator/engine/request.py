@@ -13,7 +13,11 @@ if TYPE_CHECKING:
 
 
 class Request:
-    """One model call and its timestamps (seconds). ``generated`` counts emitted tokens."""
+    """One model call and its timestamps (seconds). ``generated`` counts emitted tokens.
+
+    Compiled (:mod:`simulator.compiled`), its fields hold their declared types: a token count is
+    a Python ``int`` (a numpy integer raises ``TypeError``), which the engine reads directly.
+    """
 
     __slots__ = (
         "admitted_s",
