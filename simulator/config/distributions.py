@@ -1,8 +1,10 @@
 """Distribution specs that know their moments (Ciw's idea): mean, variance, and sampling.
 
-Each spec is a tagged union member (``dist: ...``) with ``.mean``, ``.variance`` and
-``.sample(rng, n)``. Lengths (token counts) are rounded to integers >= 1 by the caller;
-the moments here are of the continuous distribution as written.
+Each spec is a tagged union member (``dist: ...``) with ``.mean``, ``.variance``,
+``.sample(rng, n)`` and ``.draw(rng)``: one value, the same number as ``sample(rng, 1)[0]`` and
+the stream left in the same state (a test holds them equal), without a size-1 array. Lengths
+(token counts) are rounded to integers >= 1 by the caller; the moments here are of the
+continuous distribution as written.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class Constant(Spec):
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return np.full(n, self.value)
 
+    def draw(self, rng: np.random.Generator) -> float:
+        return self.value
+
 
 class Uniform(Spec):
     dist: Literal["uniform"] = "uniform"
@@ -62,6 +67,9 @@ class Uniform(Spec):
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return rng.uniform(self.low, self.high, n)
 
+    def draw(self, rng: np.random.Generator) -> float:
+        return float(rng.uniform(self.low, self.high))
+
 
 class Normal(Spec):
     """Normal, truncated at zero by the caller's rounding (keep ``mean >> std``)."""
@@ -80,6 +88,9 @@ class Normal(Spec):
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return np.maximum(rng.normal(self.mean_value, self.std, n), 0.0)
+
+    def draw(self, rng: np.random.Generator) -> float:
+        return max(float(rng.normal(self.mean_value, self.std)), 0.0)
 
 
 #: Widest lognormal accepted: at sigma 10 the central 99.99 % already spans 34 orders of
@@ -105,6 +116,9 @@ class LogNormal(Spec):
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return rng.lognormal(math.log(self.median), self.sigma, n)
 
+    def draw(self, rng: np.random.Generator) -> float:
+        return float(rng.lognormal(math.log(self.median), self.sigma))
+
 
 class Exponential(Spec):
     dist: Literal["exponential"] = "exponential"
@@ -120,6 +134,9 @@ class Exponential(Spec):
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return rng.exponential(self.mean_value, n)
+
+    def draw(self, rng: np.random.Generator) -> float:
+        return float(rng.exponential(self.mean_value))
 
 
 class Geometric(Spec):
@@ -142,6 +159,9 @@ class Geometric(Spec):
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return rng.geometric(self.p, n).astype(np.float64)
+
+    def draw(self, rng: np.random.Generator) -> float:
+        return float(rng.geometric(self.p))
 
 
 class Empirical(Spec):
@@ -173,6 +193,9 @@ class Empirical(Spec):
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return rng.choice(self.values(), n, replace=True)
+
+    def draw(self, rng: np.random.Generator) -> float:
+        return float(self.sample(rng, 1)[0])
 
 
 _CACHE: dict[tuple[Path, str | None], FloatArray] = {}

@@ -31,7 +31,7 @@ from simulator.records import TaskRecord
 
 
 def _draw(spec: Distribution, rng: np.random.Generator, minimum: float = 0.0) -> float:
-    return max(minimum, float(spec.sample(rng, 1)[0]))
+    return max(minimum, spec.draw(rng))
 
 
 def _tokens(spec: Distribution, rng: np.random.Generator) -> int:

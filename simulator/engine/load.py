@@ -118,7 +118,7 @@ def closed_loop_user(
     if spec.start_spread > 0:
         yield env.timeout(spec.start_spread * user / spec.users)
     while True:
-        think = float(spec.think_time_s.sample(rng, 1)[0])
+        think = spec.think_time_s.draw(rng)
         if think > 0:
             yield env.timeout(think)
         if env.now >= stop_s or make.exhausted:
