@@ -263,8 +263,8 @@ class RunRecords:
         out = {}
         for name, level, scale in (("batch size", self.batch[replica], 1.0), ("queue", self.queue[replica], 1.0),
                                    ("KV occupancy %", self.kv_blocks[replica], kv_scale)):  # fmt: skip
-            times, values = level.arrays()
-            times = np.append(times, self.end_s)
+            times = np.append(np.frombuffer(level.times, dtype=np.float64), self.end_s)
+            values = np.frombuffer(level.values, dtype=np.float64)
             out[name] = (times, np.append(values, values[-1]) * scale)
         return out
 

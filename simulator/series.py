@@ -31,6 +31,7 @@ append. Memory per series: at most ``2 P`` points plus those of the last unfinis
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
@@ -48,11 +49,6 @@ RUN_POINTS = 8192
 def points_per_series(replicas: int) -> int:
     """Buckets for each series of a run with ``replicas`` replicas: ``max(2048, RUN_POINTS / replicas)``."""
     return max(2048, RUN_POINTS // max(replicas, 1))
-
-
-def _floats(values: list[float]) -> FloatArray:
-    """A series' stored values (floats kept in a list, cheap to append to) as an array."""
-    return np.array(values, dtype=np.float64)
 
 
 class Buckets(NamedTuple):
@@ -122,12 +118,11 @@ class LevelMonitor(_Bucketed):
     def __init__(self, t0: float = 0.0, value: float = 0.0, marks: Iterable[float] = (),
                  points: int = SERIES_POINTS) -> None:  # fmt: skip
         super().__init__(t0, marks, points)
-        self.times = [t0]
-        self.values = [float(value)]
+        self.times = array("d", [t0])
+        self.values = array("d", [value])
         self._peak = value  # the highest value merged into a bucket
 
     def record(self, t: float, value: float) -> None:
-        value = float(value)  # a count recorded as an int is kept as a float
         if value != self.values[-1]:
             if t == self.times[-1]:
                 self.values[-1] = value
@@ -137,10 +132,6 @@ class LevelMonitor(_Bucketed):
                 if len(self.times) >= self._compact_at:
                     self._compact()
 
-    def arrays(self) -> tuple[FloatArray, FloatArray]:
-        """The stored points as arrays: (times, values)."""
-        return _floats(self.times), _floats(self.values)
-
     def _area(self, times: FloatArray, values: FloatArray, at: FloatArray) -> FloatArray:
         """``F`` at the times ``at`` (at or after the first point) of the piecewise-constant series."""
         cumulative = np.concatenate(([0.0], np.cumsum(values[:-1] * np.diff(times))))
@@ -149,7 +140,8 @@ class LevelMonitor(_Bucketed):
         return area
 
     def _compact(self) -> None:
-        times, values = self.arrays()
+        times = np.frombuffer(self.times, dtype=np.float64)
+        values = np.frombuffer(self.values, dtype=np.float64)
         grid = self._buckets(float(times[-1]), times.size)
         if grid is None:
             return
@@ -160,7 +152,7 @@ class LevelMonitor(_Bucketed):
         self._peak = max(self._peak, float(values[:tail].max(initial=-math.inf)))
         new_times = np.concatenate((edges, times[tail + 1 :]))
         new_values = np.concatenate((means, values[tail:]))
-        self.times, self.values = new_times.tolist(), new_values.tolist()
+        self.times, self.values = array("d", new_times.tobytes()), array("d", new_values.tobytes())
         exact = {mark: (a,) for mark, a in zip(passed, area[whole + 1 :].tolist(), strict=True)}
         self._merged(width, edge, len(self.times), exact)
 
@@ -169,14 +161,16 @@ class LevelMonitor(_Bucketed):
         stored = self.marks.get(t)
         if stored is not None:
             return stored[0]
-        times, values = self.arrays()
+        times = np.frombuffer(self.times, dtype=np.float64)
+        values = np.frombuffer(self.values, dtype=np.float64)
         return float(self._area(times, values, np.array([max(t, self.t0)]))[0])
 
     def integral(self, t0: float, t1: float) -> float:
         """Area under the level over ``[t0, t1]`` (exact unless compacted; then see the module)."""
         if self.compacted:
             return self._area_at(t1) - self._area_at(t0) if t1 > t0 else 0.0
-        times, values = self.arrays()
+        times = np.frombuffer(self.times, dtype=np.float64)
+        values = np.frombuffer(self.values, dtype=np.float64)
         starts = np.clip(times, t0, t1)
         ends = np.clip(np.append(times[1:], np.inf), t0, t1)
         return float(np.sum(values * (ends - starts)))
@@ -197,9 +191,9 @@ class TokenCounter(_Bucketed):
 
     def __init__(self, marks: Iterable[float] = (), points: int = SERIES_POINTS) -> None:
         super().__init__(0.0, marks, points)
-        self.times = [0.0]
-        self.output = [0.0]
-        self.input = [0.0]
+        self.times = array("d", [0.0])
+        self.output = array("d", [0.0])
+        self.input = array("d", [0.0])
 
     def span(self, start_s: float, end_s: float, output_tokens: float, input_tokens: float) -> None:
         if start_s > self.times[-1]:
@@ -218,7 +212,7 @@ class TokenCounter(_Bucketed):
 
     def _compact(self) -> None:
         """Buckets up to the last whole one before the last span (which :meth:`amend` may change)."""
-        times = _floats(self.times)
+        times = np.frombuffer(self.times, dtype=np.float64)
         grid = self._buckets(float(times[-2]), times.size)
         if grid is None:
             return
@@ -227,17 +221,17 @@ class TokenCounter(_Bucketed):
         tail = min(int(np.searchsorted(times, edge, side="right")), times.size - 2)  # the last span stays
         kept = []
         for name in ("output", "input"):
-            counts = _floats(getattr(self, name))
+            counts = np.frombuffer(getattr(self, name), dtype=np.float64)
             sampled = np.interp(at, times, counts)
-            setattr(self, name, np.concatenate((sampled[: whole + 1], counts[tail:])).tolist())
+            setattr(self, name, array("d", np.concatenate((sampled[: whole + 1], counts[tail:])).tobytes()))
             kept.append(sampled[whole + 1 :].tolist())
-        self.times = np.concatenate((edges, times[tail:])).tolist()
+        self.times = array("d", np.concatenate((edges, times[tail:])).tobytes())
         self._merged(width, edge, len(self.times), dict(zip(passed, zip(*kept, strict=True), strict=True)))
 
     def in_window(self, t0: float, t1: float) -> tuple[float, float]:
         """(output, input) tokens over ``[t0, t1]`` (exact unless compacted; then see the module)."""
-        times = _floats(self.times)
-        counts = [_floats(series) for series in (self.output, self.input)]
+        times = np.frombuffer(self.times, dtype=np.float64)
+        counts = [np.frombuffer(series, dtype=np.float64) for series in (self.output, self.input)]
         if not self.compacted:
             out, inp = [float(np.interp(t1, times, c) - np.interp(t0, times, c)) for c in counts]
             return out, inp

@@ -47,8 +47,7 @@ class Recorder:
         self.kv_blocks = [LevelMonitor(marks=marks, points=points) for _ in range(replicas)]
         self.totals = [ReplicaTotals() for _ in range(replicas)]
         self.itl_counts = np.zeros(ITL_BIN_EDGES_S.size - 1)
-        self._itl_durations: list[float] = []
-        self._itl_weights: list[float] = []
+        self._itl_durations, self._itl_weights = array("d"), array("d")
         self.tokens = [TokenCounter(marks=marks, points=points) for _ in range(replicas)]
         self.tasks = array("d")  # one TaskRecord per finished task, flat
         self._in_system = 0
@@ -81,7 +80,7 @@ class Recorder:
         """
         self._itl_durations.extend(durations_s)
         if isinstance(weights, float):
-            self._itl_weights.extend([weights] * len(durations_s))
+            self._itl_weights.extend(array("d", [weights]) * len(durations_s))
         else:
             self._itl_weights.extend(weights)
         if len(self._itl_durations) >= ITL_BUFFER:
@@ -96,9 +95,10 @@ class Recorder:
 
     def flush_inter_tokens(self) -> None:
         if self._itl_durations:
-            index = np.searchsorted(ITL_BIN_EDGES_S, self._itl_durations, side="right") - 1
+            durations = np.frombuffer(self._itl_durations, dtype=np.float64)
+            index = np.searchsorted(ITL_BIN_EDGES_S, durations, side="right") - 1
             np.add.at(self.itl_counts, np.clip(index, 0, self.itl_counts.size - 1), self._itl_weights)
-            self._itl_durations, self._itl_weights = [], []
+            self._itl_durations, self._itl_weights = array("d"), array("d")
 
     def iteration(self, replica: int, duration_s: float, flops: float, bytes_moved: float, count: int = 1) -> None:
         """``count`` iterations that took ``duration_s`` and did ``flops`` and ``bytes_moved`` in all."""

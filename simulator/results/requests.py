@@ -156,8 +156,8 @@ class LogHistogram:
 
 def seat_clock(level: LevelMonitor, t_end: float) -> tuple[FloatArray, FloatArray]:
     """Breakpoints and the cumulative ``integral of 1 / B(t) dt`` (0 where the batch is empty)."""
-    times, values = level.arrays()
-    times = np.append(times, max(t_end, times[-1]))
+    times = np.append(np.frombuffer(level.times, dtype=np.float64), max(t_end, level.times[-1]))
+    values = np.frombuffer(level.values, dtype=np.float64)
     with np.errstate(divide="ignore"):
         rate = np.where(values > 0, 1.0 / np.maximum(values, 1.0), 0.0)
     return times, np.concatenate(([0.0], np.cumsum(rate * np.diff(times))))
