@@ -264,9 +264,15 @@ HEADERS = ["case", "replicas", "calls", "CPU s", "wall s", "calls/CPU s", "CPU u
 def vidur(requests: int) -> dict[str, float]:
     """Vidur 0.0.26 on the reference workload (its peer script), CPU seconds of the whole command."""
     script = PEERS / "run_vidur.sh"
+    if not script.is_file():
+        raise RuntimeError(f"needs the peer script {script} (the shared folder beside the repository)")
     root = Path(os.environ.get("PEERS_ROOT", "/tmp/peers"))
     env = os.environ | {"VIDUR_NS": str(requests), "PEERS_ROOT": str(root)}
-    output = subprocess.run(["bash", str(script)], env=env, check=True, capture_output=True, text=True).stdout
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"{script} exited with status {done.returncode}: {last}")
+    output = done.stdout
     metrics = dict(re.findall(r"(\w+)=(\S+)", output.strip().splitlines()[-1]))
     timing = next((root / "vidur-work" / "out").glob(f"*_n{requests}")) / "time.txt"
     text = timing.read_text()
@@ -309,7 +315,11 @@ def main() -> int:
         if args.vs_vidur:
             for n in (1000, 10000):
                 print(f"  {n} reference via Vidur 0.0.26 ...", end="", flush=True)
-                peer = vidur(n)
+                try:
+                    peer = vidur(n)
+                except RuntimeError as exc:  # no peer script, or it failed: the table still prints
+                    print(f" failed: {exc}", flush=True)
+                    break
                 rows[f"{n} reference via Vidur"] = peer | {"calls": n, "events": math.nan, "steps": math.nan,
                                                         "simulated_s": math.nan, "replicas": 1}  # fmt: skip
                 print(f" {peer['cpu_s']:.1f} CPU s", flush=True)
