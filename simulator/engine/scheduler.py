@@ -127,9 +127,9 @@ class Plan:
         self.new = [new_tokens[slot] for slot in ids]  # their new tokens (each > 0)
         context, prompt_left = slots.context, slots.prompt_left
         self.context = [context[slot] for slot in ids]  # tokens each holds in KV before the iteration
-        self.decoding = [prompt_left[slot] == 0 for slot in ids]  # which of them decode
+        self.decoding = [prompt_left[slot] == 0.0 for slot in ids]  # which of them decode
         self.sequences = len(self.ids)
-        self.decodes = sum(self.decoding)
+        self.decodes = self.decoding.count(True)
         self.running = slots.count  # sequences holding a slot (scheduled or not)
         self.budget_left = budget_left  # tokens of the iteration's budget left unused
         self.swapped_blocks = swapped_blocks  # KV blocks moved to or from a slower tier, charged to this iteration
