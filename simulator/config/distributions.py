@@ -90,7 +90,7 @@ class Normal(Spec):
         return np.maximum(rng.normal(self.mean_value, self.std, n), 0.0)
 
     def draw(self, rng: np.random.Generator) -> float:
-        return max(float(rng.normal(self.mean_value, self.std)), 0.0)
+        return max(0.0, float(rng.normal(self.mean_value, self.std)))  # as np.maximum: 0.0, not -0.0
 
 
 #: Widest lognormal accepted: at sigma 10 the central 99.99 % already spans 34 orders of
