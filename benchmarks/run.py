@@ -261,26 +261,31 @@ HEADERS = ["case", "replicas", "calls", "CPU s", "wall s", "calls/CPU s", "CPU u
            "sim s", "peak MB"]  # fmt: skip
 
 
-def vidur(requests: int) -> dict[str, float]:
-    """Vidur 0.0.26 on the reference workload (its peer script), CPU seconds of the whole command."""
+def vidur(requests: int, environ: dict[str, str]) -> dict[str, float]:
+    """Vidur 0.0.26 on the reference workload (its peer script), CPU seconds of the whole command.
+
+    It runs in ``environ``, the environment the benchmark was started with (not the one its own
+    cases run with). Anything missing or malformed in its output is a RuntimeError saying what."""
     script = PEERS / "run_vidur.sh"
     if not script.is_file():
         raise RuntimeError(f"needs the peer script {script} (the shared folder beside the repository)")
-    root = Path(os.environ.get("PEERS_ROOT", "/tmp/peers"))
-    env = os.environ | {"VIDUR_NS": str(requests), "PEERS_ROOT": str(root)}
+    root = Path(environ.get("PEERS_ROOT", "/tmp/peers"))
+    env = environ | {"VIDUR_NS": str(requests), "PEERS_ROOT": str(root)}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"{script} exited with status {done.returncode}: {last}")
-    output = done.stdout
-    metrics = dict(re.findall(r"(\w+)=(\S+)", output.strip().splitlines()[-1]))
-    timing = next((root / "vidur-work" / "out").glob(f"*_n{requests}")) / "time.txt"
-    text = timing.read_text()
-    found = [re.search(rf"{k} time \(seconds\): ([\d.]+)", text) for k in ("User", "System")]
-    if None in found:
-        raise RuntimeError(f"{timing}: no user and system time in it")
-    cpu = sum(float(match.group(1)) for match in found if match is not None)
-    return {"cpu_s": cpu, "wall_s": float(metrics["wall_s"]), "peak_rss_mb": float(metrics["peak_rss_mb"])}
+    try:
+        metrics = dict(re.findall(r"(\w+)=(\S+)", done.stdout.strip().splitlines()[-1]))
+        timing = next((root / "vidur-work" / "out").glob(f"*_n{requests}")) / "time.txt"
+        text = timing.read_text()
+        found = [re.search(rf"{k} time \(seconds\): ([\d.]+)", text) for k in ("User", "System")]
+        if None in found:
+            raise RuntimeError(f"{timing}: no user and system time in it")
+        cpu = sum(float(match.group(1)) for match in found if match is not None)
+        return {"cpu_s": cpu, "wall_s": float(metrics["wall_s"]), "peak_rss_mb": float(metrics["peak_rss_mb"])}
+    except (IndexError, StopIteration, OSError, KeyError, ValueError) as exc:
+        raise RuntimeError(f"{script}: its output under {root} is not what this script reads ({exc!r})") from exc
 
 
 def main() -> int:
@@ -293,7 +298,10 @@ def main() -> int:
     # job may have inherited SIGINT ignored, so both are set here).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    one_blas_thread()  # as the command line runs: OpenBLAS's idle threads would spin on the cases' CPU time
+    environ = dict(os.environ)  # Vidur runs in the environment as given
+    # Cases run as the command line does, with one OpenBLAS thread (whose idle threads would spin on
+    # their CPU time): each case is a fresh process, which reads the setting when it loads numpy.
+    one_blas_thread()
     names = args.cases.split(",") if args.cases else FULL if args.full else QUICK
     if args.vs_vidur:
         names = [n for n in names if n not in ("1000 reference via infersim run", "10000 reference via infersim run")]
@@ -316,7 +324,7 @@ def main() -> int:
             for n in (1000, 10000):
                 print(f"  {n} reference via Vidur 0.0.26 ...", end="", flush=True)
                 try:
-                    peer = vidur(n)
+                    peer = vidur(n, environ)
                 except RuntimeError as exc:  # no peer script, or it failed: the table still prints
                     print(f" failed: {exc}", flush=True)
                     break

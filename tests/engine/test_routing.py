@@ -89,11 +89,12 @@ LOADS: dict[str, Callable[[Replica], float]] = {
 def test_the_load_index_chooses_what_a_scan_of_every_replica_would(
     policy: str, backend_choice: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """At every routing decision the heap's least-loaded replica is the scan's: the least load, ties
+    """At every replica choice the heap's least-loaded replica is the scan's: the least load, ties
     to the first candidate (backends in order, replicas by index), while loads change between decisions.
 
     The check wraps the policy where the router looks it up (its registry), which stays open to a
-    patch when the engine is compiled."""
+    patch when the engine is compiled. (The slo-aware choice's own lookups, one per backend for its
+    prediction, use the same index and are not wrapped.)"""
     indexed = fleet.REPLICA_CHOICES[policy]
     load = LOADS[policy]
     checked = []
