@@ -108,8 +108,10 @@ def _extension_files(folder: Path) -> dict[str, Path] | None:
 def _stale_reason(folder: Path) -> str | None:
     """Why the build in ``folder`` cannot stand in for the sources now, or None if it can."""
     manifest = _manifest(folder)
-    if manifest is None or _extension_files(folder) is None:
+    if manifest is None:
         return "no compiled build: run make"
+    if _extension_files(folder) is None:
+        return "the compiled build lacks a module (the list of compiled modules changed?): run make"
     if manifest.get("extension_suffix") != _extension_suffix():
         return "the compiled build is for another Python: run make"
     if manifest.get("sources") != _sources_digest():
