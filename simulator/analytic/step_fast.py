@@ -156,7 +156,7 @@ class FastStepCost:
     ) -> tuple[float, float, float]:  # fmt: skip
         """(seconds, FLOPs, bytes) of one iteration: its shape's ``base`` plus the attention core
         (the rows of all layers, then of the windowed ones)."""
-        total, flops, moved = base
+        totals = base
         m = self._micro_batches(tokens)
         share = 1.0 / (m * self.dp)
         rank_tokens = tokens * share
@@ -164,12 +164,12 @@ class FastStepCost:
         pair_s_full, pair_s_window = self.s_per_pair
         rate_full, rate_window = self.flop_rate
         if count_full != 0.0:
-            total, flops, moved = self._plus_row((total, flops, moved), count_full, pair_s_full, rate_full,
-                                                 held_full, pairs_full, share, rank_tokens, m)  # fmt: skip
+            totals = self._plus_row(totals, count_full, pair_s_full, rate_full, held_full, pairs_full, share,
+                                    rank_tokens, m)  # fmt: skip
         if count_window != 0.0:
-            total, flops, moved = self._plus_row((total, flops, moved), count_window, pair_s_window, rate_window,
-                                                 held_window, pairs_window, share, rank_tokens, m)  # fmt: skip
-        return total, flops, moved
+            totals = self._plus_row(totals, count_window, pair_s_window, rate_window, held_window, pairs_window,
+                                    share, rank_tokens, m)  # fmt: skip
+        return totals
 
     def _plus_row(
         self, totals: tuple[float, float, float], count: float, s_per_pair: float, flop_rate: float, held: float,
