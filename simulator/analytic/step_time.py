@@ -449,7 +449,10 @@ class StepCostModel:
         """Seconds of one pass through every layer, for each entry of ``batch`` (vectorised).
 
         Each operator row is bound by ``max(bytes / bandwidth, FLOPs / FLOP rate)``; its time
-        goes to the memory components (weights and KV by their bytes) or to compute.
+        goes to the memory components (weights and KV by their bytes) or to compute. (The engine
+        evaluates a shape holding nothing in plain floats,
+        :class:`~simulator.analytic.step_fast.ShapeOnlyIteration`, the same operations in this
+        order: a test holds the two equal bit for bit, so a change here is made there too.)
         """
         d, model = self.deployment, self.deployment.model
         tp, pp, dp = d.tensor_parallel, d.pipeline_parallel, self.dp
