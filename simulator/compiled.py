@@ -24,8 +24,9 @@ passes ``int``\\ s), has no ``__dict__``, does not pickle, and is final unless o
   compiled engine gives two copies of its classes; the test configuration keeps these files
   out of doctest collection for that reason (they have no doctests).
 
-Code outside the package may subclass :class:`~simulator.engine.scheduler.PagedBatching` (a
-batching policy) and :class:`~simulator.analytic.step_time.StepCostModel` (compiled with
+Code outside the package may subclass :class:`~simulator.engine.scheduler.PagedBatching` and
+:class:`~simulator.engine.scheduler.ContinuousBatchingPolicy` (batching policies) and
+:class:`~simulator.analytic.step_time.StepCostModel` (compiled with
 ``allow_interpreted_subclasses``); the other compiled classes are final, so the engine calls
 their methods directly, and a patch of one of their methods goes unseen by compiled callers.
 The registries (batching policies, router choices, load starters) are plain dicts and

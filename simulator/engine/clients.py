@@ -107,14 +107,15 @@ class RequestFactory:
         hash_block_tokens: int,
         awaited: bool = True,
     ) -> Request | None:
-        request = Request(self.count, self.env.now, lengths[0], lengths[1], user, session, block_hashes,
+        now = self.env.now
+        request = Request(self.count, now, lengths[0], lengths[1], user, session, block_hashes,
                           key_base=self.session_keys.base(session))  # fmt: skip
         request.task, request.klass, request.priority = task, klass, priority
         self.count += 1
         if self.progress is not None:
-            self._tick(self.progress)
+            self._tick(self.progress, now)
         fits = self.router.fits_somewhere(request)
-        replica = self.router.route(request, self.env.now) if fits else None
+        replica = self.router.route(request, now) if fits else None
         if replica is None:
             self.dropped += 1
             self.recorder.dropped(request_record(request, dropped=DROPPED_OVER_BUDGET if fits else DROPPED_TOO_LONG))
@@ -125,11 +126,11 @@ class RequestFactory:
         request.one_way_s = self.replica_backend[replica.index].one_way_s
         if awaited:  # an event only when somebody waits on it
             request.done = self.env.event()
-        self.recorder.arrival(self.env.now)
+        self.recorder.arrival(now)
         if replica.index in self.handoffs:
             self.handoffs[replica.index].admit(request)  # prefill here, decode on the paired backend
         tiers = self.tiers.get(replica.index)
-        load_s = tiers.fetch(request, self.env.now) if tiers is not None else 0.0  # its prefix, from below
+        load_s = tiers.fetch(request, now) if tiers is not None else 0.0  # its prefix, from below
         if request.one_way_s > 0:
             replica.reserve(request)  # load-aware routers see it while it crosses the network
         if request.one_way_s + load_s > 0:
@@ -145,8 +146,8 @@ class RequestFactory:
             tiers.land(request, self.env.now)
         replica.submit(request)
 
-    def _tick(self, progress: Callable[[float], None]) -> None:
-        done = max(self.env.now / self.duration_s, self.count / self.max_requests)
+    def _tick(self, progress: Callable[[float], None], now: float) -> None:
+        done = max(now / self.duration_s, self.count / self.max_requests)
         while self._next_tick < PROGRESS_TICKS and done >= self._next_tick / PROGRESS_TICKS:
             progress(self._next_tick / PROGRESS_TICKS)
             self._next_tick += 1

@@ -7,8 +7,10 @@ decodes that nothing can join (no prefill pending, nobody admissible) *jumps*: t
 times of the next ``k`` steps are computed at once (``decode_jump``) and the replica waits
 once, on one event, where ``k`` runs to the first completion or the first block shortage (the
 policy says). The blocks the steps fill are taken when the jump ends, for the steps actually
-run. While a slot and some KV are free, an arrival interrupts the jump at the end of the step
-in progress, exactly as iteration-level batching would admit it there.
+run. While a slot and some KV are free, an arrival cuts the jump at the end of the step in
+progress, exactly as iteration-level batching would admit it there: the replica's wait moves
+from the jump's end to a timeout at that step's end (the callbacks of the one move to the other,
+so a cut costs one event, and the jump's own end fires later with nobody waiting on it).
 
 Speculative decoding: each decoding sequence of a verify pass emits ``1 + j`` tokens, ``j`` the
 drafts accepted before the first rejection (position ``i`` accepted with the cost model's
@@ -50,7 +52,8 @@ class Replica:
         self.rng = rng
         self.on_complete = on_complete
         self.swap_s_per_block = swap_s_per_block
-        self._wake: simpy.Event | None = None
+        self._wake: simpy.Event | None = None  # what an arrival triggers while the replica sleeps
+        self._cuttable: Jump | None = None  # the jump in progress, while an arrival may cut it
         self.in_transit, self.in_transit_tokens, self.in_transit_blocks = 0, 0.0, 0.0
         self.watchers: list[set[int]] = []  # routers' sets of replicas whose load may have changed
 
@@ -82,9 +85,12 @@ class Replica:
         request.replica = self.index
         self.policy.enqueue(request)
         self._load_changed()
-        self.recorder.queue[self.index].record(self.env.now, self.policy.queued)
+        now = self.env.now
+        self.recorder.queue[self.index].record(now, self.policy.queued)
         if self._wake is not None:
             _trigger(self._wake)
+        elif self._cuttable is not None and not self._cuttable.cut:
+            self._cuttable.cut_at(self.env, now)
 
     @property
     def outstanding(self) -> int:
@@ -101,9 +107,11 @@ class Replica:
         """Free KV blocks after the queue's prompts are admitted (negative: oversubscribed)."""
         return self.policy.kv_headroom() - self.in_transit_blocks
 
-    def _sleep(self) -> simpy.Event:
+    def _sleep(self) -> ProcessGenerator:
+        """Wait for an arrival (:meth:`submit` triggers the event)."""
         self._wake = self.env.event()
-        return self._wake
+        yield self._wake
+        self._wake = None
 
     # -- the process ---------------------------------------------------------------------------
     def run(self) -> ProcessGenerator:
@@ -111,20 +119,21 @@ class Replica:
         while True:
             self._load_changed()  # the iteration that ended (or a preemption) changed it
             if policy.running == 0 and policy.queued == 0:
-                yield self._sleep()
+                yield from self._sleep()
                 continue
-            plan = policy.plan(self.env.now)
+            now = self.env.now
+            plan = policy.plan(now)
             self._load_changed()  # admissions
-            self._record_queue()
+            self._record_queue(now)
             if plan.empty:
                 if policy.running == 0 or not policy.preempt():
-                    yield self._sleep()
+                    yield from self._sleep()
                 continue
             steps = self._unchanged_steps(plan)
             if steps > 1:
-                yield from self._jump(plan, steps)
+                yield from self._jump(plan, steps, now)
             else:
-                yield from self._iterate(plan)
+                yield from self._iterate(plan, now)
 
     def _unchanged_steps(self, plan: Plan) -> int:
         """Steps the planned batch runs as it is: 1 unless it only decodes and nothing can join."""
@@ -137,12 +146,11 @@ class Replica:
             return 1
         return self.policy.unchanged_steps(plan)
 
-    def _record_queue(self) -> None:
-        self.recorder.queue[self.index].record(self.env.now, self.policy.queued)
-        self.recorder.kv_blocks[self.index].record(self.env.now, self.policy.kv_used)
+    def _record_queue(self, now: float) -> None:
+        self.recorder.queue[self.index].record(now, self.policy.queued)
+        self.recorder.kv_blocks[self.index].record(now, self.policy.kv_used)
 
-    def _iterate(self, plan: Plan) -> ProcessGenerator:
-        start = self.env.now
+    def _iterate(self, plan: Plan, start: float) -> ProcessGenerator:
         duration, flops, bytes_moved = self.cost.iteration(plan.shape)
         duration += plan.swapped_blocks * self.swap_s_per_block
         accepted, decodes = self.cost.accepted, plan.decodes
@@ -154,53 +162,69 @@ class Replica:
         expected_output = plan.first_tokens + float(decodes) * per_decode
         self.recorder.tokens[self.index].span(start, start + duration, expected_output, plan.prefill_tokens)
         yield self.env.timeout(duration)
+        now = self.env.now
         if accepted and decodes:
-            applied = self.policy.apply(plan, self.env.now, draw_emitted(self.rng, accepted, decodes).tolist())
+            applied = self.policy.apply(plan, now, draw_emitted(self.rng, accepted, decodes).tolist())
             emitted = applied.decode_tokens
             self.recorder.inter_token([duration / tokens for tokens in emitted], emitted)
         else:  # one token per decode: as many gaps of the iteration's duration
-            applied = self.policy.apply(plan, self.env.now, [1.0] * decodes)
+            applied = self.policy.apply(plan, now, [1.0] * decodes)
             if decodes:
                 self.recorder.inter_token_gaps(duration, float(decodes))
-        self.recorder.tokens[self.index].amend(self.env.now, applied.tokens)
-        self._complete(applied.completed)
+        self.recorder.tokens[self.index].amend(now, applied.tokens)
+        self._complete(applied.completed, now)
 
-    def _jump(self, plan: Plan, steps: int) -> ProcessGenerator:
+    def _jump(self, plan: Plan, steps: int, start: float) -> ProcessGenerator:
         env = self.env
-        start = env.now
         times = self.cost.decode_jump(plan.context, steps, plan.window)
         durations = times.total_s
         cumulative = list(accumulate(durations))
         self.recorder.batch[self.index].record(start, float(plan.running))
         batch = float(plan.decodes)
         self.recorder.tokens[self.index].span(start, start + cumulative[-1], steps * batch, 0.0)
+        end = env.timeout(cumulative[-1])
         # Any arrival might join at the next step boundary (a higher priority may jump the queue),
-        # so the jump stops for one whenever a slot and some KV are free, exactly as stepping would.
+        # so an arrival cuts the jump (submit) whenever a slot and some KV are free, exactly as
+        # stepping would.
         if self.policy.has_room():
-            wake = self._sleep()  # by an arrival, or by the jump's end, whichever comes first
-            env.timeout(cumulative[-1]).callbacks.append(lambda _: _trigger(wake))
-            yield wake
-            self._wake = None
-            done = min(bisect_left(cumulative, env.now - start) + 1, steps)  # the step in progress ends
-            remaining = start + cumulative[done - 1] - env.now
+            jump = self._cuttable = Jump(start, cumulative, end)
+            yield end  # or the end of the step an arrival came in
+            self._cuttable = None
+            done = jump.done
             if done < steps:
                 self.recorder.tokens[self.index].amend(start + cumulative[done - 1], done * batch)
-            if remaining > 0:
-                yield env.timeout(remaining)
         else:
-            yield env.timeout(cumulative[-1])
+            yield end
             done = steps
-        applied = self.policy.apply(plan, env.now, [float(done)] * plan.decodes)
+        now = env.now
+        applied = self.policy.apply(plan, now, [float(done)] * plan.decodes)
         self.recorder.iterations(self.index, durations[:done], times.flops[:done], times.bytes_moved[:done])
         self.recorder.inter_token(durations[:done], batch)
-        self._complete(applied.completed)
+        self._complete(applied.completed, now)
 
-    def _complete(self, completed: list[Request]) -> None:
+    def _complete(self, completed: list[Request], now: float) -> None:
         for request in completed:
             self.on_complete(request)
-        now = self.env.now
         self.recorder.kv_blocks[self.index].record(now, self.policy.kv_used)
         self.recorder.batch[self.index].record(now, float(self.policy.running))
+
+
+class Jump:
+    """A decode jump in progress: its start, the cumulative seconds of its steps, the timeout of
+    its end, and the steps it runs (all of them, unless an arrival cut it)."""
+
+    def __init__(self, start: float, cumulative: list[float], end: simpy.Timeout) -> None:
+        self.start, self.cumulative, self.end = start, cumulative, end
+        self.done = len(cumulative)
+        self.cut = False
+
+    def cut_at(self, env: simpy.Environment, now: float) -> None:
+        """End the jump with the step in progress at ``now``: whoever waits on the jump's end is
+        moved to a timeout at that step's end (at once when it has just ended)."""
+        self.done = min(bisect_left(self.cumulative, now - self.start) + 1, self.done)
+        self.cut = True
+        boundary = env.timeout(max(self.start + self.cumulative[self.done - 1] - now, 0.0))
+        boundary.callbacks, self.end.callbacks = self.end.callbacks, []
 
 
 def _trigger(event: simpy.Event) -> None:

@@ -623,6 +623,7 @@ def _extra_blocks(context: list[float], blocks: list[float], steps: int, block_t
     return extra
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a variant outside the package may build on it
 class ContinuousBatchingPolicy(PagedBatching):
     #: While any prefill can run, iterations hold only prefill chunks (vLLM V0); else decode-first.
     prefill_first: bool = False

@@ -1,0 +1,74 @@
+"""A decode jump runs the steps step-by-step iteration-level batching would, and an arrival that
+finds room cuts it at the end of the step in progress, where stepping would admit it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from simulator.analytic.layouts import deploy
+from simulator.analytic.step_fast import engine_cost
+from simulator.analytic.step_time import StepCostModel
+from simulator.config.deployment import DeploymentSpec
+from simulator.engine.kv import BlockManager
+from simulator.engine.recorder import Recorder
+from simulator.engine.replica import Replica
+from simulator.engine.request import Request
+from simulator.engine.scheduler import ContinuousBatchingPolicy, Plan, Slots
+from tests.engine.conftest import CATALOG, SMALL
+
+COST = engine_cost(StepCostModel(deploy(CATALOG, DeploymentSpec(**SMALL))))
+
+
+class SteppingPolicy(ContinuousBatchingPolicy):
+    """The same batching, one iteration at a time: never a jump."""
+
+    def unchanged_steps(self, plan: Plan) -> int:
+        return 1
+
+
+class CountingEnvironment(simpy.Environment):
+    """An environment that counts the events it processes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events = 0
+
+    def step(self) -> None:
+        self.events += 1
+        super().step()
+
+
+def _serve(policy_class: type[ContinuousBatchingPolicy], seed: int, slots: int) -> tuple[list[tuple[float, ...]], int]:
+    """(admission, first token and completion of each request, events processed) of one replica
+    serving random arrivals."""
+    rng = np.random.default_rng(seed)
+    env = CountingEnvironment()
+    policy = policy_class(Slots(slots), BlockManager(2000, 16), 8192, 1.0, None)
+    done: dict[int, float] = {}
+    replica = Replica(env, 0, COST, policy, Recorder(1), np.random.default_rng(0),
+                      lambda r: done.update({r.id: env.now}))  # fmt: skip
+    env.process(replica.run())
+    arrivals = np.cumsum(rng.exponential(0.15, 30))
+    requests = [Request(i, float(t), int(rng.integers(8, 400)), int(rng.integers(2, 120)), 0)
+                for i, t in enumerate(arrivals)]  # fmt: skip
+
+    def arrive() -> simpy.events.ProcessGenerator:
+        for request in requests:
+            yield env.timeout(request.arrival_s - env.now)
+            replica.submit(request)
+
+    env.process(arrive())
+    env.run()
+    return [(r.admitted_s, r.first_token_s, done[r.id]) for r in requests], env.events
+
+
+@pytest.mark.parametrize("slots", [4, 64])  # arrivals wait for a slot (no room: no cut), or cut jumps
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_jumps_and_their_cuts_give_the_times_of_stepping(seed: int, slots: int) -> None:
+    jumped, jump_events = _serve(ContinuousBatchingPolicy, seed, slots)
+    stepped, step_events = _serve(SteppingPolicy, seed, slots)
+    # the same iterations at the same times (a jump adds its step times up as one sum: rounding apart)
+    np.testing.assert_allclose(jumped, stepped, rtol=1e-9, atol=1e-12)
+    assert jump_events < step_events / 3  # and the jumps did run: one event for many steps
