@@ -172,7 +172,6 @@ def open_loop_tasks(
         rt.env.process(run_task(rt, spec, agent, np.random.default_rng(rng.integers(2**63))))
 
 
-@start_load.register
 def _agents(load: AgentsLoad, run: ClassRun) -> None:
     """Closed loop: one process per agent, each on its own stream; open loop: one arrival process."""
     task = run.plan.task
@@ -183,3 +182,7 @@ def _agents(load: AgentsLoad, run: ClassRun) -> None:
         return
     for agent, ss in enumerate(run.clients.spawn(load.agents)):
         rt.env.process(closed_loop_agent(rt, load, task, agent, np.random.default_rng(ss)))
+
+
+# registered by a call, not ``@start_load.register``: mypyc cannot compile that decorator in this module
+start_load.register(AgentsLoad, _agents)
