@@ -121,12 +121,15 @@ class LevelMonitor(_Bucketed):
         self.times = array("d", [t0])
         self.values = array("d", [value])
         self._peak = value  # the highest value merged into a bucket
+        self._last_t, self._last_value = t0, value  # the last point, as plain floats
 
     def record(self, t: float, value: float) -> None:
-        if value != self.values[-1]:
-            if t == self.times[-1]:
+        if value != self._last_value:
+            self._last_value = value
+            if t == self._last_t:
                 self.values[-1] = value
             else:
+                self._last_t = t
                 self.times.append(t)
                 self.values.append(value)
                 if len(self.times) >= self._compact_at:
@@ -153,6 +156,7 @@ class LevelMonitor(_Bucketed):
         new_times = np.concatenate((edges, times[tail + 1 :]))
         new_values = np.concatenate((means, values[tail:]))
         self.times, self.values = array("d", new_times.tobytes()), array("d", new_values.tobytes())
+        self._last_t = self.times[-1]  # the edge, when no point came after it
         exact = {mark: (a,) for mark, a in zip(passed, area[whole + 1 :].tolist(), strict=True)}
         self._merged(width, edge, len(self.times), exact)
 
