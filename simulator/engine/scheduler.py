@@ -125,16 +125,16 @@ class Plan:
     ) -> None:
         ids = self.ids = sorted(new_tokens)  # the scheduled slots, ascending
         self.new = [new_tokens[slot] for slot in ids]  # their new tokens (each > 0)
-        context, prompt_left = slots.context, slots.prompt_left
-        self.context = [context[slot] for slot in ids]  # tokens each holds in KV before the iteration
-        self.decoding = [prompt_left[slot] == 0.0 for slot in ids]  # which of them decode
+        table = slots.table
+        states = self.states = [table[slot] for slot in ids]  # their slots (apply changes them)
+        self.context = [slot.context for slot in states]  # tokens each holds in KV before the iteration
+        self.decoding = [slot.prompt_left == 0.0 for slot in states]  # which of them decode
         self.sequences = len(self.ids)
         self.decodes = self.decoding.count(True)
         self.running = slots.count  # sequences holding a slot (scheduled or not)
         self.budget_left = budget_left  # tokens of the iteration's budget left unused
         self.swapped_blocks = swapped_blocks  # KV blocks moved to or from a slower tier, charged to this iteration
         self.window = window
-        self._slots = slots
 
     @property
     def empty(self) -> bool:
@@ -162,9 +162,8 @@ class Plan:
     @property
     def first_tokens(self) -> float:
         """Sequences whose prompt this iteration completes (each emits its first token)."""
-        prompt_left = self._slots.prompt_left
-        return float(sum(1 for slot, new, decoding in zip(self.ids, self.new, self.decoding)
-                         if not decoding and prompt_left[slot] <= new))  # fmt: skip
+        return float(sum(1 for slot, new, decoding in zip(self.states, self.new, self.decoding)
+                         if not decoding and slot.prompt_left <= new))  # fmt: skip
 
 
 class PrefixHit(NamedTuple):
@@ -251,18 +250,25 @@ class BatchPolicy(Protocol):
         ...
 
 
+class Slot:
+    """One batch slot: the request in it and its token counts (plain floats, held in the object)."""
+
+    def __init__(self) -> None:
+        self.request: Request | None = None
+        self.context = 0.0  # tokens whose KV is cached
+        self.prompt_left = 0.0  # prefill tokens still to process
+        self.out_left = 0.0  # tokens still to emit
+        self.blocks = 0.0  # KV blocks it holds
+        self.order = 0  # admission sequence number
+
+
 class Slots:
-    """The running set of one replica, one list entry per batch slot, and the slots that prefill
-    and that decode, each list in admission order."""
+    """The running set of one replica, one :class:`Slot` per batch slot (made as the slots are
+    first used), and the slots that prefill and that decode, each list in admission order."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.context = [0.0] * capacity  # tokens whose KV is cached
-        self.prompt_left = [0.0] * capacity  # prefill tokens still to process
-        self.out_left = [0.0] * capacity  # tokens still to emit
-        self.blocks = [0.0] * capacity
-        self.order = [0] * capacity  # admission sequence number
-        self.requests: list[Request | None] = [None] * capacity
+        self.table: list[Slot] = []  # by slot number
         self.prefilling: list[int] = []  # slots with prompt tokens left
         self.decoding: list[int] = []  # slots whose prompt is in KV
         self._free = list(range(capacity - 1, -1, -1))
@@ -276,38 +282,45 @@ class Slots:
     def admit(self, request: Request, cached_tokens: float = 0.0, cached_blocks: int = 0) -> int:
         """Put a request in a free slot; ``cached_tokens`` of its prompt are already in KV."""
         slot = self._free.pop()
-        self.requests[slot] = request
+        while len(self.table) <= slot:
+            self.table.append(Slot())
+        state = self.table[slot]
+        state.request = request
         if request.swapped is None:
-            self.context[slot] = float(cached_tokens)
-            self.prompt_left[slot] = float(request.input_tokens + request.generated - cached_tokens)
+            state.context = float(cached_tokens)
+            state.prompt_left = float(request.input_tokens + request.generated - cached_tokens)
         else:
-            self.context[slot], self.prompt_left[slot] = request.swapped
+            state.context, state.prompt_left = request.swapped
             request.swapped = None
-        self.out_left[slot] = float(request.output_tokens - request.generated)
-        self.tokens_left += self.prompt_left[slot] + self.out_left[slot]
-        self.blocks[slot] = float(cached_blocks)
+        state.out_left = float(request.output_tokens - request.generated)
+        self.tokens_left += state.prompt_left + state.out_left
+        state.blocks = float(cached_blocks)
         self._admissions += 1
-        self.order[slot] = self._admissions
-        (self.prefilling if self.prompt_left[slot] > 0 else self.decoding).append(slot)  # the latest admitted
+        state.order = self._admissions
+        (self.prefilling if state.prompt_left > 0 else self.decoding).append(slot)  # the latest admitted
         return slot
 
     def prefilled(self, slot: int) -> None:
         """A slot's prompt is all in KV: it decodes from now on (kept in admission order)."""
         self.prefilling.remove(slot)
-        bisect.insort(self.decoding, slot, key=self.order.__getitem__)
+        bisect.insort(self.decoding, slot, key=self._order)
 
     def latest(self) -> int | None:
         """The slot admitted last, None when none runs."""
         last = [lane[-1] for lane in (self.prefilling, self.decoding) if lane]
-        return max(last, key=self.order.__getitem__) if last else None
+        return max(last, key=self._order) if last else None
+
+    def _order(self, slot: int) -> int:
+        return self.table[slot].order
 
     def release(self, slot: int) -> Request:
-        request = self.requests[slot]
+        state = self.table[slot]
+        request = state.request
         assert request is not None
-        self.requests[slot] = None
-        self.tokens_left -= self.prompt_left[slot] + self.out_left[slot]
-        self.blocks[slot] = 0.0
-        (self.prefilling if self.prompt_left[slot] > 0 else self.decoding).remove(slot)
+        state.request = None
+        self.tokens_left -= state.prompt_left + state.out_left
+        state.blocks = 0.0
+        (self.prefilling if state.prompt_left > 0 else self.decoding).remove(slot)
         self._free.append(slot)
         return request
 
@@ -400,12 +413,13 @@ class PagedBatching:
         slot = s.latest()
         if slot is None:
             return False
+        state = s.table[slot]
         if self.swap:
-            request_state = (float(s.context[slot]), float(s.prompt_left[slot]))
-            self._swapped_blocks += self.kv.blocks_of(float(s.context[slot]))
+            request_state = (state.context, state.prompt_left)
+            self._swapped_blocks += self.kv.blocks_of(state.context)
         request = self._release(slot, cache=not self.swap)
         request.published_upto = 0
-        request.generated = int(request.output_tokens - s.out_left[slot])
+        request.generated = int(request.output_tokens - state.out_left)
         request.preemptions += 1
         if self.swap:
             request.swapped = request_state
@@ -414,12 +428,11 @@ class PagedBatching:
 
     def unchanged_steps(self, plan: Plan) -> int:
         """To the first completion, or the last step whose new blocks are all available."""
-        s = self.slots
-        k_done = int(min([s.out_left[slot] for slot in plan.ids]))
+        k_done = int(min([slot.out_left for slot in plan.states]))
         if k_done <= 1:
             return 1
         block_tokens, available = self.kv.block_tokens, self.kv.available
-        blocks = [s.blocks[slot] for slot in plan.ids]
+        blocks = [slot.blocks for slot in plan.states]
         if _extra_blocks(plan.context, blocks, k_done, block_tokens) <= available:
             return k_done
         low, high = 1, k_done  # extra blocks at low <= available < extra blocks at high
@@ -434,50 +447,49 @@ class PagedBatching:
         ``decode_tokens`` (one entry per decoding sequence, in slot order); blocks the new tokens
         fill beyond those planned are taken now."""
         s = self.slots
-        context_of, prompt_left, out_left, blocks = s.context, s.prompt_left, s.out_left, s.blocks
         block_tokens = self.kv.block_tokens
         decoded = iter(decode_tokens)
         decode_emitted: list[float] = []
         prefilled: list[int] = []  # slots that ran a prompt chunk
         finished: list[int] = []  # ... and completed their prompt in it
         prefilled_tokens = tokens = grown = 0.0
-        for slot, new, decoding, context in zip(plan.ids, plan.new, plan.decoding, plan.context):
+        for slot, state, new, decoding, context in zip(plan.ids, plan.states, plan.new, plan.decoding, plan.context):
             if decoding:
                 emitted = next(decoded)
-                if emitted > out_left[slot]:
-                    emitted = out_left[slot]
+                if emitted > state.out_left:
+                    emitted = state.out_left
                 decode_emitted.append(emitted)
                 context += emitted
             else:
-                left = prompt_left[slot] = prompt_left[slot] - new
+                left = state.prompt_left = state.prompt_left - new
                 context += new
                 prefilled_tokens += new
                 prefilled.append(slot)
                 emitted = 0.0
                 if left == 0:  # the first token
                     finished.append(slot)
-                    emitted = min(1.0, out_left[slot])
-            context_of[slot] = context
-            out_left[slot] -= emitted
+                    emitted = min(1.0, state.out_left)
+            state.context = context
+            state.out_left -= emitted
             tokens += emitted
-            if context > blocks[slot] * block_tokens:  # into a block it does not hold yet
+            if context > state.blocks * block_tokens:  # into a block it does not hold yet
                 need = float(math.ceil(context / block_tokens))
-                grown += need - blocks[slot]
-                blocks[slot] = need
+                grown += need - state.blocks
+                state.blocks = need
         if prefilled:
             s.tokens_left -= prefilled_tokens
             self._publish_prefilled(prefilled)
         for slot in finished:
             s.prefilled(slot)
-            request = s.requests[slot]
+            request = s.table[slot].request
             if request is not None and math.isnan(request.first_token_s):
                 request.first_token_s = now
         s.tokens_left -= tokens
         allocated = self.kv.allocate(int(grown))
         assert allocated, "an iteration's blocks are sized to those available when it is planned"
         completed = []
-        for slot in plan.ids:
-            if out_left[slot] <= 0:
+        for slot, state in zip(plan.ids, plan.states):
+            if state.out_left <= 0:
                 request = self._release(slot)
                 request.generated = request.output_tokens
                 completed.append(request)
@@ -486,40 +498,41 @@ class PagedBatching:
     # -- helpers --------------------------------------------------------------------------------
     def _grow(self, slot_ids: Sequence[int], new_tokens: float) -> bool:
         """Allocate the blocks these slots need for ``new_tokens`` more each; False if not enough."""
-        context, blocks, block_tokens = self.slots.context, self.slots.blocks, self.kv.block_tokens
-        grown: list[tuple[int, float]] = []  # (slot, blocks it needs) where more than it holds
+        table, block_tokens = self.slots.table, self.kv.block_tokens
+        grown: list[tuple[Slot, float]] = []  # (slot, blocks it needs) where more than it holds
         more = 0.0
         for slot in slot_ids:
-            tokens = context[slot] + new_tokens
-            if tokens > blocks[slot] * block_tokens:  # into a block it does not hold yet
+            state = table[slot]
+            tokens = state.context + new_tokens
+            if tokens > state.blocks * block_tokens:  # into a block it does not hold yet
                 need = float(math.ceil(tokens / block_tokens))
-                grown.append((slot, need))
-                more += need - blocks[slot]
+                grown.append((state, need))
+                more += need - state.blocks
         if not self.kv.allocate(int(more)):
             return False
-        for slot, need in grown:
-            blocks[slot] = need
+        for state, need in grown:
+            state.blocks = need
         return True
 
     def _reserve(self, slot: int, tokens: float) -> bool:
         """Take the blocks of ``tokens`` of KV for a slot at once (reserve-full admission)."""
-        s = self.slots
-        need = max(self.kv.blocks_of(tokens) - float(s.blocks[slot]), 0.0)
+        state = self.slots.table[slot]
+        need = max(self.kv.blocks_of(tokens) - state.blocks, 0.0)
         if not self.kv.allocate(int(need)):
             return False
-        s.blocks[slot] += need
+        state.blocks += need
         return True
 
     def _publish_prefilled(self, slots: list[int]) -> None:
         """After a prefill chunk: the slot's newly full prompt blocks become shareable prefix KV."""
         if not self.kv.caching:
             return
-        s = self.slots
+        table = self.slots.table
         for slot in slots:
-            request = s.requests[slot]
+            request = table[slot].request
             assert request is not None
             first = len(request.shared)
-            full = int(s.context[slot] // self.kv.block_tokens)
+            full = int(table[slot].context // self.kv.block_tokens)
             if full > first and first == request.published_upto and request.cacheable:
                 keys = self.kv.publish(request.block_keys(first, full))
                 request.shared = extended(request.shared, keys)
@@ -528,11 +541,12 @@ class PagedBatching:
     def _release(self, slot: int, cache: bool = True) -> Request:
         """Free a slot's KV: shared blocks lose a reference, full owned blocks enter the prefix cache."""
         s = self.slots
-        request = s.requests[slot]
+        state = s.table[slot]
+        request = state.request
         assert request is not None
-        owned = int(s.blocks[slot]) - len(request.shared)
+        owned = int(state.blocks) - len(request.shared)
         first = len(request.shared)
-        full = int(s.context[slot] // self.kv.block_tokens)
+        full = int(state.context // self.kv.block_tokens)
         keys = request.block_keys(first, full) if cache and request.cacheable else []
         self.kv.release(request.shared, owned, keys)
         request.shared = []
@@ -582,7 +596,7 @@ class PagedBatching:
         for slot in list(s.prefilling):
             if budget <= 0:
                 return budget
-            chunk = self._chunk(float(s.prompt_left[slot]), budget, first)
+            chunk = self._chunk(s.table[slot].prompt_left, budget, first)
             if chunk <= 0 or not self._grow([slot], chunk):
                 return budget
             q[slot] = chunk
@@ -661,14 +675,14 @@ class StaticBatchingPolicy(PagedBatching):
                 self.waiting.popleft()
                 slot = s.admit(head)
                 head.admitted_s = now
-                s.blocks[slot] = float(need)
+                s.table[slot].blocks = float(need)
         q: dict[int, float] = {}
         budget = self.max_batched_tokens
         prefilling = list(s.prefilling)
         for slot in prefilling:
             if budget <= 0:
                 break
-            q[slot] = min(float(s.prompt_left[slot]), float(budget))
+            q[slot] = min(s.table[slot].prompt_left, float(budget))
             budget -= int(q[slot])
         if not prefilling:
             q.update(dict.fromkeys(s.decoding, 1.0))

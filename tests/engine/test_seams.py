@@ -38,10 +38,10 @@ class OneAtATimePolicy(PagedBatching):
             need = self.kv.blocks_of(head.input_tokens + head.output_tokens)
             if self.kv.allocate(int(need)):
                 self.waiting.popleft()
-                s.blocks[s.admit(head)] = need
+                s.table[s.admit(head)].blocks = need
                 head.admitted_s = now
         running = s.prefilling + s.decoding
-        return self._planned({slot: s.prompt_left[slot] or 1.0 for slot in running})
+        return self._planned({slot: s.table[slot].prompt_left or 1.0 for slot in running})
 
 
 @batch_policy.register
