@@ -52,8 +52,8 @@ from pathlib import Path
 from types import ModuleType
 
 #: The modules compiled: the replica's hot path, the request path (the request, the factory, the
-#: router, the agents that submit calls), and the step-time model whose misses of the fast path's
-#: cache (new batch shapes: prompts of every length) it evaluates.
+#: router, the loads and agents that submit requests), and the step-time model whose misses of the
+#: fast path's cache (new batch shapes: prompts of every length) it evaluates.
 MODULES = (
     "simulator.series",
     "simulator.analytic.step_time",
@@ -65,6 +65,7 @@ MODULES = (
     "simulator.engine.fleet",
     "simulator.engine.clients",
     "simulator.engine.request",
+    "simulator.engine.load",
     "simulator.engine.agents",
 )
 #: mypyc's shared library for the group is the top-level module ``<GROUP>__mypyc``.

@@ -42,6 +42,16 @@ def arrival_times(spec: object, rng: np.random.Generator) -> Iterator[float]:
     raise TypeError(f"no arrival process is registered for {type(spec).__name__} (@arrival_times.register one)")
 
 
+def _exponential_gaps(rng: np.random.Generator, mean_s: float) -> FloatArray:
+    """``CHUNK`` exponential gaps of mean ``mean_s`` (Poisson arrivals)."""
+    return rng.exponential(mean_s, CHUNK)
+
+
+def _gamma_gaps(rng: np.random.Generator, shape: float, scale_s: float) -> FloatArray:
+    """``CHUNK`` gamma gaps of this shape and scale (mean ``shape * scale_s``)."""
+    return rng.gamma(shape, scale_s, CHUNK)
+
+
 def _renewal(gaps: Callable[[], FloatArray]) -> Iterator[float]:
     """Arrivals separated by independent gaps, drawn ``CHUNK`` at a time."""
     t = 0.0
@@ -51,16 +61,18 @@ def _renewal(gaps: Callable[[], FloatArray]) -> Iterator[float]:
         yield from times.tolist()
 
 
+# The implementations pass their constants by ``functools.partial``, not closures: compiled
+# (:mod:`simulator.compiled`), a closure in a registered implementation loses its variables.
 @arrival_times.register
 def _poisson(spec: Poisson, rng: np.random.Generator) -> Iterator[float]:
-    return _renewal(lambda: rng.exponential(1.0 / spec.rate_per_s, CHUNK))
+    return _renewal(functools.partial(_exponential_gaps, rng, 1.0 / spec.rate_per_s))
 
 
 @arrival_times.register
 def _gamma(spec: GammaArrivals, rng: np.random.Generator) -> Iterator[float]:
     """Gamma gaps of mean ``1 / rate`` and squared coefficient of variation ``burstiness``."""
     shape = 1.0 / spec.burstiness
-    return _renewal(lambda: rng.gamma(shape, 1.0 / (spec.rate_per_s * shape), CHUNK))
+    return _renewal(functools.partial(_gamma_gaps, rng, shape, 1.0 / (spec.rate_per_s * shape)))
 
 
 @arrival_times.register
@@ -85,17 +97,29 @@ def _thinned(rng: np.random.Generator, rate: Callable[[FloatArray], FloatArray],
         yield from candidates[keep].tolist()
 
 
+def _step_rate(starts: FloatArray, rates: FloatArray, t: FloatArray) -> FloatArray:
+    """The rate in force at each time ``t``: that of the last step started."""
+    rate: FloatArray = rates[np.searchsorted(starts, t, side="right") - 1]
+    return rate
+
+
+def _ramp_rate(start: float, end: float, over: float, t: FloatArray) -> FloatArray:
+    """The rate at each time ``t`` of a linear ramp from ``start`` to ``end`` over ``over`` seconds."""
+    rate: FloatArray = start + (end - start) * np.clip(t / over, 0.0, 1.0)
+    return rate
+
+
 @arrival_times.register
 def _steps(spec: RateSteps, rng: np.random.Generator) -> Iterator[float]:
     starts = np.array([s.at for s in spec.steps])
     rates = np.array([s.rate_per_s for s in spec.steps])
-    return _thinned(rng, lambda t: rates[np.searchsorted(starts, t, side="right") - 1], spec.peak_rate_per_s)
+    return _thinned(rng, functools.partial(_step_rate, starts, rates), spec.peak_rate_per_s)
 
 
 @arrival_times.register
 def _ramp(spec: RateRamp, rng: np.random.Generator) -> Iterator[float]:
-    r0, r1, over = spec.start_rate_per_s, spec.end_rate_per_s, spec.over
-    return _thinned(rng, lambda t: r0 + (r1 - r0) * np.clip(t / over, 0.0, 1.0), spec.peak_rate_per_s)
+    rate = functools.partial(_ramp_rate, spec.start_rate_per_s, spec.end_rate_per_s, spec.over)
+    return _thinned(rng, rate, spec.peak_rate_per_s)
 
 
 def open_loop(
@@ -130,12 +154,10 @@ def closed_loop_user(
         yield request.done
 
 
-@start_load.register
 def _open(load: OpenLoop, run: ClassRun) -> None:
     run.env.process(open_loop(run.env, load.arrivals, np.random.default_rng(run.arrivals), run.source, run.stop_s))
 
 
-@start_load.register
 def _closed(load: ClosedLoop, run: ClassRun) -> None:
     """One process per user, each with its own think-time and length streams."""
     lengths = run.plan.lengths
@@ -148,3 +170,8 @@ def _closed(load: ClosedLoop, run: ClassRun) -> None:
         )
         rng = np.random.default_rng(think_ss)
         run.env.process(closed_loop_user(run.env, load, user, rng, run.source, run.stop_s))
+
+
+# registered by a call, not ``@start_load.register``: mypyc cannot compile that decorator in this module
+start_load.register(OpenLoop, _open)
+start_load.register(ClosedLoop, _closed)
