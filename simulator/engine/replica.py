@@ -53,7 +53,7 @@ class Replica:
         self.on_complete = on_complete
         self.swap_s_per_block = swap_s_per_block
         self._wake: simpy.Event | None = None  # what an arrival triggers while the replica sleeps
-        self._cuttable: Jump | None = None  # the jump in progress, while an arrival may cut it
+        self._cuttable: Jump | None = None  # the jump in progress, until it ends or an arrival cuts it
         self.in_transit, self.in_transit_tokens, self.in_transit_blocks = 0, 0.0, 0.0
         self.watchers: list[set[int]] = []  # routers' sets of replicas whose load may have changed
 
@@ -89,8 +89,9 @@ class Replica:
         self.recorder.queue[self.index].record(now, self.policy.queued)
         if self._wake is not None:
             _trigger(self._wake)
-        elif self._cuttable is not None and not self._cuttable.cut:
+        elif self._cuttable is not None:  # the first arrival cuts it
             self._cuttable.cut_at(self.env, now)
+            self._cuttable = None
 
     @property
     def outstanding(self) -> int:
@@ -216,13 +217,11 @@ class Jump:
     def __init__(self, start: float, cumulative: list[float], end: simpy.Timeout) -> None:
         self.start, self.cumulative, self.end = start, cumulative, end
         self.done = len(cumulative)
-        self.cut = False
 
     def cut_at(self, env: simpy.Environment, now: float) -> None:
         """End the jump with the step in progress at ``now``: whoever waits on the jump's end is
         moved to a timeout at that step's end (at once when it has just ended)."""
-        self.done = min(bisect_left(self.cumulative, now - self.start) + 1, self.done)
-        self.cut = True
+        self.done = min(bisect_left(self.cumulative, now - self.start) + 1, len(self.cumulative))
         boundary = env.timeout(max(self.start + self.cumulative[self.done - 1] - now, 0.0))
         boundary.callbacks, self.end.callbacks = self.end.callbacks, []
 

@@ -127,8 +127,8 @@ class Plan:
         self.new = [new_tokens[slot] for slot in ids]  # their new tokens (each > 0)
         table = slots.table
         states = self.states = [table[slot] for slot in ids]  # their slots (apply changes them)
-        self.context = [slot.context for slot in states]  # tokens each holds in KV before the iteration
-        self.decoding = [slot.prompt_left == 0.0 for slot in states]  # which of them decode
+        self.context = [state.context for state in states]  # tokens each holds in KV before the iteration
+        self.decoding = [state.prompt_left == 0.0 for state in states]  # which of them decode
         self.sequences = len(self.ids)
         self.decodes = self.decoding.count(True)
         self.running = slots.count  # sequences holding a slot (scheduled or not)
@@ -162,8 +162,8 @@ class Plan:
     @property
     def first_tokens(self) -> float:
         """Sequences whose prompt this iteration completes (each emits its first token)."""
-        return float(sum(1 for slot, new, decoding in zip(self.states, self.new, self.decoding)
-                         if not decoding and slot.prompt_left <= new))  # fmt: skip
+        return float(sum(1 for state, new, decoding in zip(self.states, self.new, self.decoding)
+                         if not decoding and state.prompt_left <= new))  # fmt: skip
 
 
 class PrefixHit(NamedTuple):
@@ -428,11 +428,11 @@ class PagedBatching:
 
     def unchanged_steps(self, plan: Plan) -> int:
         """To the first completion, or the last step whose new blocks are all available."""
-        k_done = int(min([slot.out_left for slot in plan.states]))
+        k_done = int(min([state.out_left for state in plan.states]))
         if k_done <= 1:
             return 1
         block_tokens, available = self.kv.block_tokens, self.kv.available
-        blocks = [slot.blocks for slot in plan.states]
+        blocks = [state.blocks for state in plan.states]
         if _extra_blocks(plan.context, blocks, k_done, block_tokens) <= available:
             return k_done
         low, high = 1, k_done  # extra blocks at low <= available < extra blocks at high
