@@ -88,6 +88,38 @@ def simulate(
     return RunResult(ran, records, summarize(records, ran.slo, ran.workload_classes, ran.cost))
 
 
+#: Exit status of ``run`` and ``compare`` when a run measured nothing: no request arrived, or none
+#: completed in the measurement window (2 is bad input, 1 a bug).
+EXIT_NOTHING_MEASURED = 4
+
+
+def nothing_measured(summary: RunSummary, arrived: int | None = None) -> str:
+    """Why a run measured nothing, in words; empty when a request completed in the measurement window.
+
+    ``arrived``: requests that entered the run (recorded rows plus those in flight at the end,
+    :func:`requests_arrived`); without it, the summary's in-flight, dropped and rejected counts
+    (a lower bound: requests finished during the warm-up are not in the summary).
+    """
+    if summary.requests_completed:
+        return ""
+    unfinished = summary.requests_in_flight + summary.requests_dropped + summary.requests_rejected_over_budget
+    arrived = unfinished if arrived is None else arrived
+    if not arrived:
+        return ("no request arrived during the run: the first arrival comes after run.duration ends, or the load "
+                "sends nothing; lengthen run.duration or raise the load")  # fmt: skip
+    return (
+        f"{arrived:,} request{'s' if arrived != 1 else ''} arrived but none completed in the measurement window "
+        f"({summary.window_s:.4g} s after the warm-up; {summary.requests_in_flight:,} still in flight, "
+        f"{summary.requests_dropped + summary.requests_rejected_over_budget:,} dropped): the fleet is far too slow "
+        "for this run (check its hardware numbers) or the run too short; lengthen run.duration or shorten run.warmup"
+    )
+
+
+def requests_arrived(result: RunResult) -> int:
+    """Requests that entered the run: every recorded row (finished or dropped) and those still in flight."""
+    return result.records.request_count + result.records.in_flight
+
+
 def summary_shape(scenario: Scenario, catalog: Catalog) -> RunSummary:
     """The summary a run of ``scenario`` would have, before anything runs (every number undefined):
     its keys are the metric paths a sweep or a plan may ask for."""

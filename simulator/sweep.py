@@ -40,7 +40,7 @@ from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
 from simulator.errors import naming
 from simulator.execution import Cache, ExecutorName, Profiles, catalog_of, inputs_digest, run_key, start
-from simulator.limits import Limits, RunTooLargeError
+from simulator.limits import Limits, check_runs
 from simulator.limits import check as check_size
 from simulator.resolve import ScenarioError, resolve
 from simulator.results.summary import RunSummary
@@ -155,13 +155,10 @@ def expand(
     """Every run, validated up front: a bad field path, a metric that is not in a run's summary,
     or a run over the size ``limits`` fails before anything is simulated."""
     catalog = catalog or Catalog()
-    if limits is not None and spec.runs > limits.max_runs:
-        raise RunTooLargeError(
-            f"{sweep_path}: this sweep is too large to run: {spec.runs:,} runs (limit {limits.max_runs:,}; "
-            f"grid {' x '.join(str(len(v)) for v in spec.grid.values()) or '1'}, "
-            f"{spec.sample.points if spec.sample else 1:,} sample points, {spec.replications:,} replications); "
-            "fewer values or replications, or pass --allow-large-runs"
-        )
+    check_runs(spec.runs, limits, f"{sweep_path}: this sweep is too large to run",
+               f"grid {' x '.join(str(len(v)) for v in spec.grid.values()) or '1'}, "
+               f"{spec.sample.points if spec.sample else 1:,} sample points, {spec.replications:,} replications",
+               "fewer values, sample points or replications")  # fmt: skip
     scenario_path = spec.scenario if spec.scenario.is_absolute() else sweep_path.parent / spec.scenario
     with naming(f"{sweep_path}: scenario"):
         data = load_scenario_data(scenario_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,14 @@ def sweep_values(overrides: Sequence[str]) -> list[dict[str, object]]:
         path, values = parse_override(text)
         combos = [combo | {path: value} for combo in combos for value in values]
     return combos
+
+
+def count_values(overrides: Sequence[str]) -> tuple[int, str]:
+    """How many runs the ``--set`` comma lists expand into, and how (``100 load.users x 3 run.seed``):
+    the product of their lengths, computed without building a single combination."""
+    lists = [parse_override(text) for text in overrides]
+    how = " x ".join(f"{len(values):,} {path}" for path, values in lists if len(values) > 1)
+    return math.prod(len(values) for _, values in lists), how or "one value each"
 
 
 def single_values(overrides: Sequence[str], command: str) -> dict[str, object]:
@@ -90,8 +99,10 @@ def progress_bar(label: str) -> Callable[[float], None]:
     started = time.monotonic()
 
     def show(fraction: float) -> None:
+        fraction = min(max(fraction, 0.0), 1.0)
         elapsed = time.monotonic() - started
-        eta = f"ETA {elapsed / fraction * (1 - fraction):.0f} s" if 0 < fraction < 1 else f"{elapsed:.0f} s"
+        meaningful = 0.01 <= fraction < 1  # an ETA from the first percent would be noise
+        eta = f"ETA {elapsed / fraction * (1 - fraction):.0f} s" if meaningful else f"{elapsed:.0f} s"
         bar = "#" * round(30 * fraction)
         print(f"\rinfersim {label}: [{bar:<30}] {fraction:4.0%} {eta}   ", end="\n" if fraction >= 1 else "",
               file=sys.stderr, flush=True)  # fmt: skip
@@ -107,18 +118,26 @@ def progress_lines(command: str, args: argparse.Namespace) -> Callable[[str], No
 
 
 class Countdown:
-    """``k/n`` and an ETA (mean wall time per finished run times the runs left), for progress lines."""
+    """``k/n`` and an ETA (:func:`progress_text`) for progress lines, counting finished runs."""
 
     def __init__(self, total: int) -> None:
         self.total, self.done, self.started = total, 0, time.monotonic()
 
     def finished(self) -> str:
-        """Count one more finished run; ``k/n done, ETA s``."""
-        self.done += 1
-        elapsed = time.monotonic() - self.started
-        left = self.total - self.done
-        return f"{self.done}/{self.total} done, " + (f"ETA {elapsed / self.done * left:.0f} s" if left else
-                                                     f"{elapsed:.0f} s")  # fmt: skip
+        """Count one more finished run (never past the total); ``k/n done, ETA s``."""
+        self.done = min(self.done + 1, self.total)
+        return progress_text(self.done, self.total, time.monotonic() - self.started)
+
+
+def progress_text(done: int, total: int, elapsed_s: float) -> str:
+    """``k/n done`` with ``0 <= k <= n``, and an ETA once one run has finished and while runs are
+    left: the mean wall time per finished run times the runs left (never negative); then the time taken."""
+    done = min(max(done, 0), total)
+    elapsed_s = max(elapsed_s, 0.0)
+    left = total - done
+    if not left:
+        return f"{done}/{total} done, {elapsed_s:.0f} s"
+    return f"{done}/{total} done" + (f", ETA {elapsed_s / done * left:.0f} s" if done else "")
 
 
 class PartialFolder:

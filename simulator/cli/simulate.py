@@ -6,12 +6,18 @@ stderr (which run or candidate, an ETA) and write each finished run into the res
 it completes, beside ``<command>.partial.json`` (:class:`~simulator.cli.common.PartialFolder`),
 so an interrupted command keeps what it finished; the last write replaces that file with the
 full results. ``run`` is in :mod:`simulator.cli.run`, which imports none of this machinery.
+
+Both count their runs before building any (``compare``: hardware ids x ``--set`` combinations;
+``plan``: an upper bound on candidates x replications) and refuse more than
+:attr:`~simulator.limits.Limits.max_runs` unless ``--allow-large-runs``. A compare case that
+measured nothing makes ``compare`` exit :data:`~simulator.runner.EXIT_NOTHING_MEASURED`, as ``run``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +27,7 @@ from simulator.cli.common import (
     PartialFolder,
     breakdown_text,
     catalog,
+    count_values,
     json_text,
     limits,
     maybe_report,
@@ -34,18 +41,19 @@ from simulator.cli.common import (
     sweep_values,
 )
 from simulator.cli.output import ResultsFolder
+from simulator.cli.run import measured_nothing
 from simulator.compare import ComparisonRow, check_one_deployment, comparison_table, on_hardware
 from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError, naming
 from simulator.execution import Cache, Profiles, Runs, catalog_of, check_address, inputs_digest, run_key, start
-from simulator.limits import Limits
+from simulator.limits import Limits, check_runs
 from simulator.limits import check as check_size
 from simulator.planning import Evaluation, Planner, answer_scenario, plan_text, summary_run
 from simulator.resolve import resolve
 from simulator.results.summary import RunSummary
-from simulator.runner import load_scenario_data, scenario_from, simulate
+from simulator.runner import load_scenario_data, nothing_measured, requests_arrived, scenario_from, simulate
 
 EXIT_NO_PLAN = 2  # `plan` when no fleet within the limits meets the targets
 
@@ -54,7 +62,8 @@ def compare_run(scenario_json: str, profiles: Profiles, run_limits: Limits | Non
     """One compare case (on any executor): its row, summary document and run folder files."""
     result = simulate(Scenario.model_validate_json(scenario_json), catalog_of(profiles), limits=run_limits)
     files = {name: text if isinstance(text, str | bytes) else "".join(text) for name, text in run_files(result).items()}
-    return {"row": ComparisonRow("", "", result).to_dict(), "summary": result.summary.to_dict(), "files": files}
+    return {"row": ComparisonRow("", "", result).to_dict(), "summary": result.summary.to_dict(), "files": files,
+            "arrived": requests_arrived(result)}  # fmt: skip
 
 
 def compare(args: argparse.Namespace) -> int:
@@ -65,11 +74,22 @@ def compare(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--hardware {args.hardware!r}: no hardware profile ids given (e.g. nvidia-h100-sxm,cerebras-cs3)"
         )
+    twice = sorted(hw for hw, n in Counter(hardware).items() if n > 1)
+    if twice:
+        raise ConfigError(f"--hardware: {', '.join(twice)} named more than once (each id once)")
+    count, how = count_values(args.set or [])  # counted before any case is built
+    check_runs(len(hardware) * count, limits(args), f"{args.scenario}: compare",
+               f"{len(hardware):,} hardware x {count:,} load{'s' if count > 1 else ''}"
+               + (f" ({how})" if count > 1 else ""), "name fewer hardware ids or comma values")  # fmt: skip
     for hw in hardware:
         cat.hardware(hw)  # unknown ids fail before any simulation
     name = str(data.get("name", args.scenario.stem))
     with naming(str(args.scenario)):
         check_one_deployment(name, "backends" in data)
+    say = progress_lines("compare", args)
+    if say:
+        say(f"{len(hardware) * count:,} runs ({len(hardware):,} hardware x {count:,} load{'s' if count > 1 else ''}); "
+            "checking each before any starts")  # fmt: skip
     combos = sweep_values(args.set or [])
     # each case moves the deployment first, so a --set into its hardware applies to every hardware
     cases = [(hw, set_label(c), scenario_from(data, on_hardware(name, hw) | c, str(args.scenario), cat))
@@ -93,6 +113,8 @@ def compare(args: argparse.Namespace) -> int:
         found[key]["row"] | {"hardware": hw, "load": label} for key, (hw, label, _) in zip(keys, cases, strict=True)
     ]
     summaries = [RunSummary.model_validate(found[key]["summary"]) for key in keys]
+    empty = [(f"{row['hardware']} {row['load']}".strip(), reason) for key, row, summary in zip(keys, rows, summaries,
+             strict=True) if (reason := nothing_measured(summary, found[key].get("arrived")))]  # fmt: skip
     files = {"compare.json": json_text(rows),
              "index.txt": run_index(["hardware", "load"], [[row["hardware"], row["load"] or "-"] for row in rows]),
              "compare.txt": comparison_table(rows) + "\n"}  # fmt: skip
@@ -100,14 +122,14 @@ def compare(args: argparse.Namespace) -> int:
     maybe_report(args, out)
     if args.json:
         print(json_text(rows), end="")
-        return 0
+        return measured_nothing(empty, out.path)
     print(comparison_table(rows))
     for row, summary in zip(rows, summaries, strict=True):
         breakdown = breakdown_text(f"{row['hardware']} {row['load']}".strip(), summary)
         if breakdown:
             print(f"\n{breakdown}")
     print(f"\nwrote {out.path} (index.txt says which run-NNN folder holds which hardware and load)")
-    return 0
+    return measured_nothing(empty, out.path)
 
 
 def _compare_runs(
@@ -120,7 +142,7 @@ def _compare_runs(
 ) -> dict[str, dict[str, Any]]:
     """Every case's result, on the executor through the cache; each written to its run folder as it finishes."""
     say = progress_lines("compare", args)
-    countdown = Countdown(len(set(keys)))
+    countdown = Countdown(len(cases))  # one count per case: a run several cases share counts for each
     finished: list[dict[str, object]] = []
     runs: Runs
 

@@ -423,17 +423,6 @@ def task_summary(records: RunRecords, klass: int | None = None) -> TaskSummary:
     )
 
 
-def undefined_message(summary: RunSummary) -> str:
-    """Why a run's latency statistics are undefined, in words (empty when they are defined)."""
-    if summary.requests_completed:
-        return ""
-    return (
-        f"{NO_REQUESTS} ({summary.window_s:.4g} s after the warm-up; {summary.requests_in_flight} "
-        f"still in flight): latency statistics are undefined (null in summary.json); lengthen run.duration, "
-        f"shorten run.warmup or lower the load"
-    )
-
-
 def overload_message(summary: RunSummary) -> str:
     """Why a run's queue never drains, in words (empty when it does)."""
     if not summary.overloaded or summary.offered_requests_per_s is None:
