@@ -27,10 +27,19 @@ the search asks for, and so the answer, the frontier and the list of evaluations
 every executor: a candidate's runs are deterministic for their seeds, each run's summary reaches
 the planner as the same JSON document whichever process made it (or the cache, keyed by the
 resolved scenario), and nothing the search decides depends on which runs finished first.
+
+Size: the search evaluates at most ``sum_b (1 + ceil(log2 m_b))`` single-architecture candidates
+plus ``(prod_{b < last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
+searched backend's most replicas), each ``plan.replications`` runs; a fleet that meets no target
+takes the mixed bound nearly whole. More than :attr:`~simulator.limits.Limits.max_runs` such
+runs are refused up front unless ``--allow-large-runs``. The ETA on each progress line is the
+mean time per candidate so far times the bound of the phase under way: the single-architecture
+searches, then the mixed prefixes still cheaper than the best fleet so far.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
@@ -44,7 +53,7 @@ from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass
 from simulator.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
-from simulator.limits import Limits
+from simulator.limits import Limits, check_runs
 from simulator.resolve import ScenarioError, backend_plan, layout_question
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
@@ -225,6 +234,11 @@ class Planner:
         )  # fmt: skip
         self._memo: dict[tuple[Counts, str], Evaluation] = {}
         self._keys: dict[tuple[Counts, str], list[tuple[str, str]]] = {}
+        self.most_runs = self._most_candidates() * scenario.plan.replications  # counted, none built
+        check_runs(self.most_runs, run_limits, f"{scenario.name}: plan",
+                   f"at most {self._most_candidates():,} candidates x {scenario.plan.replications} replications",
+                   "lower plan.max_replicas, plan.default_max_replicas or plan.replications")  # fmt: skip
+        self._mixed_left = 0  # an upper bound on the candidates the mixed search has left (set by it)
 
     def _price(self, index: int, backend: BackendSpec) -> tuple[float, bool, str]:
         """($/h of one replica, paid per token?, what a replica is) of a backend."""
@@ -326,8 +340,15 @@ class Planner:
             return
         done = len(self._memo)
         left = max(self._most_candidates() - done, len(new))
+        mixed = new[0].kind == "mixed"
+        if mixed:  # the last phase: its own bound is the command's
+            phase_left = max(self._mixed_left, len(new))
+        else:  # the mixed search after it is bounded only once its cost cap is known
+            singles = sum(1 for _, kind in self._memo if kind == "single")
+            phase_left = max(self._single_candidates() - singles, len(new))
         elapsed = time.monotonic() - self.started
-        eta = f", ETA at most {elapsed / done * left:.0f} s" if done else ""
+        eta = f", ETA{'' if mixed else ' of the single-architecture searches'} at most " if done else ""
+        eta += f"{elapsed / done * phase_left:.0f} s" if done else ""
         fleets = "; ".join(f"{a.kind} {fleet_text(a.counts, self.names)}" for a in new)
         runs = len(new) * self.scenario.plan.replications
         self.progress(
@@ -339,12 +360,21 @@ class Planner:
         """An upper bound on the candidates the search evaluates (a bisection of ``[low, m]`` asks
         at most ``1 + ceil(log2(m - low + 1))``)."""
         searched = [i for i, metered in enumerate(self.metered) if not metered]
-        steps = sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in searched)
+        steps = self._single_candidates()
         if len(searched) > 1:
             *others, last = searched
             prefixes = math.prod(self.limits[i][1] + 1 for i in others) - 1  # all at 0: skipped
-            steps += prefixes * (1 + math.ceil(math.log2(self.limits[last][1] + 1)))
+            steps += prefixes * self._bisection_steps(self.limits[last][1])
         return steps
+
+    def _single_candidates(self) -> int:
+        """An upper bound on the candidates the single-architecture searches evaluate."""
+        return sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i, m in enumerate(self.metered) if not m)
+
+    @staticmethod
+    def _bisection_steps(most: int) -> int:
+        """The most candidates a bisection of ``[0, most]`` asks for."""
+        return 1 + math.ceil(math.log2(most + 1))
 
     def _vector(self, counts: dict[int, int]) -> Counts:
         """Replica counts: metered backends at their given counts, searched ones as given (else 0)."""
@@ -386,12 +416,15 @@ class Planner:
         *others, last = searched
         prefixes = sorted(itertools.product(*(range(self.limits[i][1] + 1) for i in others)),
                           key=lambda p: self.fixed_cost(self._vector(dict(zip(others, p, strict=True)))))  # fmt: skip
-        for prefix in prefixes:
+        costs = [self.fixed_cost(self._vector(dict(zip(others, p, strict=True)))) for p in prefixes]  # ascending
+        for position, prefix in enumerate(prefixes):
             counts = dict(zip(others, prefix, strict=True))
             used = sum(1 for n in prefix if n)
             if used == 0:
                 continue  # the last backend alone: a single-architecture fleet
             bound = min(best.usd_per_hour if best else math.inf, cap)
+            cheaper = bisect.bisect_left(costs, bound) - position  # the prefixes left that can still win
+            self._mixed_left = max(cheaper, 0) * self._bisection_steps(self.limits[last][1])
             low, high = (1 if used == 1 else 0), self.limits[last][1]
             while high >= low and self.fixed_cost(self._vector(counts | {last: high})) >= bound:
                 high -= 1
@@ -401,6 +434,10 @@ class Planner:
         return best
 
     def search(self) -> PlanResult:
+        replications = self.scenario.plan.replications
+        self.progress(f"at most {self._most_candidates():,} candidates x {replications} replication"
+                      f"{'s' if replications > 1 else ''} = {self.most_runs:,} runs (a bisection usually needs far "
+                      "fewer)")  # fmt: skip
         searched = [i for i, metered in enumerate(self.metered) if not metered]
         singles = [e for e in self._drive([self._single(i) for i in searched]) if e is not None]
         best_single = min(singles, key=lambda e: e.usd_per_hour, default=None)

@@ -99,6 +99,13 @@ class SweepSpec(Spec):
         points = self.sample.points if self.sample is not None else 1
         return math.prod(len(values) for values in self.grid.values()) * points * self.replications
 
+    @property
+    def runs_how(self) -> str:
+        """How :attr:`runs` is counted, in words."""
+        grid = " x ".join(str(len(v)) for v in self.grid.values()) or "1"
+        points = self.sample.points if self.sample else 1
+        return f"grid {grid}, {points:,} sample points, {self.replications:,} replications"
+
 
 @dataclass(frozen=True)
 class RunPoint:
@@ -155,9 +162,7 @@ def expand(
     """Every run, validated up front: a bad field path, a metric that is not in a run's summary,
     or a run over the size ``limits`` fails before anything is simulated."""
     catalog = catalog or Catalog()
-    check_runs(spec.runs, limits, f"{sweep_path}: this sweep is too large to run",
-               f"grid {' x '.join(str(len(v)) for v in spec.grid.values()) or '1'}, "
-               f"{spec.sample.points if spec.sample else 1:,} sample points, {spec.replications:,} replications",
+    check_runs(spec.runs, limits, f"{sweep_path}: this sweep is too large to run", spec.runs_how,
                "fewer values, sample points or replications")  # fmt: skip
     scenario_path = spec.scenario if spec.scenario.is_absolute() else sweep_path.parent / spec.scenario
     with naming(f"{sweep_path}: scenario"):

@@ -20,6 +20,13 @@ DEFAULT_INPUT_TOKENS = 1000
 DEFAULT_OUTPUT_TOKENS = 1000
 
 
+#: The exit statuses, shown under every command's help (README: "Exit status and size limits").
+EXIT_STATUS = """\
+exit status: 0 done; 1 a bug; 2 bad input (a file, field or flag; a run, or more than 10,000 runs of one
+command, over the limits without --allow-large-runs; plan: no fleet meets the targets); 4 a run measured
+nothing (run, compare: no request arrived, or none completed in the window); 130 Ctrl-C; 143 SIGTERM"""
+
+
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Help with each option's default, and descriptions kept as written."""
 
@@ -90,12 +97,15 @@ def _add_large(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allow-large-runs",
         action="store_true",
-        help="run even when the simulation would exceed the request, client or memory limits checked up front",
+        help="run even when a simulation would exceed the request, client, replica or memory limits checked up "
+        "front, or the command would expand into more than 10,000 runs",
     )
 
 
 def _command(sub: argparse._SubParsersAction, name: str, handler: str, help_text: str) -> argparse.ArgumentParser:  # type: ignore[type-arg]
-    p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text, formatter_class=_Formatter)
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help=help_text, description=help_text, epilog=EXIT_STATUS, formatter_class=_Formatter
+    )
     p.set_defaults(handler=handler)
     return p
 
@@ -104,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="infersim",
         description="How fast LLMs run on very different inference hardware, and what that speed costs.",
+        epilog=EXIT_STATUS,
         formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"infersim {__version__}")

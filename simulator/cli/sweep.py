@@ -16,6 +16,7 @@ from simulator.cli.common import (
     maybe_report,
     profile_dirs,
     progress_bar,
+    progress_lines,
     scenario_yaml,
 )
 from simulator.cli.output import ResultsFolder
@@ -30,7 +31,10 @@ from simulator.version import __version__
 
 def sweep(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep, dict(parse_override(text) for text in args.set or []))
-    runs = expand(spec, args.sweep, catalog(args), limits(args))
+    run_limits, say = limits(args), progress_lines("sweep", args)
+    if say and (run_limits is None or spec.runs <= run_limits.max_runs):  # else expand refuses it at once
+        say(f"{spec.runs:,} runs ({spec.runs_how}); checking each before any starts")
+    runs = expand(spec, args.sweep, catalog(args), run_limits)
     check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"sweep-{spec.name}", "sweep", args.overwrite)
     reused = cached_runs(runs, out.path)
