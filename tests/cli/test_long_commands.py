@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,8 +115,9 @@ def test_long_commands_print_progress_with_an_eta(tmp_path: Path) -> None:
     plan = run_cli("plan", str(_write(tmp_path, MIXED)), "-o", str(tmp_path / "plan"), "--jobs", "1")
     assert plan.returncode == 0, plan.stderr
     lines = plan.stderr.splitlines()
-    assert lines[0].startswith("infersim plan: candidate 1-2 of at most ")
-    assert any("ETA at most" in line for line in lines)
+    assert lines[0].startswith("infersim plan: at most ") and " runs (a bisection" in lines[0]
+    assert lines[1].startswith("infersim plan: candidate 1-2 of at most ")
+    assert any(re.search(r"ETA( of the single-architecture searches)? at most \d+ s$", line) for line in lines)
     rerun = run_cli("plan", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "plan"), "--jobs", "1")
     assert rerun.returncode == 0 and rerun.stdout == plan.stdout  # every run from the cache
     run = run_cli("run", str(_write(tmp_path, COMPARE, "c.yaml")), "--set", "run.seed=1,2,3", "-o", str(tmp_path / "r"))
