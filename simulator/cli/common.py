@@ -44,10 +44,15 @@ def sweep_values(overrides: Sequence[str]) -> list[dict[str, object]]:
 
 def count_values(overrides: Sequence[str]) -> tuple[int, str]:
     """How many runs the ``--set`` comma lists expand into, and how (``100 load.users x 3 run.seed``):
-    the product of their lengths, computed without building a single combination."""
-    lists = [parse_override(text) for text in overrides]
-    how = " x ".join(f"{len(values):,} {path}" for path, values in lists if len(values) > 1)
-    return math.prod(len(values) for _, values in lists), how or "one value each"
+    the product of their lengths, counted from the text as :func:`parse_override` splits it (a YAML
+    flow value is one value), before any value is parsed or any combination built."""
+    lengths = []
+    for text in overrides:
+        path, _, raw = text.partition("=")
+        flow = raw.strip().startswith(("{", "["))
+        lengths.append((path.strip(), 1 if flow else raw.count(",") + 1))
+    how = " x ".join(f"{n:,} {path}" for path, n in lengths if n > 1)
+    return math.prod(n for _, n in lengths), how or "one value each"
 
 
 def single_values(overrides: Sequence[str], command: str) -> dict[str, object]:

@@ -62,11 +62,11 @@ def run(args: argparse.Namespace) -> int:
     data = load_scenario_data(args.scenario)
     count, how = count_values(args.set or [])  # counted before any combination is built
     check_runs(count, limits(args), f"{args.scenario}: --set", how, "give fewer comma values")
+    combos = sweep_values(args.set or [])
+    scenarios = [scenario_from(data, combo, str(args.scenario), cat) for combo in combos]  # all validated first
     say = progress_lines("run", args) if count > 1 else None
     if say:
         say(f"{count:,} runs ({how}), one after another")
-    combos = sweep_values(args.set or [])
-    scenarios = [scenario_from(data, combo, str(args.scenario), cat) for combo in combos]  # all validated first
     out = ResultsFolder(args.out or Path("runs") / scenarios[0].name, "run", args.overwrite)
     folder = PartialFolder(out, "runs", scenarios[0].run.seed)
     countdown = Countdown(len(combos))

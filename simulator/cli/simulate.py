@@ -43,7 +43,6 @@ from simulator.cli.common import (
 from simulator.cli.output import ResultsFolder
 from simulator.cli.run import measured_nothing
 from simulator.compare import ComparisonRow, check_one_deployment, comparison_table, on_hardware
-from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError, naming
@@ -78,18 +77,14 @@ def compare(args: argparse.Namespace) -> int:
     if twice:
         raise ConfigError(f"--hardware: {', '.join(twice)} named more than once (each id once)")
     count, how = count_values(args.set or [])  # counted before any case is built
-    check_runs(len(hardware) * count, limits(args), f"{args.scenario}: compare",
-               f"{len(hardware):,} hardware x {count:,} load{'s' if count > 1 else ''}"
-               + (f" ({how})" if count > 1 else ""), "name fewer hardware ids or comma values")  # fmt: skip
+    how = f"{len(hardware):,} hardware x {count:,} load{'s' if count > 1 else ''}" + (f" ({how})" if count > 1 else "")
+    check_runs(len(hardware) * count, limits(args), f"{args.scenario}: compare", how,
+               "name fewer hardware ids or comma values")  # fmt: skip
     for hw in hardware:
         cat.hardware(hw)  # unknown ids fail before any simulation
     name = str(data.get("name", args.scenario.stem))
     with naming(str(args.scenario)):
         check_one_deployment(name, "backends" in data)
-    say = progress_lines("compare", args)
-    if say:
-        say(f"{len(hardware) * count:,} runs ({len(hardware):,} hardware x {count:,} load{'s' if count > 1 else ''}); "
-            "checking each before any starts")  # fmt: skip
     combos = sweep_values(args.set or [])
     # each case moves the deployment first, so a --set into its hardware applies to every hardware
     cases = [(hw, set_label(c), scenario_from(data, on_hardware(name, hw) | c, str(args.scenario), cat))
@@ -108,7 +103,7 @@ def compare(args: argparse.Namespace) -> int:
             run_key(text, inputs_digest(scenario, "compare-run"))
             for text, (_, _, scenario) in zip(texts, cases, strict=True)
         ]
-        found = _compare_runs(args, cases, texts, keys, folder, cat)
+        found = _compare_runs(args, cases, texts, keys, folder, how)
     rows = [
         found[key]["row"] | {"hardware": hw, "load": label} for key, (hw, label, _) in zip(keys, cases, strict=True)
     ]
@@ -138,7 +133,7 @@ def _compare_runs(
     texts: list[str],
     keys: list[str],
     folder: PartialFolder,
-    cat: Catalog,
+    how: str,
 ) -> dict[str, dict[str, Any]]:
     """Every case's result, on the executor through the cache; each written to its run folder as it finishes."""
     say = progress_lines("compare", args)
@@ -159,7 +154,8 @@ def _compare_runs(
     pool = start(args.executor, min(args.jobs, len(set(keys))), args.address)
     runs = Runs(pool, compare_run, (profile_dirs(args), limits(args)), Cache(folder.out.path / "cache"), done)
     if say:
-        say(f"{len(cases)} runs on {pool.slots} worker{'s' if pool.slots > 1 else ''}")
+        say(f"{len(cases):,} run{'s' if len(cases) > 1 else ''} ({how}) on {pool.slots} worker"
+            f"{'s' if pool.slots > 1 else ''}")  # fmt: skip
     try:
         for key, text in zip(keys, texts, strict=True):
             runs.ask(key, text)

@@ -31,13 +31,13 @@ from simulator.version import __version__
 
 def sweep(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep, dict(parse_override(text) for text in args.set or []))
-    run_limits, say = limits(args), progress_lines("sweep", args)
-    if say and (run_limits is None or spec.runs <= run_limits.max_runs):  # else expand refuses it at once
-        say(f"{spec.runs:,} runs ({spec.runs_how}); checking each before any starts")
-    runs = expand(spec, args.sweep, catalog(args), run_limits)
+    runs = expand(spec, args.sweep, catalog(args), limits(args))  # counted (and refused past the limit) first
     check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"sweep-{spec.name}", "sweep", args.overwrite)
     reused = cached_runs(runs, out.path)
+    say = progress_lines("sweep", args)
+    if say:
+        say(f"{len(runs):,} runs ({spec.runs_how}), {reused:,} of them in the cache")
     bar = progress_bar(f"sweep of {len(runs)} runs") if interactive(args) else None
     progress = (lambda done, total: bar(done / total)) if bar else None
     started = False
