@@ -414,9 +414,12 @@ class Planner:
         if len(searched) < 2:
             return best
         *others, last = searched
-        prefixes = sorted(itertools.product(*(range(self.limits[i][1] + 1) for i in others)),
-                          key=lambda p: self.fixed_cost(self._vector(dict(zip(others, p, strict=True)))))  # fmt: skip
-        costs = [self.fixed_cost(self._vector(dict(zip(others, p, strict=True)))) for p in prefixes]  # ascending
+
+        def cost(prefix: Counts) -> float:
+            return self.fixed_cost(self._vector(dict(zip(others, prefix, strict=True))))
+
+        prefixes = sorted(itertools.product(*(range(self.limits[i][1] + 1) for i in others)), key=cost)
+        costs = [cost(p) for p in prefixes]  # ascending
         for position, prefix in enumerate(prefixes):
             counts = dict(zip(others, prefix, strict=True))
             used = sum(1 for n in prefix if n)
