@@ -115,9 +115,12 @@ def test_long_commands_print_progress_with_an_eta(tmp_path: Path) -> None:
     plan = run_cli("plan", str(_write(tmp_path, MIXED)), "-o", str(tmp_path / "plan"), "--jobs", "1")
     assert plan.returncode == 0, plan.stderr
     lines = plan.stderr.splitlines()
-    assert lines[0].startswith("infersim plan: at most ") and " runs (a bisection" in lines[0]
+    most = int(re.match(r"infersim plan: at most ([\d,]+) candidates x", lines[0])[1].replace(",", ""))  # type: ignore[index]
     assert lines[1].startswith("infersim plan: candidate 1-2 of at most ")
     assert any(re.search(r"ETA( of the single-architecture searches)? at most \d+ s$", line) for line in lines)
+    for line in lines[1:]:  # the bound holds: no candidate past it, no ETA below zero
+        last, bound = re.search(r"candidate (?:\d+-)?(\d+) of at most ([\d,]+)", line).groups()  # type: ignore[union-attr]
+        assert int(last) <= int(bound.replace(",", "")) <= most and "ETA -" not in line, line
     rerun = run_cli("plan", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "plan"), "--jobs", "1")
     assert rerun.returncode == 0 and rerun.stdout == plan.stdout  # every run from the cache
     run = run_cli("run", str(_write(tmp_path, COMPARE, "c.yaml")), "--set", "run.seed=1,2,3", "-o", str(tmp_path / "r"))
