@@ -162,8 +162,8 @@ def expand(
     """Every run, validated up front: a bad field path, a metric that is not in a run's summary,
     or a run over the size ``limits`` fails before anything is simulated."""
     catalog = catalog or Catalog()
-    check_runs(spec.runs, limits, f"{sweep_path}: this sweep is too large to run", spec.runs_how,
-               "fewer values, sample points or replications")  # fmt: skip
+    check_runs(spec.runs, limits, f"{sweep_path}: sweep", spec.runs_how,
+               "give fewer grid values, sample points or replications")  # fmt: skip
     scenario_path = spec.scenario if spec.scenario.is_absolute() else sweep_path.parent / spec.scenario
     with naming(f"{sweep_path}: scenario"):
         data = load_scenario_data(scenario_path)
