@@ -30,6 +30,7 @@ import yaml
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
+from simulator.runner import EXIT_NOTHING_MEASURED
 from tests.fuzz.conftest import (
     EMPIRICAL,
     ERROR,
@@ -61,9 +62,14 @@ KNOWN_UNNAMED_IN_SWEEPS = KNOWN_UNNAMED
 def check_contract(
     outcome: Outcome, names: tuple[str, ...], folder: str, known_unnamed: dict[str, str] = KNOWN_UNNAMED
 ) -> None:
-    """Exit 0 or 2; one error naming one of ``names`` (the mutated file); writes only in ``folder``."""
+    """Exit 0 or 2; one error naming one of ``names`` (the mutated file); writes only in ``folder``.
+    Or exit 4: a run that measured nothing, its files written in ``folder``, the reason said."""
     assert "Traceback (most recent call last)" not in outcome.err + outcome.out, outcome
-    assert outcome.code in (0, 2) and not outcome.escaped, outcome
+    assert outcome.code in (0, 2, EXIT_NOTHING_MEASURED) and not outcome.escaped, outcome
+    if outcome.code == EXIT_NOTHING_MEASURED:
+        assert ERROR in outcome.err and "arrived" in outcome.err, outcome
+        assert_writes_only_inside(outcome, folder)
+        return
     if outcome.code == 0:
         assert ERROR not in outcome.err, outcome
         assert_writes_only_inside(outcome, folder)
