@@ -104,6 +104,7 @@ class MeasurementRow:
     layout: dict[str, object] = field(default_factory=dict)
     statistic: str = "mean"
     burstiness: float | None = None  # CV^2 of a gamma load's gaps
+    source: str = ""  # where the figure was published (the ``source`` column)
 
     @property
     def single_stream(self) -> bool:
@@ -123,12 +124,20 @@ class RowResult:
     flag: str = ""
     served: str = ""  # how the row was run: layout, stack, speculation, context, in words
     other_way: str = ""  # for information only: the prediction with the speculation question answered the other way
+    predicted_cv: float | None = None  # with the fits refitted without the row's source (cross_validation)
+    cv_reason: str = ""  # why ``predicted_cv`` is None for a predicted row
 
     @property
     def rel_error(self) -> float | None:
-        if self.predicted is None:
-            return None
-        return (self.predicted - self.row.value) / self.row.value
+        return _relative(self.predicted, self.row.value)
+
+    @property
+    def rel_error_cv(self) -> float | None:
+        return _relative(self.predicted_cv, self.row.value)
+
+
+def _relative(predicted: float | None, measured: float) -> float | None:
+    return None if predicted is None else (predicted - measured) / measured
 
 
 def _int_or_none(text: str, column: str, where: str) -> int | None:
@@ -217,6 +226,7 @@ def read_table(path: Path) -> list[MeasurementRow]:
                 layout=parse_layout(raw.get("layout") or "", where),
                 statistic=statistic,
                 burstiness=number(burstiness, where, "burstiness", positive=True) if burstiness else None,
+                source=(raw.get("source") or "").strip(),
             )
         )
     if not rows:
@@ -446,6 +456,18 @@ def _errors(results: Sequence[RowResult]) -> list[float]:
     return [r.rel_error for r in results if r.rel_error is not None]
 
 
+def _cv_errors(results: Sequence[RowResult]) -> list[float]:
+    return [r.rel_error_cv for r in results if r.rel_error_cv is not None]
+
+
+def _both(results: Sequence[RowResult], cv: bool) -> dict[str, float | int]:
+    """Plain statistics, and with ``cv`` the cross-validated ones beside them (keys ending ``_cv``)."""
+    plain = _stats(_errors(results))
+    if not cv:
+        return plain
+    return plain | {f"{k}_cv": v for k, v in _stats(_cv_errors(results)).items()}
+
+
 def model_family(model_id: str) -> str:
     """A model id's lineage: its first word and the words after it up to the first that holds a
     digit (``llama-3.1-8b`` -> ``llama``, ``gpt-oss-120b`` -> ``gpt-oss``, ``qwen3-32b`` -> ``qwen3``)."""
@@ -458,22 +480,29 @@ def model_family(model_id: str) -> str:
     return "-".join(words)
 
 
-def _grouped(results: Sequence[RowResult], key: Callable[[RowResult], str]) -> dict[str, dict[str, float | int]]:
+def _grouped(
+    results: Sequence[RowResult], key: Callable[[RowResult], str], cv: bool
+) -> dict[str, dict[str, float | int]]:
     groups = sorted({key(r) for r in results})
-    return {g: _stats(_errors([r for r in results if key(r) == g])) for g in groups}
+    return {g: _both([r for r in results if key(r) == g], cv) for g in groups}
 
 
-def summarize(results: Sequence[RowResult]) -> dict[str, object]:
+def summarize(results: Sequence[RowResult], cv: bool = False) -> dict[str, object]:
     """Median and 90th-percentile absolute relative error: all rows, unflagged rows, per architecture,
-    per model family, and MoE against dense models."""
+    per model family, and MoE against dense models; with ``cv`` also those of the cross-validated
+    predictions (``*_cv`` keys: over the rows that have one) and the rows without one."""
     predicted = [r for r in results if r.rel_error is not None]
     unflagged = [r for r in predicted if not r.flag]
-    return {
-        "overall": _stats(_errors(predicted)),
-        "unflagged": _stats(_errors(unflagged)),
-        "by_architecture": _grouped(predicted, lambda r: r.family),
-        "by_model_family": _grouped(predicted, lambda r: r.model_family),
-        "by_model_kind": _grouped(predicted, lambda r: "moe" if r.moe else "dense"),
+    summary: dict[str, object] = {
+        "overall": _both(predicted, cv),
+        "unflagged": _both(unflagged, cv),
+        "by_architecture": _grouped(predicted, lambda r: r.family, cv),
+        "by_model_family": _grouped(predicted, lambda r: r.model_family, cv),
+        "by_model_kind": _grouped(predicted, lambda r: "moe" if r.moe else "dense", cv),
         "flagged": [{"id": r.row.id, "flag": r.flag} for r in predicted if r.flag],
         "unpredicted": [{"id": r.row.id, "reason": r.reason} for r in results if r.predicted is None],
     }
+    if cv:
+        summary["not_cross_validated"] = [{"id": r.row.id, "reason": r.cv_reason} for r in predicted
+                                          if r.predicted_cv is None]  # fmt: skip
+    return summary
