@@ -24,7 +24,7 @@ from simulator.config.model import TensorGroup
 from simulator.errors import ConfigError
 from simulator.serialize import estimate_dict, layout_dict
 from simulator.tables import format_number, format_table
-from simulator.validation import BUNDLED_TABLE, MeasurementRow, read_table, summarize, validate
+from simulator.validation import BUNDLED_TABLE, MeasurementRow, hardware_label, read_table, summarize, validate
 
 if TYPE_CHECKING:
     from simulator.cross_validation import CrossValidation
@@ -117,7 +117,7 @@ def estimate_text(e: Estimate, choice: LayoutChoice | None = None) -> str:
     info = estimate_dict(e)
     groups = ", ".join(_group_text(d, g, p) for g, p in d.precision.items() if g != "router")
     lines = [
-        f"{d.model.id} on {d.chips} x {d.hardware.id} with {d.stack.id}  ({d.layout}; KV {d.kv_cache})",
+        f"{d.model.id} on {d.chips} x {hardware_label(d.hardware.id)} with {d.stack.id}  ({d.layout}; KV {d.kv_cache})",
         f"  weights by group: {groups}",
         f"  weights {d.weight_bytes / GB:.1f} GB and KV in {d.weights_tier.name}; KV budget "
         f"{d.kv_budget_bytes / GB:.1f} GB = {d.max_kv_tokens:,} tokens; "

@@ -142,3 +142,22 @@ def test_validate_cv_json_gives_every_predicted_row_its_cross_validated_predicti
     for r in predicted:  # no fit names these rows: cross-validation leaves them as they are
         assert r["predicted_cv"] == r["predicted"]
     assert "median_abs_rel_error_cv" in out["summary"]["overall"]
+
+
+def test_hardware_without_a_measurement_row_is_marked_unvalidated_wherever_it_is_printed() -> None:
+    from simulator.analytic.estimate import estimate
+    from simulator.analytic.layouts import Question, deploy
+    from simulator.cli.profiles import estimate_text
+    from simulator.compare import table_cells
+    from simulator.config.deployment import DeploymentSpec
+    from simulator.validation import BUNDLED_TABLE, hardware_label, read_table, validated_hardware
+
+    measured = {r.hardware for r in read_table(BUNDLED_TABLE)}
+    assert validated_hardware() == measured
+    for hardware in CATALOG.hardware_ids():
+        assert hardware_label(hardware).endswith("(unvalidated)") == (hardware not in measured)
+    unmeasured = next(h for h in CATALOG.hardware_ids() if h not in measured)
+    d = deploy(CATALOG, DeploymentSpec(hardware=unmeasured, model="llama-3.1-8b"), Question(1000, 1000, 1))
+    assert f"{unmeasured} (unvalidated)" in estimate_text(estimate(d, 1000, 1000, 1)).splitlines()[0]
+    assert table_cells({"hardware": unmeasured})[0] == f"{unmeasured} (unvalidated)"
+    assert table_cells({"hardware": "nvidia-h200"})[0] == "nvidia-h200"
