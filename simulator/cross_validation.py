@@ -247,7 +247,7 @@ class _Linearised:
             if z0[j] + step > problem.upper[j] / problem.scale[j]:
                 step = -step  # at the upper bound: a backward difference
             value = float((z0[j] + step) * problem.scale[j])
-            for i in np.flatnonzero(problem.touches[:, j]):
+            for i in np.flatnonzero(problem.touches[:, j]).tolist():
                 moved = predict(rows[i], {parameter: value})
                 jac[i, j] = (math.log(moved / rows[i].value) - base[i]) / step if moved else 0.0
         return cls(group, problem, list(rows), base, jac)

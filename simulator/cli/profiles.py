@@ -224,16 +224,16 @@ def validate_command(args: argparse.Namespace) -> int:
             print(f"  not cross-validated {item['id']}: {item['reason']}")
         _print_fits(cv)
     print()
-    cells = _stat_cells if cv is None else _stat_cells_cv
+    stat_cells = _stat_cells if cv is None else _stat_cells_cv
     stat_headers = ["rows", "median |err|", "p90 |err|"]
     stat_headers += ["CV rows", "CV median |err|", "CV p90 |err|"] if cv is not None else []
-    stats = [["all rows", *cells(summary["overall"])]]  # type: ignore[arg-type]
-    stats += [["unflagged rows", *cells(summary["unflagged"])]]  # type: ignore[arg-type]
-    stats += [[fam, *cells(s)] for fam, s in summary["by_architecture"].items()]  # type: ignore[attr-defined]
+    stats = [["all rows", *stat_cells(summary["overall"])]]  # type: ignore[arg-type]
+    stats += [["unflagged rows", *stat_cells(summary["unflagged"])]]  # type: ignore[arg-type]
+    stats += [[fam, *stat_cells(s)] for fam, s in summary["by_architecture"].items()]  # type: ignore[attr-defined]
     print(format_table(["architecture", *stat_headers], stats))
     print()
-    models = [[kind, *cells(s)] for kind, s in summary["by_model_kind"].items()]  # type: ignore[attr-defined]
-    models += [[fam, *cells(s)] for fam, s in summary["by_model_family"].items()]  # type: ignore[attr-defined]
+    models = [[kind, *stat_cells(s)] for kind, s in summary["by_model_kind"].items()]  # type: ignore[attr-defined]
+    models += [[fam, *stat_cells(s)] for fam, s in summary["by_model_family"].items()]  # type: ignore[attr-defined]
     print(format_table(["models", *stat_headers], models))
     unvalidated = [h for h in cat.hardware_ids() if h not in _rows_by_hardware([r.row for r in results])]
     if unvalidated:
@@ -247,7 +247,7 @@ def _print_fits(cv: CrossValidation) -> None:
     for group in cv.groups:
         print(f"  fit of {', '.join(p.name for p in group.parameters)} on {len(group.row_ids)} rows")
     if cv.held:
-        print(f"  held at their values (no fitting rows named in their provenance): {', '.join(cv.held)}")
+        print(f"  held at their values (their provenance names no row of this table): {', '.join(cv.held)}")
 
 
 def _rows_by_hardware(rows: list[MeasurementRow]) -> dict[str, int]:
