@@ -161,3 +161,24 @@ def test_hardware_without_a_measurement_row_is_marked_unvalidated_wherever_it_is
     assert f"{unmeasured} (unvalidated)" in estimate_text(estimate(d, 1000, 1000, 1)).splitlines()[0]
     assert table_cells({"hardware": unmeasured})[0] == f"{unmeasured} (unvalidated)"
     assert table_cells({"hardware": "nvidia-h200"})[0] == "nvidia-h200"
+
+
+def test_the_first_order_refit_predicts_the_held_out_rows_as_calibrate_s_full_refit_does() -> None:
+    """Holding out source a: the linearised refit on b's rows and calibrate's nonlinear fit on the
+    same rows predict a's rows alike (the refit is the Gauss-Newton step of the same fit)."""
+    import warnings
+
+    from simulator.calibration import fit, parse_parameters
+    from simulator.errors import InfersimWarning
+
+    catalog = _fitted_on(["T1", "T2", "T3", "T4", "T5"])
+    sources = ["https://a.example/doc"] * 2 + ["https://b.example/doc"] * 3
+    rows = _rows(sources, [1.15, 1.15, 0.9, 0.9, 0.9], catalog)
+    cv = cross_validate(rows, catalog, validate(rows, catalog))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InfersimWarning)
+        full = fit(parse_parameters(["cerebras-cs3"], PATHS, []), rows[2:], catalog)
+    refitted = catalog.with_profiles(hardware=list(full.hardware.values()))
+    for row in rows[:2]:
+        (expected,) = validate([row], refitted)
+        assert expected.predicted is not None and cv.predicted[row.id] == pytest.approx(expected.predicted, rel=0.02)
