@@ -85,10 +85,12 @@ def _chips(chips: int) -> str:
 
 def run_assumptions(scenario: Scenario, summary: RunSummary | None = None) -> Assumptions:
     """The assumptions of one simulated run (its resolved scenario, and its summary for the window and basis)."""
+    from simulator.validation import hardware_label  # the validation module runs the engine: imported on use
+
     fleet = scenario.fleet
     models = sorted({b.deployment.model_id for b in fleet})
     hardware = ", ".join(
-        f"{b.deployment.hardware_id} x {b.replicas} replica{'s' if b.replicas != 1 else ''}"
+        f"{hardware_label(b.deployment.hardware_id)} x {b.replicas} replica{'s' if b.replicas != 1 else ''}"
         + (_chips(summary.backends[b.name].chips // max(b.replicas, 1))
            if summary is not None and b.name in summary.backends else "")
         for b in fleet
@@ -109,8 +111,10 @@ def run_assumptions(scenario: Scenario, summary: RunSummary | None = None) -> As
 def closed_form_assumptions(model: str, hardware: Sequence[str], input_tokens: int, output_tokens: int,
                             users: Sequence[int]) -> Assumptions:  # fmt: skip
     """The assumptions of the closed-form estimate (no simulated window, no cost)."""
+    from simulator.validation import hardware_label
+
     return Assumptions(
-        model, f"{', '.join(hardware)} (each its smallest placement that fits)",
+        model, f"{', '.join(map(hardware_label, hardware))} (each its smallest placement that fits)",
         f"{input_tokens} prompt and {output_tokens} output tokens per request",
         "closed-form estimate (steady state, no simulated window)",
         " and ".join(f"{u} concurrent user{'s' if u != 1 else ''}" for u in users), "not costed",

@@ -52,11 +52,14 @@ class ComparisonRow:
     result: RunResult
 
     def to_dict(self) -> dict[str, Any]:
+        from simulator.validation import validated_hardware
+
         s = self.result.summary
         backend = next(iter(s.backends.values()))
         cost = s.cost
         row: dict[str, Any] = {
             "hardware": self.hardware,
+            "validated": self.hardware in validated_hardware(),  # has rows in the bundled measurement table
             "load": self.load,
             "chips": backend.chips,
             "cost_basis": cost.basis,
@@ -132,7 +135,10 @@ CELLS = (
 
 def table_cells(d: dict[str, Any]) -> list[object]:
     """One row of the comparison table, from a row's ``to_dict()``."""
-    return [d.get(key) or "-" if spec is None else format_number(d.get(key), spec) for key, spec in CELLS]
+    from simulator.validation import hardware_label
+
+    cells = [d.get(key) or "-" if spec is None else format_number(d.get(key), spec) for key, spec in CELLS]
+    return [hardware_label(str(d["hardware"])), *cells[1:]]  # unvalidated hardware marked
 
 
 def comparison_table(rows: list[dict[str, Any]]) -> str:

@@ -164,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
                  "predict every row of a measurement table and report the error")  # fmt: skip
     p.add_argument("table", nargs="?", type=Path, help="measurement CSV (default: the bundled measurements)")
     p.add_argument("--json", action="store_true", help="print every row and the summary as JSON")
+    p.add_argument("--cv", action="store_true", help="also predict each row with the fitted parameters refitted "
+                   "without the rows of its source (leave-one-source-out cross-validation)")  # fmt: skip
 
     p = _command(sub, "calibrate", "simulator.cli.profiles:calibrate_command",
                  "fit hardware and serving-stack efficiencies and latencies to measured rows")  # fmt: skip

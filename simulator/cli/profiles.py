@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -23,7 +24,10 @@ from simulator.config.model import TensorGroup
 from simulator.errors import ConfigError
 from simulator.serialize import estimate_dict, layout_dict
 from simulator.tables import format_number, format_table
-from simulator.validation import BUNDLED_TABLE, MeasurementRow, read_table, summarize, validate
+from simulator.validation import BUNDLED_TABLE, MeasurementRow, hardware_label, read_table, summarize, validate
+
+if TYPE_CHECKING:
+    from simulator.cross_validation import CrossValidation
 
 GB = 1e9
 
@@ -113,7 +117,7 @@ def estimate_text(e: Estimate, choice: LayoutChoice | None = None) -> str:
     info = estimate_dict(e)
     groups = ", ".join(_group_text(d, g, p) for g, p in d.precision.items() if g != "router")
     lines = [
-        f"{d.model.id} on {d.chips} x {d.hardware.id} with {d.stack.id}  ({d.layout}; KV {d.kv_cache})",
+        f"{d.model.id} on {d.chips} x {hardware_label(d.hardware.id)} with {d.stack.id}  ({d.layout}; KV {d.kv_cache})",
         f"  weights by group: {groups}",
         f"  weights {d.weight_bytes / GB:.1f} GB and KV in {d.weights_tier.name}; KV budget "
         f"{d.kv_budget_bytes / GB:.1f} GB = {d.max_kv_tokens:,} tokens; "
@@ -165,27 +169,48 @@ def estimate_command(args: argparse.Namespace) -> int:
 
 
 def validate_command(args: argparse.Namespace) -> int:
-    results = validate(read_table(args.table or BUNDLED_TABLE), catalog(args))
-    summary = summarize(results)
+    rows, cat = read_table(args.table or BUNDLED_TABLE), catalog(args)
+    results = validate(rows, cat)
+    cv = None
+    if args.cv:
+        from simulator.cross_validation import cross_validate, with_cv
+
+        cv = cross_validate(rows, cat, results)
+        results = with_cv(results, cv)
+    summary = summarize(results, cv=cv is not None)
     if args.json:
-        rows = [
-            {"id": r.row.id, "predicted": r.predicted, "measured": r.row.value, "rel_error": r.rel_error,
-             "metric": r.row.metric, "hardware": r.row.hardware, "model": r.row.model,
-             "bottleneck": r.bottleneck, "flag": r.flag, "reason": r.reason, "served": r.served,
-             "other_way": r.other_way}
-            for r in results
-        ]  # fmt: skip
-        print(json_text({"rows": rows, "summary": summary}), end="")
+        rows_out = []
+        for r in results:
+            row = {"id": r.row.id, "predicted": r.predicted, "measured": r.row.value, "rel_error": r.rel_error,
+                   "metric": r.row.metric, "hardware": r.row.hardware, "model": r.row.model,
+                   "bottleneck": r.bottleneck, "flag": r.flag, "reason": r.reason, "served": r.served,
+                   "other_way": r.other_way}  # fmt: skip
+            if cv is not None:
+                row |= {"predicted_cv": r.predicted_cv, "rel_error_cv": r.rel_error_cv, "cv_reason": r.cv_reason,
+                        "source": cv.sources[r.row.id]}  # fmt: skip
+            rows_out.append(row)
+        out: dict[str, object] = {"rows": rows_out, "summary": summary}
+        if cv is not None:
+            out["cross_validation"] = {
+                "fits": [{"parameters": [p.name for p in g.parameters], "rows": list(g.row_ids)} for g in cv.groups],
+                "held": cv.held,
+                "refits": cv.refits,
+            }
+        print(json_text(out), end="")
         return 0
     table: list[list[object]] = []
     for r in results:
         conc = "max" if r.row.concurrency is None else r.row.concurrency
         pred = "-" if r.predicted is None else f"{r.predicted:.4g}"
         err = r.reason if r.rel_error is None else f"{r.rel_error:+.0%}"
-        table.append([r.row.id, r.row.hardware, r.row.model, r.row.weights, conc, r.row.metric,
-                     f"{r.row.value:.4g}", pred, err, r.bottleneck, "flagged" if r.flag else ""])  # fmt: skip
-    headers = ["id", "hardware", "model", "w", "C", "metric", "measured", "predicted", "error", "bottleneck", ""]
-    print(format_table(headers, table))
+        cells = [r.row.id, r.row.hardware, r.row.model, r.row.weights, conc, r.row.metric,
+                 f"{r.row.value:.4g}", pred, err]  # fmt: skip
+        if cv is not None:
+            cells.append("-" if r.rel_error_cv is None else f"{r.rel_error_cv:+.0%}")
+        table.append([*cells, r.bottleneck, "flagged" if r.flag else ""])
+    headers = ["id", "hardware", "model", "w", "C", "metric", "measured", "predicted", "error"]
+    headers += ["CV error"] if cv is not None else []
+    print(format_table([*headers, "bottleneck", ""], table))
     for r in results:
         if "speculative" in r.served or "context" in r.served or r.other_way:
             print(f"  {r.row.id} (spec_decoding {r.row.spec_decoding}): {r.served}"
@@ -194,20 +219,35 @@ def validate_command(args: argparse.Namespace) -> int:
         print(f"  flagged {item['id']}: {item['flag']}")
     for item in summary["unpredicted"]:  # type: ignore[attr-defined]
         print(f"  not predicted {item['id']}: {item['reason']}")
+    if cv is not None:
+        for item in summary["not_cross_validated"]:  # type: ignore[attr-defined]
+            print(f"  not cross-validated {item['id']}: {item['reason']}")
+        _print_fits(cv)
     print()
-    stats = [["all rows", *_stat_cells(summary["overall"])]]  # type: ignore[arg-type]
-    stats += [["unflagged rows", *_stat_cells(summary["unflagged"])]]  # type: ignore[arg-type]
-    stats += [[fam, *_stat_cells(s)] for fam, s in summary["by_architecture"].items()]  # type: ignore[attr-defined]
-    print(format_table(["architecture", "rows", "median |err|", "p90 |err|"], stats))
+    stat_cells = _stat_cells if cv is None else _stat_cells_cv
+    stat_headers = ["rows", "median |err|", "p90 |err|"]
+    stat_headers += ["CV rows", "CV median |err|", "CV p90 |err|"] if cv is not None else []
+    stats = [["all rows", *stat_cells(summary["overall"])]]  # type: ignore[arg-type]
+    stats += [["unflagged rows", *stat_cells(summary["unflagged"])]]  # type: ignore[arg-type]
+    stats += [[fam, *stat_cells(s)] for fam, s in summary["by_architecture"].items()]  # type: ignore[attr-defined]
+    print(format_table(["architecture", *stat_headers], stats))
     print()
-    models = [[kind, *_stat_cells(s)] for kind, s in summary["by_model_kind"].items()]  # type: ignore[attr-defined]
-    models += [[fam, *_stat_cells(s)] for fam, s in summary["by_model_family"].items()]  # type: ignore[attr-defined]
-    print(format_table(["models", "rows", "median |err|", "p90 |err|"], models))
-    measured = _rows_by_hardware([r.row for r in results])
-    unvalidated = [h for h in catalog(args).hardware_ids() if h not in measured]
+    models = [[kind, *stat_cells(s)] for kind, s in summary["by_model_kind"].items()]  # type: ignore[attr-defined]
+    models += [[fam, *stat_cells(s)] for fam, s in summary["by_model_family"].items()]  # type: ignore[attr-defined]
+    print(format_table(["models", *stat_headers], models))
+    unvalidated = [h for h in cat.hardware_ids() if h not in _rows_by_hardware([r.row for r in results])]
     if unvalidated:
         print(f"\nunvalidated (no measurement rows in the table): {', '.join(unvalidated)}")
     return 0
+
+
+def _print_fits(cv: CrossValidation) -> None:
+    """What the cross-validation refitted, fold by fold."""
+    print("\ncross-validation (leave one source out; each fit refitted without the rows of the source):")
+    for group in cv.groups:
+        print(f"  fit of {', '.join(p.name for p in group.parameters)} on {len(group.row_ids)} rows")
+    if cv.held:
+        print(f"  held at their values (their provenance names no row of this table): {', '.join(cv.held)}")
 
 
 def _rows_by_hardware(rows: list[MeasurementRow]) -> dict[str, int]:
@@ -215,9 +255,14 @@ def _rows_by_hardware(rows: list[MeasurementRow]) -> dict[str, int]:
     return dict(Counter(r.hardware for r in rows))
 
 
-def _stat_cells(stats: dict[str, float]) -> list[object]:
-    return [stats["rows"], format_number(stats["median_abs_rel_error"], ".1%"),
-            format_number(stats["p90_abs_rel_error"], ".1%")]  # fmt: skip
+def _stat_cells(stats: dict[str, float], suffix: str = "") -> list[object]:
+    return [stats[f"rows{suffix}"], format_number(stats[f"median_abs_rel_error{suffix}"], ".1%"),
+            format_number(stats[f"p90_abs_rel_error{suffix}"], ".1%")]  # fmt: skip
+
+
+def _stat_cells_cv(stats: dict[str, float]) -> list[object]:
+    """Plain statistics, then the cross-validated ones."""
+    return [*_stat_cells(stats), *_stat_cells(stats, "_cv")]
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
