@@ -208,8 +208,9 @@ class ResultsFolder:
                 f"{self.path / MARKER}: 'files': expected a list of file names; refusing to touch anything in "
                 f"{self.path}: remove the marker or choose another folder"
             )
+        real_folders: set[str] = set()  # (each folder looked at once: a run-by-run folder lists thousands)
         for name in listed:
-            reason = _name_reason(name) or _unsafe_reason(self.path, name)
+            reason = _name_reason(name) or _unsafe_reason(self.path, name, leaf=False, real_folders=real_folders)
             if reason:
                 raise ConfigError(
                     f"{self.path / MARKER}: lists {name!r}: {reason}; refusing to touch anything in {self.path} "
@@ -234,14 +235,14 @@ class ResultsFolder:
         """
         for name in files:
             _check_relative(name)
-        self._preflight(files)  # before the lock file: a refusal leaves the folder as it was
+        self._preflight(files, replace, owned, set(kept))  # before the lock file: a refusal leaves the folder as it was
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"{self.path}: cannot create the folder: {exc.strerror}") from None
         with self._locked():
             self.check()  # another writer may have changed the folder while this one ran
-            marker, earlier = self._preflight(files)
+            marker, earlier, stale = self._preflight(files, replace, owned, set(kept))
             _clean_stale_staging(self.path)
             staging = self.path / f"{STAGING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
             try:
@@ -258,7 +259,7 @@ class ResultsFolder:
                         with target.open("w", encoding="utf-8") as file:
                             file.writelines(contents)
                 with _signals_deferred():
-                    self._commit(staging, files, marker, earlier, replace, owned, set(kept))
+                    self._commit(staging, files, marker, earlier, stale)
             except OSError as exc:
                 if exc.errno in DEVICE_ERRORS:  # the boundary says so (its own exit status), naming the folder
                     raise OSError(exc.errno, exc.strerror, str(self.path)) from None
@@ -266,12 +267,17 @@ class ResultsFolder:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
 
-    def _preflight(self, files: Mapping[str, FileContents]) -> tuple[Mapping[str, object], set[str]]:
-        """The marker and its checked listing; refuse a file to write below a link, or one infersim
-        did not write (not in the marker): it is the user's."""
+    def _preflight(
+        self, files: Mapping[str, FileContents], replace: bool, owned: tuple[str, ...], kept: set[str]
+    ) -> tuple[Mapping[str, object], set[str], set[str]]:
+        """The marker, its checked listing and the files of it to remove (see :meth:`write`); refuse a
+        file to write or remove below a link or where a folder is, or one to write that infersim did
+        not write (not in the marker): it is the user's."""
         marker = read_marker(self.path) or {}
         earlier = self._listed(marker)
-        for name in files:
+        same_command = marker.get("command") == self.command
+        stale = {n for n in earlier - set(files) - kept if (replace and same_command) or n.startswith(owned)}
+        for name in [*files, *sorted(stale)]:
             _refuse_unsafe(self.path, name)
         theirs = sorted(n for n in files if n not in earlier and os.path.lexists(self.path / n))
         if theirs:
@@ -280,7 +286,7 @@ class ResultsFolder:
                 f"not write ({', '.join(theirs[:3])}{', ...' if len(theirs) > 3 else ''}); --overwrite replaces only "
                 "infersim's own files: move them or choose another folder"
             )
-        return marker, earlier
+        return marker, earlier, stale
 
     def _commit(
         self,
@@ -288,9 +294,7 @@ class ResultsFolder:
         files: Mapping[str, FileContents],
         marker: Mapping[str, object],
         earlier: set[str],
-        replace: bool,
-        owned: tuple[str, ...],
-        kept: set[str],
+        stale: set[str],
     ) -> None:
         """Mark first (so that a concurrent check sees infersim's folder), move, prune, mark again.
 
@@ -299,8 +303,6 @@ class ResultsFolder:
         """
         command = self.command if self.command is not None else str(marker.get("command", "report"))
         self._mark(staging, command, earlier | set(files))
-        same_command = marker.get("command") == self.command
-        stale = {n for n in earlier - set(files) - kept if (replace and same_command) or n.startswith(owned)}
         root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             for name in files:
@@ -357,39 +359,44 @@ def _name_reason(name: str) -> str:
     """Why ``name`` (read back from a marker) is no file name inside a results folder ('' when it is)."""
     if not name or "\0" in name:
         return "not a file name"
-    pure = PurePosixPath(name)
-    if pure.is_absolute():
+    if name.startswith("/"):
         return "an absolute path"
-    if ".." in pure.parts:
+    parts = name.split("/")
+    if ".." in parts:
         return "a path through '..'"
-    if pure.as_posix() != name:
+    if "" in parts or "." in parts:
         return "not a plain relative file name"
-    if _reserved(pure.parts[0]):
+    if _reserved(parts[0]):
         return "one of infersim's own working files"
     return ""
 
 
-def _unsafe_reason(root: Path, name: str, folder: bool = False) -> str:
+def _unsafe_reason(
+    root: Path, name: str, folder: bool = False, leaf: bool = True, real_folders: set[str] | None = None
+) -> str:
     """Why the file ``root/name`` (the sub-folder, with ``folder``) cannot be written or removed in
-    place ('' when it can): a symbolic link or a file among the folders on its way, or a folder
-    where the file is."""
-    parts = PurePosixPath(name).parts
-    path = root
-    for depth, part in enumerate(parts, 1):
-        path = path / part
+    place ('' when it can): a symbolic link or a file among the folders on its way, or (unless not
+    ``leaf``) a folder where the file is. ``real_folders``: folders already found real (added to)."""
+    parts = name.split("/")  # (a name checked by _name_reason or _check_relative)
+    for depth in range(1, len(parts) + (1 if leaf or folder else 0)):
+        shown = "/".join(parts[:depth])
+        if real_folders is not None and shown in real_folders and depth < len(parts):
+            continue
+        path = os.path.join(root, shown)
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
             return ""
         except OSError as exc:
             return f"{path}: {exc.strerror}"
-        shown = "/".join(parts[:depth])
         if depth == len(parts) and not folder:
             return f"{shown} is a folder, not a file" if stat.S_ISDIR(mode) else ""
         if stat.S_ISLNK(mode):
             return f"{shown} is a symbolic link (to {os.readlink(path)!r}), not a folder of its own"
         if not stat.S_ISDIR(mode):
             return f"{shown} is not a folder"
+        if real_folders is not None:
+            real_folders.add(shown)
     return ""
 
 

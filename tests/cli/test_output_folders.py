@@ -305,3 +305,28 @@ def test_a_killed_sweep_stops_its_workers(tmp_path: Path, how: signal.Signals, c
     while _marked_processes(mark) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _marked_processes(mark) == []
+
+
+def test_a_listed_file_that_is_a_link_is_replaced_or_removed_as_a_link(tmp_path: Path) -> None:
+    """A listed ``summary.json`` planted as a link to a user's file: the link is replaced (a file it
+    names is written) or removed (one it no longer writes), never the file it points to."""
+    folder = tmp_path / "out"
+    ResultsFolder(folder, "run").write({"summary.json": "1", "old.txt": "1"})
+    (tmp_path / "victim.txt").write_text("victim\n")
+    for name in ("summary.json", "old.txt"):
+        (folder / name).unlink()
+        (folder / name).symlink_to(tmp_path / "victim.txt")
+    ResultsFolder(folder, "run").write({"summary.json": "2"})
+    assert (tmp_path / "victim.txt").read_text() == "victim\n"
+    assert not (folder / "summary.json").is_symlink() and (folder / "summary.json").read_text() == "2"
+    assert not os.path.lexists(folder / "old.txt")
+
+
+def test_a_linked_sweep_cache_is_refused(tmp_path: Path) -> None:
+    """The sweep fills ``cache/`` itself: a results folder whose ``cache`` is a link is refused."""
+    folder, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    ResultsFolder(folder, "sweep").write({"runs.csv": "a\n"})
+    elsewhere.mkdir()
+    (folder / "cache").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(ConfigError, match="cache is a symbolic link"):
+        ResultsFolder(folder, "sweep")
