@@ -334,6 +334,13 @@ class ResultsFolder:
             os.close(handle)  # releases the lock
 
 
+def subfolder(folder: Path, name: str) -> Path:
+    """``folder/name``, the default results folder inside a folder a command reads (which may come
+    from anyone): refused (ConfigError) when it is a symbolic link, so results never land elsewhere."""
+    _refuse_unsafe(folder, name, folder=True)
+    return folder / name
+
+
 def _probe(path: Path, ancestor: Path) -> None:
     """Refuse ``path`` unless a folder can really be made in ``ancestor`` (made and removed at once).
 

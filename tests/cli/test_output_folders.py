@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
-from simulator.cli.output import MARKER, STAGING_PREFIX, STAGING_SENTINEL, ResultsFolder
+from simulator.cli.output import MARKER, STAGING_PREFIX, STAGING_SENTINEL, ResultsFolder, subfolder
 from simulator.errors import ConfigError
 from tests.conftest import interruptible
 
@@ -330,3 +330,13 @@ def test_a_linked_sweep_cache_is_refused(tmp_path: Path) -> None:
     (folder / "cache").symlink_to(elsewhere, target_is_directory=True)
     with pytest.raises(ConfigError, match="cache is a symbolic link"):
         ResultsFolder(folder, "sweep")
+
+
+def test_a_default_folder_inside_a_read_folder_is_never_a_link(tmp_path: Path) -> None:
+    """``compare-measured FOLDER`` writes to ``FOLDER/compare`` by default: refused when that is a link."""
+    (tmp_path / "received").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    assert subfolder(tmp_path / "received", "compare") == tmp_path / "received" / "compare"
+    (tmp_path / "received" / "compare").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(ConfigError, match="compare is a symbolic link"):
+        subfolder(tmp_path / "received", "compare")
