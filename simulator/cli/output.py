@@ -154,7 +154,8 @@ class ResultsFolder:
         path = self.path
         _check_reachable(path)
         if self.command is None and not path.is_dir():
-            raise ConfigError(f"{path}: no such folder (expected a results folder)")
+            found = "a file" if os.path.lexists(path) else "no such folder"
+            raise ConfigError(f"{path}: {found} (expected a results folder)")
         reason = _forbidden_reason(path)
         if reason:
             raise ConfigError(

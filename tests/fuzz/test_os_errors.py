@@ -41,6 +41,7 @@ def sandbox(tmp_path: Path) -> Path:
                      id="symlink-loop"),
         pytest.param(("run", "s.yaml", "-o", "loop/out"), ("loop/out: Too many levels of symbolic links",),
                      id="under-a-symlink-loop"),
+        pytest.param(("report", "loop"), ("loop: Too many levels of symbolic links",), id="report-symlink-loop"),
         pytest.param(("run", "s.yaml", "-o", "dangling"), ("dangling: a symbolic link to 'nowhere'",),
                      id="dangling-link"),
     ],
