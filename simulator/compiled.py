@@ -131,6 +131,11 @@ def current(folder: Path = BUILD_DIR) -> bool:
     return _stale_reason(folder) is None
 
 
+def in_use(folder: Path = BUILD_DIR) -> bool:
+    """Whether a process started now loads :data:`MODULES` from ``folder`` (:func:`install`)."""
+    return not _pure_requested() and current(folder)
+
+
 def status(folder: Path = BUILD_DIR) -> str:
     """Which engine this process loads: ``compiled (mypyc)``, or ``pure Python`` and why."""
     if _pure_requested():

@@ -9,6 +9,11 @@ One boundary for everything that can go wrong:
   folder as it was (:mod:`simulator.cli.output`), except the runs a long command (``sweep``,
   ``plan``, ``compare``, ``run`` with several values) finished, which it keeps and names; the
   package's imports happen inside :func:`main`, so a Ctrl-C while they run is caught too;
+- a failure of the operating system is one line naming the path and the system's reason
+  (``infersim: error: PATH: REASON``, no traceback): exit 74 (``EX_IOERR`` of ``sysexits.h``)
+  when the device cannot store what is written (full, over quota, failing), standard output
+  included (``infersim ... > /dev/full``); exit 2 for anything else (a name too long, a loop of
+  symbolic links, a missing folder, the current folder deleted), as for other bad input;
 - anything else is a bug: exit 1 with a short message asking for a report (the traceback
   with ``--debug``);
 - :class:`~simulator.errors.InfersimWarning`\\ s print as ``infersim: warning: ...``.
@@ -37,6 +42,7 @@ from simulator.errors import InfersimError, InfersimWarning
 EXIT_BAD_INPUT = 2  # also `plan` when no fleet within the limits can meet the targets
 EXIT_BUG = 1
 EXIT_BROKEN_PIPE = 1  # as the Python documentation's SIGPIPE note recommends
+EXIT_DEVICE = 74  # EX_IOERR (sysexits.h): the device could not store the output
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 
@@ -145,8 +151,10 @@ def _command(argv: Sequence[str] | None) -> int:
             signal.signal(signal.SIGINT, on_interrupt)
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
     try:
-        with _user_warnings():
-            return handler(args)
+        with _user_warnings(), _stdout_named():
+            code = handler(args)
+            sys.stdout.flush()  # a full device fails here, not after the command returned
+        return code
     except InfersimError as exc:
         print(f"infersim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -159,6 +167,8 @@ def _command(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:  # the reader (e.g. `| head`) closed early: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        return _os_error(exc)
     except Exception as exc:  # a bug: say so briefly, the traceback on request
         if args.debug:
             traceback.print_exc()
@@ -172,6 +182,71 @@ def _command(argv: Sequence[str] | None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+STDOUT = "standard output"
+
+
+class _NamedStream:
+    """A text stream whose failures to write name it (``OSError.filename``), as a file's do."""
+
+    def __init__(self, stream: Any, name: str) -> None:
+        self._stream, self._name = stream, name
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, self._name) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, self._name) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _stdout_named() -> Iterator[None]:
+    """Standard output (the process's own, not a caller's replacement) names itself when it fails."""
+    if sys.stdout is not sys.__stdout__ or sys.stdout is None:
+        yield
+        return
+    real = sys.stdout
+    sys.stdout = _NamedStream(real, STDOUT)
+    try:
+        yield
+    finally:
+        sys.stdout = real
+
+
+def _os_error(exc: OSError) -> int:
+    """One line for a failure of the operating system, naming the path (the current folder when
+    it is gone and the error names none); the exit status says whether the device failed."""
+    from simulator.cli.output import DEVICE_ERRORS
+
+    where = exc.filename
+    if where == STDOUT:  # what is still buffered cannot be written: dropped, so that the flush at exit is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    elif where is None and not _cwd_exists():
+        where = "the current folder"
+    print(f"infersim: error: {f'{where}: ' if where is not None else ''}{exc.strerror or exc}", file=sys.stderr)
+    return EXIT_DEVICE if exc.errno in DEVICE_ERRORS else EXIT_BAD_INPUT
+
+
+def _cwd_exists() -> bool:
+    try:
+        os.getcwd()
+    except OSError:
+        return False
+    return True
 
 
 def _kept(exc: BaseException) -> str:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from simulator.cli.common import catalog, json_text
-from simulator.cli.output import ResultsFolder
+from simulator.cli.output import ResultsFolder, subfolder
 from simulator.config.files import read_json
 from simulator.config.loading import Catalog
 from simulator.config.model import ModelSpec
@@ -136,7 +136,7 @@ def compare_measured(args: argparse.Namespace) -> int:
     if not traced:
         raise ConfigError(f"{folder}: no run of this import has per-request data to replay")
     cat = catalog(args)
-    out = ResultsFolder(args.out or folder / "compare", "compare-measured", args.overwrite)
+    out = ResultsFolder(args.out or subfolder(folder, "compare"), "compare-measured", args.overwrite)
     files: dict[str, str | bytes] = {}
     report: dict[str, object] = {}
     for entry in traced:

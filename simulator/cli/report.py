@@ -6,19 +6,16 @@ import argparse
 from pathlib import Path
 
 from simulator.cli.output import ResultsFolder
-from simulator.errors import ConfigError
 from simulator.report import build_report
 
 
 def write_report(folder: Path) -> Path:
     """Add ``report.html`` and ``figures/`` to a results folder (its other files are kept)."""
-    files = build_report(folder)
-    ResultsFolder(folder, None).write(files, replace=False, owned=("figures/", "report.html"))
+    out = ResultsFolder(folder, None)  # first: a folder that must not take a report is refused before the work
+    out.write(build_report(folder), replace=False, owned=("figures/", "report.html"))
     return folder / "report.html"
 
 
 def report(args: argparse.Namespace) -> int:
-    if not args.folder.is_dir():
-        raise ConfigError(f"{args.folder}: not a results folder (no such folder)")
     print(f"wrote {write_report(args.folder)}")
     return 0

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
-from simulator.cli.output import MARKER, STAGING_PREFIX, ResultsFolder
+from simulator.cli.output import MARKER, STAGING_PREFIX, STAGING_SENTINEL, ResultsFolder, subfolder
 from simulator.errors import ConfigError
 from tests.conftest import interruptible
 
@@ -41,7 +41,16 @@ run: {seed: 1, duration: 20000 s}
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every file's bytes (and every link's target) under ``folder``, never following a link."""
+    tree = {}
+    for where, folders, files in os.walk(folder):
+        for name in folders + files:
+            path = Path(where) / name
+            if path.is_symlink():
+                tree[str(path.relative_to(folder))] = os.readlink(path).encode()
+            elif path.is_file():
+                tree[str(path.relative_to(folder))] = path.read_bytes()
+    return tree
 
 
 @pytest.fixture
@@ -156,15 +165,82 @@ def test_concurrent_writers_take_turns_and_never_mix(tmp_path: Path) -> None:
     assert not list(folder.glob(f"{STAGING_PREFIX}*"))
 
 
+def _dead_pid() -> int:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(dead.stdout)
+
+
 def test_a_killed_writers_staging_folder_is_cleaned_by_the_next_writer(tmp_path: Path) -> None:
     folder = tmp_path / "out"
     ResultsFolder(folder, "run").write({"a.txt": "1"})
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = folder / f"{STAGING_PREFIX}{int(dead.stdout)}-abcd"
+    stale = folder / f"{STAGING_PREFIX}{_dead_pid()}-0123abcd"  # as a writer names and fills it
     stale.mkdir()
+    (stale / STAGING_SENTINEL).write_text("infersim\n")
     (stale / "summary.json").write_text('{"partial": ')
     ResultsFolder(folder, "run").write({"a.txt": "2"})
     assert not stale.exists() and (folder / "a.txt").read_text() == "2"
+
+
+def test_only_infersims_own_staging_folders_are_cleaned(tmp_path: Path) -> None:
+    """A folder merely named like a staging folder (another name, no sentinel, a link) is the user's."""
+    folder, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    ResultsFolder(folder, "run").write({"a.txt": "1"})
+    elsewhere.mkdir()
+    (elsewhere / STAGING_SENTINEL).write_text("planted\n")
+    pid = _dead_pid()
+    users = [f"{STAGING_PREFIX}notes", f"{STAGING_PREFIX}{pid}-abcd", f"{STAGING_PREFIX}{pid}-0123abcd"]
+    for name in users:
+        (folder / name).mkdir()
+        (folder / name / "keep.txt").write_text("mine\n")
+    (folder / users[0] / STAGING_SENTINEL).write_text("a sentinel, but not a staging name\n")
+    (folder / f"{STAGING_PREFIX}{pid}-89abcdef").symlink_to(elsewhere, target_is_directory=True)
+    before = _snapshot(tmp_path)
+    ResultsFolder(folder, "run").write({"a.txt": "2"})
+    after = _snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith("out/a.txt") and not k.endswith(MARKER)} == {
+        k: v for k, v in before.items() if not k.startswith("out/a.txt") and not k.endswith(MARKER)
+    }
+    assert (folder / f"{STAGING_PREFIX}{pid}-89abcdef").is_symlink()
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("../victim.txt", "a path through '..'"),
+        ("figures/../../victim.txt", "a path through '..'"),
+        ("@ROOT@/victim.txt", "an absolute path"),
+        ("./a.txt", "not a plain relative file name"),
+        (".infersim-results.lock", "infersim's own working files"),
+        ("linked/victim.txt", "linked is a symbolic link"),
+    ],
+)
+def test_a_listing_that_reaches_outside_refuses_the_folder(tmp_path: Path, entry: str, expected: str) -> None:
+    """The marker's list is read back from disk: one bad entry refuses every writer, before anything is touched."""
+    folder = tmp_path / "out"
+    ResultsFolder(folder, "run").write({"a.txt": "1"})
+    (tmp_path / "victim.txt").write_text("victim\n")
+    (folder / "linked").symlink_to(tmp_path, target_is_directory=True)
+    marker = json.loads((folder / MARKER).read_text())
+    marker["files"].append(entry.replace("@ROOT@", str(tmp_path)))
+    (folder / MARKER).write_text(json.dumps(marker))
+    before = _snapshot(tmp_path)
+    for command, replace in (("run", True), (None, False), ("plan", True)):
+        with pytest.raises(ConfigError, match=expected):
+            ResultsFolder(folder, command, overwrite=True).write({"b.txt": "2"}, replace=replace, owned=("figures/",))
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_file_below_a_linked_folder_is_never_written(tmp_path: Path) -> None:
+    """``figures`` a link to another folder: writing ``figures/01.png`` is refused, the other folder untouched."""
+    folder, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    ResultsFolder(folder, "run").write({"a.txt": "1"})
+    elsewhere.mkdir()
+    (elsewhere / "01.png").write_bytes(b"the user's picture")
+    (folder / "figures").symlink_to(elsewhere, target_is_directory=True)
+    before = _snapshot(tmp_path)
+    with pytest.raises(ConfigError, match="figures is a symbolic link"):
+        ResultsFolder(folder, None).write({"figures/01.png": b"png"}, replace=False, owned=("figures/",))
+    assert _snapshot(tmp_path) == before
 
 
 def test_report_needs_an_existing_results_folder(user_folder: Path) -> None:
@@ -229,3 +305,38 @@ def test_a_killed_sweep_stops_its_workers(tmp_path: Path, how: signal.Signals, c
     while _marked_processes(mark) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _marked_processes(mark) == []
+
+
+def test_a_listed_file_that_is_a_link_is_replaced_or_removed_as_a_link(tmp_path: Path) -> None:
+    """A listed ``summary.json`` planted as a link to a user's file: the link is replaced (a file it
+    names is written) or removed (one it no longer writes), never the file it points to."""
+    folder = tmp_path / "out"
+    ResultsFolder(folder, "run").write({"summary.json": "1", "old.txt": "1"})
+    (tmp_path / "victim.txt").write_text("victim\n")
+    for name in ("summary.json", "old.txt"):
+        (folder / name).unlink()
+        (folder / name).symlink_to(tmp_path / "victim.txt")
+    ResultsFolder(folder, "run").write({"summary.json": "2"})
+    assert (tmp_path / "victim.txt").read_text() == "victim\n"
+    assert not (folder / "summary.json").is_symlink() and (folder / "summary.json").read_text() == "2"
+    assert not os.path.lexists(folder / "old.txt")
+
+
+def test_a_linked_sweep_cache_is_refused(tmp_path: Path) -> None:
+    """The sweep fills ``cache/`` itself: a results folder whose ``cache`` is a link is refused."""
+    folder, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    ResultsFolder(folder, "sweep").write({"runs.csv": "a\n"})
+    elsewhere.mkdir()
+    (folder / "cache").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(ConfigError, match="cache is a symbolic link"):
+        ResultsFolder(folder, "sweep")
+
+
+def test_a_default_folder_inside_a_read_folder_is_never_a_link(tmp_path: Path) -> None:
+    """``compare-measured FOLDER`` writes to ``FOLDER/compare`` by default: refused when that is a link."""
+    (tmp_path / "received").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    assert subfolder(tmp_path / "received", "compare") == tmp_path / "received" / "compare"
+    (tmp_path / "received" / "compare").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(ConfigError, match="compare is a symbolic link"):
+        subfolder(tmp_path / "received", "compare")
