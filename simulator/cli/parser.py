@@ -216,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_import_commands(sub)
 
+    p = _command(sub, "schema", "simulator.cli.schema:schema_command",
+                 "print the JSON Schema of a scenario, a profile or a run's summary.json")  # fmt: skip
+    p.add_argument("kind", choices=("scenario", "hardware", "model", "stack", "summary"), help="which document")
+
     p = _command(sub, "compile", "simulator.cli.compiling:compile_command",
                  "compile the engine's hot modules to C with mypyc (same results, faster runs)")  # fmt: skip
     p.add_argument("--if-stale", action="store_true", help="build only if the build is missing or not current")

@@ -38,7 +38,7 @@ Number = Annotated[
     BeforeValidator(lambda value: math.nan if value is None else value),
     WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "null"}]}),
 ]
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Literal[2] = 2
 SUMMARY_SCHEMA = f"infersim-summary/{SCHEMA_VERSION}"
 Reasons = dict[str, str]
 
