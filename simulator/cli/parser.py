@@ -261,9 +261,10 @@ def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     p.add_argument("--report", action="store_true", help="also write report.html with the CDF figures")
 
     p = _command(sub, "export", "simulator.cli.imports:export_command",
-                 "a run folder's summary in a peer's result fields (vLLM's, for its dashboards)")  # fmt: skip
+                 "a run folder's results in a peer's result format (vLLM bench, GuideLLM, AIPerf)")  # fmt: skip
     p.add_argument("folder", type=Path, help="a folder written by infersim run")
-    p.add_argument("--format", choices=("vllm-bench",), default="vllm-bench", help="whose field names")
+    p.add_argument("--format", choices=("vllm-bench", "guidellm", "aiperf"), default="vllm-bench",
+                   help="whose result format")  # fmt: skip
 
     p = _command(sub, "models", "simulator.cli.imports:models_import",
                  "model profiles from a Hugging Face config.json")  # fmt: skip
