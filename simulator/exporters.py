@@ -23,13 +23,15 @@ the pooled mean of the lists is exact, while the spread within a request is not 
   ``max_concurrent_requests`` vLLM's sweep over the completed requests' ``[start, start +
   latency)``. The load: ``request_rate`` (``"inf"`` for a closed loop or a trace),
   ``burstiness`` (vLLM's gamma shape, 1 / CV^2) and ``max_concurrency`` (the closed loop's users).
-- ``guidellm``: GuideLLM's ``benchmarks.json`` as :mod:`simulator.importers.guidellm` reads it
-  (the v0.3 report's shape): one benchmark, its ``args.strategy`` (``synchronous``,
-  ``concurrent``, ``constant``, ``poisson``), ``request_totals`` (``successful``, ``errored``,
-  ``incomplete``) and each metric's ``successful`` distribution (mean, median, mode, variance,
-  std_dev, min, max, count, total_sum, percentiles p001..p999); ``requests_per_second`` and
-  ``output_tokens_per_second`` state their mean over the duration only. GuideLLM's
-  ``inter_token_latency_ms`` is infersim's TPOT, its ``time_per_output_token_ms`` ``e2e / n``.
+- ``guidellm``: GuideLLM's ``benchmarks.json`` as GuideLLM 0.8's ``GenerativeBenchmarksReport``
+  loads it (one benchmark; its strategy, ``synchronous``, ``concurrent``, ``constant`` or
+  ``poisson``, under ``config`` as 0.4+ hold it and under ``args`` as 0.3 did), with
+  ``request_totals`` (``successful``, ``errored``, ``incomplete``) and each metric's
+  ``successful`` distribution (mean, median, mode, variance, std_dev, min, max, count,
+  total_sum, percentiles p001..p999): per request for latencies and lengths, per second of the
+  run for the rates and the concurrency. GuideLLM's ``inter_token_latency_ms`` is infersim's
+  TPOT, its ``time_per_output_token_ms`` ``e2e / n``; a streamed chunk is one token. Metrics
+  of what is not simulated (websocket round trips, images, audio, tool calls) are empty.
 - ``aiperf``: AIPerf's ``profile_export_aiperf.json``: each metric ``{unit, avg, std, min, max,
   count, sum, p1..p99}``, AIPerf's ``inter_token_latency`` being infersim's TPOT, and the load
   under ``input_config.loadgen`` (``concurrency`` or ``request_rate``).
@@ -249,7 +251,7 @@ def _arrival_process(load: dict[str, Any]) -> str | None:
 
 
 def _strategy(load: dict[str, Any]) -> dict[str, Any]:
-    """GuideLLM's ``args.strategy`` of a load."""
+    """GuideLLM's strategy of a load."""
     if load.get("kind") == "closed":
         users = int(load["users"])
         return {"type_": "synchronous"} if users == 1 else {"type_": "concurrent", "streams": users}
@@ -275,38 +277,102 @@ def _guidellm_distribution(values: FloatArray) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _steps_at(t: FloatArray, at: FloatArray, weight: FloatArray) -> FloatArray:
+    """``sum_r weight_r [at_r <= t]`` at each ``t``."""
+    order = np.argsort(at)
+    total = np.concatenate(([0.0], np.cumsum(weight[order])))
+    out: FloatArray = total[np.searchsorted(at[order], t, side="right")]
+    return out
+
+
+def _ramps_at(t: FloatArray, start: FloatArray, end: FloatArray, slope: FloatArray) -> FloatArray:
+    """``sum_r slope_r (clip(t, start_r, end_r) - start_r)`` at each ``t``: ramps from start to end,
+    as ``(t - start)^+ - (t - end)^+``."""
+    out = np.zeros(t.size)
+    for edge, sign in ((start, 1.0), (end, -1.0)):
+        out += sign * (t * _steps_at(t, edge, slope) - _steps_at(t, edge, slope * edge))
+    return out
+
+
+def _per_second(p: Prompts) -> dict[str, FloatArray]:
+    """GuideLLM's rates over the run, one value per whole second from the first arrival (one bucket
+    of the duration when it is shorter): completions, prompt tokens (counted at the first token),
+    output tokens (the first at the first token, the others spread evenly to the last) and the
+    time-mean of the requests in flight."""
+    a, f, c = p.completed(p.arrival_s), p.completed(p.first_s), p.completed(p.done_s)
+    n_in, n_out = p.completed(p.input_tokens), p.completed(p.output_tokens)
+    duration = p.duration_s
+    width = min(1.0, duration)
+    buckets = max(1, math.floor(duration / width))
+    edges = float(p.arrival_s.min()) + width * np.arange(buckets + 1, dtype=np.float64)
+    spread = c > f
+    decode = np.where(spread, (n_out - 1) / np.where(spread, c - f, 1.0), 0.0)
+    output = (_steps_at(edges, f, np.ones(f.size)) + _steps_at(edges, c, np.where(spread, 0.0, n_out - 1))
+              + _ramps_at(edges, f, c, decode))  # fmt: skip
+    prompt = _steps_at(edges, f, n_in)
+    return {
+        "requests_per_second": np.diff(_steps_at(edges, c, np.ones(c.size))) / width,
+        "prompt_tokens_per_second": np.diff(prompt) / width,
+        "output_tokens_per_second": np.diff(output) / width,
+        "tokens_per_second": np.diff(prompt + output) / width,
+        "request_concurrency": np.diff(_ramps_at(edges, a, c, np.ones(a.size))) / width,
+    }
+
+
+#: GuideLLM's modality summaries and their fields (a text-only run states none of them).
+GUIDELLM_MODALITIES = {"text": ("tokens", "words", "characters"), "image": ("tokens", "images", "pixels", "bytes"),
+                       "video": ("tokens", "frames", "seconds", "bytes"),
+                       "audio": ("tokens", "samples", "seconds", "bytes"),
+                       "tool_call": ("tokens", "mixed_tokens", "count")}  # fmt: skip
+
+
 def guidellm(requests: dict[str, FloatArray], summary: dict[str, Any], scenario: dict[str, Any],
              version: str) -> dict[str, Any]:  # fmt: skip
     """GuideLLM's report of a run (module docstring)."""
     load = scenario.get("load") or {}
     strategy = _strategy(load)
     p = prompts_of(requests, float((scenario.get("run") or {}).get("warmup") or 0.0))
-    n_out = p.completed(p.output_tokens)
-    metrics = {
-        "request_latency": p.e2e_s,
-        "time_to_first_token_ms": p.ttft_s * MS_PER_S,
-        "inter_token_latency_ms": p.tpot_s * MS_PER_S,
-        "time_per_output_token_ms": p.e2e_s / n_out * MS_PER_S,
-        "prompt_token_count": p.completed(p.input_tokens),
-        "output_token_count": n_out,
-    }
-    duration = p.duration_s
-    rates = {
-        "requests_per_second": int(p.ok.sum()) / duration,
-        "output_tokens_per_second": float(n_out.sum()) / duration,
-    }
-    start = float(p.arrival_s.min())
+    n_in, n_out = p.completed(p.input_tokens), p.completed(p.output_tokens)
+    e2e, tpot = p.e2e_s, p.tpot_s
+    per_request = {
+        "request_latency": e2e, "request_streaming_iterations_count": n_out,
+        "prompt_token_count": n_in, "output_token_count": n_out, "total_token_count": n_in + n_out,
+        "time_to_first_token_ms": p.ttft_s * MS_PER_S, "time_to_first_output_token_ms": p.ttft_s * MS_PER_S,
+        "time_per_output_token_ms": e2e / n_out * MS_PER_S, "inter_token_latency_ms": tpot * MS_PER_S,
+        "output_tokens_per_iteration": np.ones(n_out.size), "iter_tokens_per_iteration": np.ones(n_out.size),
+    }  # fmt: skip
+    in_flight = int(summary.get("requests_in_flight") or 0)
+    totals = {"successful": int(p.ok.sum()), "errored": int((~p.ok).sum()), "incomplete": in_flight,
+              "total": int(p.ok.size) + in_flight}  # fmt: skip
+    start, duration = float(p.arrival_s.min()), p.duration_s
+    metrics: dict[str, Any] = {"request_totals": totals}
+    metrics |= {name: {"successful": _guidellm_distribution(v)} for name, v in (per_request | _per_second(p)).items()}
+    metrics |= {"time_to_last_round_trip_ms": {}, "avg_round_trip_time_ms": {}}  # websocket timings: none
+    metrics |= {kind: dict.fromkeys(fields) for kind, fields in GUIDELLM_MODALITIES.items()}
+    delays = ("queued_time_avg", "resolve_start_delay_avg", "resolve_targeted_start_delay_avg",
+              "request_start_delay_avg", "request_targeted_start_delay_avg", "resolve_end_delay_avg",
+              "finalized_delay_avg", "processed_delay_avg")  # fmt: skip
+    zero_delays = dict.fromkeys(delays, 0.0)
     benchmark = {
         "type_": "generative_benchmark",
-        "args": {"strategy": strategy, "model": model_id_of(scenario), "warmup_number": None, "cooldown_number": None},
-        "start_time": start, "end_time": start + duration, "duration": duration,
-        "request_totals": {"successful": int(p.ok.sum()), "errored": int((~p.ok).sum()),
-                           "incomplete": int(summary.get("requests_in_flight") or 0),
-                           "total": int(p.ok.size) + int(summary.get("requests_in_flight") or 0)},
-        "metrics": {name: {"successful": _guidellm_distribution(values)} for name, values in metrics.items()}
-        | {name: {"successful": {"mean": rate}} for name, rate in rates.items()},
+        "args": {"strategy": strategy, "model": model_id_of(scenario)},  # GuideLLM 0.3's place of the load
+        "config": {"run_id": "infersim", "run_index": 0, "strategy": strategy, "constraints": {}, "profile": {},
+                   "requests": {}, "backend": {"model": model_id_of(scenario)}, "environment": {}},
+        "scheduler_state": {},
+        "scheduler_metrics": {
+            "start_time": start, "request_start_time": start, "measure_start_time": start,
+            "measure_end_time": start + duration, "request_end_time": start + duration, "end_time": start + duration,
+            "requests_made": totals, "request_time_avg": float(e2e.mean()), "resolve_time_avg": float(e2e.mean()),
+            **zero_delays,  # a simulated client sends on time: no scheduler delays
+        },
+        "metrics": metrics,
+        "requests": {},
     }  # fmt: skip
-    return {"infersim_version": version, "benchmarks": [benchmark]}
+    profile = {"kind": strategy["type_"], **{k: v for k, v in strategy.items() if k != "type_"}}
+    config = {"backend": {"kind": "openai_http", "target": "infersim://simulated", "model": model_id_of(scenario)},
+              "profile": profile, "data": [{"kind": "synthetic_text", "prompt_tokens": round(float(n_in.mean())),
+                                            "output_tokens": round(float(n_out.mean()))}]}  # fmt: skip
+    return {"config": {"spec": config}, "benchmarks": [benchmark], "infersim_version": version}
 
 
 def _aiperf_metric(unit: str, values: FloatArray) -> dict[str, Any]:

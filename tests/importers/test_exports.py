@@ -142,3 +142,22 @@ def test_a_load_a_format_cannot_state_is_refused_and_nothing_written(tmp_path: P
         assert "exports as vllm-bench" in capsys.readouterr().err
         assert not (run / f"summary.{fmt}.json").exists()
     assert _export(run, "vllm-bench")["burstiness"] == pytest.approx(0.25)
+
+
+def test_guidellms_per_second_rates_count_what_the_rows_hold(closed) -> None:
+    exported = _export(closed[0], "guidellm")
+    metrics = exported["benchmarks"][0]["metrics"]
+    rows = _export(closed[0], "vllm-bench")
+    start = np.array(rows["start_times"])
+    done = start + np.array(rows["latencies"])
+    first = start + np.array(rows["ttfts"])
+    seconds = metrics["requests_per_second"]["successful"]["count"]
+    edge = start.min() + seconds  # the last whole second (the run lasts longer than one)
+    completions = metrics["requests_per_second"]["successful"]["total_sum"]
+    assert completions == (done <= edge).sum()
+    n = np.array(rows["output_lens"])
+    emitted = (first <= edge) + (n - 1) * np.clip((edge - first) / (done - first), 0.0, 1.0)
+    assert metrics["output_tokens_per_second"]["successful"]["total_sum"] == pytest.approx(emitted.sum(), rel=1e-9)
+    in_flight = np.clip(np.minimum(done, edge) - start, 0.0, None).sum()  # request-seconds before the edge
+    assert metrics["request_concurrency"]["successful"]["total_sum"] == pytest.approx(in_flight, rel=1e-9)
+    assert metrics["request_concurrency"]["successful"]["max"] <= 3  # three users
