@@ -32,9 +32,11 @@ the pooled mean of the lists is exact, while the spread within a request is not 
   run for the rates and the concurrency. GuideLLM's ``inter_token_latency_ms`` is infersim's
   TPOT, its ``time_per_output_token_ms`` ``e2e / n``; a streamed chunk is one token. Metrics
   of what is not simulated (websocket round trips, images, audio, tool calls) are empty.
-- ``aiperf``: AIPerf's ``profile_export_aiperf.json``: each metric ``{unit, avg, std, min, max,
-  count, sum, p1..p99}``, AIPerf's ``inter_token_latency`` being infersim's TPOT, and the load
-  under ``input_config.loadgen`` (``concurrency`` or ``request_rate``).
+- ``aiperf``: AIPerf's ``profile_export_aiperf.json`` as AIPerf 0.8 writes it (export schema
+  1.2): each metric ``{unit, avg, std, min, max, count, sum, p1..p99}``, AIPerf's
+  ``inter_token_latency`` being infersim's TPOT, and the load under ``input_config.loadgen``
+  (``concurrency`` or ``request_rate``). AIPerf 0.13's ``JsonExportData`` accepts every metric;
+  its ``input_config`` states the load as phases instead, which this export does not write.
 
 A load a format cannot state (GuideLLM's and AIPerf's have no gamma arrivals, no rate steps or
 ramps, no traces, no agents) is refused with the formats that can.
@@ -404,7 +406,7 @@ def aiperf(requests: dict[str, FloatArray], summary: dict[str, Any], scenario: d
         per_user = np.where(tpot > 0, 1.0 / tpot, math.nan)
     model = model_id_of(scenario)
     return {
-        "aiperf_version": None, "infersim_version": version,
+        "schema_version": "1.2", "aiperf_version": None, "infersim_version": version,  # the 0.8 export's shape
         "request_throughput": {"unit": "requests/sec", "avg": completed / duration},
         "request_latency": _aiperf_metric("ms", p.e2e_s * MS_PER_S),
         "request_count": {"unit": "requests", "avg": float(completed)},
