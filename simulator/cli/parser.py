@@ -234,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """``import``, ``compare-measured`` and ``models import`` (:mod:`simulator.cli.imports`)."""
+    from simulator.exporters import FORMATS as EXPORTS
     from simulator.importers import FORMATS
 
     p = _command(sub, "import", "simulator.cli.imports:import_command",
@@ -263,8 +264,7 @@ def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     p = _command(sub, "export", "simulator.cli.imports:export_command",
                  "a run folder's results in a peer's result format (vLLM bench, GuideLLM, AIPerf)")  # fmt: skip
     p.add_argument("folder", type=Path, help="a folder written by infersim run")
-    p.add_argument("--format", choices=("vllm-bench", "guidellm", "aiperf"), default="vllm-bench",
-                   help="whose result format")  # fmt: skip
+    p.add_argument("--format", choices=EXPORTS, default="vllm-bench", help="whose result format")
 
     p = _command(sub, "models", "simulator.cli.imports:models_import",
                  "model profiles from a Hugging Face config.json")  # fmt: skip

@@ -21,8 +21,6 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-#: The kinds of document, in the order ``--help`` lists them.
-KINDS = ("scenario", "hardware", "model", "stack", "summary")
 NUMERIC_TEXT = r"^\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*$"
 
 
