@@ -191,11 +191,13 @@ def models_import(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    """A run folder's summary in a peer's field names, written beside it (:mod:`simulator.exporters`)."""
+    """A run folder's results in a peer's format, written beside them (:mod:`simulator.exporters`)."""
+    import datetime
+
     import numpy as np
 
+    from simulator import exporters
     from simulator.config.files import read_csv, read_yaml
-    from simulator.exporters import vllm_bench
     from simulator.units import parse_quantity
     from simulator.version import __version__
 
@@ -215,7 +217,12 @@ def export_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"{folder / 'scenario.resolved.yaml'}: run.warmup: {exc}") from None
     scenario["run"] = (scenario.get("run") or {}) | {"warmup": seconds}
+    if args.format == "vllm-bench":
+        written = datetime.datetime.fromtimestamp((folder / "summary.json").stat().st_mtime)
+        document = exporters.vllm_bench(columns, summary, scenario, __version__, written.strftime("%Y%m%d-%H%M%S"))
+    else:
+        document = getattr(exporters, args.format)(columns, summary, scenario, __version__)
     name = f"summary.{args.format}.json"
-    out.write({name: json_text(vllm_bench(columns, summary, scenario, __version__))})
+    out.write({name: json_text(document)})
     print(f"wrote {folder / name}")
     return 0

@@ -229,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_import_commands(sub)
 
+    p = _command(sub, "schema", "simulator.cli.schema:schema_command",
+                 "print the JSON Schema of a scenario, a profile or a run's summary.json")  # fmt: skip
+    p.add_argument("kind", choices=("scenario", "hardware", "model", "stack", "summary"), help="which document")
+
     p = _command(sub, "compile", "simulator.cli.compiling:compile_command",
                  "compile the engine's hot modules to C with mypyc (same results, faster runs)")  # fmt: skip
     p.add_argument("--if-stale", action="store_true", help="build only if the build is missing or not current")
@@ -243,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """``import``, ``compare-measured`` and ``models import`` (:mod:`simulator.cli.imports`)."""
+    from simulator.exporters import FORMATS as EXPORTS
     from simulator.importers import FORMATS
 
     p = _command(sub, "import", "simulator.cli.imports:import_command",
@@ -270,9 +275,9 @@ def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     p.add_argument("--report", action="store_true", help="also write report.html with the CDF figures")
 
     p = _command(sub, "export", "simulator.cli.imports:export_command",
-                 "a run folder's summary in a peer's result fields (vLLM's, for its dashboards)")  # fmt: skip
+                 "a run folder's results in a peer's result format (vLLM bench, GuideLLM, AIPerf)")  # fmt: skip
     p.add_argument("folder", type=Path, help="a folder written by infersim run")
-    p.add_argument("--format", choices=("vllm-bench",), default="vllm-bench", help="whose field names")
+    p.add_argument("--format", choices=EXPORTS, default="vllm-bench", help="whose result format")
 
     p = _command(sub, "models", "simulator.cli.imports:models_import",
                  "model profiles from a Hugging Face config.json")  # fmt: skip

@@ -13,6 +13,20 @@ Per request r with arrival a, admission s, first token f, completion c and n out
 - ``itl_s``: every gap between consecutive tokens of a request, pooled over requests
   (a log-binned histogram, 0.5 % resolution).
 
+Every distribution states count, mean, std (ddof 0, as vLLM), min, max and p50/p90/p95/p99/
+p99.9 (``p99_9``). Run-level counts and peaks (the fields vLLM bench, GuideLLM and AIPerf state):
+
+- ``requests_failed = requests_dropped + requests_rejected_over_budget`` (vLLM's ``failed``: no
+  answer); ``requests_in_flight`` is GuideLLM's ``incomplete`` (arrived, unanswered at the end);
+- ``mean_concurrency = (1 / (t1 - t0)) * integral over [t0, t1] of N(t) dt`` and
+  ``peak_concurrency = max_t N(t)``, with ``N(t)`` the requests arrived and not yet answered (the
+  client's count: vLLM's ``max_concurrent_requests``, AIPerf's ``effective_concurrency``); the
+  peak is over the whole run, warm-up included (the level keeps its exact peak when compacted);
+- ``peak_output_tok_s = max_k (O(t0 + k + 1) - O(t0 + k))`` over the whole seconds of the window,
+  with ``O`` the fleet's cumulative output tokens (vLLM's ``max_output_tokens_per_s``, whose
+  1-second buckets start at the first request; here at the warm-up's end). An iteration's tokens
+  are spread evenly over it, and a compacted token series interpolates within its buckets.
+
 Agent tasks (when the run has them), per task t started at ``s_t`` and ended at ``e_t``:
 ``task_time_s = e_t - s_t`` split into ``model_s`` (admission to last token of each call),
 ``queue_s`` (arrival at the replica to admission of each call), ``tool_s``, ``subagent_s``
@@ -71,7 +85,7 @@ from simulator.results.requests import (
     BIN_WIDTH,
     LATENCIES,
     NO_REQUESTS,
-    PERCENTILES,
+    QUANTILES,
     Requests,
     distribution_stats,
     measured_rows,
@@ -104,14 +118,37 @@ NO_TASKS = "no task started after the warm-up finished in the window"
 
 
 def histogram_stats(counts: FloatArray, edges: FloatArray) -> DistributionStats:
-    """Mean and percentiles of a histogram, at the geometric midpoints of its bins."""
+    """Mean, std, min, max and percentiles of a histogram, at the geometric midpoints of its bins
+    (min and max: the midpoints of the lowest and highest bins holding a count)."""
     total = counts.sum()
     if total == 0:
         return distribution_stats(np.array([]), "no inter-token interval was observed (only 1-token answers, or none)")
     mids = np.sqrt(edges[:-1] * edges[1:])
     cumulative = np.cumsum(counts) / total
-    percentiles = {f"p{p}": float(mids[np.searchsorted(cumulative, p / 100.0)]) for p in PERCENTILES}
-    return DistributionStats(count=int(total), mean=float((counts * mids).sum() / total), **percentiles)
+    percentiles = {key: float(mids[np.searchsorted(cumulative, q / 100.0)]) for key, q in QUANTILES.items()}
+    mean = float((counts * mids).sum() / total)
+    held = np.flatnonzero(counts)
+    return DistributionStats(
+        count=int(total), mean=mean, std=math.sqrt(float((counts * (mids - mean) ** 2).sum() / total)),
+        min=float(mids[held[0]]), max=float(mids[held[-1]]), **percentiles,
+    )  # fmt: skip
+
+
+SHORT_WINDOW = "the measurement window is shorter than 1 s"
+
+
+def peak_output_tok_s(records: RunRecords) -> float:
+    """Most output tokens the fleet emitted in one whole second of the window (module docstring);
+    NaN when the window is shorter than 1 s."""
+    seconds = math.floor(records.end_s - records.warmup_s)
+    if seconds < 1:
+        return math.nan
+    grid = records.warmup_s + np.arange(seconds + 1, dtype=np.float64)
+    cumulative = np.zeros(grid.size)
+    for counter in records.tokens:
+        times = np.frombuffer(counter.times, dtype=np.float64)
+        cumulative += np.interp(grid, times, np.frombuffer(counter.output, dtype=np.float64))
+    return float(np.diff(cumulative).max())
 
 
 def class_summary(records: RunRecords, requests: Requests, klass: int, spec: WorkloadClass,
@@ -236,6 +273,7 @@ def summarize(
     offered, capacity = records.offered_requests_per_s, records.capacity_requests_per_s
     per_class, split = _class_summaries(records, requests, classes, parts) if len(classes) > 1 else (None, None)
     basis = bases[0] if len(bases) == 1 else "mixed"
+    peak_tokens = peak_output_tok_s(records)
     return RunSummary(
         **requests.latency_stats(),
         itl_s=histogram_stats(records.itl_counts, records.itl_bin_edges_s),
@@ -243,6 +281,10 @@ def summarize(
         requests_dropped=requests.dropped(DROPPED_TOO_LONG),
         requests_rejected_over_budget=requests.dropped(DROPPED_OVER_BUDGET),
         requests_in_flight=records.in_flight,
+        requests_failed=requests.dropped(DROPPED_TOO_LONG) + requests.dropped(DROPPED_OVER_BUDGET),
+        mean_concurrency=records.in_system.time_mean(t0, t1),
+        peak_concurrency=records.in_system.maximum(),
+        peak_output_tok_s=peak_tokens,
         window_s=window,
         requests_per_s=completed / window,
         output_tok_s=output_tokens / window,
@@ -277,6 +319,7 @@ def summarize(
         offered_requests_per_s=offered,
         overloaded=bool(offered is not None and capacity == capacity and offered > capacity),
         statistics=statistics(records, requests),
+        undefined={"peak_output_tok_s": SHORT_WINDOW} if math.isnan(peak_tokens) else None,
     )  # fmt: skip
 
 

@@ -5,7 +5,8 @@ read row by row (:class:`KeptRequests`): percentiles are exact order statistics.
 rows streamed is read once, chunk by chunk, into a :class:`RequestDigest`:
 
 - counts, token sums and SLO attainment per (class, replica) are exact;
-- each latency's count, mean, minimum and maximum are exact; its percentiles come from a
+- each latency's count, mean, standard deviation, minimum and maximum are exact (the deviation
+  merged chunk by chunk with Chan's pairwise update); its percentiles come from a
   :class:`LogHistogram` of :data:`BINS_PER_DECADE` log-spaced bins per decade (zero kept apart),
   each order statistic taken at its bin's geometric midpoint (clamped to the exact minimum and
   maximum) and interpolated as :func:`numpy.percentile` does, so a binned percentile is within
@@ -29,6 +30,8 @@ from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, FloatArray,
 from simulator.results.summary import DistributionStats
 
 PERCENTILES = (50, 90, 95, 99)
+#: Every percentile a summary states, by its key (``p99_9`` is the 99.9th: a dot would split a dotted path).
+QUANTILES = {**{f"p{p}": float(p) for p in PERCENTILES}, "p99_9": 99.9}
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "per_user_output_tok_s", "normalized_tpot_s", "queueing_delay_s")
 
 #: Why a latency statistic is undefined, written beside it in summary.json.
@@ -81,20 +84,25 @@ def meets(m: dict[str, FloatArray], slo: SLOSpec) -> Mask:
 
 
 def empty_stats(reason: str) -> DistributionStats:
-    keys = ["mean", *(f"p{p}" for p in PERCENTILES)]
+    keys = ["mean", "std", "min", "max", *QUANTILES]
     return DistributionStats(count=0, **dict.fromkeys(keys, math.nan), undefined=dict.fromkeys(keys, reason))
 
 
 def distribution_stats(values: FloatArray, empty_reason: str = NO_REQUESTS) -> DistributionStats:
-    """Count, mean and p50/p90/p95/p99 of the finite values; NaN, with the reason, when there are none."""
+    """Count, mean, standard deviation (ddof 0, as vLLM's ``np.std``), min, max and the
+    :data:`QUANTILES` (linear, :func:`numpy.percentile`) of the finite values; NaN, with the
+    reason, when there are none."""
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return empty_stats(empty_reason)
-    quantiles = np.percentile(finite, PERCENTILES)
+    quantiles = np.percentile(finite, list(QUANTILES.values()))
     return DistributionStats(
         count=int(finite.size),
         mean=float(finite.mean()),
-        **{f"p{p}": float(v) for p, v in zip(PERCENTILES, quantiles, strict=True)},
+        std=float(finite.std()),
+        min=float(finite.min()),
+        max=float(finite.max()),
+        **{key: float(v) for key, v in zip(QUANTILES, quantiles, strict=True)},
     )
 
 
@@ -111,14 +119,14 @@ class LogHistogram:
         self.nonpositive = 0
         self.count = 0
         self.total = 0.0
+        self.squares = 0.0  # sum of squared deviations from the mean (M2)
         self.low, self.high = math.inf, -math.inf
 
     def add(self, values: FloatArray) -> None:
         finite = values[np.isfinite(values)]
         if not finite.size:
             return
-        self.count += finite.size
-        self.total += float(finite.sum())
+        self._merge_moments(finite.size, float(finite.sum()), float(((finite - finite.mean()) ** 2).sum()))
         self.low, self.high = min(self.low, float(finite.min())), max(self.high, float(finite.max()))
         positive = finite[finite > 0]
         self.nonpositive += finite.size - positive.size
@@ -128,9 +136,19 @@ class LogHistogram:
     def merge(self, other: LogHistogram) -> None:
         self.counts += other.counts
         self.nonpositive += other.nonpositive
-        self.count += other.count
-        self.total += other.total
+        self._merge_moments(other.count, other.total, other.squares)
         self.low, self.high = min(self.low, other.low), max(self.high, other.high)
+
+    def _merge_moments(self, count: int, total: float, squares: float) -> None:
+        """Chan et al.'s pairwise update: ``M2 = M2_a + M2_b + delta^2 n_a n_b / n`` (delta: the means' gap)."""
+        if count == 0:
+            return
+        if self.count:
+            delta = total / count - self.total / self.count
+            squares += delta * delta * self.count * count / (self.count + count)
+        self.count += count
+        self.total += total
+        self.squares += squares
 
     def _order_statistic(self, rank: FloatArray) -> FloatArray:
         """Estimates of the values of 0-based ranks: their bins' midpoints, clamped to [min, max]."""
@@ -140,17 +158,21 @@ class LogHistogram:
         return np.clip(mids[where], self.low, self.high)
 
     def stats(self, reason: str) -> DistributionStats:
-        """Count and mean (exact), p50/p90/p95/p99 as :func:`numpy.percentile` would give from binned values."""
+        """Count, mean, std, min and max (exact), the :data:`QUANTILES` as :func:`numpy.percentile`
+        would give from binned values."""
         if self.count == 0:
             return empty_stats(reason)
-        position = (self.count - 1) * np.array(PERCENTILES) / 100.0
+        position = (self.count - 1) * np.array(list(QUANTILES.values())) / 100.0
         below = np.floor(position)
         lower, upper = self._order_statistic(below), self._order_statistic(np.minimum(below + 1, self.count - 1))
         quantiles = lower + (position - below) * (upper - lower)
         return DistributionStats(
             count=self.count,
             mean=self.total / self.count,
-            **{f"p{p}": float(v) for p, v in zip(PERCENTILES, quantiles, strict=True)},
+            std=math.sqrt(self.squares / self.count),
+            min=self.low,
+            max=self.high,
+            **{key: float(v) for key, v in zip(QUANTILES, quantiles, strict=True)},
         )
 
 

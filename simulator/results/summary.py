@@ -8,8 +8,12 @@ one-class run, ``undefined`` where everything is defined) is left out. Summaries
 from ``summary.json`` (``null`` for NaN) validate into the same records. Metric definitions
 are in :mod:`simulator.results.metrics`.
 
-``schema_version`` numbers the document's shape: a change that renames or moves a field
-increments it.
+``schema_version`` numbers the document's shape: a change that renames or moves a field, or
+adds one, increments it; ``schema`` names it (``infersim-summary/<version>``), and
+``infersim schema summary`` prints the JSON Schema of these records (``null`` allowed wherever a
+number may be undefined). Version 2 added ``std``, ``min``, ``max`` and ``p99_9`` to every
+distribution and ``requests_failed``, ``mean_concurrency``, ``peak_concurrency`` and
+``peak_output_tok_s`` to the run; a version-1 document reads with those NaN.
 """
 
 from __future__ import annotations
@@ -17,10 +21,25 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    WithJsonSchema,
+    model_serializer,
+    model_validator,
+)
 
 #: A number that is NaN where undefined (``null`` in JSON, read back as NaN).
-Number = Annotated[float, BeforeValidator(lambda value: math.nan if value is None else value)]
+Number = Annotated[
+    float,
+    BeforeValidator(lambda value: math.nan if value is None else value),
+    WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "null"}]}),
+]
+SCHEMA_VERSION: Literal[2] = 2
+SUMMARY_SCHEMA = f"infersim-summary/{SCHEMA_VERSION}"
 Reasons = dict[str, str]
 
 
@@ -37,12 +56,14 @@ class Record(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document's shape (NaN where undefined; :func:`simulator.serialize.strict_json` writes null)."""
-        data: dict[str, Any] = self.model_dump()
+        data: dict[str, Any] = self.model_dump(by_alias=True)
         return data
 
 
 class DistributionStats(Record):
-    """Count, mean and percentiles of a metric over the measured requests (or tasks)."""
+    """Count, mean, percentiles, standard deviation (ddof 0), min and max of a metric over the
+    measured requests (or tasks); ``p99_9`` is the 99.9th percentile. Fields added in schema 2
+    read as NaN from a schema-1 document."""
 
     count: int
     mean: Number
@@ -50,6 +71,10 @@ class DistributionStats(Record):
     p90: Number
     p95: Number
     p99: Number
+    p99_9: Number = math.nan
+    std: Number = math.nan
+    min: Number = math.nan
+    max: Number = math.nan
     undefined: Reasons | None = None
 
 
@@ -234,12 +259,19 @@ class ClassSummary(LatencyStats):
 class RunSummary(LatencyStats):
     """Everything a run measured in its window (the metrics of :mod:`simulator.results.metrics`)."""
 
-    schema_version: Literal[1] = 1
+    model_config = ConfigDict(populate_by_name=True)
+
+    document_schema: str = Field(SUMMARY_SCHEMA, alias="schema")
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
     itl_s: DistributionStats
     requests_completed: int
     requests_dropped: int
     requests_rejected_over_budget: int
-    requests_in_flight: int
+    requests_in_flight: int  # GuideLLM's "incomplete": arrived, not answered when the run ended
+    requests_failed: int = 0  # vLLM's "failed": dropped + rejected over budget (no answer)
+    mean_concurrency: Number = math.nan
+    peak_concurrency: Number = math.nan
+    peak_output_tok_s: Number = math.nan
     window_s: Number
     requests_per_s: Number
     output_tok_s: Number
@@ -264,10 +296,18 @@ class RunSummary(LatencyStats):
     statistics: Statistics | None = None
     undefined: Reasons | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _name_schema(cls, data: Any) -> Any:
+        """A document without ``schema`` (version 1) is named by its ``schema_version``."""
+        if isinstance(data, dict) and "schema" not in data and "document_schema" not in data:
+            return {**data, "schema": f"infersim-summary/{data.get('schema_version', SCHEMA_VERSION)}"}
+        return data
+
     def to_dict(self) -> dict[str, Any]:
-        """The document with ``schema_version`` first (then the fields in their order)."""
+        """The document with ``schema`` and ``schema_version`` first (then the fields in their order)."""
         data = super().to_dict()
-        return {"schema_version": data.pop("schema_version"), **data}
+        return {"schema": data.pop("schema"), "schema_version": data.pop("schema_version"), **data}
 
     def metric(self, path: str) -> float:
         """A number by its dotted path in the document (``ttft_s.p99``, ``classes.chat.tasks.tasks_completed``,

@@ -155,7 +155,7 @@ def test_run_writes_summary_records_and_the_resolved_scenario(tmp_path: Path) ->
     assert main(["run", str(path), "-o", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "per_user_output_tok_s"):
-        assert set(summary[key]) == {"count", "mean", "p50", "p90", "p95", "p99"}
+        assert set(summary[key]) == {"count", "mean", "std", "min", "max", "p50", "p90", "p95", "p99", "p99_9"}
     for key in ("requests_completed", "requests_dropped", "output_tok_s", "input_tok_s", "requests_per_s",
                 "goodput_requests_per_s"):  # fmt: skip
         assert key in summary
