@@ -16,7 +16,9 @@ from simulator.analytic.step_time import StepCostModel
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.speculation import SpeculativeSpec
+from simulator.resolve import resolve
 from simulator.validation import BUNDLED_TABLE, predict_row, read_table, row_deployment
+from tests.engine.conftest import scenario
 
 CATALOG = Catalog()
 QUESTION = Question(1000, 1000, 1)
@@ -80,3 +82,14 @@ def test_every_speculative_row_of_the_bundled_table_is_predicted() -> None:
     for row in rows:
         result = predict_row(row, CATALOG)
         assert result.predicted is not None, f"{row.id}: {result.reason}"
+
+
+def test_a_replica_pays_for_its_drafts_own_chips() -> None:
+    """Cost per replica-hour (and the engine's energy and chip count) take the target's chips plus the draft's."""
+    target = {"hardware": "cerebras-cs3", "model": "llama-3.1-70b", "weights": "bf16", "chips": 4}
+    own = DRAFT | {"placement": "own-chips", "draft_chips": 2}
+    apart = resolve(scenario(deployment=target | {"speculative": own}), CATALOG).backends[0]
+    alone = resolve(scenario(deployment=target), CATALOG).backends[0]
+    assert apart.deployment.replica_chips == 6 and alone.deployment.replica_chips == 4
+    assert alone.usd_per_replica_hour > 0
+    assert apart.usd_per_replica_hour == pytest.approx(alone.usd_per_replica_hour * 6 / 4, rel=1e-12)
