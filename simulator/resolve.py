@@ -92,7 +92,7 @@ class BackendPlan:
     kv_blocks: int  # per replica
     max_tokens: int  # prompt + output one request may hold (KV or context)
     swap_s_per_block: float  # seconds to move one KV block to the next slower tier (0: no swapping)
-    one_way_s: float  # half the network round trip
+    one_way_s: float  # half the network round trip (the scenario's plus a hosted API's)
     pricing: Pricing
     prefix_caching: bool
     cost: CostModel
@@ -100,6 +100,7 @@ class BackendPlan:
     kv_link: KVLinkSpec | None = None  # ... and the link their KV crosses
     decodes_for: int | None = None  # a decode pool: the backend it decodes for (routed no requests)
     kv_tiers: tuple[TierPlan, ...] = ()  # below the serving tier, fastest first
+    front_end_s: float = 0.0  # a hosted API's time before a replica sees a request (StackProfile.api)
 
     @property
     def window(self) -> int | None:
@@ -115,7 +116,7 @@ class BackendPlan:
     @property
     def usd_per_replica_hour(self) -> float:
         """What one replica costs per hour on a rental or ownership basis (0 when paid per token)."""
-        return self.deployment.chips * self.pricing.usd_per_chip_hour
+        return self.deployment.replica_chips * self.pricing.usd_per_chip_hour
 
     def capacity_requests_per_s(self, lengths: RequestLengths) -> float:
         """Analytic saturation throughput of one replica at the mean request lengths."""
@@ -272,6 +273,7 @@ def backend_plan(
     block_bytes = sched.kv_block_tokens * deployment.kv_bytes_per_token
     tiers = tuple(_tier_plan(spec.name, i, t, deployment, block_bytes) for i, t in enumerate(sched.kv_tiers.tiers)) \
         if sched.kv_tiers else ()  # fmt: skip
+    api = deployment.stack.api  # a hosted API: its round trip and front end (StackProfile.api)
     return BackendPlan(
         index=index,
         name=spec.name,
@@ -284,7 +286,8 @@ def backend_plan(
         kv_blocks=kv_blocks,
         max_tokens=min(kv_blocks * sched.kv_block_tokens, deployment.model.max_context_tokens),
         swap_s_per_block=swap_s_per_block,
-        one_way_s=spec.network_rtt / 2.0,
+        one_way_s=(spec.network_rtt + (api.round_trip.value if api else 0.0)) / 2.0,
+        front_end_s=api.front_end.value if api else 0.0,
         pricing=pricing,
         prefix_caching=scenario.prefix_caching,
         cost=StepCostModel(deployment),

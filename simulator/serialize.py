@@ -54,7 +54,9 @@ def estimate_dict(e: Estimate) -> dict[str, object]:
         "breakdown": {k: e.decode_step.components_s[k] for k in COMPONENTS},
         "bottleneck": e.bottleneck,
         "explanation": e.explanation(),
-        "notes": [note for note in (e.capacity_note(), _one_token_note(e)) if note],
+        "api_time_s": d.api_s,
+        "replica_chips": d.replica_chips,
+        "notes": [note for note in (e.capacity_note(), _one_token_note(e), placement_note(e)) if note],
     }
     if e.itl_s is None:
         out["undefined"] = dict.fromkeys(("itl_s", "per_user_output_tok_s"), _one_token_note(e))
@@ -68,6 +70,19 @@ def layout_dict(choice: LayoutChoice) -> dict[str, object]:
         "chosen": choice.deployment.layout,
         "candidates": [{"layout": c.deployment.layout, "score": c.score} for c in choice.ranked],
     }
+
+
+def placement_note(e: Estimate) -> str:
+    """Where the time and chips go beyond the replica's own (a hosted API, a draft on its own chips)."""
+    d = e.deployment
+    notes = []
+    if d.api_s > 0:
+        notes.append(f"TTFT and E2E include {d.api_s * 1e3:.0f} ms outside the replica ({d.stack.id}'s API round "
+                     "trip and front end; per-user speed excludes it)")  # fmt: skip
+    if d.draft is not None and d.draft_chips:
+        notes.append(f"the draft {d.draft.model.id} runs on {d.draft_chips} chips of its own "
+                     f"({d.replica_chips} in all)")  # fmt: skip
+    return "; ".join(notes)
 
 
 def _one_token_note(e: Estimate) -> str:

@@ -10,7 +10,9 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
   The chunks run in successive iterations (a pipelined machine streams each chunk's tokens
   through its stages, :meth:`StepCostModel.iteration_times`).
 - TTFT at ``C`` is the prefill with the other ``C - 1`` users' decodes riding in its
-  iterations.
+  iterations, plus, on a hosted API, the request's time outside the replica
+  (``Deployment.api_s``: network round trip and the provider's front end), which E2E carries
+  too and the gaps between tokens do not.
 - **Prefill interference** as the engine batches it: while one user decodes its ``O - 1``
   tokens, the other ``C - 1`` users each prefill one prompt of ``n`` chunks. A
   decode-first stack puts a chunk into a decode iteration (the iteration then costs
@@ -29,6 +31,9 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
   users wait: the replica serves ``M`` at a time, so its throughput is ``X = M / E2E(M)`` and,
   by the interactive response-time law with no think time, a request's response time is
   ``R = C / X = (C / M) E2E(M)``; the difference ``R - E2E(M)`` is queueing, added to TTFT.
+  A hosted API's time ``A`` is spent outside the replica, the law's think time: with
+  ``S = E2E(M) - A`` at the replica, ``X = M / S`` and the queueing is
+  ``max(0, (C / M - 1) S - A)`` (``A = 0`` without an API).
 """
 
 from __future__ import annotations
@@ -220,7 +225,8 @@ def estimate(
     most = saturation_concurrency(deployment, input_tokens, output_tokens)
     if concurrency > most:
         at_most = estimate(deployment, input_tokens, output_tokens, most, strict=False)
-        queueing = (concurrency / most - 1.0) * at_most.e2e_s
+        service_s = at_most.e2e_s - deployment.api_s  # at the replica (module docstring)
+        queueing = max(0.0, (concurrency / most - 1.0) * service_s - deployment.api_s)
         return replace(at_most, concurrency=concurrency, ttft_s=at_most.ttft_s + queueing, queueing_s=queueing)
     cost = StepCostModel(deployment)
     users = max(1, concurrency)
@@ -233,7 +239,7 @@ def estimate(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         concurrency=users,
-        ttft_s=prefill_s,
+        ttft_s=prefill_s + deployment.api_s,
         itl_s=step.total_s / tokens_per_step if output_tokens > 1 else None,
         decode_step=step,
         prefill_s=prefill_s,

@@ -103,7 +103,7 @@ def _score(deployment: Deployment, question: Question) -> float:
     result = estimate(deployment, prompt, answer, users, strict=False)
     if question.concurrency == 1:
         return result.per_user_output_tok_s or 1.0 / result.ttft_s
-    return result.aggregate_output_tok_s / deployment.chips
+    return result.aggregate_output_tok_s / deployment.replica_chips
 
 
 def choose_layout(catalog: Catalog, spec: DeploymentSpec, question: Question | None = None) -> LayoutChoice:
@@ -135,14 +135,30 @@ def choose_layout(catalog: Catalog, spec: DeploymentSpec, question: Question | N
 
 
 def with_draft(deployment: Deployment, catalog: Catalog) -> Deployment:
-    """The deployment with its speculative draft placed on the same chips and tier; the draft's
-    weights and KV come out of the target's KV budget (:mod:`simulator.analytic.speculation`)."""
+    """The deployment with its speculative draft placed as the spec says (:mod:`simulator.analytic.speculation`).
+
+    ``beside``: on the same chips and tier; the draft's weights and KV come out of the target's KV
+    budget. ``own-chips``: on chips of its own (``draft_chips``, or the fewest whose memory holds
+    the draft and KV for as many tokens as the target's budget); the target's KV budget is
+    untouched, the replica occupies (and pays for) both sets of chips, and the draft's passes run
+    at its own chips' speed.
+    """
     spec = deployment.speculative
     if spec is None:
         return deployment
     separate = catalog.model(spec.draft_model) if spec.draft_model is not None else None
     shape = draft_architecture(deployment.model, spec, separate)
     weights = None if separate is not None else deployment.activations  # heads ship in 16-bit
+    if spec.placement == "own-chips":
+        apart = DeploymentSpec(
+            hardware=deployment.hardware.id, model=shape.id, chips=spec.draft_chips, weights=weights,
+            min_kv_tokens=max(1, deployment.max_kv_tokens), stack=deployment.stack.id,
+        )  # fmt: skip
+        try:
+            draft = plan(deployment.hardware, shape, apart, deployment.stack)
+        except PlacementError as exc:
+            raise PlacementError(f"speculative.draft_chips: the draft on its own chips: {exc}") from None
+        return replace(deployment, draft=draft, draft_chips=draft.chips)
     draft_spec = DeploymentSpec(
         hardware=deployment.hardware.id, model=shape.id, chips=deployment.chips, weights=weights,
         min_kv_tokens=1, stack=deployment.stack.id,

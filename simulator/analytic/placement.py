@@ -77,7 +77,8 @@ class Deployment:
     chips_per_replica_domain: int
     precision: dict[TensorGroup, Precision] = field(default_factory=dict)  # storage precision per group
     attention_dp: int = 1  # data-parallel attention ranks (1: attention is tensor-parallel)
-    draft: Deployment | None = None  # the speculative draft, on the same chips (its memory taken here)
+    draft: Deployment | None = None  # the speculative draft: beside the target (its memory taken here) or apart
+    draft_chips: int = 0  # chips of a draft on chips of its own (0: none, or the draft is beside the target)
     spilled: dict[TensorGroup, tuple[MemoryTier, float]] = field(default_factory=dict)  # (slower tier, share)
 
     def read_rate(self, group: TensorGroup) -> float:
@@ -130,6 +131,16 @@ class Deployment:
         """Sequences of this context whose KV fits, capped by the batch limit."""
         fit = int(self.kv_budget_bytes // self.kv_bytes_for_context(context_tokens))
         return min(fit, self.max_batch_size)
+
+    @property
+    def replica_chips(self) -> int:
+        """Chips one replica occupies and is paid for: the target's, plus a draft's own chips."""
+        return self.chips + self.draft_chips
+
+    @property
+    def api_s(self) -> float:
+        """Seconds each request pays outside the replica on a hosted API (its stack's ``api``), else 0."""
+        return self.stack.api.total_s if self.stack.api is not None else 0.0
 
     @property
     def resident_models_capacity_bytes(self) -> float:

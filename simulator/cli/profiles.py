@@ -22,7 +22,7 @@ from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.model import TensorGroup
 from simulator.errors import ConfigError
-from simulator.serialize import estimate_dict, layout_dict
+from simulator.serialize import estimate_dict, layout_dict, placement_note
 from simulator.tables import format_number, format_table
 from simulator.validation import BUNDLED_TABLE, MeasurementRow, hardware_label, read_table, summarize, validate
 
@@ -138,6 +138,8 @@ def estimate_text(e: Estimate, choice: LayoutChoice | None = None) -> str:
     )
     if e.capacity_limited:
         lines.append(f"  note: {e.capacity_note()}")
+    if placement_note(e):
+        lines.append(f"  note: {placement_note(e)}")
     if e.itl_s is None:
         lines.append("  note: a 1-token answer has no inter-token latency (per-user decode speed is undefined)")
     lines.append("  decode pass breakdown:")

@@ -54,7 +54,7 @@ class BackendSpec(Spec):
     network_rtt: NonNegativeSeconds = Field(
         0.0,
         description="client <-> backend round trip: half before the replica sees a request, half before the "
-        "client sees its first (and last) token",
+        "client sees its first (and last) token; a hosted stack's own api time comes on top of it",
     )
     scheduler: Scheduler | None = Field(None, description="empty: the scenario's scheduler")
     cost_basis: CostBasis | None = Field(

@@ -1,5 +1,5 @@
-"""Speculative decoding as a deployment states it: the draft, how many tokens it proposes, and
-the acceptance to assume (the physics is :mod:`simulator.analytic.speculation`)."""
+"""Speculative decoding as a deployment states it: the draft, where it runs, how many tokens it
+proposes, and the acceptance to assume (the physics is :mod:`simulator.analytic.speculation`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ PositiveInt = Annotated[int, Field(ge=1)]
 
 DraftKind = Literal["model", "eagle", "mtp"]
 SpeculationWorkload = Literal["chat", "code", "reasoning"]
+DraftPlacement = Literal["beside", "own-chips"]
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
@@ -38,6 +39,14 @@ class SpeculativeSpec(Spec):
         "the draft kind and workload",
     )
     workload: SpeculationWorkload = Field("chat", description="which published acceptance applies")
+    placement: DraftPlacement = Field(
+        "beside",
+        description="beside: the draft shares the target's chips and memory (its weights and KV come out of the "
+        "target's KV budget); own-chips: the draft runs on chips of its own, paid for beside the target's",
+    )
+    draft_chips: PositiveInt | None = Field(
+        None, description="own-chips: how many; empty: the fewest that hold the draft and KV for the target's tokens"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SpeculativeSpec:
@@ -45,4 +54,6 @@ class SpeculativeSpec(Spec):
             raise ValueError("give draft_model exactly when draft is 'model'")
         if isinstance(self.acceptance_rate, list) and not self.acceptance_rate:
             raise ValueError("acceptance_rate: give at least one value")
+        if self.draft_chips is not None and self.placement != "own-chips":
+            raise ValueError("draft_chips: give it only with placement: own-chips")
         return self

@@ -27,6 +27,12 @@ runs the stack (``layer_latency``) is one number, shared, not copied into each h
   two-batch overlap (DeepSeek, SGLang), applied when an attention rank holds at least 128 tokens.
 - ``speculation``: how the operator is documented to decode speculatively, per model and by
   default, with the source; ``infersim validate`` runs a measurement as it was served.
+- ``api``: a hosted service reached only through its public API (Cerebras Inference,
+  GroqCloud, SambaNova Cloud): every request pays the network ``round_trip`` (half before the
+  replica sees it, half before the client sees its first and last token) and the provider's
+  ``front_end`` time (admission, authentication, tokenisation, routing to a replica) before the
+  replica sees it. So ``api time = round_trip + front_end`` adds to TTFT and E2E and nothing
+  to the gaps between tokens (``Deployment.api_s``; the engine's arrival and delivery delays).
 """
 
 from __future__ import annotations
@@ -55,6 +61,20 @@ class StackSpeculation(Spec):
     )
 
 
+class ApiTime(Spec):
+    """What a request to a hosted API pays outside the replica (module docstring)."""
+
+    round_trip: Sourced[NonNegativeSeconds] = Field(description="client <-> provider network round trip")
+    front_end: Sourced[NonNegativeSeconds] = Field(
+        description="the provider's time before a replica sees the request: admission, tokenisation, routing"
+    )
+
+    @property
+    def total_s(self) -> float:
+        """Seconds a request's TTFT and E2E gain: ``round_trip + front_end``."""
+        return self.round_trip.value + self.front_end.value
+
+
 class StackProfile(Profile):
     """One serving engine's batching limits, admission rule and per-step software costs."""
 
@@ -76,6 +96,9 @@ class StackProfile(Profile):
     )
     speculation: StackSpeculation | None = Field(
         None, description="documented speculative decoding (validate runs rows marked yes or unknown with it)"
+    )
+    api: ApiTime | None = Field(
+        None, description="a hosted service reached through its public API: the time a request pays outside the replica"
     )
     notes: str = ""
 

@@ -90,7 +90,7 @@ def _record(backend: Backend) -> BackendRecord:
         name=plan.name,
         hardware=hw,
         model_id=d.model.id,
-        chips_per_replica=d.chips,
+        chips_per_replica=d.replica_chips,
         replicas=[r.index for r in backend.replicas],
         kv_blocks_per_replica=plan.kv_blocks,
         max_batch_size=plan.batch_cap,

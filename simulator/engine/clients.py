@@ -1,9 +1,10 @@
 """The clients' side of a run: requests made, routed, delivered and recorded.
 
 A :class:`RequestFactory` makes every request of a run: ids, the infeasible dropped, the
-routing, the network's half round trips each way, the record when the last token reaches the
-client. Each workload class sees it through a :class:`ClassSource` (its lengths, its
-priority). Load processes (:mod:`~simulator.engine.load`, :mod:`~simulator.engine.agents`,
+routing, the network's half round trips each way (a hosted API's round trip among them) and a
+hosted API's front-end time on the way in, the record when the last token reaches the client.
+Each workload class sees it through a :class:`ClassSource` (its lengths, its priority). Load
+processes (:mod:`~simulator.engine.load`, :mod:`~simulator.engine.agents`,
 :mod:`~simulator.engine.replay`) only submit and wait.
 
 A client whose request is refused (too long for every backend, or over the API budget)
@@ -68,8 +69,9 @@ class RequestFactory:
 
     A request is dropped (``dropped = 1``) when no backend its class may use can hold it and
     rejected (``dropped = 2``) when only over-budget backends could serve it. It reaches its
-    replica half a network round trip after it is sent, and the client sees its first and
-    last token half a round trip after the replica emits them.
+    replica half a network round trip after it is sent (plus a hosted API's front-end time), and
+    the client sees its first and last token half a round trip after the replica emits them: an
+    API adds exactly its ``round_trip + front_end`` to TTFT and E2E, one timer per request.
     """
 
     def __init__(
@@ -123,7 +125,8 @@ class RequestFactory:
         block_tokens = replica.block_tokens
         if block_hashes is not None:
             request.hash_ratio = max(1, hash_block_tokens // block_tokens)
-        request.one_way_s = self.replica_backend[replica.index].one_way_s
+        backend = self.replica_backend[replica.index]
+        request.one_way_s = backend.one_way_s
         if awaited:  # an event only when somebody waits on it
             request.done = self.env.event()
         self.recorder.arrival(now)
@@ -133,8 +136,9 @@ class RequestFactory:
         load_s = tiers.fetch(request, now) if tiers is not None else 0.0  # its prefix, from below
         if request.one_way_s > 0:
             replica.reserve(request)  # load-aware routers see it while it crosses the network
-        if request.one_way_s + load_s > 0:
-            self.env.timeout(request.one_way_s + load_s).callbacks.append(lambda _: self._reach(replica, request))
+        delay_s = request.one_way_s + backend.front_end_s + load_s
+        if delay_s > 0:
+            self.env.timeout(delay_s).callbacks.append(lambda _: self._reach(replica, request))
         else:
             replica.submit(request)
         return request

@@ -87,6 +87,11 @@ class Backend:
         return self.plan.one_way_s
 
     @property
+    def front_end_s(self) -> float:
+        """A hosted API's time before a replica sees a request (admission, tokenisation, routing)."""
+        return self.plan.front_end_s
+
+    @property
     def token_price(self) -> TokenPrice | None:
         return self.plan.pricing.token_price
 
@@ -96,7 +101,7 @@ class Backend:
 
     @property
     def usd_per_replica_hour(self) -> float:
-        return self.deployment.chips * self.plan.pricing.usd_per_chip_hour
+        return self.deployment.replica_chips * self.plan.pricing.usd_per_chip_hour
 
     def price_usd(self, input_tokens: float, output_tokens: float) -> float:
         """What a metered backend charges for one request (0 for rented or owned ones)."""

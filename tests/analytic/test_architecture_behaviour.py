@@ -25,16 +25,21 @@ def test_layer_pipelined_per_user_speed_holds_while_aggregate_grows(catalog: Cat
 
 
 def test_beyond_the_kv_capacity_users_queue_by_the_response_time_law(catalog: Catalog) -> None:
-    """Above M sequences, X = M / E2E(M) and R = N / X (no think time): TTFT grows, speeds hold."""
+    """Above M sequences, X = M / S and R = N / X - Z: TTFT grows, speeds hold. ``S`` is a request's
+    time at the replica, ``E2E(M)`` less the hosted API's time ``Z`` spent outside it (the law's think
+    time; 0 without an API)."""
     d = deploy(catalog, "cerebras-cs3", "llama-3.1-70b")
     full = estimate(d, INPUT, OUTPUT, estimate(d, INPUT, OUTPUT, 1).max_concurrency)
+    think = d.api_s
+    service = full.e2e_s - think
     users = 4 * full.concurrency
     over = estimate(d, INPUT, OUTPUT, users)
     assert over.capacity_limited and "wait" in over.capacity_note()
-    assert over.aggregate_output_tok_s == pytest.approx(full.aggregate_output_tok_s, rel=1e-12)
+    assert over.aggregate_output_tok_s == pytest.approx(full.concurrency * OUTPUT / service, rel=1e-12)  # X = M / S
     assert over.per_user_output_tok_s == full.per_user_output_tok_s
-    assert over.e2e_s == pytest.approx(users * OUTPUT / over.aggregate_output_tok_s, rel=1e-12)  # R = N / X
-    assert over.ttft_s == pytest.approx(full.ttft_s + 3 * full.e2e_s, rel=1e-12)
+    # R at the replica = N / X - Z; the user sees R + Z
+    assert over.e2e_s - think == pytest.approx(users / (full.concurrency / service) - think, rel=1e-12)
+    assert over.ttft_s == pytest.approx(full.ttft_s + 3 * service - think, rel=1e-12)
 
 
 def test_gpu_per_user_speed_falls_as_the_batch_grows(catalog: Catalog) -> None:
