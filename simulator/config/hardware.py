@@ -12,14 +12,15 @@ from typing import Annotated, ClassVar, Literal, get_args
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from simulator.config.base import Precision, Profile, Sourced, Spec, reference_tag
-from simulator.units import Bytes, BytesPerSecond, FlopsPerSecond, Seconds, Watts
+from simulator.units import MAX_LATENCY_S, Bytes, BytesPerSecond, FlopsPerSecond, Seconds, Watts
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveBytes = Annotated[Bytes, Field(gt=0.0)]
 PositiveBandwidth = Annotated[BytesPerSecond, Field(gt=0.0)]
 PositiveFlops = Annotated[FlopsPerSecond, Field(gt=0.0)]
-NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
+#: A fixed latency: at most a day (:data:`simulator.units.MAX_LATENCY_S`).
+NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0, le=MAX_LATENCY_S)]
 
 
 class WeightOnlyPath(Spec):
