@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -272,11 +273,11 @@ def backend_plan(
     block_bytes = sched.kv_block_tokens * deployment.kv_bytes_per_token
     tiers = tuple(_tier_plan(spec.name, i, t, deployment, block_bytes) for i, t in enumerate(sched.kv_tiers.tiers)) \
         if sched.kv_tiers else ()  # fmt: skip
-    for index in range(1, len(tiers)):
-        if tiers[index].s_per_block < tiers[index - 1].s_per_block:
-            raise ScenarioError(f"backend {spec.name}: scheduler.kv_tiers.tiers.{index} ({tiers[index].name}) is "
-                                f"faster than tier {index - 1} ({tiers[index - 1].name}); list the tiers fastest "
-                                "first")  # fmt: skip
+    for upper, lower in itertools.pairwise(tiers):
+        if lower.s_per_block < upper.s_per_block:
+            raise ScenarioError(f"backend {spec.name}: scheduler.kv_tiers: tier {lower.name} is faster than "
+                                f"{upper.name}"
+                                " above it; list the tiers fastest first")  # fmt: skip
     return BackendPlan(
         index=index,
         name=spec.name,

@@ -28,9 +28,10 @@ power         1 W                   1 MW (1e6 W)        one chip or system; a CS
 ============  ====================  ==================  ==========================================
 
 Fields narrow these further where their physics does (a latency of a chip or a stack is at most
-:data:`MAX_LATENCY_S`, a capacity or bandwidth is positive); efficiencies are fractions in
-(0, 1] (``simulator.config.hardware.Fraction``); counts are integers of at most 2**63 - 1
-(``simulator.config.base.MAX_INTEGER``).
+:data:`MAX_LATENCY_S`, a capacity or bandwidth is positive). Numbers without a unit have their
+ranges beside their fields: efficiencies are fractions in [0.01, 1]
+(``simulator.config.hardware.Fraction``), prices lie between 1e-6 and 1e9 USD, counts are integers
+of at most 2**63 - 1 (``simulator.config.base.MAX_INTEGER``), seeds from 0 to 2**63 - 1.
 
 Examples
 --------
