@@ -21,7 +21,9 @@ PositiveInt = Annotated[int, Field(ge=1)]
 MIN_RATE_PER_S = 1e-6
 #: Shortest run: a millisecond (no request is served faster, so a shorter run measures nothing).
 MIN_RUN_S = 1e-3
-Rate = Annotated[float, Field(ge=MIN_RATE_PER_S, description="requests per second")]
+#: Fastest arrival rate: a billion requests per second, beyond any fleet (the run-size limits bind far sooner).
+MAX_RATE_PER_S = 1e9
+Rate = Annotated[float, Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="requests per second")]
 NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
 
 
@@ -64,7 +66,7 @@ class ConstantRate(SteadyRate):
 
 class RateStep(Spec):
     at: NonNegativeSeconds
-    rate_per_s: Annotated[float, Field(ge=0.0)]
+    rate_per_s: Annotated[float, Field(ge=0.0, le=MAX_RATE_PER_S)]
 
 
 class RateSteps(ArrivalProcess):
@@ -89,8 +91,8 @@ class RateRamp(ArrivalProcess):
     """Poisson whose rate moves linearly from ``start`` to ``end`` over ``over``, then holds."""
 
     process: Literal["ramp"] = "ramp"
-    start_rate_per_s: Annotated[float, Field(ge=0.0)]
-    end_rate_per_s: Annotated[float, Field(ge=0.0)]
+    start_rate_per_s: Annotated[float, Field(ge=0.0, le=MAX_RATE_PER_S)]
+    end_rate_per_s: Annotated[float, Field(ge=0.0, le=MAX_RATE_PER_S)]
     over: Annotated[Seconds, Field(gt=0.0)]
 
     @property

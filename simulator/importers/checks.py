@@ -195,9 +195,12 @@ def _load_plausible(run: ImportedRun, load: Load) -> None:
 def check_plausible(run: ImportedRun) -> None:
     """Refuse a run whose figures no server produces (module docstring); the message names the
     file (and line or run) and the field."""
-    for name, value in (("mean prompt length", run.input_tokens_mean), ("mean answer length", run.output_tokens_mean)):
+    for name, value in (("mean input tokens per request", run.input_tokens_mean),
+                        ("mean output tokens per request", run.output_tokens_mean)):  # fmt: skip
         if not 1 <= value <= MAX_REQUEST_TOKENS:
-            raise ConfigError(f"{run.source}: {name} {value:g} tokens is outside 1 to {MAX_REQUEST_TOKENS:,}")
+            raise ConfigError(f"{run.source}: {name} {value:g} (the file's token total over its completed "
+                              f"requests, or its prompt / output length mean) is outside 1 to "
+                              f"{MAX_REQUEST_TOKENS:,}")  # fmt: skip
     for metric, stats in run.metrics.items():
         _stats_plausible(run, metric, stats)
     _ttft_before_e2e(run)

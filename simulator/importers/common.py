@@ -173,10 +173,14 @@ def num(data: Mapping[str, object], path: str, where: str, minimum: float | None
     return float(value)
 
 
+#: Largest count a result file may state: 2**53, the largest integer a JSON number (a double) holds exactly.
+MAX_COUNT = 2**53
+
+
 def whole(data: Mapping[str, object], path: str, where: str, minimum: int = 0) -> int:
     value = num(data, path, where, minimum)
-    if value != int(value):
-        raise ConfigError(f"{where}: {path}: expected an integer, got {value!r}")
+    if value != int(value) or value > MAX_COUNT:
+        raise ConfigError(f"{where}: {path}: expected an integer of at most 2**53, got {value!r}")
     return int(value)
 
 
