@@ -30,6 +30,7 @@ An architecture not listed, or a key it needs missing, is a ConfigError naming t
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,14 +72,14 @@ class _Reader:
                               f"{MAX_CONFIG_INTEGER:,}, got {value!r}")  # fmt: skip
         return value
 
-    def ints(self, key: str) -> list[int]:
+    def ints(self, key: str) -> list[builtins.int]:
         """A list of layer indices at ``key`` (empty when absent)."""
         value = self.data.get(key) or []
         if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
             raise ConfigError(f"{self.where}: {self.prefix}{key}: expected a list of layer indices, got {value!r}")
         return value
 
-    def strings(self, key: str, count: int) -> list[str] | None:
+    def strings(self, key: str, count: builtins.int) -> list[str] | None:
         """A list of ``count`` names at ``key`` (None when absent)."""
         value = self.data.get(key)
         if value is None:
