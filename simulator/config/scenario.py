@@ -19,8 +19,8 @@ PositiveInt = Annotated[int, Field(ge=1)]
 #: Slowest steady arrival rate: one request in about eleven days (slower, a run of any plausible length
 #: holds no request and measures nothing); the fastest is bounded by the run-size limits.
 MIN_RATE_PER_S = 1e-6
-#: Shortest run: a millisecond (no request is served faster, so a shorter run measures nothing).
-MIN_RUN_S = 1e-3
+#: Shortest run: a microsecond (no request is served faster, so a shorter run measures nothing).
+MIN_RUN_S = 1e-6
 #: Fastest arrival rate: a billion requests per second, beyond any fleet (the run-size limits bind far sooner).
 MAX_RATE_PER_S = 1e9
 Rate = Annotated[float, Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="requests per second")]

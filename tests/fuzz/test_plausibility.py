@@ -126,7 +126,7 @@ SCENARIO_CASES = [
     pytest.param({"p.yaml": edit(POISSON, "rate_per_s: 10", "rate_per_s: 1.0e-300")}, ("run", "p.yaml", "-o", "out"),
                  ("p.yaml", "load.arrivals.rate_per_s", "0.000001"), id="rate-1e-300"),
     pytest.param({"p.yaml": edit(POISSON, "duration: 2 s", "duration: 1e-300 s")}, ("run", "p.yaml", "-o", "out"),
-                 ("p.yaml", "run.duration", "0.001"), id="duration-1e-300"),
+                 ("p.yaml", "run.duration", "0.000001"), id="duration-1e-300"),
     pytest.param({"s.yaml": edit(SCENARIO, "seed: 1", "seed: -1")}, RUN, ("s.yaml", "run.seed"), id="seed-minus-1"),
     pytest.param({"s.yaml": edit(SCENARIO, "seed: 1", f"seed: {2**63}")}, RUN, ("s.yaml", "run.seed", "2**63"),
                  id="seed-2-to-the-63"),
