@@ -372,10 +372,28 @@ def test_a_hostile_number_in_a_config_is_in_range_or_refused_by_name(kind: str, 
 
 #: Result files of each format (SGLang: one run a line; the first line is mutated).
 IMPORTED = ["vllm-llmd-h100-2replicas.json", "vllm-inferencex-conc4.json", "sglang-llama70b-online.jsonl",
-            "inference-perf-stage2.json", "aiperf-conc1-summary.json"]  # fmt: skip
+            "inference-perf-stage2.json", "aiperf-conc1-summary.json", "guidellm.json"]  # fmt: skip
+
+
+def _distribution(mean: float, count: int = 100) -> dict[str, Any]:
+    percentiles = {"p50": mean, "p90": mean * 1.5, "p99": mean * 1.9}
+    return {"successful": {"count": count, "mean": mean, "median": mean, "std_dev": mean / 10, "min": mean / 2,
+                           "max": mean * 2, "percentiles": percentiles}}  # fmt: skip
+
+
+#: A GuideLLM report of one concurrent run, after its published schema (no shared real file has one).
+GUIDELLM = {"benchmarks": [{
+    "args": {"model": "meta-llama/Llama-3.1-8B-Instruct", "strategy": {"type_": "concurrent", "streams": 4}},
+    "metrics": {"time_to_first_token_ms": _distribution(80.0), "inter_token_latency_ms": _distribution(12.0),
+                "time_per_output_token_ms": _distribution(12.5), "request_latency": _distribution(1.7),
+                "output_tokens_per_second": _distribution(300.0), "prompt_token_count": _distribution(512.0),
+                "output_token_count": _distribution(128.0)},
+}]}  # fmt: skip
 
 
 def _document(name: str) -> Any:
+    if name == "guidellm.json":
+        return GUIDELLM
     text = (MEASURED / name).read_text(encoding="utf-8")
     return json.loads(text.splitlines()[0] if name.endswith(".jsonl") else text)
 
