@@ -184,11 +184,25 @@ def _per_request_plausible(run: ImportedRun, per: PerRequest) -> None:
                           f"{per.e2e_s[i]:g} s (or a gap is negative or missing)")  # fmt: skip
 
 
+#: The file's fields each load figure comes from, by format (for the messages).
+LOAD_FIELDS: dict[str, dict[str, str]] = {
+    "vllm-bench": {"rate_per_s": "request_rate", "concurrency": "max_concurrency", "requests": "num_prompts",
+                   "cv2": "burstiness (CV^2 = 1 / burstiness)"},
+    "sglang-bench": {"rate_per_s": "request_rate", "concurrency": "max_concurrency", "requests": "completed"},
+    "inference-perf": {"rate_per_s": "load_summary.achieved_rate", "requests": "load_summary.count"},
+    "aiperf": {"rate_per_s": "input_config.loadgen.request_rate", "concurrency": "input_config.loadgen.concurrency",
+               "requests": "request_count.avg"},
+    "guidellm": {"rate_per_s": "args.strategy.rate", "concurrency": "args.strategy.streams",
+                 "requests": "metrics.request_latency.successful.count"},
+}  # fmt: skip
+
+
 def _load_plausible(run: ImportedRun, load: Load) -> None:
     for name, (low, high) in LOAD_RANGES.items():
         value = getattr(load, name)
         if value is not None and not low <= value <= high:
-            raise ConfigError(f"{run.source}: load {name} {value:g} is outside {low:g} to {high:g} "
+            field = LOAD_FIELDS.get(run.format, {}).get(name, name)
+            raise ConfigError(f"{run.source}: {field}: the load's {name} {value:g} is outside {low:g} to {high:g} "
                               f"({load.kind} load)")  # fmt: skip
 
 

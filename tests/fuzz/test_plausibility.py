@@ -169,7 +169,7 @@ HF_CASES = [
     pytest.param(hf_config(intermediate_size="14336"), "intermediate_size", id="width-a-string"),
     pytest.param(hf_config(vocab_size=128256.5), "vocab_size", id="vocab-a-fraction"),
     pytest.param({"m/config.json": json.dumps(LLAMA_CONFIG).replace('"hidden_size": 4096', '"hidden_size": NaN')},
-                 "NaN", id="hidden-nan"),
+                 "hidden_size", id="hidden-nan"),
     pytest.param(hf_config(tie_word_embeddings="no"), "tie_word_embeddings", id="tie-a-string"),
     pytest.param(hf_config(architectures=[1, 2]), "", id="architectures-not-names"),
 ]  # fmt: skip
