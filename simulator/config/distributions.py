@@ -21,8 +21,11 @@ from simulator.config.base import Spec
 from simulator.config.files import number, read_csv, read_text
 from simulator.errors import ConfigError
 
-Positive = Annotated[float, Field(gt=0.0)]
-NonNegative = Annotated[float, Field(ge=0.0)]
+#: Largest parameter a distribution may have: 1e12 (seconds, tokens, calls or branches: a trillion of
+#: any of them is a typing mistake, 32,000 years of think time or a trillion calls per task).
+MAX_PARAMETER = 1e12
+Positive = Annotated[float, Field(gt=0.0, le=MAX_PARAMETER)]
+NonNegative = Annotated[float, Field(ge=0.0, le=MAX_PARAMETER)]
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -143,7 +146,7 @@ class Geometric(Spec):
     """Number of trials to the first success, support 1, 2, ...: mean ``1/p``, var ``(1-p)/p^2``."""
 
     dist: Literal["geometric"] = "geometric"
-    mean_value: Annotated[float, Field(ge=1.0)] = Field(alias="mean")
+    mean_value: Annotated[float, Field(ge=1.0, le=MAX_PARAMETER)] = Field(alias="mean")
 
     @property
     def p(self) -> float:
