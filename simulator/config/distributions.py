@@ -171,7 +171,7 @@ class Empirical(Spec):
     """Values from a file (one number per line, or a CSV column), resampled with replacement.
 
     The file is read when the spec is validated (a relative path is taken from the current
-    folder): every value must be a finite number >= 0, and there must be at least one.
+    folder): every value must be a number from 0 to :data:`MAX_PARAMETER`, and there must be at least one.
     """
 
     dist: Literal["empirical"] = "empirical"
@@ -210,10 +210,10 @@ def _read_values(path: Path, column: str | None) -> FloatArray:
     if key not in _CACHE:
         if column is None:
             lines = [(n, t.strip()) for n, t in enumerate(read_text(path).splitlines(), start=1) if t.strip()]
-            values = [number(text, f"{path}:{n}", "value", minimum=0.0) for n, text in lines]
+            values = [number(text, f"{path}:{n}", "value", minimum=0.0, maximum=MAX_PARAMETER) for n, text in lines]
         else:
             _, rows = read_csv(path, (column,))
-            values = [number(row[column], f"{path}:{n}", column, minimum=0.0) for n, row in rows]
+            values = [number(row[column], f"{path}:{n}", column, minimum=0.0, maximum=MAX_PARAMETER) for n, row in rows]
         if not values:
             raise ConfigError(f"{path}: no values (an empirical distribution needs at least one)")
         _CACHE[key] = np.array(values, dtype=np.float64)

@@ -226,8 +226,11 @@ def read_csv(path: Path, required: tuple[str, ...] = ()) -> tuple[list[str], lis
 
 
 # -- numbers ------------------------------------------------------------------------------------
-def number(value: object, where: str, field: str, minimum: float | None = None, positive: bool = False) -> float:
-    """A finite number from a cell or field (text or JSON number), at least ``minimum`` (or > 0)."""
+def number(
+    value: object, where: str, field: str, minimum: float | None = None, positive: bool = False,
+    maximum: float | None = None,
+) -> float:  # fmt: skip
+    """A finite number from a cell or field (text or JSON number), from ``minimum`` (or > 0) to ``maximum``."""
     if value is None or value == "":
         raise ConfigError(f"{where}: {field}: missing (expected a number)")
     if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -242,6 +245,8 @@ def number(value: object, where: str, field: str, minimum: float | None = None, 
         raise ConfigError(f"{where}: {field}: expected a positive number, got {value!r}")
     if minimum is not None and result < minimum:
         raise ConfigError(f"{where}: {field}: expected a number >= {minimum:g}, got {value!r}")
+    if maximum is not None and result > maximum:
+        raise ConfigError(f"{where}: {field}: expected a number <= {maximum:g}, got {value!r}")
     return result
 
 
