@@ -30,6 +30,7 @@ An architecture not listed, or a key it needs missing, is a ConfigError naming t
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +42,7 @@ from simulator.analytic.architecture import active_params, total_params
 from simulator.config.files import read_json
 from simulator.config.model import ModelSpec
 from simulator.errors import ConfigError
+from simulator.units import RANGES
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "glm4_moe")
@@ -49,18 +51,42 @@ SUPPORTED = (*DENSE, *MOE, *MLA, "llama4")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 #: Llama 4: every 4th layer has no RoPE and attends to everything (transformers' no_rope_layer_interval).
 LLAMA4_NOPE_INTERVAL = 4
+#: Largest size or count a config may state (2**31 - 1, the int32 of checkpoints' shapes): a width or a
+#: layer count beyond it is a damaged file, and its parameter count would overflow downstream sums.
+MAX_CONFIG_INTEGER = 2**31 - 1
 
 
 class _Reader:
     def __init__(self, data: Mapping[str, Any], where: str, prefix: str = "") -> None:
         self.data, self.where, self.prefix = data, where, prefix
 
-    def int(self, key: str, default: int | None = None) -> int:
+    def int(self, key: str, default: int | None = None, minimum: int = 1) -> int:
+        """The integer at ``key``: at least ``minimum`` (1 for a size or a count, 0 where the
+        config counts something that may be absent) and at most :data:`MAX_CONFIG_INTEGER`."""
         value = self.data.get(key, default)
+        expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         if value is None:
-            raise ConfigError(f"{self.where}: {self.prefix}{key}: missing (expected a positive integer)")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"{self.where}: {self.prefix}{key}: expected a positive integer, got {value!r}")
+            raise ConfigError(f"{self.where}: {self.prefix}{key}: missing (expected {expected})")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_CONFIG_INTEGER:
+            raise ConfigError(f"{self.where}: {self.prefix}{key}: expected {expected} of at most "
+                              f"{MAX_CONFIG_INTEGER:,}, got {value!r}")  # fmt: skip
+        return value
+
+    def ints(self, key: str) -> list[builtins.int]:
+        """A list of layer indices at ``key`` (empty when absent)."""
+        value = self.data.get(key) or []
+        if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+            raise ConfigError(f"{self.where}: {self.prefix}{key}: expected a list of layer indices, got {value!r}")
+        return value
+
+    def strings(self, key: str, count: builtins.int) -> list[str] | None:
+        """A list of ``count`` names at ``key`` (None when absent)."""
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or len(value) != count or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{self.where}: {self.prefix}{key}: expected a list of {count} layer types, "
+                              f"got {value!r}")  # fmt: skip
         return value
 
     def get(self, key: str, default: object = None) -> Any:
@@ -86,7 +112,8 @@ def _attention(r: _Reader, kind: str) -> dict[str, Any]:
     heads = r.int("num_attention_heads")
     kv_heads = r.int("num_key_value_heads", heads)
     if kind in MLA:
-        mla = {"q_lora_rank": r.get("q_lora_rank"), "kv_lora_rank": r.int("kv_lora_rank"),
+        q_rank = r.int("q_lora_rank") if r.get("q_lora_rank") is not None else None
+        mla = {"q_lora_rank": q_rank, "kv_lora_rank": r.int("kv_lora_rank"),
                "qk_nope_head_dim": r.int("qk_nope_head_dim"), "qk_rope_head_dim": r.int("qk_rope_head_dim"),
                "v_head_dim": r.int("v_head_dim")}  # fmt: skip
         return {"kind": "mla", "num_heads": heads, "num_kv_heads": heads, "head_dim": mla["v_head_dim"], "mla": mla}
@@ -94,7 +121,7 @@ def _attention(r: _Reader, kind: str) -> dict[str, Any]:
                            "head_dim": r.int("head_dim", r.int("hidden_size") // heads)}  # fmt: skip
     layers = r.int("num_hidden_layers")
     if kind == "gpt_oss":
-        types = r.get("layer_types") or [
+        types = r.strings("layer_types", layers) or [
             "sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)
         ]
         out |= {"sliding_window": r.int("sliding_window"),
@@ -123,9 +150,9 @@ def _moe(r: _Reader, kind: str) -> tuple[dict[str, Any] | None, int | None]:
     if kind in ("qwen2_moe", "qwen3_moe"):
         width = r.int("moe_intermediate_size")
         step = r.int("decoder_sparse_step", 1)
-        dense_only = set(r.get("mlp_only_layers") or [])
+        dense_only = set(r.ints("mlp_only_layers"))
         moe_layers = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
-        shared_width = r.get("shared_expert_intermediate_size") or 0
+        shared_width = r.int("shared_expert_intermediate_size", 0, minimum=0)
         if shared_width % width:
             raise ConfigError(f"{r.where}: shared_expert_intermediate_size: {shared_width} is not a multiple of "
                               f"moe_intermediate_size {width}")  # fmt: skip
@@ -141,13 +168,32 @@ def _moe(r: _Reader, kind: str) -> tuple[dict[str, Any] | None, int | None]:
                  "expert_intermediate_size": r.int("intermediate_size"), "num_moe_layers": moe_layers}  # fmt: skip
         return block, (r.int("intermediate_size_mlp") if moe_layers < layers else None)
     # deepseek_v2 / deepseek_v3 / kimi_k2 / glm4_moe
-    first_dense = r.int("first_k_dense_replace", 0)
+    first_dense = r.int("first_k_dense_replace", 0, minimum=0)
     freq = r.int("moe_layer_freq", 1)
     moe_layers = sum(1 for i in range(first_dense, layers) if i % freq == 0)
-    block = {"num_routed_experts": r.int("n_routed_experts"), "num_shared_experts": r.int("n_shared_experts", 0),
+    block = {"num_routed_experts": r.int("n_routed_experts"),
+             "num_shared_experts": r.int("n_shared_experts", 0, minimum=0),
              "experts_per_token": r.int("num_experts_per_tok"),
              "expert_intermediate_size": r.int("moe_intermediate_size"), "num_moe_layers": moe_layers}  # fmt: skip
     return block, (r.int("intermediate_size") if moe_layers < layers else None)
+
+
+def _architectures(data: Mapping[str, Any], kind: str) -> list[str]:
+    names = data.get("architectures")
+    return names if isinstance(names, list) and names and all(isinstance(n, str) for n in names) else [kind]
+
+
+def _checkpoint_size(index: object) -> int | None:
+    """``metadata.total_size`` of a safetensors index (None when absent or not a plausible size)."""
+    metadata = index.get("metadata") if isinstance(index, dict) else None
+    size = metadata.get("total_size") if isinstance(metadata, dict) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= RANGES["bytes"].high else None
+
+
+def _flag(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    return value
 
 
 def _repo(data: Mapping[str, Any]) -> str | None:
@@ -183,10 +229,11 @@ def profile_from_config(path: Path, name: str | None = None) -> ModelSpec:
     ident = name or _profile_id(path, data)
     fields: dict[str, Any] = {
         "id": ident, "name": ident, "hf_repo": _repo(data),
-        "sources": {"config": f"{path.name} ({', '.join(data.get('architectures') or [kind])})"},
+        "sources": {"config": f"{path.name} ({', '.join(_architectures(data, kind))})"},
         "num_layers": r.int("num_hidden_layers"), "hidden_size": r.int("hidden_size"),
         "intermediate_size": dense_width, "vocab_size": r.int("vocab_size"),
-        "tie_word_embeddings": bool(data.get("tie_word_embeddings", r.get("tie_word_embeddings", False))),
+        "tie_word_embeddings": _flag(data.get("tie_word_embeddings", r.get("tie_word_embeddings", False)),
+                                     f"{where}: tie_word_embeddings"),
         "max_context_tokens": r.int("max_position_embeddings"), "native_precision": native,
         "precision_by_group": by_group, "attention": _attention(r, kind), "moe": moe,
         "published": {"params_total": {"value": 1.0, "source": "config", "confidence": "derived"},
@@ -200,8 +247,8 @@ def profile_from_config(path: Path, name: str | None = None) -> ModelSpec:
         fields["published"] = {"params_total": derived, "params_active": active}
         index = path.parent / "model.safetensors.index.json"
         if index.is_file():
-            size = read_json(index).get("metadata", {}).get("total_size")
-            if isinstance(size, int) and size > 0:
+            size = _checkpoint_size(read_json(index))
+            if size is not None:
                 fields["sources"]["index"] = f"{index.name} metadata.total_size"
                 fields["published"]["checkpoint_bytes"] = {"value": f"{size} B", "source": "index",
                                                            "confidence": "datasheet"}  # fmt: skip

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -274,6 +275,11 @@ def backend_plan(
     tiers = tuple(_tier_plan(spec.name, i, t, deployment, block_bytes) for i, t in enumerate(sched.kv_tiers.tiers)) \
         if sched.kv_tiers else ()  # fmt: skip
     api = deployment.stack.api  # a hosted API: its round trip and front end (StackProfile.api)
+    for upper, lower in itertools.pairwise(tiers):
+        if lower.s_per_block < upper.s_per_block:
+            raise ScenarioError(f"backend {spec.name}: scheduler.kv_tiers: tier {lower.name} is faster than "
+                                f"{upper.name}"
+                                " above it; list the tiers fastest first")  # fmt: skip
     return BackendPlan(
         index=index,
         name=spec.name,

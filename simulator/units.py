@@ -6,6 +6,33 @@ Dimensional YAML fields *require* a unit: ``"3.35 TB/s"``, ``"44 GB"``, ``"10 us
 give bare numbers in SI units when they validate with the context :data:`SI_NUMBERS`. Inside Python every
 quantity is a float in seconds, bytes, bytes/s, FLOP/s, watts or US dollars.
 
+Physical ranges
+---------------
+Every field of a unit-bearing type holds a value inside its dimension's documented range
+(:data:`RANGES`), whatever file, ``--set`` or Python call gives it; outside it the field is
+refused, its message naming the range. The ranges are wide (they admit every device shipped or
+announced, by a factor of ten or more) and exist to catch a wrong unit, a missing exponent or a
+hostile number (``1e-300``, ``1e300``) before it becomes nonsense downstream:
+
+============  ====================  ==================  ==========================================
+dimension     lowest                highest             why
+============  ====================  ==================  ==========================================
+bytes         1 B                   1 EB (1e18 B)       a capacity holds a byte at least; an exabyte
+                                                        is beyond any chip or replica
+bandwidth     1 MB/s (1e6 B/s)      1 EB/s (1e18 B/s)   slower than any link that serves a model;
+                                                        wafer-scale SRAM is 21 PB/s (x 50)
+flops         1 GFLOP/s (1e9)       1e19 FLOP/s         a CPU core; a CS-3 wafer is 1.25e17 (x 80)
+time          0 s                   1 year (3.16e7 s)   no time is negative; a run, a window or a
+                                                        latency beyond a year is a typing mistake
+power         1 W                   1 MW (1e6 W)        one chip or system; a CS-3 draws 23 kW
+============  ====================  ==================  ==========================================
+
+Fields narrow these further where their physics does (a latency of a chip or a stack is at most
+:data:`MAX_LATENCY_S`, a capacity or bandwidth is positive). Numbers without a unit have their
+ranges beside their fields: efficiencies are fractions in [0.01, 1]
+(``simulator.config.hardware.Fraction``), prices lie between 1e-6 and 1e9 USD, counts are integers
+of at most 2**63 - 1 (``simulator.config.base.MAX_INTEGER``), seeds from 0 to 2**63 - 1.
+
 Examples
 --------
 >>> parse_quantity("3.35 TB/s", "bandwidth")
@@ -22,10 +49,11 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, PlainSerializer, ValidationInfo
+from pydantic import AfterValidator, BeforeValidator, PlainSerializer, ValidationInfo
 
 Dimension = Literal["bytes", "bandwidth", "flops", "time", "power"]
 
@@ -110,6 +138,47 @@ def parse_quantity(text: str, dimension: Dimension) -> float:
 SI_NUMBERS = {"si_numbers": True}
 
 
+SECONDS_PER_YEAR = 365.25 * 86400.0
+#: Longest fixed latency a chip, a link or a serving stack may state (one day): the time of a
+#: message, a layer or a load is microseconds to seconds; a day is a unit mistake.
+MAX_LATENCY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class Range:
+    """The physical range of one dimension, in SI units, both ends included (module docstring)."""
+
+    low: float
+    high: float
+    what: str
+    why: str
+
+    def describe(self, dimension: Dimension) -> str:
+        unit = CANONICAL_UNIT[dimension]
+        return f"between {self.low:g} {unit} and {self.high:g} {unit} ({self.why})"
+
+    def check(self, value: float, dimension: Dimension) -> float:
+        """``value`` if it lies in the range; else a ValueError naming the range."""
+        if not self.low <= value <= self.high:
+            raise ValueError(f"{value:g} {CANONICAL_UNIT[dimension]} is outside the physical range of {self.what}: "
+                             f"expected {self.describe(dimension)}")  # fmt: skip
+        return value
+
+
+#: The documented physical range of every unit-bearing field, by dimension (module docstring).
+RANGES: dict[Dimension, Range] = {
+    "bytes": Range(1.0, 1e18, "a size", "a byte to an exabyte"),
+    "bandwidth": Range(1e6, 1e18, "a bandwidth", "1 MB/s to 1 EB/s; wafer-scale SRAM is 21 PB/s"),
+    "flops": Range(1e9, 1e19, "a FLOP rate", "1 GFLOP/s to 1e19 FLOP/s; a CS-3 wafer is 1.25e17"),
+    "time": Range(0.0, SECONDS_PER_YEAR, "a time", "no time is negative; a year at most"),
+    "power": Range(1.0, 1e6, "a power", "1 W to 1 MW; a CS-3 system draws 23 kW"),
+}
+
+
+def _in_range(dimension: Dimension) -> AfterValidator:
+    return AfterValidator(lambda value: RANGES[dimension].check(value, dimension))
+
+
 def _parser(dimension: Dimension) -> BeforeValidator:
     def parse(value: object, info: ValidationInfo) -> float:
         if isinstance(value, str):
@@ -127,8 +196,8 @@ def _dumper(dimension: Dimension) -> PlainSerializer:
     return PlainSerializer(lambda v: f"{v:.12g} {CANONICAL_UNIT[dimension]}", return_type=str)
 
 
-Bytes = Annotated[float, _parser("bytes"), _dumper("bytes")]
-BytesPerSecond = Annotated[float, _parser("bandwidth"), _dumper("bandwidth")]
-FlopsPerSecond = Annotated[float, _parser("flops"), _dumper("flops")]
-Seconds = Annotated[float, _parser("time"), _dumper("time")]
-Watts = Annotated[float, _parser("power"), _dumper("power")]
+Bytes = Annotated[float, _parser("bytes"), _in_range("bytes"), _dumper("bytes")]
+BytesPerSecond = Annotated[float, _parser("bandwidth"), _in_range("bandwidth"), _dumper("bandwidth")]
+FlopsPerSecond = Annotated[float, _parser("flops"), _in_range("flops"), _dumper("flops")]
+Seconds = Annotated[float, _parser("time"), _in_range("time"), _dumper("time")]
+Watts = Annotated[float, _parser("power"), _in_range("power"), _dumper("power")]

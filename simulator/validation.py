@@ -106,6 +106,7 @@ class MeasurementRow:
     statistic: str = "mean"
     burstiness: float | None = None  # CV^2 of a gamma load's gaps
     source: str = ""  # where the figure was published (the ``source`` column)
+    flag: str = ""  # why an importer doubts the figure (the ``flag`` column): reported apart
 
     @property
     def single_stream(self) -> bool:
@@ -228,6 +229,7 @@ def read_table(path: Path) -> list[MeasurementRow]:
                 statistic=statistic,
                 burstiness=number(burstiness, where, "burstiness", positive=True) if burstiness else None,
                 source=(raw.get("source") or "").strip(),
+                flag=(raw.get("flag") or "").strip(),
             )
         )
     if not rows:
@@ -435,7 +437,7 @@ def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
         model_family=model_family(row.model),
         moe=deployment.model.moe is not None,
         bottleneck=result.bottleneck,
-        flag="" if deployment.speculative else _ceiling_flag(row, deployment),
+        flag=row.flag or ("" if deployment.speculative else _ceiling_flag(row, deployment)),
         served=served(deployment, fields)
         + (f"; first {simulated.requests:,} of {row.requests:,} requests simulated" if simulated is not row else ""),
         other_way=_other_way(row, fields, question, catalog),

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from simulator.cli.common import catalog, json_text
 from simulator.cli.output import ResultsFolder, subfolder
+from simulator.config.base import MAX_INTEGER
 from simulator.config.files import read_json
 from simulator.config.loading import Catalog
 from simulator.config.model import ModelSpec
@@ -59,9 +60,11 @@ def _slug(text: str) -> str:
 
 def import_command(args: argparse.Namespace) -> int:
     from simulator.importers import read_file
-    from simulator.importers.checks import cache_warning
+    from simulator.importers.checks import cache_warning, floor_flags
     from simulator.importers.rows import COLUMNS, Deployment, measured_csv, rows, trace_lines
 
+    if not 0 <= args.seed <= MAX_INTEGER:
+        raise ConfigError(f"--seed: expected an integer from 0 to 2**63 - 1, got {args.seed}")
     cat = catalog(args)
     _known("hardware", args.hardware, cat.hardware_ids(),
            "add a hardware profile YAML for it (hardware_profiles/ or --hardware-dir)")  # fmt: skip
@@ -85,10 +88,16 @@ def import_command(args: argparse.Namespace) -> int:
             run_id = _slug(path.stem) + (f"-{index + 1}" if len(runs) > 1 else "")
             if any(m["id"] == run_id for m in manifest):
                 raise ConfigError(f"{path}: a second result file named {path.stem!r}; import it into its own folder")
-            warning = cache_warning(run, cat.model(model), cat.hardware(args.hardware), args.chips)
+            hardware, model_spec = cat.hardware(args.hardware), cat.model(model)
+            flags = (*run.flags, *floor_flags(run, model_spec, hardware, args.chips, weights, args.spec_decoding))
+            for flag in flags:
+                warnings.warn(f"{run.source}: rows kept but flagged: {flag}", InfersimWarning, stacklevel=1)
+            warning = cache_warning(run, model_spec, hardware, args.chips)
             if warning:
                 warnings.warn(warning, InfersimWarning, stacklevel=1)
                 run = replace(run, notes=(*run.notes, "TTFTs beat the prefill floor: served from a prefix cache"))
+                flags = (*flags, "every TTFT beats the prefill floor of its offline batch: served from a prefix cache")
+            run = replace(run, flags=flags)
             table += rows(run, deployment, run_id)
             entry: dict[str, object] = {
                 "id": run_id, "source": run.source, "format": run.format, "model_name": run.model_name,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from simulator.config.base import Spec
-from simulator.units import Bytes, BytesPerSecond, Seconds
+from simulator.units import MAX_LATENCY_S, Bytes, BytesPerSecond, Seconds
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -25,7 +26,9 @@ class KVTierSpec(Spec):
     bandwidth: Annotated[BytesPerSecond, Field(gt=0.0)] | None = Field(
         None, description="per replica, to the serving tier; empty: the profile's x chips x efficiency"
     )
-    latency: Annotated[Seconds, Field(ge=0.0)] = Field(0.0, description="fixed time of one load from the tier")
+    latency: Annotated[Seconds, Field(ge=0.0, le=MAX_LATENCY_S)] = Field(
+        0.0, description="fixed time of one load from the tier"
+    )
 
 
 class KVTiersSpec(Spec):
@@ -33,6 +36,23 @@ class KVTiersSpec(Spec):
     and a prefix found below is loaded up when that is faster than computing it again."""
 
     tiers: list[KVTierSpec] = Field(min_length=1, description="fastest first")
+
+    @model_validator(mode="after")
+    def _distinct_and_ordered(self) -> KVTiersSpec:
+        """Each tier named once; tiers that state their bandwidth fastest first (non-increasing),
+        as evicted blocks go down the list and a load from a later tier is assumed no faster."""
+        names = [tier.name for tier in self.tiers]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise ValueError(f"tiers.{index}.name: {name!r} is also tier {names.index(name)}; each tier once")
+        stated = [(i, t.bandwidth) for i, t in enumerate(self.tiers) if t.bandwidth is not None]
+        for (before, faster), (index, slower) in itertools.pairwise(stated):
+            if slower > faster:
+                raise ValueError(
+                    f"tiers.{index}.bandwidth: {slower:.4g} B/s is faster than tier {before} ({faster:.4g} B/s); "
+                    "list the tiers fastest first"
+                )
+        return self
 
 
 class BatchingSpec(Spec):

@@ -21,8 +21,11 @@ from simulator.config.base import Spec
 from simulator.config.files import number, read_csv, read_text
 from simulator.errors import ConfigError
 
-Positive = Annotated[float, Field(gt=0.0)]
-NonNegative = Annotated[float, Field(ge=0.0)]
+#: Largest parameter a distribution may have: 1e12 (seconds, tokens, calls or branches: a trillion of
+#: any of them is a typing mistake, 32,000 years of think time or a trillion calls per task).
+MAX_PARAMETER = 1e12
+Positive = Annotated[float, Field(gt=0.0, le=MAX_PARAMETER)]
+NonNegative = Annotated[float, Field(ge=0.0, le=MAX_PARAMETER)]
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -143,7 +146,7 @@ class Geometric(Spec):
     """Number of trials to the first success, support 1, 2, ...: mean ``1/p``, var ``(1-p)/p^2``."""
 
     dist: Literal["geometric"] = "geometric"
-    mean_value: Annotated[float, Field(ge=1.0)] = Field(alias="mean")
+    mean_value: Annotated[float, Field(ge=1.0, le=MAX_PARAMETER)] = Field(alias="mean")
 
     @property
     def p(self) -> float:
@@ -168,7 +171,7 @@ class Empirical(Spec):
     """Values from a file (one number per line, or a CSV column), resampled with replacement.
 
     The file is read when the spec is validated (a relative path is taken from the current
-    folder): every value must be a finite number >= 0, and there must be at least one.
+    folder): every value must be a number from 0 to :data:`MAX_PARAMETER`, and there must be at least one.
     """
 
     dist: Literal["empirical"] = "empirical"
@@ -207,10 +210,10 @@ def _read_values(path: Path, column: str | None) -> FloatArray:
     if key not in _CACHE:
         if column is None:
             lines = [(n, t.strip()) for n, t in enumerate(read_text(path).splitlines(), start=1) if t.strip()]
-            values = [number(text, f"{path}:{n}", "value", minimum=0.0) for n, text in lines]
+            values = [number(text, f"{path}:{n}", "value", minimum=0.0, maximum=MAX_PARAMETER) for n, text in lines]
         else:
             _, rows = read_csv(path, (column,))
-            values = [number(row[column], f"{path}:{n}", column, minimum=0.0) for n, row in rows]
+            values = [number(row[column], f"{path}:{n}", column, minimum=0.0, maximum=MAX_PARAMETER) for n, row in rows]
         if not values:
             raise ConfigError(f"{path}: no values (an empirical distribution needs at least one)")
         _CACHE[key] = np.array(values, dtype=np.float64)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,13 +139,25 @@ def read_yaml(path: Path) -> object:
 
 
 # -- JSON ---------------------------------------------------------------------------------------
+_BARE_CONSTANT = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*-?(?:NaN|Infinity)\b')
+
+
+def _constant_at(text: str, source: str) -> str:
+    """``file:line: key: `` of the first key holding a bare NaN or Infinity (``file: `` when none is found)."""
+    found = _BARE_CONSTANT.search(text)
+    if found is None:
+        return f"{source}: "
+    line = text.count("\n", 0, found.start()) + 1
+    return f"{source}:{line}: {found[1]}: "
+
+
 def parse_json(text: str, source: str, allow_nonfinite: bool = False) -> Any:
     """Strict JSON; ``allow_nonfinite`` admits ``NaN`` / ``Infinity`` for formats known to write them."""
 
     def constant(name: str) -> float:
         if allow_nonfinite:
             return float(name)
-        raise ConfigError(f"{source}: {name} is not a JSON number (JSON has no NaN or Infinity)")
+        raise ConfigError(f"{_constant_at(text, source)}{name} is not a JSON number (JSON has no NaN or Infinity)")
 
     def finite_float(text: str) -> float:
         value = float(text)
@@ -213,8 +226,11 @@ def read_csv(path: Path, required: tuple[str, ...] = ()) -> tuple[list[str], lis
 
 
 # -- numbers ------------------------------------------------------------------------------------
-def number(value: object, where: str, field: str, minimum: float | None = None, positive: bool = False) -> float:
-    """A finite number from a cell or field (text or JSON number), at least ``minimum`` (or > 0)."""
+def number(
+    value: object, where: str, field: str, minimum: float | None = None, positive: bool = False,
+    maximum: float | None = None,
+) -> float:  # fmt: skip
+    """A finite number from a cell or field (text or JSON number), from ``minimum`` (or > 0) to ``maximum``."""
     if value is None or value == "":
         raise ConfigError(f"{where}: {field}: missing (expected a number)")
     if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -229,6 +245,8 @@ def number(value: object, where: str, field: str, minimum: float | None = None, 
         raise ConfigError(f"{where}: {field}: expected a positive number, got {value!r}")
     if minimum is not None and result < minimum:
         raise ConfigError(f"{where}: {field}: expected a number >= {minimum:g}, got {value!r}")
+    if maximum is not None and result > maximum:
+        raise ConfigError(f"{where}: {field}: expected a number <= {maximum:g}, got {value!r}")
     return result
 
 

@@ -14,10 +14,11 @@ from pydantic import Field, model_validator
 from simulator.config.base import Spec
 from simulator.config.batching import Scheduler
 from simulator.config.deployment import DeploymentSpec
-from simulator.units import BytesPerSecond, Seconds
+from simulator.units import MAX_LATENCY_S, BytesPerSecond, Seconds
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
-NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
+#: A fixed latency: at most a day (:data:`simulator.units.MAX_LATENCY_S`).
+NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0, le=MAX_LATENCY_S)]
 CostBasis = Literal["auto", "rental", "ownership", "api"]
 BackendName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", description="letters, digits, _ . -")]
 

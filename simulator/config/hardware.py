@@ -12,14 +12,23 @@ from typing import Annotated, ClassVar, Literal, get_args
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from simulator.config.base import Precision, Profile, Sourced, Spec, reference_tag
-from simulator.units import Bytes, BytesPerSecond, FlopsPerSecond, Seconds, Watts
+from simulator.units import MAX_LATENCY_S, Bytes, BytesPerSecond, FlopsPerSecond, Seconds, Watts
 
-Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+#: An achievable share of a peak or a capacity: at least 1 % (below it a number is mistyped, not
+#: measured: the lowest in any profile is 0.32) and at most all of it.
+MIN_FRACTION = 0.01
+Fraction = Annotated[float, Field(ge=MIN_FRACTION, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 PositiveBytes = Annotated[Bytes, Field(gt=0.0)]
 PositiveBandwidth = Annotated[BytesPerSecond, Field(gt=0.0)]
 PositiveFlops = Annotated[FlopsPerSecond, Field(gt=0.0)]
-NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
+#: A fixed latency: at most a day (:data:`simulator.units.MAX_LATENCY_S`).
+NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0, le=MAX_LATENCY_S)]
+
+
+#: Largest roofline exponent: at p = 16 the blend is within 4.4 % of max(t_memory, t_compute) (2^(1/16)),
+#: the ideal roofline; a larger p changes nothing but overflows the power.
+MAX_ROOFLINE_EXPONENT = 16.0
 
 
 class WeightOnlyPath(Spec):
@@ -48,7 +57,7 @@ class ComputeSpec(Spec):
     weight_only: dict[Precision, WeightOnlyPath] = Field(
         default_factory=dict, description="weight formats run by dequantising (no native engine), with their efficiency"
     )
-    roofline_exponent: Sourced[Annotated[float, Field(ge=1.0)]] | None = Field(
+    roofline_exponent: Sourced[Annotated[float, Field(ge=1.0, le=MAX_ROOFLINE_EXPONENT)]] | None = Field(
         None,
         description="an operator takes (t_memory^p + t_compute^p)^(1/p); empty: the ideal max(t_memory, "
         "t_compute). Measured kernels sit near p = 2: memory and compute overlap imperfectly near the ridge",
@@ -136,7 +145,8 @@ class PowerSpec(Spec):
     chip: Sourced[Annotated[Watts, Field(gt=0.0)]] = Field(description="power per chip")
 
 
-PositiveUsd = Annotated[float, Field(gt=0.0)]
+#: A price in US dollars: a millionth of a dollar to a billion (a chip-hour, a chip, a million tokens).
+PositiveUsd = Annotated[float, Field(ge=1e-6, le=1e9)]
 
 
 class TokenPrice(Spec):

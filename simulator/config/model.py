@@ -59,13 +59,18 @@ class AttentionSpec(Spec):
         return self
 
 
+#: Largest coefficient of variation of the tokens a layer's experts receive: all tokens on one of E
+#: experts gives sqrt(E - 1), 32 for 1,025 experts; 100 covers any MoE published.
+MAX_EXPERT_LOAD_CV = 100.0
+
+
 class MoESpec(Spec):
     num_routed_experts: PositiveInt
     num_shared_experts: Annotated[int, Field(ge=0)] = 0
     experts_per_token: PositiveInt
     expert_intermediate_size: PositiveInt
     num_moe_layers: PositiveInt = Field(description="MoE layers; the other layers are dense")
-    expert_load_cv: Sourced[Annotated[float, Field(ge=0)]] | None = Field(
+    expert_load_cv: Sourced[Annotated[float, Field(ge=0, le=MAX_EXPERT_LOAD_CV)]] | None = Field(
         None,
         description="coefficient of variation (std / mean) of the tokens a layer's experts receive in "
         "serving traffic; empty: simulator.analytic.moe.DEFAULT_EXPERT_LOAD_CV",

@@ -16,7 +16,14 @@ from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.units import Seconds, parse_quantity
 
 PositiveInt = Annotated[int, Field(ge=1)]
-Rate = Annotated[float, Field(gt=0.0, description="requests per second")]
+#: Slowest steady arrival rate: one request in about eleven days (slower, a run of any plausible length
+#: holds no request and measures nothing); the fastest is bounded by the run-size limits.
+MIN_RATE_PER_S = 1e-6
+#: Shortest run: a microsecond (no request is served faster, so a shorter run measures nothing).
+MIN_RUN_S = 1e-6
+#: Fastest arrival rate: a billion requests per second, beyond any fleet (the run-size limits bind far sooner).
+MAX_RATE_PER_S = 1e9
+Rate = Annotated[float, Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S, description="requests per second")]
 NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
 
 
@@ -59,7 +66,7 @@ class ConstantRate(SteadyRate):
 
 class RateStep(Spec):
     at: NonNegativeSeconds
-    rate_per_s: Annotated[float, Field(ge=0.0)]
+    rate_per_s: Annotated[float, Field(ge=0.0, le=MAX_RATE_PER_S)]
 
 
 class RateSteps(ArrivalProcess):
@@ -84,8 +91,8 @@ class RateRamp(ArrivalProcess):
     """Poisson whose rate moves linearly from ``start`` to ``end`` over ``over``, then holds."""
 
     process: Literal["ramp"] = "ramp"
-    start_rate_per_s: Annotated[float, Field(ge=0.0)]
-    end_rate_per_s: Annotated[float, Field(ge=0.0)]
+    start_rate_per_s: Annotated[float, Field(ge=0.0, le=MAX_RATE_PER_S)]
+    end_rate_per_s: Annotated[float, Field(ge=0.0, le=MAX_RATE_PER_S)]
     over: Annotated[Seconds, Field(gt=0.0)]
 
     @property
@@ -219,13 +226,13 @@ class SLOSpec(Spec):
 
 class RunSpec(Spec):
     seed: Annotated[int, Field(ge=0)] = 0
-    duration: Annotated[Seconds, Field(gt=0.0)] | None = Field(
+    duration: Annotated[Seconds, Field(ge=MIN_RUN_S)] | None = Field(
         None, description="arrivals (or users) stop after this much simulated time"
     )
     max_requests: PositiveInt | None = Field(None, description="arrivals stop after this many requests")
     warmup: NonNegativeSeconds = Field(0.0, description="requests arriving earlier are not measured")
     drain: bool = Field(True, description="after arrivals stop, run until every request completes")
-    horizon: Annotated[Seconds, Field(gt=0.0)] | None = Field(None, description="hard stop of simulated time")
+    horizon: Annotated[Seconds, Field(ge=MIN_RUN_S)] | None = Field(None, description="hard stop of simulated time")
 
     @model_validator(mode="after")
     def _bounded(self) -> RunSpec:

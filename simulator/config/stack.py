@@ -43,10 +43,11 @@ from pydantic import Discriminator, Field, Tag
 
 from simulator.config.base import Profile, Sourced, Spec, reference_tag
 from simulator.config.speculation import SpeculativeSpec
-from simulator.units import Seconds
+from simulator.units import MAX_LATENCY_S, Seconds
 
 PositiveInt = Annotated[int, Field(ge=1)]
-NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0)]
+#: A fixed latency: at most a day (:data:`simulator.units.MAX_LATENCY_S`).
+NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0, le=MAX_LATENCY_S)]
 
 
 class StackSpeculation(Spec):

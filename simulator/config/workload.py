@@ -93,7 +93,9 @@ class AgentsLoad(Spec):
     kind: Literal["agents"] = "agents"
     workload: WorkloadRef = Field(description="workload id in workloads/, or the whole workload (inline)")
     agents: Annotated[int, Field(ge=1)] | None = None
-    tasks_per_s: Annotated[float, Field(gt=0.0)] | None = None
+    tasks_per_s: Annotated[float, Field(ge=1e-6, le=1e9)] | None = Field(
+        None, description="one task in ~11 days to a billion a second (as a scenario's arrival rate)"
+    )
     think_time_s: Distribution = Field(
         default_factory=lambda: Constant(value=0.0), description="closed loop: pause between an agent's tasks"
     )

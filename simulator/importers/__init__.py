@@ -9,7 +9,8 @@ The metric-name mapping between the tools is :data:`~simulator.importers.common.
 :func:`read_file` parses a file once (JSON, or JSON lines; SGLang's bare ``Infinity`` is
 admitted), picks the format by the keys it carries (or checks the one named) and returns its
 runs. A file no format recognises, or a damaged one, is a ConfigError naming the file and
-the field.
+the field; so is a run whose figures no server produces (negative, zero or 1000x-off statistics,
+TTFT after E2E: :func:`simulator.importers.checks.check_plausible`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,13 @@ def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
     if wanted is not None and wanted != detected:
         raise ConfigError(f"{source}: named as {format}, but its fields are those of {detected}")
     if detected == sglang_bench.FORMAT:
-        return [sglang_bench.read_line(record, where) for where, record in lines or [(f"{source}:1", document)]]
-    if lines is not None:
-        return aiperf.read_records(lines)
-    return _DOCUMENTS[detected][1](document, source)
+        runs = [sglang_bench.read_line(record, where) for where, record in lines or [(f"{source}:1", document)]]
+    elif lines is not None:
+        runs = aiperf.read_records(lines)
+    else:
+        runs = _DOCUMENTS[detected][1](document, source)
+    from simulator.importers.checks import check_plausible  # its physics needs pydantic: not at parser start-up
+
+    for run in runs:
+        check_plausible(run)
+    return runs

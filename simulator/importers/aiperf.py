@@ -66,7 +66,9 @@ def _metric(data: Mapping[str, object], key: str, where: str) -> Stats:
     node = data[key]
     assert isinstance(node, Mapping)
     scale = 1.0 if key == "count" else _UNIT_TO_SI[str(unit)]
-    values = {name: num(node, k, where) * (1.0 if name == "count" else scale) for k, name in _STAT.items() if k in node}
+    values = {
+        name: num(node, k, where, 0.0) * (1.0 if name == "count" else scale) for k, name in _STAT.items() if k in node
+    }
     return Stats(values, key)
 
 

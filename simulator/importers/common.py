@@ -12,6 +12,9 @@ A benchmark client's result file holds one run (vLLM, inference-perf, AIPerf) or
   measurement rows).
 - ``per_request``: the requests as the client measured them, where the file carries them (the
   source of a replay trace and of the per-request comparison).
+- ``flags``: laws the run's figures break that do not make them unusable (a throughput that
+  disagrees with the run's counts and duration; TTFTs below the deployment's prefill floor):
+  its rows are kept and carry the flag (:mod:`simulator.importers.checks`).
 
 Nothing here reads a catalog or writes a file: deciding hardware and model is the caller's.
 """
@@ -135,6 +138,8 @@ class ImportedRun:
     refusal: str = ""  # why the load cannot be reproduced ('' when it can)
     per_request: PerRequest | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: Why the run's figures break a law (its rows are kept, and carry the flag; '' entries never).
+    flags: tuple[str, ...] = field(default_factory=tuple)
 
 
 # -- reading fields with their path -------------------------------------------------------------
@@ -168,10 +173,14 @@ def num(data: Mapping[str, object], path: str, where: str, minimum: float | None
     return float(value)
 
 
+#: Largest count a result file may state: 2**53, the largest integer a JSON number (a double) holds exactly.
+MAX_COUNT = 2**53
+
+
 def whole(data: Mapping[str, object], path: str, where: str, minimum: int = 0) -> int:
     value = num(data, path, where, minimum)
-    if value != int(value):
-        raise ConfigError(f"{where}: {path}: expected an integer, got {value!r}")
+    if value != int(value) or value > MAX_COUNT:
+        raise ConfigError(f"{where}: {path}: expected an integer of at most 2**53, got {value!r}")
     return int(value)
 
 
@@ -208,3 +217,24 @@ def model_from_path(name: str) -> str:
         if part.startswith("models--"):
             return part.removeprefix("models--").replace("--", "/", 1)
     return name.rstrip("/")
+
+
+#: Relative disagreement between a stated throughput and tokens / duration beyond which a run is flagged.
+THROUGHPUT_TOLERANCE = 0.02
+
+
+def throughput_flag(data: Mapping[str, object], where: str) -> tuple[str, ...]:
+    """A flag when ``output_throughput`` is not ``total_output_tokens / duration`` (the definition
+    vLLM's and SGLang's clients write it by; both are in the file). No flag when a field is absent."""
+    if not all(isinstance(data.get(k), int | float) and not isinstance(data.get(k), bool)
+               for k in ("output_throughput", "total_output_tokens", "duration")):  # fmt: skip
+        return ()
+    duration = num(data, "duration", where)
+    if not duration > 0:
+        raise ConfigError(f"{where}: duration: expected a positive number of seconds, got {duration:g}")
+    stated = num(data, "output_throughput", where)
+    counted = num(data, "total_output_tokens", where) / duration
+    if abs(stated - counted) <= THROUGHPUT_TOLERANCE * counted:
+        return ()
+    return (f"output_throughput {stated:.6g} tok/s disagrees with total_output_tokens / duration = "
+            f"{counted:.6g} tok/s",)  # fmt: skip

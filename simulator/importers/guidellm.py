@@ -34,11 +34,11 @@ def detect(data: object) -> bool:
 
 def _stats(node: Mapping[str, object], path: str, where: str, factor: float) -> Stats:
     values = {
-        name: num(node, k, where) * (1.0 if name == "count" else factor) for k, name in _STAT.items() if k in node
+        name: num(node, k, where, 0.0) * (1.0 if name == "count" else factor) for k, name in _STAT.items() if k in node
     }
     percentiles = node.get("percentiles")
     if isinstance(percentiles, Mapping):
-        values |= {name: num(percentiles, k, where) * factor for k, name in _PERCENTILE.items() if k in percentiles}
+        values |= {n: num(percentiles, k, where, 0.0) * factor for k, n in _PERCENTILE.items() if k in percentiles}
     return Stats(values, path)
 
 

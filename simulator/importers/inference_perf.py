@@ -35,7 +35,7 @@ def _distribution(data: Mapping[str, object], path: str, where: str, count: int)
     node = get(data, path, where, "a distribution object")
     if not isinstance(node, Mapping):
         raise ConfigError(f"{where}: {path}: expected an object of statistics, got {node!r}")
-    values = {name: num(node, key, where) for key, name in _STAT.items() if key in node}
+    values = {name: num(node, key, where, minimum=0.0) for key, name in _STAT.items() if key in node}
     return Stats({"count": float(count), **values}, path)
 
 
@@ -44,7 +44,7 @@ def read(data: object, where: str) -> list[ImportedRun]:
     count = succeeded(data, "successes.count", where)
     metrics = {m: _distribution(data, f"successes.latency.{k}", where, count) for k, m in _METRICS.items()
                if optional(data, f"successes.latency.{k}") is not None}  # fmt: skip
-    metrics["output_tok_s"] = Stats({"mean": num(data, "successes.throughput.output_tokens_per_sec", where)},
+    metrics["output_tok_s"] = Stats({"mean": num(data, "successes.throughput.output_tokens_per_sec", where, 0.0)},
                                     "successes.throughput.output_tokens_per_sec")  # fmt: skip
     notes = ["warm-up: none excluded; output lengths as the server counted them"]
     load: Load | None = None

@@ -4,7 +4,9 @@
 ``per_user_output_tok_s`` and ``aggregate_output_tok_s`` (the run's output tokens per second).
 ``value`` is the mean (``statistic: mean``), or the median where the file has no mean
 (``statistic: p50``); the other statistics the file states sit in their own columns
-(:data:`STAT_COLUMNS`, SI units), for information. Lengths are the run's mean prompt and
+(:data:`STAT_COLUMNS`, SI units), for information. ``flag`` says which law the run's
+figures break, if any (:mod:`simulator.importers.checks`): the row is kept, to be reported
+apart from the unflagged ones. Lengths are the run's mean prompt and
 answer (rounded): a row runs every request at those lengths, so a run whose lengths vary
 (ShareGPT, random ranges) is approximated, and its notes say so; the replay trace keeps
 each request's lengths. What the file does not say (hardware, chips, layout, stack,
@@ -40,7 +42,7 @@ STAT_COLUMNS = tuple(n for n in STAT_NAMES if n != "mean")
 COLUMNS = (
     "id", "hardware", "chips", "model", "weights", "spec_decoding", "input_tokens", "output_tokens", "concurrency",
     "metric", "value", "claim_type", "measured_by", "date", "source", "notes", "stack", "load",
-    "request_rate_per_s", "requests", "layout", "burstiness", "statistic", *STAT_COLUMNS,
+    "request_rate_per_s", "requests", "layout", "burstiness", "statistic", *STAT_COLUMNS, "flag",
 )  # fmt: skip
 
 
@@ -109,6 +111,7 @@ def rows(run: ImportedRun, deployment: Deployment, run_id: str) -> list[dict[str
             "layout": deployment.layout, "burstiness": _cell(load.cv2), "statistic": statistic,
         }  # fmt: skip
         row |= {c: _cell(stats.values.get(c)) for c in STAT_COLUMNS}
+        row["flag"] = "; ".join(run.flags)
         out.append(row)
     return out
 

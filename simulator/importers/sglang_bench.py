@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from simulator.errors import ConfigError
-from simulator.importers.common import ImportedRun, Load, optional, whole
+from simulator.importers.common import ImportedRun, Load, optional, throughput_flag, whole
 from simulator.importers.vllm_bench import latency_stats, per_request, rate_per_s, throughput
 
 FORMAT = "sglang-bench"
@@ -57,4 +57,5 @@ def read_line(data: object, where: str) -> ImportedRun:
         refusal=refusal,
         per_request=per_request(data, where),
         notes=tuple(notes),
+        flags=throughput_flag(data, where),
     )

@@ -39,6 +39,7 @@ from simulator.importers.common import (
     report_object,
     stats_of,
     succeeded,
+    throughput_flag,
     whole,
 )
 
@@ -63,7 +64,7 @@ def latency_stats(data: Mapping[str, object], where: str, names: Mapping[str, st
             prefix = key.removesuffix(f"_{short}_ms")
             name = _STAT_PREFIX.get(prefix, prefix if prefix.startswith("p") else "")
             if name and data[key] is not None:
-                values[name] = num(data, key, where) / MS_PER_S
+                values[name] = num(data, key, where, minimum=0.0) / MS_PER_S
         if len(values) > 1:
             out[metric] = Stats(values, f"*_{short}_ms")
     return out
@@ -71,7 +72,7 @@ def latency_stats(data: Mapping[str, object], where: str, names: Mapping[str, st
 
 def throughput(data: Mapping[str, object], where: str) -> dict[str, Stats]:
     """Output tokens per second over the run (``output_throughput``: total output tokens / duration)."""
-    return {"output_tok_s": Stats({"mean": num(data, "output_throughput", where)}, "output_throughput")}
+    return {"output_tok_s": Stats({"mean": num(data, "output_throughput", where, minimum=0.0)}, "output_throughput")}
 
 
 def rate_per_s(value: object, where: str, field: str) -> float:
@@ -127,7 +128,7 @@ def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
         gaps = np.array([math.fsum(lists["itls"][i]) for i in ok])
         inputs = np.array([int(lists["input_lens"][i]) for i in ok])
         outputs = np.array([int(lists["output_lens"][i]) for i in ok])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{where}: input_lens/output_lens/ttfts/itls: expected numbers (itls: a list per "
                           "request)") from None  # fmt: skip
     if np.any(outputs < 1) or np.any(inputs < 1):
@@ -158,6 +159,7 @@ def read(data: object, where: str) -> list[ImportedRun]:
             load=load,
             refusal=refusal,
             per_request=requests,
+            flags=throughput_flag(data, where),
             notes=(
                 *notes,
                 "warm-up: none excluded (vLLM's client has no warm-up phase); output lengths are "

@@ -22,7 +22,7 @@ from tests.engine.conftest import CATALOG, run, scenario
 H100_8B = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1}
 CS3_8B = {"hardware": "cerebras-cs3", "model": "llama-3.1-8b"}
 IB = {"bandwidth": "50 GB/s", "links": 1, "latency": "5 us", "per_transfer": "1 ms"}
-FREE = {"bandwidth": "1e30 B/s", "streaming": "whole"}  # no latency, no overhead, no wire time to speak of
+FREE = {"bandwidth": "1 EB/s", "streaming": "whole"}  # the fastest a link may be: no latency, overhead or wire time
 CHAT = {"input_tokens": {"dist": "lognormal", "median": 800, "sigma": 0.6},
         "output_tokens": {"dist": "lognormal", "median": 80, "sigma": 0.5}}  # fmt: skip
 
@@ -120,7 +120,7 @@ def test_a_free_link_never_slows_decode_compared_with_co_location() -> None:
     common: dict[str, Any] = {"load": _open(8.0), "requests": CHAT, "run": {"seed": 5, "max_requests": 250}}
     split = _split(FREE, **common).summary
     together = run(backends=[{"name": "p", "deployment": H100_8B}], **common).summary
-    assert split.kv_transfers is not None and split.kv_transfers["p"].transfer_s.p99 < 1e-12
+    assert split.kv_transfers is not None and split.kv_transfers["p"].transfer_s.p99 < 1e-9
     assert split.tpot_s.mean <= together.tpot_s.mean
     assert split.itl_s.p50 <= together.itl_s.p50 and split.itl_s.p99 <= together.itl_s.p99
 
