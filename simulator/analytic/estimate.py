@@ -9,10 +9,34 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
   does not chunk runs the whole prompt in one iteration however many decodes ride along.
   The chunks run in successive iterations (a pipelined machine streams each chunk's tokens
   through its stages, :meth:`StepCostModel.iteration_times`).
-- TTFT at ``C`` is the prefill with the other ``C - 1`` users' decodes riding in its
-  iterations, plus, on a hosted API, the request's time outside the replica
-  (``Deployment.api_s``: network round trip and the provider's front end), which E2E carries
-  too and the gaps between tokens do not.
+- TTFT at ``C`` is ``W_step + P + P_shared + W_prompt``: ``P`` the prefill with the other
+  ``C - 1`` users' decodes riding in its iterations, after the waits and beside the prompts
+  below (all 0 at ``C = 1``, where the replica is idle when the request arrives), plus, on a
+  hosted API, the request's time outside the replica (``Deployment.api_s``: network round trip
+  and the provider's front end), which E2E carries too and the gaps between tokens do not.
+  Requests reach the replica at the rate ``lambda = C / (E2E + api_s)`` (response-time law,
+  the API's time acting as think time; ``E2E`` here without ``P_shared`` and ``W_prompt``).
+
+  - **The iteration in progress** (``W_step``). A request arriving at phase ``u`` of an
+    iteration of length ``S`` waits ``(1 - u) S`` for it to end. At a random time that is
+    ``E[S^2] / (2 E[S])`` on average (the inspection paradox: ``S / 2`` for equal steps); but a
+    closed-loop arrival is not random: it comes as its user's previous request completes, at
+    the end of an iteration, when the next one has just been formed without it (the engine
+    forms it at that instant; a server's overlap scheduler forms it ahead). So it waits that
+    iteration whole, ``u = 0``: ``W_step = S(C - 1)``, the decode step of the other users.
+  - **Prompts that share its iteration** (``P_shared``). The ``lambda W_step`` prompts that
+    arrive during that wait are admitted with it, into the same iterations, as many as the
+    token budget ``B`` holds beside it (``(B - I) / I``); each adds its marginal time
+    ``m = P - n S_d`` (its prefill less the ``n`` decode-only iterations it rides):
+    ``P_shared = min(lambda W_step, (B - I) / I) m``.
+  - **Prompts ahead** (``W_prompt``). Prompts share each iteration's token budget ``B`` (the
+    stack's, less the decodes riding along): a prompt of ``I <= B`` tokens takes ``I / B`` of
+    its iteration's budget (prompts arriving together share one iteration); a longer one
+    fills every iteration it spans (chunked prefill splits it into ``ceil(I / B)``; a stack
+    that does not split it runs it alone). Its service time is ``s = P min(1, I / B)``.
+    The budget is busy ``rho = lambda s`` and a prompt waits for those ahead of it as in an
+    M/D/1 queue, ``W_prompt = rho s / (2 (1 - rho))``, at most ``(C - 1) s`` (every other
+    user's prompt ahead; the bound is the closed loop's when ``rho >= 1``).
 - **Prefill interference** as the engine batches it: while one user decodes its ``O - 1``
   tokens, the other ``C - 1`` users each prefill one prompt of ``n`` chunks. A
   decode-first stack puts a chunk into a decode iteration (the iteration then costs
@@ -143,11 +167,15 @@ def prefill_chunks(cost: StepCostModel, input_tokens: int, riding_decodes: int) 
     """(new tokens, cached tokens) of each chunk a prompt is prefilled in, beside ``riding_decodes``:
     chunks of the token budget the decodes leave, or (unchunked) the whole prompt in one
     iteration, as the engine's scheduler runs it however many decodes ride along."""
-    d = cost.deployment
-    if not d.stack.chunked_prefill:
+    if not cost.deployment.stack.chunked_prefill:
         return [(float(input_tokens), 0.0)]
-    chunk = max(1, d.max_batched_tokens - riding_decodes)
+    chunk = prefill_budget(cost, riding_decodes)
     return [(float(min(chunk, input_tokens - start)), float(start)) for start in range(0, input_tokens, chunk)]
+
+
+def prefill_budget(cost: StepCostModel, riding_decodes: int) -> int:
+    """Prompt tokens an iteration takes beside ``riding_decodes``: the replica's budget less the decodes."""
+    return max(1, cost.deployment.max_batched_tokens - riding_decodes)
 
 
 def _prefill_s(cost: StepCostModel, input_tokens: int, riding_decodes: int, context: float) -> float:
@@ -186,6 +214,34 @@ def loaded_decode_step(cost: StepCostModel, users: int, input_tokens: int, outpu
                 )
             step = step.plus(extra.scaled(per_step))
     return step
+
+
+def step_in_progress_s(cost: StepCostModel, users: int, input_tokens: int, output_tokens: int) -> float:
+    """``W_step``: the iteration a closed-loop arrival finds just formed without it, the decode step
+    of the other ``users - 1`` (module docstring)."""
+    return loaded_decode_step(cost, users - 1, input_tokens, output_tokens).total_s
+
+
+def prompts_sharing_s(
+    cost: StepCostModel, users: int, input_tokens: int, context: float, prefill_s: float, arrivals: float
+) -> float:
+    """``P_shared``: the ``arrivals`` prompts admitted beside this one, as many as the budget holds,
+    each adding its marginal time ``m = P - n S_d`` (module docstring)."""
+    riders = users - 1
+    window = cost.deployment.model.attention.sliding_window
+    decodes = BatchAggregates.of(np.ones(riders), np.full(riders, context), window)
+    alone_s = len(prefill_chunks(cost, input_tokens, riders)) * cost.iteration_times(decodes).step().total_s
+    beside = max(0.0, (prefill_budget(cost, riders) - input_tokens) / input_tokens)
+    return min(arrivals, beside) * max(0.0, prefill_s - alone_s)
+
+
+def prompts_ahead_s(cost: StepCostModel, users: int, input_tokens: int, prefill_s: float, rate: float) -> float:
+    """``W_prompt``: waiting for the prompts ahead in the token budget, M/D/1 with service
+    ``s = P min(1, I / B)`` at load ``rho = rate s``, at most ``(users - 1) s`` (module docstring)."""
+    service_s = prefill_s * min(1.0, input_tokens / prefill_budget(cost, users - 1))
+    busy = rate * service_s
+    most = (users - 1) * service_s
+    return most if busy >= 1.0 else min(busy * service_s / (2.0 * (1.0 - busy)), most)
 
 
 def check_request(deployment: Deployment, input_tokens: int, output_tokens: int) -> None:
@@ -234,13 +290,22 @@ def estimate(
     prefill_s = _prefill_s(cost, input_tokens, users - 1, context)
     step = loaded_decode_step(cost, users, input_tokens, output_tokens)
     tokens_per_step = cost.tokens_per_step
+    itl_s = step.total_s / tokens_per_step if output_tokens > 1 else None
+    ttft_s = prefill_s
+    if users > 1:
+        wait_s = step_in_progress_s(cost, users, input_tokens, output_tokens)
+        ttft_s += wait_s
+        # requests per second reaching the replica; a hosted API's time is the users' think time
+        rate = users / (ttft_s + (output_tokens - 1) * (itl_s or 0.0) + deployment.api_s)
+        ttft_s += prompts_sharing_s(cost, users, input_tokens, context, prefill_s, rate * wait_s)
+        ttft_s += prompts_ahead_s(cost, users, input_tokens, prefill_s, rate)
     return Estimate(
         deployment=deployment,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         concurrency=users,
-        ttft_s=prefill_s + deployment.api_s,
-        itl_s=step.total_s / tokens_per_step if output_tokens > 1 else None,
+        ttft_s=ttft_s + deployment.api_s,
+        itl_s=itl_s,
         decode_step=step,
         prefill_s=prefill_s,
         max_concurrency=most,

@@ -109,13 +109,13 @@ class Deployment:
 
     @property
     def max_batch_size(self) -> int:
-        """Sequences one replica runs at once, at most: the stack's cap per attention rank."""
-        return self.stack.max_batch_size.value * self.attention_dp
+        """Sequences one replica runs at once, at most: the stack's cap on this chip per attention rank."""
+        return self.stack.batch_cap(self.hardware.id) * self.attention_dp
 
     @property
     def max_batched_tokens(self) -> int:
-        """Tokens one replica batches in an iteration, at most: the stack's cap per attention rank."""
-        return self.stack.max_batched_tokens.value * self.attention_dp
+        """Tokens one replica batches in an iteration, at most: the stack's cap on this chip per attention rank."""
+        return self.stack.token_budget(self.hardware.id) * self.attention_dp
 
     @property
     def layout(self) -> str:
@@ -240,11 +240,6 @@ def _check_replicated_fit(
         )
 
 
-def default_kv_precision(weights: Precision, activations: Precision) -> Precision:
-    """fp8 KV when weights are 8-bit or narrower (as FP8 serving stacks ship), else activations."""
-    return "fp8" if BYTES_PER_ELEMENT[weights] <= 1.0 else activations
-
-
 def kv_replication(model: ModelSpec, tensor_parallel: int) -> float:
     if model.attention.mla is not None:
         return float(tensor_parallel)
@@ -327,7 +322,7 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
     if spec.context_tokens is not None:  # served with another context window than the model's own
         model = model.model_copy(update={"max_context_tokens": spec.context_tokens})
     weights: Precision = spec.weights or model.native_precision
-    kv: Precision = spec.kv_cache or default_kv_precision(weights, spec.activations)
+    kv: Precision = spec.kv_cache or stack.kv_precision(weights, spec.activations)  # the stack's default
     precision = group_precisions(model, spec)
     weight_bytes = weight_bytes_of(model, precision)
     kv_per_token_unreplicated = layer_shapes(model).kv_elements_per_token * model.num_layers * BYTES_PER_ELEMENT[kv]

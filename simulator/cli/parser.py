@@ -152,8 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "default: the layout that answers the question best")  # fmt: skip
     p.add_argument("--stack", help="serving stack profile id (default: the hardware's)")
     p.add_argument("--weights", choices=get_args(Precision), help="weight precision (default: the model's native)")
-    p.add_argument("--kv-cache", choices=get_args(Precision), help="KV-cache precision (default: fp8 for 8-bit "
-                   "or narrower weights, else the activations')")  # fmt: skip
+    p.add_argument("--kv-cache", choices=get_args(Precision), help="KV-cache precision (default: the stack's "
+                   "kv_cache: the activations' for vLLM and SGLang; TensorRT-LLM: fp8 on FP8/NVFP4 "
+                   "checkpoints)")  # fmt: skip
     p.add_argument("--input-tokens", type=int, default=DEFAULT_INPUT_TOKENS, help="prompt tokens per request")
     p.add_argument("--output-tokens", type=int, default=DEFAULT_OUTPUT_TOKENS, help="output tokens per request")
     p.add_argument("--concurrency", type=concurrency, default="1",

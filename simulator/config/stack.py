@@ -8,7 +8,19 @@ properties of the software, not of the chip, so they live here, one YAML per sta
 runs the stack (``layer_latency``) is one number, shared, not copied into each hardware file.
 
 - ``max_batch_size`` / ``max_batched_tokens``: sequences and tokens per iteration, per
-  data-parallel attention rank (the scheduler's caps; KV capacity may bind first).
+  data-parallel attention rank (the scheduler's caps; KV capacity may bind first), as the
+  stack's engine arguments default them (vLLM's ``max_num_seqs`` / ``max_num_batched_tokens``,
+  SGLang's ``max_running_requests`` / ``chunked_prefill_size``, TensorRT-LLM's
+  ``max_batch_size`` / ``max_num_tokens``). ``by_hardware`` holds the defaults a stack picks
+  for particular chips (vLLM: smaller on A100 and on GPUs under 70 GiB).
+- ``kv_cache``: the KV-cache precision the stack stores when the deployment does not say:
+  ``auto`` is the activation dtype (vLLM's and SGLang's ``--kv-cache-dtype auto``, whatever
+  the weights); ``checkpoint`` is FP8 when the checkpoint quantises its KV cache (NVIDIA's
+  ModelOpt FP8 and NVFP4 checkpoints do, TensorRT-LLM's ``kv_cache_config.dtype`` ``auto``
+  takes it from there), else the activation dtype (gpt-oss's MXFP4 checkpoint leaves KV in
+  BF16); ``narrow-weights`` is FP8 when the weights are 8-bit or narrower, else the
+  activation dtype (an assumption for stacks that document no default); a precision: that
+  precision always.
 - ``chunked_prefill``: a prompt may be split across iterations (Sarathi, vLLM V1); without it a
   prompt's prefill runs whole in one iteration (TensorRT-LLM's benchmark default).
 - ``priority``: ``decode-first`` runs every decode and fills the rest of the token budget with
@@ -41,7 +53,7 @@ from typing import Annotated, Literal
 
 from pydantic import Discriminator, Field, Tag
 
-from simulator.config.base import Profile, Sourced, Spec, reference_tag
+from simulator.config.base import Precision, Profile, Sourced, Spec, reference_tag
 from simulator.config.speculation import SpeculativeSpec
 from simulator.units import MAX_LATENCY_S, Seconds
 
@@ -76,12 +88,36 @@ class ApiTime(Spec):
         return self.round_trip.value + self.front_end.value
 
 
+#: How a stack chooses the KV-cache precision when the deployment does not (see the module docstring).
+KvCacheRule = Literal["auto", "checkpoint", "narrow-weights"] | Precision
+
+#: Weight formats whose NVIDIA (ModelOpt) checkpoints quantise the KV cache to FP8 as well.
+KV_QUANTISED_CHECKPOINTS: frozenset[Precision] = frozenset({"fp8", "fp4"})
+#: Weight formats of 8 bits or fewer.
+NARROW_WEIGHTS: frozenset[Precision] = frozenset({"fp8", "int8", "fp4", "mxfp4"})
+
+
+class StackCaps(Spec):
+    """Batching caps a stack defaults to on particular chips, where they differ from its own."""
+
+    max_batch_size: Sourced[PositiveInt] | None = None
+    max_batched_tokens: Sourced[PositiveInt] | None = None
+
+
 class StackProfile(Profile):
     """One serving engine's batching limits, admission rule and per-step software costs."""
 
     description: str
     max_batch_size: Sourced[PositiveInt] = Field(description="sequences per iteration, per attention rank")
     max_batched_tokens: Sourced[PositiveInt] = Field(description="tokens per iteration, per attention rank")
+    by_hardware: dict[str, StackCaps] = Field(
+        default_factory=dict, description="hardware id -> the caps the stack defaults to on that chip"
+    )
+    kv_cache: Sourced[KvCacheRule] = Field(
+        description="KV-cache precision when the deployment does not say: auto (the activations'), "
+        "checkpoint (fp8 for FP8/NVFP4 checkpoints, else the activations'), narrow-weights (fp8 for 8-bit or "
+        "narrower weights, else the activations'), or a precision"
+    )
     chunked_prefill: bool = Field(description="a prompt may be split across iterations")
     priority: Literal["decode-first", "prefill-first"]
     admission: Literal["on-demand", "reserve-full"]
@@ -102,6 +138,29 @@ class StackProfile(Profile):
         None, description="a hosted service reached through its public API: the time a request pays outside the replica"
     )
     notes: str = ""
+
+    def batch_cap(self, hardware_id: str) -> int:
+        """Sequences per iteration per attention rank on this chip: its own default, else the stack's."""
+        caps = self.by_hardware.get(hardware_id)
+        cap = caps.max_batch_size if caps is not None else None
+        return (cap or self.max_batch_size).value
+
+    def token_budget(self, hardware_id: str) -> int:
+        """Tokens per iteration per attention rank on this chip: its own default, else the stack's."""
+        caps = self.by_hardware.get(hardware_id)
+        budget = caps.max_batched_tokens if caps is not None else None
+        return (budget or self.max_batched_tokens).value
+
+    def kv_precision(self, weights: Precision, activations: Precision) -> Precision:
+        """The KV-cache precision this stack stores for these weights and activations (``kv_cache``)."""
+        rule = self.kv_cache.value
+        if rule == "auto":
+            return activations
+        if rule == "checkpoint":
+            return "fp8" if weights in KV_QUANTISED_CHECKPOINTS else activations
+        if rule == "narrow-weights":
+            return "fp8" if weights in NARROW_WEIGHTS else activations
+        return rule
 
     def speculation_for(self, model_id: str, marked: str) -> SpeculativeSpec | None:
         """The speculation a measurement ran with: ``yes`` -> the model's documented one, else the

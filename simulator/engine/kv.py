@@ -1,8 +1,19 @@
 """Paged KV: a replica's KV budget in blocks, and a prefix cache of reusable full blocks.
 
 The budget is ``floor(kv_budget / (block_tokens * kv bytes per token))`` blocks; a sequence
-holding ``n`` tokens of KV owns ``ceil(n / block_tokens)`` blocks. (Sliding-window layers
-are charged like full ones: conservative for gpt-oss.)
+holding ``n`` tokens of KV owns ``ceil(n / block_tokens)`` blocks.
+
+Layer kinds. A model whose ``L_w`` of ``L`` layers attend over a sliding window of ``W``
+tokens (gpt-oss: 18 of 36, W = 128) keeps KV per layer kind, as vLLM's hybrid KV-cache
+manager does: its ``L_f = L - L_w`` full-attention layers hold the whole context, its windowed
+layers at most ``W`` tokens. A block is then ``block_tokens`` tokens of the full-attention
+layers, so the budget is ``floor(kv_budget / (block_tokens * kv bytes per token * L_f / L))``
+blocks; a sequence owns ``ceil(n / block_tokens)`` of them for its context (the prefix
+cache's keyed blocks) plus, for its windowed layers, ``ceil(ceil(min(W, n_max) / block_tokens)
+* L_w / L_f)`` taken when it is admitted, ``n_max`` its prompt plus output (at most one window
+early: the windowed layers of a sequence shorter than ``W`` fill as it grows). A model whose
+every layer is windowed (``L_f = 0``) is charged its whole context in every layer
+(conservative). The closed form counts the same bytes (``Deployment.kv_bytes_for_context``).
 
 The prefix cache behaves as a per-block cache (vLLM's): each full block has a key, blocks in
 use are reference-counted, idle ones are reclaimed in LRU order. It *stores* a session's
@@ -86,11 +97,22 @@ class BlockManager:
     keys as a list.
     """
 
-    def __init__(self, total_blocks: int, block_tokens: int, caching: bool = False) -> None:
+    def __init__(
+        self,
+        total_blocks: int,
+        block_tokens: int,
+        caching: bool = False,
+        window_tokens: int = 0,
+        window_blocks_per_block: float = 0.0,
+        full_share: float = 1.0,
+    ) -> None:
         self.total = total_blocks
         self.free = total_blocks
         self.block_tokens = block_tokens
         self.caching = caching
+        self.window_tokens = window_tokens  # W of the windowed layers (0: none)
+        self.window_blocks_per_block = window_blocks_per_block  # L_w / L_f: windowed layers per full one
+        self.full_share = full_share  # L_f / L: the share of all layers' KV bytes a block of tokens is
         self.idle = 0  # cached blocks no running sequence references (reclaimable)
         self.on_evict: Callable[[list[BlockKey]], None] | None = None  # where reclaimed cached blocks go (KV tiers)
         self.version = 0  # changes whenever the set of resident cached blocks may have changed
@@ -103,6 +125,14 @@ class BlockManager:
     def blocks_of(self, tokens: float) -> float:
         """Blocks ``tokens`` of one sequence's context take: ``ceil(tokens / block_tokens)``."""
         return float(math.ceil(tokens / self.block_tokens))
+
+    def window_blocks(self, tokens: float) -> float:
+        """Blocks the windowed layers of a sequence reaching ``tokens`` of context hold, in blocks of
+        the full-attention layers: ``ceil(ceil(min(W, tokens) / block_tokens) * L_w / L_f)``; 0 without."""
+        if not self.window_tokens:
+            return 0.0
+        window = math.ceil(min(float(self.window_tokens), tokens) / self.block_tokens)
+        return float(math.ceil(window * self.window_blocks_per_block))
 
     @property
     def used(self) -> int:

@@ -6,6 +6,8 @@ of the numpy calls it would replace. Assumptions:
 
 - **Paged KV** (:mod:`simulator.engine.kv`): a sequence holding ``n`` tokens of KV owns
   ``ceil(n / block_tokens)`` blocks; admission and growth take blocks, completion frees them.
+  A model with sliding-window layers also takes its windowed layers' blocks at admission
+  (:meth:`~simulator.engine.kv.BlockManager.window_blocks`) and frees them at completion.
 - **Continuous batching** (Orca, vLLM). Each iteration has a token budget
   (``max_batched_tokens``) and a sequence cap (``max_batch_size``). *decode-first*: every
   running decode takes one token (``gamma + 1`` with speculation), then unfinished prefills
@@ -363,7 +365,8 @@ class PagedBatching:
 
     @property
     def kv_used(self) -> int:
-        return self.kv.used
+        """Blocks in use, in blocks of all layers (the backend plan's ``kv_blocks``)."""
+        return int(self.kv.used * self.kv.full_share)
 
     @property
     def block_tokens(self) -> int:
@@ -377,7 +380,10 @@ class PagedBatching:
 
     def kv_headroom(self) -> float:
         kv = self.kv
-        demand = sum(kv.blocks_of(r.input_tokens + r.generated) for r in self.waiting)
+        demand = sum(
+            kv.blocks_of(r.input_tokens + r.generated) + kv.window_blocks(r.input_tokens + r.output_tokens)
+            for r in self.waiting
+        )
         return kv.available - demand
 
     def has_room(self) -> bool:
@@ -405,7 +411,9 @@ class PagedBatching:
             return False
         # reusing an idle cached block takes it out of the reclaimable pool
         reclaimable = self.kv.available - hit.idle
-        return self.kv.blocks_of(held) - len(hit.keys) <= reclaimable
+        head = self.waiting[0]
+        window = self.kv.window_blocks(head.input_tokens + head.output_tokens)
+        return self.kv.blocks_of(held) + window - len(hit.keys) <= reclaimable
 
     def preempt(self) -> bool:
         """Evict the latest-admitted sequence to the front of the queue (recompute or swap)."""
@@ -544,7 +552,8 @@ class PagedBatching:
         state = s.table[slot]
         request = state.request
         assert request is not None
-        owned = int(state.blocks) - len(request.shared)
+        window = int(self.kv.window_blocks(request.input_tokens + request.output_tokens))
+        owned = int(state.blocks) - len(request.shared) + window  # the windowed layers' blocks are never cached
         first = len(request.shared)
         full = int(state.context // self.kv.block_tokens)
         keys = request.block_keys(first, full) if cache and request.cacheable else []
@@ -616,8 +625,9 @@ class PagedBatching:
             if math.isnan(request.admitted_s):
                 request.admitted_s = now
                 request.cached_tokens = int(cached)
+            window = self.kv.allocate(int(self.kv.window_blocks(request.input_tokens + request.output_tokens)))
             grown = self._reserve(slot, held) if self.reserve_full else self._grow([slot], new)
-            assert grown, "admission is sized to the blocks available"
+            assert window and grown, "admission is sized to the blocks available"
             q[slot] = new
             budget -= int(new)
         return budget
@@ -670,7 +680,8 @@ class StaticBatchingPolicy(PagedBatching):
             while self.waiting and s.count < s.capacity:
                 head = self.waiting[0]
                 need = int(self.kv.blocks_of(head.input_tokens + head.output_tokens))
-                if not self.kv.allocate(need):
+                window = int(self.kv.window_blocks(head.input_tokens + head.output_tokens))
+                if not self.kv.allocate(need + window):
                     break
                 self.waiting.popleft()
                 slot = s.admit(head)
@@ -690,8 +701,19 @@ class StaticBatchingPolicy(PagedBatching):
 
 
 def paged_kv(backend: BackendPlan) -> BlockManager:
-    """One replica's KV blocks, with the prefix cache when the scenario asks for it."""
-    return BlockManager(backend.kv_blocks, backend.kv_block_tokens, caching=backend.prefix_caching)
+    """One replica's KV blocks, with the prefix cache when the scenario asks for it; with
+    sliding-window layers a block holds the full-attention layers' KV (module docstring of
+    :mod:`simulator.engine.kv`)."""
+    model = backend.deployment.model
+    windowed = model.attention.sliding_window_layers
+    full = model.num_layers - windowed
+    if not windowed or not full or model.attention.sliding_window is None:
+        return BlockManager(backend.kv_blocks, backend.kv_block_tokens, caching=backend.prefix_caching)
+    share = full / model.num_layers
+    block_bytes = backend.kv_block_tokens * backend.deployment.kv_bytes_per_token * share
+    return BlockManager(int(backend.deployment.kv_budget_bytes // block_bytes), backend.kv_block_tokens,
+                        caching=backend.prefix_caching, window_tokens=model.attention.sliding_window,
+                        window_blocks_per_block=windowed / full, full_share=share)  # fmt: skip
 
 
 @functools.singledispatch
