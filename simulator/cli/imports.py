@@ -20,12 +20,12 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
-from simulator.cli.common import catalog, json_text
+from simulator.cli.common import catalog, json_text, messages_aside
 from simulator.cli.output import ResultsFolder, subfolder
 from simulator.config.files import read_json
 from simulator.config.loading import Catalog
 from simulator.config.model import ModelSpec
-from simulator.errors import ConfigError, InfersimError, InfersimWarning
+from simulator.errors import ConfigError, InfersimError, InfersimWarning, did_you_mean
 from simulator.tables import format_table
 
 MANIFEST = "import.json"
@@ -34,7 +34,8 @@ TABLE = "measurements.csv"
 
 def _known(kind: str, ident: str, ids: list[str], hint: str) -> None:
     if ident not in ids:
-        raise ConfigError(f"--{kind}: no {kind} profile {ident!r} (known: {', '.join(ids)}); {hint}")
+        raise ConfigError(f"--{kind}: no {kind} profile {ident!r}{did_you_mean(ident, ids)} (known: {', '.join(ids)}); "
+                          f"{hint}")  # fmt: skip
 
 
 def _model_for(name: str | None, cat: Catalog, source: str) -> str:
@@ -105,12 +106,21 @@ def import_command(args: argparse.Namespace) -> int:
     files[TABLE] = _csv(table, COLUMNS)
     files[MANIFEST] = json_text({"schema_version": 1, "runs": manifest})
     out.write(files)
+    with messages_aside(args):
+        _import_text(table, manifest, out.path)
+    if args.json:
+        print(json_text({"folder": str(out.path), "rows": len(table), "table": str(out.path / TABLE),
+                         "runs": manifest}), end="")  # fmt: skip
+    return 0
+
+
+def _import_text(table: list[dict[str, str]], manifest: list[dict[str, object]], path: Path) -> None:
+    """The import's runs as a table, and where they were written."""
     print(format_table(["run", "format", "load", "rows", "requests"], [
         [str(m["id"]), str(m["format"]), str(m["load"] or "-"), str(sum(r["id"].startswith(f"{m['id']}-")
          for r in table)), "yes" if "trace" in m else "-"] for m in manifest]))  # fmt: skip
-    print(f"\nwrote {len(table)} rows and {sum('trace' in m for m in manifest)} traces to {out.path} "
-          f"(infersim validate {out.path / TABLE}; infersim compare-measured {out.path})")  # fmt: skip
-    return 0
+    print(f"\nwrote {len(table)} rows and {sum('trace' in m for m in manifest)} traces to {path} "
+          f"(infersim validate {path / TABLE}; infersim compare-measured {path})")  # fmt: skip
 
 
 def _csv(rows: list[dict[str, str]], columns: tuple[str, ...]) -> str:
@@ -125,8 +135,6 @@ def _csv(rows: list[dict[str, str]], columns: tuple[str, ...]) -> str:
 
 
 def compare_measured(args: argparse.Namespace) -> int:
-    from simulator.measured import compare_run, comparison_csv, summary_rows
-
     folder: Path = args.folder
     data = read_json(folder / MANIFEST)
     runs = data.get("runs") if isinstance(data, dict) else None
@@ -139,6 +147,24 @@ def compare_measured(args: argparse.Namespace) -> int:
     out = ResultsFolder(args.out or subfolder(folder, "compare"), "compare-measured", args.overwrite)
     files: dict[str, str | bytes] = {}
     report: dict[str, object] = {}
+    with messages_aside(args):
+        _replay(args, traced, folder, cat, files, report)
+    if args.report:
+        files["report.html"] = _html(report, [str(e["id"]) for e in traced])
+    files["compare.json"] = json_text(report)
+    out.write(files)
+    if args.json:
+        print(json_text({"folder": str(out.path), "runs": report}), end="")
+    else:
+        print(f"wrote {', '.join(sorted(f for f in files if '/' not in f))} to {out.path}")
+    return 0
+
+
+def _replay(args: argparse.Namespace, traced: list[dict[str, object]], folder: Path, cat: Catalog,
+            files: dict[str, str | bytes], report: dict[str, object]) -> None:  # fmt: skip
+    """Each traced run replayed and compared (its table printed; files and summary added)."""
+    from simulator.measured import compare_run, comparison_csv, summary_rows
+
     for entry in traced:
         try:
             comparison = compare_run(entry, folder, cat)
@@ -154,12 +180,6 @@ def compare_measured(args: argparse.Namespace) -> int:
             from simulator.measured import cdf_figure
 
             files[f"figures/{entry['id']}-cdf.png"] = cdf_figure(comparison)
-    if args.report:
-        files["report.html"] = _html(report, [str(e["id"]) for e in traced])
-    files["compare.json"] = json_text(report)
-    out.write(files)
-    print(f"wrote {', '.join(sorted(f for f in files if '/' not in f))} to {out.path}")
-    return 0
 
 
 def _html(report: dict[str, object], ids: list[str]) -> str:
@@ -185,7 +205,12 @@ def models_import(args: argparse.Namespace) -> int:
     out.write({f"{profile.id}.yaml": text})
     from simulator.analytic.architecture import active_params, total_params
 
-    print(f"{profile.id}: {total_params(profile) / 1e9:.2f} B parameters, {active_params(profile) / 1e9:.2f} B active")
+    total, active = total_params(profile), active_params(profile)
+    if args.json:
+        print(json_text({"file": str(out.path / f"{profile.id}.yaml"), "total_params": total, "active_params": active,
+                         "profile": profile.model_dump(mode="json")}), end="")  # fmt: skip
+        return 0
+    print(f"{profile.id}: {total / 1e9:.2f} B parameters, {active / 1e9:.2f} B active")
     print(f"wrote {profile.id}.yaml to {out.path} (use it with --model-dir {out.path})")
     return 0
 
@@ -216,6 +241,10 @@ def export_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"{folder / 'scenario.resolved.yaml'}: run.warmup: {exc}") from None
     scenario["run"] = (scenario.get("run") or {}) | {"warmup": seconds}
     name = f"summary.{args.format}.json"
-    out.write({name: json_text(vllm_bench(columns, summary, scenario, __version__))})
-    print(f"wrote {folder / name}")
+    exported = vllm_bench(columns, summary, scenario, __version__)
+    out.write({name: json_text(exported)})
+    if args.json:
+        print(json_text({"file": str(folder / name), "format": args.format, "summary": exported}), end="")
+    else:
+        print(f"wrote {folder / name}")
     return 0

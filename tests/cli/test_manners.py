@@ -1,0 +1,110 @@
+"""Command-line manners: a mistyped id gets the closest known one, each option's default is shown
+once and only when it says something, every command prints one JSON document under ``--json``
+(its messages on standard error), and ``plan``'s "no feasible fleet" is exit 3, not bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.cli.parser import _Formatter, build_parser
+from tests.cli.test_cli import run_cli
+
+FIXTURES = Path(__file__).parents[1] / "importers" / "fixtures"
+
+SCENARIO = """\
+name: manners
+deployment: {hardware: nvidia-h100-sxm, model: llama-3.1-8b, chips: 1}
+load: {kind: closed, users: 2}
+requests: {input_tokens: {dist: constant, value: 200}, output_tokens: {dist: constant, value: 20}}
+run: {seed: 1, max_requests: 10}
+"""
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {"infersim": parser, **sub.choices}
+
+
+def test_a_mistyped_hardware_id_suggests_the_closest_known_one() -> None:
+    result = run_cli("estimate", "--hardware", "nvidia-h20", "--model", "llama-3.1-8b")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "unknown hardware profile 'nvidia-h20' (did you mean 'nvidia-h200'?)" in result.stderr
+
+
+def test_a_mistyped_choice_and_command_suggest_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estmate"]) == 2
+    assert "did you mean 'estimate'?" in capsys.readouterr().err
+    assert main(["estimate", "--hardware", "nvidia-h200", "--model", "llama-3.1-8b", "--weights", "fp88"]) == 2
+    assert "did you mean 'fp8'?" in capsys.readouterr().err
+    assert main(["estimate", "--hardware", "nvidia-h200", "--model", "zzzz"]) == 2
+    assert "did you mean" not in capsys.readouterr().err  # nothing close: no guess
+
+
+def test_every_help_line_states_its_default_at_most_once() -> None:
+    commands = _commands()
+    assert len(commands) >= 16
+    for name, parser in commands.items():
+        formatter = _Formatter(name)
+        for action in parser._actions:
+            if action.help in (None, argparse.SUPPRESS):
+                continue
+            text = formatter._expand_help(action)
+            assert "(default: None)" not in text and "(default: False)" not in text, (name, action.dest, text)
+            assert text.lower().count("default") <= 1, (name, action.dest, text)
+        page = parser.format_help()
+        assert "(default: None)" not in page and "(default: False)" not in page, name
+    estimate = commands["estimate"].format_help()
+    assert "(default: 1000)" in estimate  # a default the help does not state is still shown
+
+
+def test_every_command_takes_json() -> None:
+    for name, parser in _commands().items():
+        if name != "infersim":
+            assert any("--json" in a.option_strings for a in parser._actions), name
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> object:
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out)  # the whole of standard output is one JSON document
+
+
+def test_the_commands_without_json_before_print_one_document(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    run = tmp_path / "run"
+    assert main(["run", str(tmp_path / "s.yaml"), "-o", str(run)]) == 0
+    capsys.readouterr()
+    exported = _json(capsys, ["export", str(run), "--json"])
+    assert exported["file"] == str(run / "summary.vllm-bench.json") and exported["summary"]["completed"] > 0  # type: ignore[index]
+    page = _json(capsys, ["report", str(run), "--json"])
+    assert Path(page["report"]).is_file()  # type: ignore[index]
+
+    config = FIXTURES / "hf_configs" / "mixtral-8x7b" / "config.json"
+    model = _json(capsys, ["models", "import", str(config), "--name", "m", "-o", str(tmp_path / "m"), "--json"])
+    assert model["profile"]["id"] == "m" and model["active_params"] < model["total_params"]  # type: ignore[index]
+
+    data = json.loads((FIXTURES / "measured" / "vllm-llama70b-a100-qps04.json").read_text())
+    for key in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
+        data[key] = data[key][:6]
+    data |= {"num_prompts": 6, "completed": 6, "total_input_tokens": sum(data["input_lens"]),
+             "total_output_tokens": sum(data["output_lens"])}  # fmt: skip
+    (tmp_path / "vllm.json").write_text(json.dumps(data))
+    folder = tmp_path / "import"
+    imported = _json(capsys, ["import", str(tmp_path / "vllm.json"), "--hardware", "nvidia-a100-sxm", "--chips", "8",
+                              "--layout", "TP8", "--stack", "vllm", "-o", str(folder), "--json"])  # fmt: skip
+    assert imported["rows"] > 0 and len(imported["runs"]) == 1  # type: ignore[index]
+    compared = _json(capsys, ["compare-measured", str(folder), "--json"])
+    assert list(compared["runs"]) == [imported["runs"][0]["id"]]  # type: ignore[index]
+
+    demo = _json(capsys, ["demo", "--no-agents", "-o", str(tmp_path / "demo"), "--json"])
+    assert demo["speed_gap"] and demo["agents"] == []  # type: ignore[index]
+    engine = _json(capsys, ["compile", "--status", "--json"])
+    assert isinstance(engine["compiled"], bool)  # type: ignore[index]
