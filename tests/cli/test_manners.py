@@ -108,3 +108,35 @@ def test_the_commands_without_json_before_print_one_document(
     assert demo["speed_gap"] and demo["agents"] == []  # type: ignore[index]
     engine = _json(capsys, ["compile", "--status", "--json"])
     assert isinstance(engine["compiled"], bool)  # type: ignore[index]
+
+
+CALIBRATION_ROWS = """\
+id,hardware,chips,model,weights,spec_decoding,input_tokens,output_tokens,concurrency,metric,value,load,request_rate_per_s,requests
+A1,nvidia-h100-sxm,1,llama-3.1-8b,bf16,none,512,128,1,itl_s,0.0075,,,
+A2,nvidia-h100-sxm,1,llama-3.1-8b,bf16,none,2048,256,1,itl_s,0.0078,,,
+A3,nvidia-h100-sxm,1,llama-3.1-8b,bf16,none,128,512,1,itl_s,0.0074,,,
+B1,nvidia-h100-sxm,1,llama-3.1-8b,bf16,none,512,128,,aggregate_output_tok_s,250,poisson,2,50
+"""
+
+
+def test_calibrate_refuses_a_parameter_the_rows_cannot_move(tmp_path: Path) -> None:
+    """Single-stream inter-token latency reads the weights: the compute efficiency moves none of
+    these rows, so the fit is refused (exit 2) with the sensitivity table, not returned unmoved."""
+    (tmp_path / "rows.csv").write_text(CALIBRATION_ROWS)
+    common = ("calibrate", "--hardware", "nvidia-h100-sxm", "--table", str(tmp_path / "rows.csv"), "--shared",
+              "trtllm.layer_latency")  # fmt: skip
+    result = run_cli(*common, "--rows", "A1,A2,A3", "--fit", "compute.efficiency", "-o", str(tmp_path / "a"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "nvidia-h100-sxm.compute.efficiency cannot explain the error of rows A1, A2, A3" in result.stderr
+    assert "p1 = nvidia-h100-sxm.compute.efficiency" in result.stderr and not (tmp_path / "a").exists()
+
+    burst = run_cli(*common, "--rows", "A1,B1", "--fit", "memory.hbm.efficiency", "-o", str(tmp_path / "b"))
+    assert burst.returncode == 2 and "B1: the output throughput of a finite run of 50 requests" in burst.stderr
+
+    fitted = run_cli(*common, "--fit", "memory.hbm.efficiency", "-o", str(tmp_path / "c"), "--json")
+    assert fitted.returncode == 0, fitted.stderr
+    assert "left out" in fitted.stderr and "B1" in fitted.stderr  # the burst, left out of the default rows
+    report = json.loads(fitted.stdout)
+    assert {r["id"] for r in report["rows"]} == {"A1", "A2", "A3"}
+    for name in report["parameters"]:
+        assert set(report["sensitivity"][name]) == {"A1", "A2", "A3"} and name in report["start"]
