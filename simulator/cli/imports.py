@@ -5,8 +5,10 @@ simulated against measured out, model profiles from a Hugging Face ``config.json
 nothing written) when any run's load cannot be reproduced and it has no per-request data,
 and writes one folder: ``measurements.csv`` (rows ``validate`` and ``calibrate --table``
 read), ``traces/<run>.jsonl`` (task-graph traces ``infersim run`` replays),
-``measured/<run>.csv`` (the measured requests in trace order) and ``import.json`` (every run:
-its source, load, notes, statistics and deployment).
+``measured/<run>.csv`` (the measured requests in trace order), ``scenarios/<run>.yaml`` (the
+replay as a scenario: ``infersim run FOLDER/scenarios/<run>.yaml --set load.rate_scale=2`` predicts
+the same requests at twice the rate) and ``import.json`` (every run: its source, load, notes,
+statistics and deployment).
 
 ``compare-measured`` replays every trace of an import folder through the engine with the
 import's seed and compares request by request (:mod:`simulator.measured`).
@@ -19,6 +21,7 @@ import re
 import warnings
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simulator.cli.common import catalog, json_text, messages_aside
 from simulator.cli.output import ResultsFolder, subfolder
@@ -27,6 +30,9 @@ from simulator.config.loading import Catalog
 from simulator.config.model import ModelSpec
 from simulator.errors import ConfigError, InfersimError, InfersimWarning, did_you_mean
 from simulator.tables import format_table
+
+if TYPE_CHECKING:
+    from simulator.importers.common import PerRequest
 
 MANIFEST = "import.json"
 TABLE = "measurements.csv"
@@ -99,9 +105,11 @@ def import_command(args: argparse.Namespace) -> int:
                 "metrics": {m: {"field": s.field, **s.values} for m, s in run.metrics.items()},
             }  # fmt: skip
             if run.per_request is not None:
-                entry |= {"trace": f"traces/{run_id}.jsonl", "measured": f"measured/{run_id}.csv", "seed": args.seed}
+                entry |= {"trace": f"traces/{run_id}.jsonl", "measured": f"measured/{run_id}.csv", "seed": args.seed,
+                          "scenario": f"scenarios/{run_id}.yaml"}  # fmt: skip
                 files[f"traces/{run_id}.jsonl"] = trace_lines(run, args.seed)
                 files[f"measured/{run_id}.csv"] = measured_csv(run)
+                files[f"scenarios/{run_id}.yaml"] = _replay_yaml(entry, run.per_request, out.path, cat)
             manifest.append(entry)
     files[TABLE] = _csv(table, COLUMNS)
     files[MANIFEST] = json_text({"schema_version": 1, "runs": manifest})
@@ -121,6 +129,28 @@ def _import_text(table: list[dict[str, str]], manifest: list[dict[str, object]],
          for r in table)), "yes" if "trace" in m else "-"] for m in manifest]))  # fmt: skip
     print(f"\nwrote {len(table)} rows and {sum('trace' in m for m in manifest)} traces to {path} "
           f"(infersim validate {path / TABLE}; infersim compare-measured {path})")  # fmt: skip
+    for m in manifest:
+        if "trace" in m:
+            print(f"a prediction at another load: infersim run {path / 'scenarios' / str(m['id'])}.yaml --set "
+                  "load.rate_scale=2")  # fmt: skip
+
+
+def _replay_yaml(entry: dict[str, object], per_request: PerRequest, folder: Path, cat: Catalog) -> str:
+    """The scenario that replays a run (as ``compare-measured`` does), its trace path relative to
+    the scenario file so the folder can move: ``infersim run FOLDER/scenarios/<run>.yaml --set
+    load.rate_scale=2`` predicts the same requests sent twice as fast."""
+    import numpy as np
+
+    from simulator.cli.common import scenario_yaml
+    from simulator.measured import scenario
+
+    measured = {"input_tokens": np.asarray(per_request.input_tokens, dtype=float),
+                "output_tokens": np.asarray(per_request.output_tokens, dtype=float),
+                "ttft_s": np.asarray(per_request.ttft_s, dtype=float)}  # fmt: skip
+    replay = scenario(entry, folder, measured, cat)
+    assert replay.load is not None  # a trace load
+    relative = Path("..") / str(entry["trace"])
+    return scenario_yaml(replay.model_copy(update={"load": replay.load.model_copy(update={"path": relative})}))
 
 
 def _csv(rows: list[dict[str, str]], columns: tuple[str, ...]) -> str:

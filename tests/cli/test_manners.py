@@ -103,6 +103,7 @@ def test_the_commands_without_json_before_print_one_document(
     assert imported["rows"] > 0 and len(imported["runs"]) == 1  # type: ignore[index]
     compared = _json(capsys, ["compare-measured", str(folder), "--json"])
     assert list(compared["runs"]) == [imported["runs"][0]["id"]]  # type: ignore[index]
+    _replays_at_another_load(folder / imported["runs"][0]["scenario"], tmp_path, capsys)  # type: ignore[index]
 
     demo = _json(capsys, ["demo", "--no-agents", "-o", str(tmp_path / "demo"), "--json"])
     assert demo["speed_gap"] and demo["agents"] == []  # type: ignore[index]
@@ -140,3 +141,20 @@ def test_calibrate_refuses_a_parameter_the_rows_cannot_move(tmp_path: Path) -> N
     assert {r["id"] for r in report["rows"]} == {"A1", "A2", "A3"}
     for name in report["parameters"]:
         assert set(report["sensitivity"][name]) == {"A1", "A2", "A3"} and name in report["start"]
+
+
+def _replays_at_another_load(scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The scenario an import writes replays its requests; ``load.rate_scale=2`` sends the same
+    requests at half of each arrival time (the folder moved first: its paths are relative)."""
+    moved = tmp_path / "moved"
+    scenario.parent.parent.rename(moved)
+    arrivals = {}
+    for scale in (1, 2):
+        out = tmp_path / f"x{scale}"
+        argv = ["run", str(moved / "scenarios" / scenario.name), "--set", f"load.rate_scale={scale}", "-o", str(out)]
+        assert main(argv) == 0
+        lines = (out / "requests.csv").read_text().splitlines()
+        column = lines[0].split(",").index("arrival_s")
+        arrivals[scale] = sorted(float(line.split(",")[column]) for line in lines[1:])
+    capsys.readouterr()
+    assert len(arrivals[1]) == 6 and arrivals[2] == pytest.approx([t / 2 for t in arrivals[1]], rel=1e-9, abs=1e-12)
