@@ -158,3 +158,25 @@ def _replays_at_another_load(scenario: Path, tmp_path: Path, capsys: pytest.Capt
         arrivals[scale] = sorted(float(line.split(",")[column]) for line in lines[1:])
     capsys.readouterr()
     assert len(arrivals[1]) == 6 and arrivals[2] == pytest.approx([t / 2 for t in arrivals[1]], rel=1e-9, abs=1e-12)
+
+
+def test_calibrate_moves_the_parameters_of_an_imported_vllm_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rows of an imported run are simulated, and a simulated time jitters at small parameter
+    steps: the fit's differences over :data:`~simulator.calibration.ENGINE_STEP` follow the trend,
+    so the fit moves from its start and lowers the error (it once returned the starting values)."""
+    data = json.loads((FIXTURES / "measured" / "vllm-llama70b-a100-qps04.json").read_text())
+    for key in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
+        data[key] = data[key][:40]
+    data |= {"num_prompts": 40, "completed": 40, "total_input_tokens": sum(data["input_lens"]),
+             "total_output_tokens": sum(data["output_lens"])}  # fmt: skip
+    (tmp_path / "vllm.json").write_text(json.dumps(data))
+    folder = tmp_path / "import"
+    assert main(["import", str(tmp_path / "vllm.json"), "--hardware", "nvidia-a100-sxm", "--chips", "8", "--layout",
+                 "TP8", "--stack", "vllm", "-o", str(folder)]) == 0  # fmt: skip
+    capsys.readouterr()
+    report = _json(capsys, ["calibrate", "--hardware", "nvidia-a100-sxm", "--table", str(folder / "measurements.csv"),
+                            "-o", str(tmp_path / "cal"), "--json"])  # fmt: skip
+    assert report["not_moved"] == {}  # type: ignore[index]
+    assert report["median_abs_rel_error_after"] < report["median_abs_rel_error_before"] / 2  # type: ignore[index]
