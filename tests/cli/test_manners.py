@@ -37,6 +37,16 @@ def test_a_mistyped_hardware_id_suggests_the_closest_known_one() -> None:
     assert "unknown hardware profile 'nvidia-h20' (did you mean 'nvidia-h200'?)" in result.stderr
 
 
+def test_a_mistyped_set_path_and_model_suggest_the_closest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    assert main(["run", str(tmp_path / "s.yaml"), "--set", "load.user=4", "-o", str(tmp_path / "a")]) == 2
+    assert "load.user: unknown key (did you mean 'users'?)" in capsys.readouterr().err
+    assert (
+        main(["run", str(tmp_path / "s.yaml"), "--set", "deployment.model=lama-3.1-8b", "-o", str(tmp_path / "b")]) == 2
+    )
+    assert "(did you mean 'llama-3.1-8b'?)" in capsys.readouterr().err
+
+
 def test_a_mistyped_choice_and_command_suggest_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estmate"]) == 2
     assert "did you mean 'estimate'?" in capsys.readouterr().err
