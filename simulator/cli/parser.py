@@ -40,7 +40,8 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if "default" in text.lower() or unset or not action.option_strings:
             return text
         return super()._get_help_string(action) or text
 

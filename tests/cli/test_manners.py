@@ -71,6 +71,7 @@ def test_every_help_line_states_its_default_at_most_once() -> None:
         assert "(default: None)" not in page and "(default: False)" not in page, name
     estimate = commands["estimate"].format_help()
     assert "(default: 1000)" in estimate  # a default the help does not state is still shown
+    assert "(default: 0)" in " ".join(commands["import"].format_help().split())  # --seed: 0 is a value, not unset
 
 
 def test_every_command_takes_json() -> None:
