@@ -10,7 +10,9 @@ served by that stack, whatever its hardware, and written once into the stack's p
 - **Objective.** The sum of squared log-ratios ``r_i = log(predicted_i / measured_i)``, so a
   2x over- and a 2x under-prediction weigh the same; bounded trust-region least squares.
 - **Jacobian.** Forward differences, each parameter moving only the rows it touches (its
-  hardware's, or its stack's), so a joint fit costs about one prediction per row and parameter.
+  hardware's, or its stack's), so a joint fit costs about one prediction per row and parameter;
+  over :data:`STEP` for closed-form rows, over :data:`ENGINE_STEP` for rows an engine run
+  predicts (their simulated times jitter at small steps).
 - **Identifiability.** At the solution the scaled Jacobian ``J`` must have full column rank:
   a singular value below :data:`IDENTIFIABLE` of the largest means some combination of
   parameters does not change any row (two latencies that only ever add, a fit on one load
@@ -21,6 +23,19 @@ served by that stack, whatever its hardware, and written once into the stack's p
   :data:`MAX_LEVERAGE` all but alone determines a parameter, the first-order extrapolation
   does not hold that far, and the row gets no leave-one-out error.
 
+- **Sensitivity** (before fitting): ``s_ij = d r_i / d ln p_j`` at the starting values, the
+  change of row ``i``'s log error per relative change of parameter ``j`` (for a parameter that
+  starts at 0, per step of its scale, 1/1000 of its upper bound). A parameter whose
+  ``|s_ij|`` stays below :data:`SENSITIVE` on every row cannot explain the rows' error (doubling
+  it moves no prediction by 0.1 %; for one starting at 0, neither does raising it to its upper
+  bound): the fit is refused and says so, instead of returning the starting value as if fitted.
+- **Rows that determine nothing** are refused too: the output throughput of a finite run whose
+  requests arrive at a set rate (:data:`OFFERED_LOADS`) is the offered load while the server
+  keeps up, and otherwise depends on how the run's ramp and drain are counted, which the row
+  does not say (:func:`undetermined`).
+- **Did it move.** A fitted value within :data:`MOVED` (relative to its scale) of its start is
+  reported as not moved, with why: held at a bound, or no better value near the start.
+
 Fitted values are written with ``confidence: derived``, source ``fit`` and the ids of the rows
 they were fitted on (and, for a shared parameter, the hardware those rows span).
 """
@@ -30,7 +45,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -74,8 +89,23 @@ MAX_EVALUATIONS = 40
 MAX_LEVERAGE = 0.95
 #: Relative forward-difference step of the Jacobian (of the scaled parameter, which is ~1).
 STEP = 1e-4
+#: The step for rows predicted by an engine run (all but single-stream rows): a simulated time
+#: moves in small jumps as batch boundaries and event order shift, so a difference over 1e-4 of
+#: a parameter measures a jump, not the trend. On an imported vLLM run (Llama 3.3 70B, A100 x8,
+#: Poisson 4 req/s) the mean TTFT's d log / d ln(vllm.layer_latency) is 102 over a 1e-4 step,
+#: -0.42 over 2 %, -0.34 over 5 %, 0.32 over 10 %, 0.29 over 20 % and 50 % (its ITL's: 2.0, then
+#: 0.27-0.31 from 2 % on): over 10 % the difference follows the trend.
+ENGINE_STEP = 0.1
 #: Smallest singular value of the scaled Jacobian, relative to the largest, of an identified fit.
 IDENTIFIABLE = 1e-6
+
+#: Largest |d log error / d ln parameter| over the rows below which a parameter cannot explain
+#: the error: doubling it (ln 2 ~ 0.7) would move no row's prediction by 0.1 %.
+SENSITIVE = 1e-3
+#: A fitted value closer than this to its start (relative to the parameter's scale) did not move.
+MOVED = 1e-3
+#: Loads whose requests arrive at a set rate (the ``load`` column of a measurement row).
+OFFERED_LOADS = ("poisson", "gamma", "constant")
 
 #: How a fit marks the parameters it sets.
 FIT = Mark("fit", "infersim calibrate (scipy least squares on log error)", "derived")
@@ -151,6 +181,9 @@ class Fit:
     after: list[RowResult]
     loo_abs_rel_errors: dict[str, float]  # by row id; rows that alone fix a parameter are absent
     unidentified: list[list[str]]  # parameter combinations the rows cannot tell apart
+    start: dict[str, float] = field(default_factory=dict)  # each parameter's value before the fit
+    sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)  # parameter -> row id -> d r / d ln p
+    not_moved: dict[str, str] = field(default_factory=dict)  # parameter -> why it kept its starting value
 
     @property
     def profile(self) -> HardwareProfile:
@@ -175,11 +208,13 @@ class _Problem:
         self.hardware = {p.profile_id: catalog.hardware(p.profile_id) for p in parameters if p.kind == "hardware"}
         self.stacks = {p.profile_id: catalog.stack(p.profile_id) for p in parameters if p.kind == "stack"}
         self.touches = np.array([[p.touches(r, catalog) for p in parameters] for r in rows], dtype=bool)
+        self.simulated = np.array([not r.single_stream for r in rows], dtype=bool)  # predicted by an engine run
         self.lower, self.upper = np.array([p.bounds for p in parameters], dtype=float).T
         start = [_number(self._profile(p), p.path) for p in parameters]
         self.x0 = np.clip(start, self.lower, self.upper)
         self.scale = np.maximum(np.abs(self.x0), self.upper * 1e-3)
         self._cache: dict[bytes, np.ndarray] = {}
+        self._jacobians: dict[bytes, np.ndarray] = {}
 
     def _profile(self, parameter: Parameter) -> Profile:
         return (
@@ -215,17 +250,27 @@ class _Problem:
         return self._cache[key]
 
     def jacobian(self, z: np.ndarray) -> np.ndarray:
-        """Forward differences, each column over the rows its parameter touches (others are 0)."""
+        """Forward differences, each column over the rows its parameter touches (others are 0);
+        the last one is kept (the solver asks again for the Jacobian at the start)."""
+        key = z.tobytes()
+        if key not in self._jacobians:
+            self._jacobians = {key: self._differences(z)}
+        return self._jacobians[key]
+
+    def _differences(self, z: np.ndarray) -> np.ndarray:
         base = self.residuals(z)
         jac = np.zeros((len(self.rows), len(self.parameters)))
         for j in range(len(self.parameters)):
-            step = STEP * max(1.0, abs(z[j]))
-            if z[j] + step > self.upper[j] / self.scale[j]:
-                step = -step  # at the upper bound: a backward difference
-            moved = z.copy()
-            moved[j] += step
-            touched = np.flatnonzero(self.touches[:, j]).tolist()
-            jac[touched, j] = (_log_errors(self.predict(moved * self.scale, touched)) - base[touched]) / step
+            for relative, simulated in ((STEP, False), (ENGINE_STEP, True)):
+                touched = np.flatnonzero(self.touches[:, j] & (self.simulated == simulated)).tolist()
+                if not touched:
+                    continue
+                step = relative * max(1.0, abs(z[j]))
+                if z[j] + step > self.upper[j] / self.scale[j]:
+                    step = -step  # at the upper bound: a backward difference
+                moved = z.copy()
+                moved[j] += step
+                jac[touched, j] = (_log_errors(self.predict(moved * self.scale, touched)) - base[touched]) / step
         return jac
 
     def solve(self, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -271,10 +316,15 @@ def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog
     Raises
     ------
     CalibrationError
-        If a parameter moves none of the rows, or there are fewer rows than parameters.
+        If a parameter moves none of the rows (it touches none, or no row is sensitive to it), a
+        row cannot determine any parameter (:func:`undetermined`), or there are fewer rows than
+        parameters.
     """
     if not parameters:
         raise CalibrationError("no parameters to fit")
+    refused = [reason for reason in map(undetermined, rows) if reason]
+    if refused:
+        raise CalibrationError("refused: " + "; ".join(refused))
     problem = _Problem(parameters, rows, catalog)
     idle = [p.name for j, p in enumerate(parameters) if not problem.touches[:, j].any()]
     if idle:
@@ -285,6 +335,18 @@ def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog
             f"{len(parameters)} parameters ({', '.join(p.name for p in parameters)}) cannot be identified from "
             f"{len(rows)} row{'s' if len(rows) > 1 else ''} ({', '.join(r.id for r in rows)}): any of many values "
             f"would fit exactly; fit at most {len(rows)} or add rows"
+        )
+    start_jacobian = problem.jacobian(problem.x0 / problem.scale)
+    sensitivity = _log_sensitivity(start_jacobian, problem.x0 / problem.scale)
+    names = [p.name for p in parameters]
+    reach = np.where(problem.x0 > 0, 1.0, problem.upper / problem.scale)  # from 0: as far as its upper bound
+    blind = [n for j, n in enumerate(names) if np.max(np.abs(start_jacobian[:, j])) * reach[j] < SENSITIVE]
+    if blind:
+        raise CalibrationError(
+            f"refused: {', '.join(blind)} cannot explain the error of rows {', '.join(r.id for r in rows)}: no "
+            "row's prediction depends on it (doubling it, or raising it from 0 to its bound, moves none by 0.1 %), so "
+            "a fit would return its starting value; fit parameters these rows depend on (the table below), or add "
+            "rows that depend on it\n" + sensitivity_table(names, rows, sensitivity)
         )
     if len(rows) == len(parameters):
         warnings.warn(
@@ -300,7 +362,6 @@ def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog
                       "little; add rows at other loads or lengths", InfersimWarning, stacklevel=2)  # fmt: skip
     x, jacobian = problem.solve(problem.x0)
     residuals = problem.residuals(x / problem.scale)
-    names = [p.name for p in parameters]
     unidentified = unidentified_combinations(jacobian, names)
     for combination in unidentified:
         warnings.warn(f"the rows cannot tell {', '.join(combination) or 'some parameters'} apart (they move no row "
@@ -325,7 +386,66 @@ def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog
         after=[predict_row(r, after) for r in rows],
         loo_abs_rel_errors=loo,
         unidentified=unidentified,
+        start=dict(zip(names, map(float, problem.x0), strict=True)),
+        sensitivity={
+            n: {r.id: float(v) for r, v in zip(rows, sensitivity[:, j], strict=True)} for j, n in enumerate(names)
+        },
+        not_moved=_not_moved(problem, x),
     )
+
+
+def _log_sensitivity(jacobian: np.ndarray, z0: np.ndarray) -> np.ndarray:
+    """``d r_i / d ln p_j`` from the scaled Jacobian at ``z0 = p0 / scale`` (``z dr/dz``); a parameter
+    starting at 0 keeps its per-scale column (module docstring)."""
+    factor = np.where(z0 > 0, z0, 1.0)
+    result: np.ndarray = jacobian * factor
+    return result
+
+
+def sensitivity_table(names: Sequence[str], rows: Sequence[MeasurementRow], sensitivity: np.ndarray) -> str:
+    """Rows by parameters: each cell the change of the row's log error per relative change of the
+    parameter (``d r / d ln p``, module docstring); ``-`` where the parameter does not touch the row."""
+    from simulator.tables import format_table
+
+    cells = [[r.id, r.metric, *(_cell(v) for v in sensitivity[i])] for i, r in enumerate(rows)]
+    labels = [f"p{j + 1}" for j in range(len(names))]
+    legend = "\n".join(f"  {label} = {name}" for label, name in zip(labels, names, strict=True))
+    header = "sensitivity d log(predicted) / d ln(parameter) at the starting values:\n"
+    return header + format_table(["row", "metric", *labels], cells) + "\n" + legend
+
+
+def _cell(value: float) -> str:
+    """A sensitivity to three decimals; ``-`` for a parameter that does not touch the row."""
+    return "-" if value == 0 else "0" if abs(value) < 5e-4 else f"{value:+.3f}"
+
+
+def _not_moved(problem: _Problem, x: np.ndarray) -> dict[str, str]:
+    """The parameters the fit left within :data:`MOVED` of their start, each with why."""
+    found = {}
+    for j, parameter in enumerate(problem.parameters):
+        if abs(x[j] - problem.x0[j]) > MOVED * problem.scale[j]:
+            continue
+        if math.isclose(x[j], problem.upper[j], rel_tol=MOVED, abs_tol=MOVED * problem.scale[j]):
+            found[parameter.name] = f"held at its upper bound {problem.upper[j]:.4g}: the rows would take it further"
+        elif math.isclose(x[j], problem.lower[j], rel_tol=MOVED, abs_tol=MOVED * problem.scale[j]):
+            found[parameter.name] = f"held at its lower bound {problem.lower[j]:.4g}: the rows would take it further"
+        else:
+            found[parameter.name] = "no value near its start fits the rows better: the result is the starting value"
+    return found
+
+
+def undetermined(row: MeasurementRow) -> str:
+    """Why ``row`` cannot determine a parameter, or ``""`` (module docstring)."""
+    if row.metric != "aggregate_output_tok_s" or row.load not in OFFERED_LOADS:
+        return ""
+    rate = row.request_rate_per_s
+    offered = (
+        f" ({rate:g} req/s x {row.output_tokens} output tokens = {rate * row.output_tokens:,.0f} tok/s)" if rate else ""
+    )
+    return (f"{row.id}: the output throughput of a finite run of {row.requests or 'some'} requests arriving at a set "
+            f"rate ({row.load}) is the offered load{offered} while the server keeps up, and otherwise depends on how "
+            f"the run's ramp and drain are counted, which the row does not say; fit its latency rows (ttft_s, "
+            f"itl_s, tpot_s, e2e_s) instead")  # fmt: skip
 
 
 def _provenance(parameter: Parameter, rows: Sequence[MeasurementRow], touched: np.ndarray) -> str:
@@ -396,4 +516,7 @@ def fit_report(result: Fit) -> dict[str, Any]:
         "loo_median_abs_rel_error": float(np.median(loo)) if loo else None,
         "loo_max_abs_rel_error": float(np.max(loo)) if loo else None,
         "unidentified": result.unidentified,
+        "start": result.start,
+        "sensitivity": result.sensitivity,
+        "not_moved": result.not_moved,
     }  # fmt: skip

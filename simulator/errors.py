@@ -11,7 +11,8 @@ printed by the command line as ``infersim: warning: ...``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import difflib
+from collections.abc import Iterable, Iterator
 
 
 class InfersimError(ValueError):
@@ -36,3 +37,10 @@ def naming(source: str) -> Iterator[None]:
         if str(exc).startswith(source):
             raise
         raise type(exc)(f"{source}: {exc}") from exc
+
+
+def did_you_mean(given: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the closest of ``known`` to a mistyped ``given``
+    (:func:`difflib.get_close_matches`, similarity >= 0.6), or ``""`` when none is close."""
+    close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

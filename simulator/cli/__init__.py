@@ -39,7 +39,7 @@ from typing import Any
 
 from simulator.errors import InfersimError, InfersimWarning
 
-EXIT_BAD_INPUT = 2  # also `plan` when no fleet within the limits can meet the targets
+EXIT_BAD_INPUT = 2
 EXIT_BUG = 1
 EXIT_BROKEN_PIPE = 1  # as the Python documentation's SIGPIPE note recommends
 EXIT_DEVICE = 74  # EX_IOERR (sysexits.h): the device could not store the output

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import yaml
 
@@ -87,6 +88,17 @@ def scenario_yaml(scenario: Scenario) -> str:
 def json_text(payload: object) -> str:
     """Strict JSON (``null`` where a number is undefined), indented, with a final newline."""
     return json.dumps(strict_json(payload), indent=2, allow_nan=False) + "\n"
+
+
+@contextlib.contextmanager
+def messages_aside(args: argparse.Namespace) -> Iterator[None]:
+    """Under ``--json`` the command's messages (its tables, ``wrote ...``) go to standard error,
+    so that standard output holds only the one JSON document printed after this block."""
+    if not getattr(args, "json", False):
+        yield
+        return
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
 
 
 def run_files(result: RunResult) -> dict[str, FileContents]:

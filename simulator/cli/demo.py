@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from simulator.cli.common import catalog, json_text, run_files
+from simulator.cli.common import catalog, json_text, messages_aside, run_files
 from simulator.cli.output import ResultsFolder
 from simulator.cli.report import write_report
 from simulator.compare import comparison_table
@@ -28,6 +28,15 @@ from simulator.version import __version__
 
 
 def demo(args: argparse.Namespace) -> int:
+    with messages_aside(args):
+        document = _demo(args)
+    if args.json:
+        print(json_text(document), end="")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> dict[str, object]:
+    """Run the demo, print its tables and write its folder: what ``--json`` prints."""
     cat = catalog(args)
     out = ResultsFolder(args.out or Path("results/demo"), "demo", args.overwrite)
     rows = speed_gap(cat)
@@ -69,4 +78,5 @@ def demo(args: argparse.Namespace) -> int:
                "report.html", "figures/"]  # fmt: skip
     print(f"\nwrote {out.path}/ ({', '.join(written)})")
     print(f"report: {page.resolve()}")
-    return 0
+    return {"folder": str(out.path), "report": str(page), "speed_gap": [r.to_dict() for r in rows],
+            "agents": [row.to_dict() for row in agents]}  # fmt: skip

@@ -5,8 +5,10 @@ simulated against measured out, model profiles from a Hugging Face ``config.json
 nothing written) when any run's load cannot be reproduced and it has no per-request data,
 and writes one folder: ``measurements.csv`` (rows ``validate`` and ``calibrate --table``
 read), ``traces/<run>.jsonl`` (task-graph traces ``infersim run`` replays),
-``measured/<run>.csv`` (the measured requests in trace order) and ``import.json`` (every run:
-its source, load, notes, statistics and deployment).
+``measured/<run>.csv`` (the measured requests in trace order), ``scenarios/<run>.yaml`` (the
+replay as a scenario: ``infersim run FOLDER/scenarios/<run>.yaml --set load.rate_scale=2`` predicts
+the same requests at twice the rate) and ``import.json`` (every run: its source, load, notes,
+statistics and deployment).
 
 ``compare-measured`` replays every trace of an import folder through the engine with the
 import's seed and compares request by request (:mod:`simulator.measured`).
@@ -19,15 +21,19 @@ import re
 import warnings
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from simulator.cli.common import catalog, json_text
+from simulator.cli.common import catalog, json_text, messages_aside
 from simulator.cli.output import ResultsFolder, subfolder
 from simulator.config.base import MAX_INTEGER
 from simulator.config.files import read_json
 from simulator.config.loading import Catalog
 from simulator.config.model import ModelSpec
-from simulator.errors import ConfigError, InfersimError, InfersimWarning
+from simulator.errors import ConfigError, InfersimError, InfersimWarning, did_you_mean
 from simulator.tables import format_table
+
+if TYPE_CHECKING:
+    from simulator.importers.common import PerRequest
 
 MANIFEST = "import.json"
 TABLE = "measurements.csv"
@@ -35,7 +41,8 @@ TABLE = "measurements.csv"
 
 def _known(kind: str, ident: str, ids: list[str], hint: str) -> None:
     if ident not in ids:
-        raise ConfigError(f"--{kind}: no {kind} profile {ident!r} (known: {', '.join(ids)}); {hint}")
+        raise ConfigError(f"--{kind}: no {kind} profile {ident!r}{did_you_mean(ident, ids)} (known: {', '.join(ids)}); "
+                          f"{hint}")  # fmt: skip
 
 
 def _model_for(name: str | None, cat: Catalog, source: str) -> str:
@@ -107,19 +114,52 @@ def import_command(args: argparse.Namespace) -> int:
                 "metrics": {m: {"field": s.field, **s.values} for m, s in run.metrics.items()},
             }  # fmt: skip
             if run.per_request is not None:
-                entry |= {"trace": f"traces/{run_id}.jsonl", "measured": f"measured/{run_id}.csv", "seed": args.seed}
+                entry |= {"trace": f"traces/{run_id}.jsonl", "measured": f"measured/{run_id}.csv", "seed": args.seed,
+                          "scenario": f"scenarios/{run_id}.yaml"}  # fmt: skip
                 files[f"traces/{run_id}.jsonl"] = trace_lines(run, args.seed)
                 files[f"measured/{run_id}.csv"] = measured_csv(run)
+                files[f"scenarios/{run_id}.yaml"] = _replay_yaml(entry, run.per_request, out.path, cat)
             manifest.append(entry)
     files[TABLE] = _csv(table, COLUMNS)
     files[MANIFEST] = json_text({"schema_version": 1, "runs": manifest})
     out.write(files)
+    with messages_aside(args):
+        _import_text(table, manifest, out.path)
+    if args.json:
+        print(json_text({"folder": str(out.path), "rows": len(table), "table": str(out.path / TABLE),
+                         "runs": manifest}), end="")  # fmt: skip
+    return 0
+
+
+def _import_text(table: list[dict[str, str]], manifest: list[dict[str, object]], path: Path) -> None:
+    """The import's runs as a table, and where they were written."""
     print(format_table(["run", "format", "load", "rows", "requests"], [
         [str(m["id"]), str(m["format"]), str(m["load"] or "-"), str(sum(r["id"].startswith(f"{m['id']}-")
          for r in table)), "yes" if "trace" in m else "-"] for m in manifest]))  # fmt: skip
-    print(f"\nwrote {len(table)} rows and {sum('trace' in m for m in manifest)} traces to {out.path} "
-          f"(infersim validate {out.path / TABLE}; infersim compare-measured {out.path})")  # fmt: skip
-    return 0
+    print(f"\nwrote {len(table)} rows and {sum('trace' in m for m in manifest)} traces to {path} "
+          f"(infersim validate {path / TABLE}; infersim compare-measured {path})")  # fmt: skip
+    for m in manifest:
+        if "trace" in m:
+            print(f"a prediction at another load: infersim run {path / 'scenarios' / str(m['id'])}.yaml --set "
+                  "load.rate_scale=2")  # fmt: skip
+
+
+def _replay_yaml(entry: dict[str, object], per_request: PerRequest, folder: Path, cat: Catalog) -> str:
+    """The scenario that replays a run (as ``compare-measured`` does), its trace path relative to
+    the scenario file so the folder can move: ``infersim run FOLDER/scenarios/<run>.yaml --set
+    load.rate_scale=2`` predicts the same requests sent twice as fast."""
+    import numpy as np
+
+    from simulator.cli.common import scenario_yaml
+    from simulator.measured import scenario
+
+    measured = {"input_tokens": np.asarray(per_request.input_tokens, dtype=float),
+                "output_tokens": np.asarray(per_request.output_tokens, dtype=float),
+                "ttft_s": np.asarray(per_request.ttft_s, dtype=float)}  # fmt: skip
+    replay = scenario(entry, folder, measured, cat)
+    assert replay.load is not None  # a trace load
+    relative = Path("..") / str(entry["trace"])
+    return scenario_yaml(replay.model_copy(update={"load": replay.load.model_copy(update={"path": relative})}))
 
 
 def _csv(rows: list[dict[str, str]], columns: tuple[str, ...]) -> str:
@@ -134,8 +174,6 @@ def _csv(rows: list[dict[str, str]], columns: tuple[str, ...]) -> str:
 
 
 def compare_measured(args: argparse.Namespace) -> int:
-    from simulator.measured import compare_run, comparison_csv, summary_rows
-
     folder: Path = args.folder
     data = read_json(folder / MANIFEST)
     runs = data.get("runs") if isinstance(data, dict) else None
@@ -148,6 +186,24 @@ def compare_measured(args: argparse.Namespace) -> int:
     out = ResultsFolder(args.out or subfolder(folder, "compare"), "compare-measured", args.overwrite)
     files: dict[str, str | bytes] = {}
     report: dict[str, object] = {}
+    with messages_aside(args):
+        _replay(args, traced, folder, cat, files, report)
+    if args.report:
+        files["report.html"] = _html(report, [str(e["id"]) for e in traced])
+    files["compare.json"] = json_text(report)
+    out.write(files)
+    if args.json:
+        print(json_text({"folder": str(out.path), "runs": report}), end="")
+    else:
+        print(f"wrote {', '.join(sorted(f for f in files if '/' not in f))} to {out.path}")
+    return 0
+
+
+def _replay(args: argparse.Namespace, traced: list[dict[str, object]], folder: Path, cat: Catalog,
+            files: dict[str, str | bytes], report: dict[str, object]) -> None:  # fmt: skip
+    """Each traced run replayed and compared (its table printed; files and summary added)."""
+    from simulator.measured import compare_run, comparison_csv, summary_rows
+
     for entry in traced:
         try:
             comparison = compare_run(entry, folder, cat)
@@ -163,12 +219,6 @@ def compare_measured(args: argparse.Namespace) -> int:
             from simulator.measured import cdf_figure
 
             files[f"figures/{entry['id']}-cdf.png"] = cdf_figure(comparison)
-    if args.report:
-        files["report.html"] = _html(report, [str(e["id"]) for e in traced])
-    files["compare.json"] = json_text(report)
-    out.write(files)
-    print(f"wrote {', '.join(sorted(f for f in files if '/' not in f))} to {out.path}")
-    return 0
 
 
 def _html(report: dict[str, object], ids: list[str]) -> str:
@@ -194,7 +244,12 @@ def models_import(args: argparse.Namespace) -> int:
     out.write({f"{profile.id}.yaml": text})
     from simulator.analytic.architecture import active_params, total_params
 
-    print(f"{profile.id}: {total_params(profile) / 1e9:.2f} B parameters, {active_params(profile) / 1e9:.2f} B active")
+    total, active = total_params(profile), active_params(profile)
+    if args.json:
+        print(json_text({"file": str(out.path / f"{profile.id}.yaml"), "total_params": total, "active_params": active,
+                         "profile": profile.model_dump(mode="json")}), end="")  # fmt: skip
+        return 0
+    print(f"{profile.id}: {total / 1e9:.2f} B parameters, {active / 1e9:.2f} B active")
     print(f"wrote {profile.id}.yaml to {out.path} (use it with --model-dir {out.path})")
     return 0
 
@@ -233,5 +288,8 @@ def export_command(args: argparse.Namespace) -> int:
         document = getattr(exporters, args.format)(columns, summary, scenario, __version__)
     name = f"summary.{args.format}.json"
     out.write({name: json_text(document)})
-    print(f"wrote {folder / name}")
+    if args.json:
+        print(json_text({"file": str(folder / name), "format": args.format, "summary": document}), end="")
+    else:
+        print(f"wrote {folder / name}")
     return 0

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 from typing import NoReturn, get_args
 
 from simulator.config.names import Precision
-from simulator.errors import InfersimError
+from simulator.errors import InfersimError, did_you_mean
 from simulator.version import __version__
 
 #: Prompt and answer lengths ``estimate`` assumes unless told (a chat turn; also the demo's).
@@ -22,13 +23,27 @@ DEFAULT_OUTPUT_TOKENS = 1000
 
 #: The exit statuses, shown under every command's help (README: "Exit status and size limits").
 EXIT_STATUS = """\
-exit status: 0 done; 1 a bug; 2 bad input (a file, field or flag; a run, or more than 10,000 runs of one
-command, over the limits without --allow-large-runs; plan: no fleet meets the targets); 4 a run measured
-nothing (run, compare: no request arrived, or none completed in the window); 130 Ctrl-C; 143 SIGTERM"""
+exit status: 0 answered; 1 a bug; 2 bad input (a file, field or flag; a run, or more than 10,000 runs of one
+command, over the limits without --allow-large-runs; a fit the rows cannot determine); 3 answered: no
+feasible fleet (plan: no fleet within the limits meets the targets); 4 a run measured nothing (run, compare:
+no request arrived, or none completed in the window); 74 the device is full (EX_IOERR); 130 Ctrl-C;
+143 SIGTERM"""
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Help with each option's default, and descriptions kept as written."""
+    """Help with each option's default, once, and descriptions kept as written.
+
+    The default is added only where it tells something: not when the help already states one
+    (``(default: ...)`` in words), nor for a default of ``None`` or ``False`` (an absent option,
+    an unset flag), nor for a command's positional arguments.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if "default" in text.lower() or unset or not action.option_strings:
+            return text
+        return super()._get_help_string(action) or text
 
 
 class UsageError(InfersimError):
@@ -41,6 +56,10 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         message = message.removeprefix("argument ")
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if choice:  # argparse's own (3.12+ adds its suggestion in other words): the closest choice, once
+            known = re.findall(r"'([^']*)'", choice.group(2))
+            message += did_you_mean(choice.group(1), known)
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
@@ -227,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "report", "simulator.cli.report:report",
                  "a self-contained HTML report (and PNG figures) of a results folder")  # fmt: skip
     p.add_argument("folder", type=Path, help="a folder written by run, compare, plan, sweep or demo")
+    p.add_argument("--json", action="store_true", help="print the report's path and figures as JSON")
 
     _add_import_commands(sub)
 
@@ -238,11 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
                  "compile the engine's hot modules to C with mypyc (same results, faster runs)")  # fmt: skip
     p.add_argument("--if-stale", action="store_true", help="build only if the build is missing or not current")
     p.add_argument("--status", action="store_true", help="only print whether runs use the compiled engine, and why not")
+    p.add_argument("--json", action="store_true", help="print the engine line as JSON")
 
     p = _command(sub, "demo", "simulator.cli.demo:demo",
                  "the speed war: the speed gap, agents under load, cost per task, and a report")  # fmt: skip
     _add_output(p, "results/demo")
     p.add_argument("--no-agents", action="store_true", help="only the closed-form speed gap (seconds, not minutes)")
+    p.add_argument("--json", action="store_true", help="print the speed gap and agent rows as JSON (tables on stderr)")
     return parser
 
 
@@ -268,17 +290,20 @@ def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
                    help="replicas behind a random load balancer; rows describe one replica's share")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of arrival times drawn for files without send times")
     _add_output(p, "runs/import")
+    p.add_argument("--json", action="store_true", help="print the imported runs as JSON (messages on stderr)")
 
     p = _command(sub, "compare-measured", "simulator.cli.imports:compare_measured",
                  "replay an import's per-request traces; simulated against measured, request by request")  # fmt: skip
     p.add_argument("folder", type=Path, help="a folder written by infersim import")
     _add_output(p, "FOLDER/compare")
     p.add_argument("--report", action="store_true", help="also write report.html with the CDF figures")
+    p.add_argument("--json", action="store_true", help="print each run's comparison as JSON (tables on stderr)")
 
     p = _command(sub, "export", "simulator.cli.imports:export_command",
                  "a run folder's results in a peer's result format (vLLM bench, GuideLLM, AIPerf)")  # fmt: skip
     p.add_argument("folder", type=Path, help="a folder written by infersim run")
     p.add_argument("--format", choices=EXPORTS, default="vllm-bench", help="whose result format")
+    p.add_argument("--json", action="store_true", help="print the exported document as JSON")
 
     p = _command(sub, "models", "simulator.cli.imports:models_import",
                  "model profiles from a Hugging Face config.json")  # fmt: skip
@@ -286,3 +311,4 @@ def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     p.add_argument("config", type=Path, help="a config.json on disk (no network)")
     p.add_argument("--name", help="profile id (default: from the file's folder or model type)")
     _add_output(p, "runs/model-<id>")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ValidationError
 
@@ -21,7 +23,7 @@ from simulator.config.base import Precision
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.model import TensorGroup
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, InfersimWarning
 from simulator.serialize import estimate_dict, layout_dict, placement_note
 from simulator.tables import format_number, format_table
 from simulator.validation import BUNDLED_TABLE, MeasurementRow, hardware_label, read_table, summarize, validate
@@ -268,7 +270,15 @@ def _stat_cells_cv(stats: dict[str, float]) -> list[object]:
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
-    from simulator.calibration import derived_paths, fit, fit_report, parse_parameters, row_stack
+    from simulator.calibration import (
+        derived_paths,
+        fit,
+        fit_report,
+        parse_parameters,
+        row_stack,
+        sensitivity_table,
+        undetermined,
+    )
 
     cat = catalog(args)
     hardware_ids = [h.strip() for h in args.hardware.split(",") if h.strip()]
@@ -288,6 +298,11 @@ def calibrate_command(args: argparse.Namespace) -> int:
     else:
         results = validate(table, cat)
         rows = [r.row for r in results if not r.flag and r.predicted is not None]
+        left_out = [reason for reason in map(undetermined, rows) if reason]
+        if left_out:
+            warnings.warn(f"left out (name them with --rows to be refused): {'; '.join(left_out)}", InfersimWarning,
+                          stacklevel=1)  # fmt: skip
+            rows = [r for r in rows if not undetermined(r)]
     if args.fit is not None:
         paths = _names(args.fit, "--fit", "compute.efficiency,memory.hbm.efficiency")
         per_hardware = {h: paths for h in hardware_ids}
@@ -319,7 +334,13 @@ def calibrate_command(args: argparse.Namespace) -> int:
     ]  # fmt: skip
     print(format_table(["row", "hardware", "measured", "before", "error", "after", "error", "held out"], table_rows))
     for parameter, value in result.parameters.items():
-        print(f"{parameter} = {value:.4g}")
+        moved = result.not_moved.get(parameter)
+        print(f"{parameter} = {value:.4g}" + (f"  did not move from {result.start[parameter]:.4g}: {moved}" if moved
+                                               else f"  (from {result.start[parameter]:.4g})"))  # fmt: skip
+    names = list(result.parameters)
+    rows_fitted = [b.row for b in result.before]
+    matrix = np.array([[result.sensitivity[n][r.id] for n in names] for r in rows_fitted])
+    print("\n" + sensitivity_table(names, rows_fitted, matrix) + "\n")
     loo = report["loo_median_abs_rel_error"]
     print(f"leave-one-out |error|: median {loo:.1%}, max {report['loo_max_abs_rel_error']:.1%}" if loo is not None
           else "leave-one-out: needs more rows than parameters")  # fmt: skip

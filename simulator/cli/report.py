@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from simulator.cli.output import ResultsFolder
@@ -17,5 +18,10 @@ def write_report(folder: Path) -> Path:
 
 
 def report(args: argparse.Namespace) -> int:
-    print(f"wrote {write_report(args.folder)}")
+    page = write_report(args.folder)
+    if args.json:
+        figures = sorted(str(p) for p in (args.folder / "figures").glob("*.png"))
+        print(json.dumps({"report": str(page), "figures": figures}, indent=2))
+    else:
+        print(f"wrote {page}")
     return 0

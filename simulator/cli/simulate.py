@@ -54,7 +54,7 @@ from simulator.resolve import resolve
 from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, nothing_measured, requests_arrived, scenario_from, simulate
 
-EXIT_NO_PLAN = 2  # `plan` when no fleet within the limits meets the targets
+EXIT_NO_PLAN = 3  # `plan` answered: no fleet within the limits meets the targets (not bad input)
 
 
 def compare_run(scenario_json: str, profiles: Profiles, run_limits: Limits | None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from simulator.config.hardware import HardwareProfile
 from simulator.config.model import ModelSpec
 from simulator.config.stack import StackProfile
 from simulator.config.workload import WorkloadSpec
-from simulator.errors import ConfigError, InfersimWarning
+from simulator.errors import ConfigError, InfersimWarning, did_you_mean
 
 __all__ = ["Catalog", "ConfigError", "load_file", "parse_override", "read_yaml", "validate_data"]
 
@@ -101,7 +101,8 @@ class Shelf(Generic[P]):
             ]
             if not found:
                 raise ConfigError(
-                    f"unknown {self.kind} profile {profile_id!r}; known: {', '.join(self.ids())} "
+                    f"unknown {self.kind} profile {profile_id!r}{did_you_mean(profile_id, self.ids())}; known: "
+                    f"{', '.join(self.ids())} "
                     f"(in {', '.join(map(str, self.folders))})"
                 )
             if len(found) > 1:

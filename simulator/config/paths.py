@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar, Union, get_args, 
 from pydantic import BaseModel
 
 from simulator.config.base import Confidence, Profile, Sourced
-from simulator.errors import ConfigError, naming
+from simulator.errors import ConfigError, did_you_mean, naming
 from simulator.units import SI_NUMBERS
 
 M = TypeVar("M", bound=BaseModel)
@@ -123,7 +123,8 @@ class _Walk:
             aliases: dict[str, str] = getattr(annotation, "path_aliases", {})
             if key not in annotation.model_fields:
                 fields = ", ".join([*annotation.model_fields, *aliases])
-                raise self.fail(f"unknown key ({at or 'the top level'} has: {fields})") from None
+                hint = did_you_mean(key, [*annotation.model_fields, *aliases])
+                raise self.fail(f"unknown key{hint} ({at or 'the top level'} has: {fields})") from None
             return key, annotation.model_fields[key].annotation
         origin = get_origin(annotation)
         if origin is list:
@@ -138,7 +139,7 @@ class _Walk:
                 return int(key), item
             names = [str(e.get("name")) for e in items if isinstance(e, Mapping)] if named else []
             listed = ", ".join(names) or (f"indices 0 to {len(items) - 1}" if items else "none")
-            raise self.fail(f"{at} has no item {key!r} ({listed})")
+            raise self.fail(f"{at} has no item {key!r}{did_you_mean(key, names)} ({listed})")
         if origin is dict:
             return key, get_args(annotation)[1]
         raise self.fail(f"{at} does not resolve to a mapping (it is a value)")
@@ -293,7 +294,8 @@ def get_path(model: BaseModel, path: str) -> Any:
         key, at = parts[0], ".".join(done) or "the top level"
         if isinstance(node, BaseModel):
             if key not in type(node).model_fields:
-                raise ConfigError(f"{path}: unknown key ({at} has: {', '.join([*type(node).model_fields, *aliases])})")
+                known = [*type(node).model_fields, *aliases]
+                raise ConfigError(f"{path}: unknown key{did_you_mean(key, known)} ({at} has: {', '.join(known)})")
             node = getattr(node, key)
         elif isinstance(node, list):
             named = [item for item in node if getattr(item, "name", None) == key]

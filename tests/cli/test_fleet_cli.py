@@ -101,12 +101,12 @@ def test_bad_fleets_exit_2_without_a_traceback(tmp_path: Path, change: tuple[str
         assert not (tmp_path / command).exists()
 
 
-def test_an_unmeetable_target_exits_2_and_says_why(tmp_path: Path) -> None:
+def test_an_unmeetable_target_exits_3_and_says_why(tmp_path: Path) -> None:
     path = _write(
         tmp_path, FLEET.replace("metric: ttft_s, stat: p99, max: 2 s", "metric: ttft_s, stat: p99, max: 1 us")
     )
     result = run_cli("plan", str(path), "-o", str(tmp_path / "out"))
-    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.returncode == 3 and "Traceback" not in result.stderr  # answered: no feasible fleet (not bad input)
     assert "no fleet up to the replica limits meets every target" in result.stderr
     assert "3 x gpu alone: bulk: p99 ttft_s <= 1e-06 s" in result.stderr
 

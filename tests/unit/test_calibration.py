@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from simulator.calibration import CalibrationError, calibrate, derived_paths, fit, parse_parameters
+from simulator.calibration import CalibrationError, calibrate, derived_paths, fit, parse_parameters, undetermined
 from simulator.config.base import Sourced
 from simulator.config.hardware import HardwareProfile
 from simulator.config.loading import Catalog
@@ -103,3 +103,37 @@ def test_a_row_marked_speculative_runs_faster_than_the_same_row_marked_none() ->
     assert plain.predicted is not None and fast.predicted is not None
     assert fast.predicted > 1.2 * plain.predicted
     assert "speculative: llama-3.1-8b drafts 5 tokens" in fast.served and "speculative" not in plain.served
+
+
+def test_a_parameter_held_at_its_bound_is_reported_as_not_moved() -> None:
+    """Rows faster than even a perfect memory system allows push the HBM efficiency past 1: the fit
+    keeps the bound and says so, with the starting value, instead of reporting it as fitted."""
+    base = with_values(CATALOG.hardware("nvidia-h100-sxm"), {"memory.hbm.efficiency": 1.0})
+    rows = [
+        dataclasses.replace(r, value=r.value * 3) for r in _synthetic_rows(base, CATALOG.with_profiles(hardware=[base]))
+    ]
+    parameters = parse_parameters(["nvidia-h100-sxm"], ["memory.hbm.efficiency"], [])
+    fitted = fit(parameters, rows, CATALOG.with_profiles(hardware=[base]))
+    name = "nvidia-h100-sxm.memory.hbm.efficiency"
+    assert fitted.start[name] == 1.0 and fitted.parameters[name] == pytest.approx(1.0, rel=1e-6)
+    assert "upper bound" in fitted.not_moved[name]
+    assert all(v > 0 for v in fitted.sensitivity[name].values())  # more bandwidth, more tok/s: the rows depend on it
+
+
+def test_a_parameter_no_row_depends_on_is_refused_with_the_sensitivity_table() -> None:
+    """Single-stream decode reads the weights: the compute efficiency moves no prediction."""
+    base = CATALOG.hardware("nvidia-h100-sxm")
+    rows = [r for r in _synthetic_rows(base) if r.model in ("llama-3.1-8b", "llama-3.1-70b")]
+    parameters = parse_parameters(["nvidia-h100-sxm"], ["compute.efficiency"], [])
+    with pytest.raises(CalibrationError, match=r"compute\.efficiency cannot explain the error(.|\n)*p1 = "):
+        fit(parameters, rows, CATALOG)
+
+
+def test_the_throughput_of_a_finite_run_at_a_set_rate_is_refused() -> None:
+    (row,) = [r for r in _synthetic_rows(CATALOG.hardware("nvidia-h100-sxm"))][:1]
+    burst = dataclasses.replace(row, metric="aggregate_output_tok_s", load="poisson", request_rate_per_s=2.0,
+                                requests=500, concurrency=None)  # fmt: skip
+    assert undetermined(burst) and not undetermined(row)
+    parameters = parse_parameters(["nvidia-h100-sxm"], ["memory.hbm.efficiency"], [])
+    with pytest.raises(CalibrationError, match="offered load"):
+        fit(parameters, [row, burst], CATALOG)

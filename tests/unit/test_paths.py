@@ -70,10 +70,19 @@ def test_a_path_into_the_model_and_a_whole_sourced_number() -> None:
 @pytest.mark.parametrize(
     ("path", "words"),
     [
-        ("deployment.hardware.memory.hbx.bandwidth", "deployment.hardware.memory has no item 'hbx' (l2, hbm, host)"),
-        ("deployment.hardware.compute.bf61", "unknown key (deployment.hardware.compute has: peak, efficiency, cores"),
-        ("backends.tpu.replicas", "backends has no item 'tpu' (gpu, wafer)"),
-        ("load.userz", "load.userz: unknown key (load has: kind, users, think_time_s, start_spread)"),
+        (
+            "deployment.hardware.memory.hbx.bandwidth",
+            "deployment.hardware.memory has no item 'hbx' (did you mean 'hbm'?) (l2, hbm, host)",
+        ),
+        (
+            "deployment.hardware.compute.bf61",
+            "unknown key (did you mean 'bf16'?) (deployment.hardware.compute has: peak, efficiency, cores",
+        ),
+        ("backends.tpu.replicas", "backends has no item 'tpu' (did you mean 'gpu'?) (gpu, wafer)"),
+        (
+            "load.userz",
+            "load.userz: unknown key (did you mean 'users'?) (load has: kind, users, think_time_s, start_spread)",
+        ),
         ("run.seed.low", "run.seed does not resolve to a mapping"),
     ],
 )
