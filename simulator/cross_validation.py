@@ -52,7 +52,7 @@ from urllib.parse import urlsplit
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from simulator.calibration import STEP, Parameter, _number, _Problem, derived_paths
+from simulator.calibration import ENGINE_STEP, STEP, Parameter, _number, _Problem, derived_paths
 from simulator.config.base import Profile, Sourced
 from simulator.config.loading import Catalog
 from simulator.validation import MeasurementRow, RowResult, predict_row
@@ -243,13 +243,14 @@ class _Linearised:
         jac = np.zeros((len(rows), len(group.parameters)))
         z0 = problem.x0 / problem.scale
         for j, parameter in enumerate(group.parameters):
-            step = STEP * max(1.0, abs(z0[j]))
-            if z0[j] + step > problem.upper[j] / problem.scale[j]:
-                step = -step  # at the upper bound: a backward difference
-            value = float((z0[j] + step) * problem.scale[j])
-            for i in np.flatnonzero(problem.touches[:, j]).tolist():
-                moved = predict(rows[i], {parameter: value})
-                jac[i, j] = (math.log(moved / rows[i].value) - base[i]) / step if moved else 0.0
+            for relative, simulated in ((STEP, False), (ENGINE_STEP, True)):  # as calibrate differences
+                step = relative * max(1.0, abs(z0[j]))
+                if z0[j] + step > problem.upper[j] / problem.scale[j]:
+                    step = -step  # at the upper bound: a backward difference
+                value = float((z0[j] + step) * problem.scale[j])
+                for i in np.flatnonzero(problem.touches[:, j] & (problem.simulated == simulated)).tolist():
+                    moved = predict(rows[i], {parameter: value})
+                    jac[i, j] = (math.log(moved / rows[i].value) - base[i]) / step if moved else 0.0
         return cls(group, problem, list(rows), base, jac)
 
     def refit(self, keep: np.ndarray) -> tuple[dict[Parameter, float], list[str]]:
