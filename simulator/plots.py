@@ -23,6 +23,8 @@ from simulator.results.views import plain
 
 #: Marks a point whose offered load exceeds what the fleet (or its KV cache) can hold.
 LIMITED_LABEL = "capacity-limited: the queue grows (offered load above capacity, or KV full)"
+#: Capacity-limited runs: one flag per point of the load (shared by every line) or per line by name.
+Limited = Sequence[bool] | Mapping[str, Sequence[bool]]
 
 
 def _axes(ax: Axes | None) -> Axes:
@@ -73,12 +75,13 @@ def load_axis(ax: Axes, values: Sequence[float], label: str) -> None:
     ax.set_xlabel(label)
 
 
-def _mark_limited(ax: Axes, x: Sequence[float], ys: Sequence[Sequence[float]], limited: Sequence[bool]) -> None:
-    """Ring the points of capacity-limited runs (one legend entry)."""
+def _mark_limited(ax: Axes, x: Sequence[float], ys: Sequence[Sequence[float]], limited: Sequence[bool],
+                  labelled: bool = True) -> None:  # fmt: skip
+    """Ring the points of capacity-limited runs (one legend entry when ``labelled``)."""
     points = [(xv, y[i]) for y in ys for i, xv in enumerate(x) if limited[i] and y[i] == y[i]]
     if points:
         ax.plot(*zip(*points, strict=True), "o", markersize=13, markerfacecolor="none", markeredgecolor="red",
-                linestyle="none", label=LIMITED_LABEL)  # fmt: skip
+                linestyle="none", label=LIMITED_LABEL if labelled else "_nolegend_")  # fmt: skip
 
 
 def speed_gap(per_user_tok_s: Mapping[str, tuple[float, float]], model: str, loaded_users: int,
@@ -148,19 +151,27 @@ def frontier(curves: Mapping[str, Sequence[tuple[float, float]]], ax: Axes | Non
 
 
 def _series_against_load(ax: Axes, load: Sequence[float], series: Mapping[str, Sequence[float]], load_label: str,
-                         limited: Sequence[bool]) -> Axes:  # fmt: skip
-    """Lines against the swept quantity on a log y axis, capacity-limited points ringed."""
+                         limited: Limited) -> Axes:  # fmt: skip
+    """Lines against the swept quantity on a log y axis, capacity-limited points ringed (``limited`` per
+    point of the load, shared by every line, or per line by name)."""
     for name, values in series.items():
         ax.plot(load, values, marker="o", label=name)
-    _mark_limited(ax, load, list(series.values()), limited or [False] * len(load))
+    for name, values in series.items():
+        flags = limited.get(name, ()) if isinstance(limited, Mapping) else limited
+        _mark_limited(ax, load, [values], list(flags) or [False] * len(load), labelled=not _has_limited_label(ax))
     load_axis(ax, load, load_label)
     _plain_log(ax, "y")
     return ax
 
 
+def _has_limited_label(ax: Axes) -> bool:
+    return any(line.get_label() == LIMITED_LABEL for line in ax.get_lines())
+
+
 def latency_vs_load(load: Sequence[float], series: Mapping[str, Sequence[float]], load_label: str,
-                    ax: Axes | None = None, limited: Sequence[bool] = ()) -> Axes:  # fmt: skip
-    """Latencies (seconds; e.g. TTFT p50/p99, ITL p50) against the swept quantity (users, req/s, replicas).
+                    ax: Axes | None = None, limited: Limited = ()) -> Axes:  # fmt: skip
+    """Latencies (seconds; e.g. TTFT p50/p99, ITL p50) against the swept quantity (users, req/s, replicas),
+    one line per series (a sweep of several fields: one per metric and value of the other fields).
 
     ``limited`` marks the runs that hit a capacity limit (ringed in red)."""
     ax = _series_against_load(_axes(ax), load, series, load_label, limited)
@@ -171,13 +182,16 @@ def latency_vs_load(load: Sequence[float], series: Mapping[str, Sequence[float]]
 
 
 def speed_vs_load(load: Sequence[float], per_user_tok_s: Mapping[str, Sequence[float]],
-                  aggregate_tok_s: Sequence[float], load_label: str, ax: Axes | None = None,
-                  limited: Sequence[bool] = ()) -> Axes:  # fmt: skip
-    """Per-user output speed (left axis) and aggregate output (right axis) against the swept quantity."""
+                  aggregate_tok_s: Sequence[float] | Mapping[str, Sequence[float]], load_label: str,
+                  ax: Axes | None = None, limited: Limited = ()) -> Axes:  # fmt: skip
+    """Per-user output speed (left axis) and aggregate output (right axis, one dashed line per series when
+    given by name) against the swept quantity."""
     ax = _series_against_load(_axes(ax), load, per_user_tok_s, load_label, limited)
     ax.set_ylabel("per-user output speed (tok/s)")
     twin = ax.twinx()
-    twin.plot(load, aggregate_tok_s, "s--", color="C3", label="aggregate output (tok/s, right axis)")
+    totals = aggregate_tok_s if isinstance(aggregate_tok_s, Mapping) else {"aggregate output": aggregate_tok_s}
+    for index, (name, values) in enumerate(totals.items()):
+        twin.plot(load, values, "s--", color=f"C{(3 + index) % 10}", label=f"{name} (tok/s, right axis)")
     _plain_log(twin, "y")
     twin.set_ylabel("aggregate output (tok/s)")
     ax.set_title(f"Per-user speed and aggregate output against {load_label}")

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simulator.capacity import LIMITED_MARK
 from simulator.captions import ASSUMPTION_LABELS
 from simulator.cli.report import write_report
 from simulator.report import collect
+from simulator.units import parse_quantity
 from tests.cli.test_cli import run_cli
 
 SCENARIO = """\
@@ -153,13 +155,15 @@ def test_a_run_sweep_plots_the_table_numbers_against_the_swept_quantity(tmp_path
     assert result.returncode == 0, result.stderr
     sections = {s.title: s for s in collect(tmp_path / "o")}
     headers, rows = sections["Runs"].table  # type: ignore[misc]
-    column = {h: [float(r[i]) for r in rows] for i, h in enumerate(headers) if h.endswith(("ms", "p50"))}
+    column = {h: [float(str(r[i]).rstrip(LIMITED_MARK)) for r in rows] for i, h in enumerate(headers)
+              if h.startswith("tok/s")}  # fmt: skip
+    ttft_s = [parse_quantity(str(r[headers.index("TTFT p50")]).rstrip(LIMITED_MARK), "time") for r in rows]
     latency = sections["Latency against concurrent agents"].figure
     speed = sections["Per-user speed against concurrent agents"].figure
     assert latency is not None and speed is not None
     assert "concurrent agents (load.agents)" in latency.get_xlabel()
     ttft = next(line for line in latency.lines if line.get_label() == "TTFT p50")
     assert list(ttft.get_xdata()) == [1.0, 2.0, 4.0]
-    assert [y * 1e3 for y in ttft.get_ydata()] == pytest.approx(column["TTFT p50 ms"], rel=1e-3)
+    assert list(ttft.get_ydata()) == pytest.approx(ttft_s, rel=5e-3)  # the table shows 3 significant digits
     assert list(speed.lines[0].get_ydata()) == pytest.approx(column["tok/s/user p50"], rel=1e-3)
     assert [t.get_text() for t in latency.get_xticklabels()] == ["1", "2", "4"]  # plain tick labels
