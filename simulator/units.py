@@ -143,7 +143,7 @@ def format_seconds(seconds: object, digits: int = 3) -> str:
     anything but a finite number.
 
     >>> format_seconds(0.00047), format_seconds(0.0123), format_seconds(20.4), format_seconds(4512.0)
-    ('470 us', '12.3 ms', '20.4 s', '4,512 s')
+    ('470 us', '12.3 ms', '20.4 s', '4512 s')
     >>> format_seconds(0.0), format_seconds(float("nan")), format_seconds(None)
     ('0 s', '-', '-')
     """
@@ -156,5 +156,5 @@ def format_seconds(seconds: object, digits: int = 3) -> str:
                        _SHOWN_TIME[-1])  # fmt: skip
     scaled = value / scale
     if abs(scaled) >= 10**digits:
-        return f"{scaled:,.0f} {unit}"
+        return f"{scaled:.0f} {unit}"  # no thousands separator: parse_quantity reads it back
     return f"{float(f'{scaled:.{digits}g}'):g} {unit}"
