@@ -6,6 +6,7 @@ so nothing depends on a display).
 
 from __future__ import annotations
 
+import io
 import textwrap
 from collections.abc import Mapping, Sequence
 
@@ -27,9 +28,19 @@ LIMITED_LABEL = "capacity-limited: the queue grows (offered load above capacity,
 Limited = Sequence[bool] | Mapping[str, Sequence[bool]]
 
 
+class ShownFigure(Figure):
+    """A figure that a notebook shows as a PNG (``_repr_png_``) with no pyplot and no ``%matplotlib``
+    magic: a bare :class:`~matplotlib.figure.Figure` would print as the text ``<Figure size ...>``."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", dpi=100)
+        return buffer.getvalue()
+
+
 def _axes(ax: Axes | None) -> Axes:
     if ax is None:
-        ax = Figure(figsize=(9.0, 4.4), layout="constrained").add_subplot()
+        ax = ShownFigure(figsize=(9.0, 4.4), layout="constrained").add_subplot()
     return ax
 
 
@@ -243,9 +254,11 @@ def roofline(deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] =
 
     Arithmetic intensity of a decode pass is ``2 P B / (P * bytes per weight)`` FLOP/byte; the
     attainable rate is ``min(peak, intensity * bandwidth)``. A point is the *achieved* FLOP/s
-    per chip of the closed-form estimate. The dotted line is the latency floor's ceiling,
+    per chip of the closed-form estimate. The dotted line is the **latency ceiling**,
     ``2 P B / (t_latency * chips)`` with ``t_latency`` the pass's fabric, fixed, hop and
-    collective time: an SRAM machine's points sit on it, far below its bandwidth roof.
+    collective time: a floor on the pass's *time* (the parts add up to the pass, so
+    ``t_pass >= t_latency``), hence on this FLOP/s axis a ceiling that every point sits on or
+    under. An SRAM machine's points sit on it, far below its bandwidth roof.
     """
     ax = _axes(ax)
     intensities = np.logspace(-1, 4, 200)
@@ -264,12 +277,12 @@ def roofline(deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] =
             points.append((intensity, flops / step.total_s / TERA))
             floor.append((intensity, flops / sum(step.components_s.get(k, 0.0) for k in LATENCY_PARTS) / TERA))
         ax.plot(*zip(*points, strict=True), "o--", color=color, label=f"{name} decode (B = {list(batch_sizes)})")
-        ax.plot(*zip(*floor, strict=True), ":", color=color, label=f"{name} latency floor")
+        ax.plot(*zip(*floor, strict=True), ":", color=color, label=f"{name} latency ceiling (time floor)")
     _plain_log(ax, "x")
     _plain_log(ax, "y")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("TFLOP/s per chip")
-    ax.set_title("Roofline, decode operating points and latency floors")
+    ax.set_title("Roofline, decode operating points and latency ceilings")
     _legend(ax)
     return ax
 

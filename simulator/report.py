@@ -544,7 +544,8 @@ def _demo_sections(folder: Path) -> list[Section]:
     sections.append(Section(
         f"Roofline: {models[0]} at batch 1, 16 and 128", figure=plots.roofline(chosen, (1, 16, 128)),
         caption=caption("Each deployment's per-chip roof (solid), its decode operating points (dashed, batch 1, 16, "
-                        "128) and its latency floor (dotted).", roof_a),
+                        "128) and its latency ceiling (dotted: the FLOP/s a pass would reach in only its fixed, "
+                        "fabric, hop and collective time; every point lies on or under it).", roof_a),
         takeaway="At batch 1 the decode pass is bound by "
                  + ", ".join(f"{kind.replace('_', ' ')} on {hw}" for hw, kind in bounds.items()) + ".",
     ))  # fmt: skip
