@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from simulator.analytic.estimate import Estimate
     from simulator.config.loading import Catalog
     from simulator.config.scenario import Scenario
+    from simulator.resolve import ResolvedScenario
 
 #: The mark on a capacity-limited figure (a report row holding one is highlighted).
 LIMITED_MARK = "⚠"
@@ -107,7 +108,6 @@ def of_run(scenario: Scenario, preemptions: int, catalog: Catalog | None = None)
 
     ``held`` is None when the scenario cannot be resolved again here (a trace moved away) or has no
     typical call; the preemptions still decide."""
-    from simulator.analytic.estimate import saturation_concurrency
     from simulator.config.loading import Catalog
     from simulator.errors import InfersimError
     from simulator.resolve import resolve
@@ -116,6 +116,14 @@ def of_run(scenario: Scenario, preemptions: int, catalog: Catalog | None = None)
         resolved = resolve(scenario, catalog or Catalog())
     except (InfersimError, OSError, ValueError):
         return Capacity(None, None, preemptions)
+    return of_resolved(resolved, preemptions)
+
+
+def of_resolved(resolved: ResolvedScenario, preemptions: int) -> Capacity:
+    """:func:`of_run` of a scenario already resolved."""
+    from simulator.analytic.estimate import saturation_concurrency
+    from simulator.errors import InfersimError
+
     users = sum((c.load_plan.calls.users + c.load_plan.calls.agents) for c in resolved.classes
                 if c.load_plan.calls is not None)  # fmt: skip
     calls = [c.load_plan.typical_call for c in resolved.classes if c.load_plan.typical_call is not None]

@@ -26,12 +26,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.capacity import LIMITED_MARK, Capacity, of_run
+from simulator.capacity import LIMITED_MARK, Capacity, of_resolved
 from simulator.config.loading import Catalog, ConfigError
 from simulator.config.paths import with_values
 from simulator.config.scenario import Scenario
+from simulator.errors import InfersimError
 from simulator.limits import Limits
+from simulator.resolve import resolve
 from simulator.runner import RunResult, simulate
+from simulator.sources import SourcedNumber, confidence_counts, deciding
 from simulator.tables import format_number, format_table
 from simulator.units import format_seconds
 
@@ -63,7 +66,14 @@ class ComparisonRow:
         s = self.result.summary
         backend = next(iter(s.backends.values()))
         cost = s.cost
-        capacity = of_run(self.result.scenario, s.preemptions)
+        capacity, numbers = Capacity(None, None, s.preemptions), []
+        try:
+            resolved = resolve(self.result.scenario, Catalog())  # self-contained: its profiles written in
+        except (InfersimError, OSError, ValueError):  # a trace moved away: the preemptions still decide
+            resolved = None
+        if resolved is not None:
+            capacity = of_resolved(resolved, s.preemptions)
+            numbers = [n.to_dict() for n in deciding(resolved.backends[0].deployment)]
         row: dict[str, Any] = {
             "hardware": self.hardware,
             "validated": self.hardware in validated_hardware(),  # has rows in the bundled measurement table
@@ -82,6 +92,7 @@ class ComparisonRow:
             "joules_per_output_token": cost.joules_per_output_token,
             "api_usd_per_million_output_tokens": self._list_price(),
             **capacity.to_dict(),
+            "sources": numbers,  # the numbers the row rests on, with confidence and source
         }
         if s.tasks is not None:
             t = s.tasks
@@ -172,3 +183,22 @@ def comparison_table(rows: list[dict[str, Any]]) -> str:
                  f"cap) or preempted; the speed is that of the users running, the others queue (their TTFT grows). "
                  f"Averaged over all users: per_user_output_tok_s_all_users in compare.json.")  # fmt: skip
     return text
+
+
+def sources_text(rows: list[dict[str, Any]], explain: list[SourcedNumber] | None = None) -> str:
+    """Where each hardware's deciding numbers come from (one line per number: value, confidence, source);
+    ``explain``: every sourced number of the profiles, with its citation and note."""
+    lines = ["Numbers the rows rest on (value, confidence: source; --explain lists every number):"]
+    seen: set[str] = set()
+    for row in rows:
+        hardware = str(row["hardware"])
+        if hardware in seen or not row.get("sources"):
+            continue
+        seen.add(hardware)
+        numbers = [SourcedNumber(**n) for n in row["sources"]]
+        lines.append(f"  {hardware} ({confidence_counts(numbers)}): " + "; ".join(n.short() for n in numbers))
+    if explain:
+        lines += ["", "Every sourced number (path, value, confidence, source: citation; note):"]
+        lines += [f"  {n.path}  {n.value}  {n.confidence}  {n.source}: {n.citation}" + (f"; {n.note}" if n.note else "")
+                  for n in explain]  # fmt: skip
+    return "\n".join(lines)

@@ -43,6 +43,7 @@ from simulator.config.deployment import DeploymentSpec
 from simulator.config.files import number, read_csv, read_json, read_text, read_yaml
 from simulator.config.loading import Catalog, ConfigError, format_validation_error
 from simulator.config.scenario import Scenario
+from simulator.errors import InfersimError
 from simulator.results.summary import RunSummary
 from simulator.results.views import (
     BACKEND_HEADERS,
@@ -53,6 +54,7 @@ from simulator.results.views import (
     significant,
     sweep_table,
 )
+from simulator.sources import SourcedNumber, confidence_counts, deciding
 from simulator.sweep import read_table_file, table_path
 from simulator.tables import format_number
 from simulator.units import format_seconds
@@ -209,6 +211,9 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
         ))  # fmt: skip
     if summary.tasks is not None:
         sections.append(_task_section(label, summary, a))
+    numbers = _run_numbers(folder)
+    if numbers:
+        sections.append(_sources_section(numbers, a))
     levels = folder / "levels.csv"
     if levels.exists():
         series: dict[str, tuple[list[float], list[float]]] = {}
@@ -473,6 +478,9 @@ def _compare_sections(folder: Path) -> list[Section]:
             caption=_captioned("Mean seconds per agent task by part, one bar per hardware and load.", a),
             takeaway=_per_load(rows, "task_time_s_p50", "s", "median task time", highest=False), headline=True,
         ))  # fmt: skip
+    numbers = {str(r["hardware"]): [SourcedNumber(**n) for n in r["sources"]] for r in rows if r.get("sources")}
+    if numbers:
+        sections.append(_sources_section(numbers, a))
     per_million = [r["usd_per_million_output_tokens"] for r in rows]
     key, what = ("usd_per_task", "$/task") if tasks is not None else ("usd_per_million_output_tokens", "$/1M out")
     sections.append(Section(
@@ -481,6 +489,36 @@ def _compare_sections(folder: Path) -> list[Section]:
         takeaway=_per_load(rows, key, "$", what, highest=False),
     ))  # fmt: skip
     return sections
+
+
+def _sources_section(numbers: dict[str, list[SourcedNumber]], a: Assumptions | None) -> Section:
+    """The numbers the results rest on, per hardware: value, confidence, source and its citation."""
+    rows: list[list[object]] = [[hardware, n.what, n.value, n.confidence, f"{n.source}: {n.citation}"[:160]]
+                                for hardware, found in numbers.items() for n in found]  # fmt: skip
+    every = [n for found in numbers.values() for n in found]
+    assumed = [f"{hw} {n.what}" for hw, found in numbers.items() for n in found if n.confidence == "assumed"]
+    takeaway = (f"Of the {len(every)} numbers these results rest on: {confidence_counts(every)}"
+                + (f"; assumed: {', '.join(assumed)}." if assumed else "."))  # fmt: skip
+    return Section("Where the numbers come from", (["hardware", "number", "value", "confidence", "source"], rows),
+                   caption=_captioned("The profile numbers that decide the speeds and costs above (bandwidth, FLOP/s, "
+                                      "efficiencies, latencies, prices), each with its confidence and source; "
+                                      "infersim estimate --explain lists every number of a profile.", a),
+                   takeaway=takeaway)  # fmt: skip
+
+
+def _run_numbers(folder: Path) -> dict[str, list[SourcedNumber]]:
+    """The deciding numbers of each backend's deployment of a run folder's resolved scenario ({} when it
+    cannot be resolved again here)."""
+    from simulator.resolve import resolve
+
+    scenario = read_scenario(folder)
+    if scenario is None:
+        return {}
+    try:
+        resolved = resolve(scenario, Catalog())
+    except (InfersimError, OSError, ValueError):
+        return {}
+    return {b.deployment.hardware.id: deciding(b.deployment) for b in resolved.backends}
 
 
 def _per_load(rows: list[dict[str, Any]], key: str, unit: str, what: str, highest: bool = True) -> str:

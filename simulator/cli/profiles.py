@@ -23,6 +23,7 @@ from simulator.config.loading import Catalog
 from simulator.config.model import TensorGroup
 from simulator.errors import ConfigError
 from simulator.serialize import estimate_dict, layout_dict
+from simulator.sources import SourcedNumber, confidence_counts, deciding, every_number
 from simulator.tables import format_number, format_table
 from simulator.validation import BUNDLED_TABLE, MeasurementRow, hardware_label, read_table, summarize, validate
 
@@ -161,11 +162,27 @@ def estimate_command(args: argparse.Namespace) -> int:
     deployment = choice.deployment
     users = concurrency or saturation_concurrency(deployment, query.input_tokens, query.output_tokens)
     result = estimate(deployment, query.input_tokens, query.output_tokens, users)
+    explain = every_number(deployment.hardware, deployment.stack) if getattr(args, "explain", False) else None
     if args.json:
-        print(json_text(estimate_dict(result) | {"layout": layout_dict(choice)}), end="")
+        numbers = {"sources": [n.to_dict() for n in deciding(deployment)]}
+        if explain is not None:
+            numbers["explain"] = [n.to_dict() for n in explain]
+        print(json_text(estimate_dict(result) | {"layout": layout_dict(choice)} | numbers), end="")
     else:
         print(estimate_text(result, choice))
+        print(sources_lines(deciding(deployment), explain))
     return 0
+
+
+def sources_lines(numbers: list[SourcedNumber], explain: list[SourcedNumber] | None) -> str:
+    """The deciding numbers, one a line (value, confidence: source), and with ``--explain`` every number."""
+    lines = [f"  numbers it rests on ({confidence_counts(numbers)}; --explain lists every one):"]
+    lines += [f"    {n.short()}" + (f"  [{n.note}]" if n.confidence == "assumed" and n.note else "") for n in numbers]
+    if explain:
+        lines.append("  every sourced number (path, value, confidence, source: citation; note):")
+        lines += [f"    {n.path}  {n.value}  {n.confidence}  {n.source}: {n.citation}" + (f"; {n.note}" if n.note
+                  else "") for n in explain]  # fmt: skip
+    return "\n".join(lines)
 
 
 def validate_command(args: argparse.Namespace) -> int:
