@@ -15,6 +15,7 @@ from simulator.analytic.layouts import LayoutChoice, Question, choose_layout
 from simulator.analytic.placement import Deployment
 from simulator.analytic.precision import compute_path
 from simulator.analytic.step_time import COMPONENTS
+from simulator.capacity import of_estimate
 from simulator.cli.common import catalog, json_text
 from simulator.cli.output import ResultsFolder
 from simulator.config.base import Precision
@@ -25,6 +26,7 @@ from simulator.errors import ConfigError
 from simulator.serialize import estimate_dict, layout_dict
 from simulator.sources import SourcedNumber, confidence_counts, deciding, every_number
 from simulator.tables import format_number, format_table
+from simulator.units import format_seconds
 from simulator.validation import BUNDLED_TABLE, MeasurementRow, hardware_label, read_table, summarize, validate
 
 if TYPE_CHECKING:
@@ -131,14 +133,18 @@ def estimate_text(e: Estimate, choice: LayoutChoice | None = None) -> str:
             f"  slower tiers ({', '.join(t.name for t in d.resident_tiers)}) hold "
             f"{d.resident_models_capacity_bytes / GB:,.0f} GB of further resident models"
         )
-    itl = "-" if e.itl_s is None else f"{e.itl_s * 1e3:.2f} ms"
-    per_user = format_number(e.per_user_output_tok_s, ",.0f")
+    capacity = of_estimate(e)
+    itl = format_seconds(e.itl_s)
+    per_user = capacity.marked(format_number(e.per_user_output_tok_s, ",.0f"))
     lines.append(
-        f"  TTFT {e.ttft_s * 1e3:.1f} ms   ITL {itl}   per-user {per_user} tok/s"
+        f"  TTFT {capacity.marked(format_seconds(e.ttft_s))}   ITL {itl}   per-user {per_user} tok/s"
         f"   aggregate {e.aggregate_output_tok_s:,.0f} tok/s at concurrency {e.concurrency}"
     )
-    if e.capacity_limited:
-        lines.append(f"  note: {e.capacity_note()}")
+    if capacity.limited:
+        lines.append(
+            f"  note: {capacity.note()}: {e.capacity_note()}; averaged over all {e.concurrency:,} users "
+            f"{format_number(capacity.averaged(e.per_user_output_tok_s), ',.0f')} tok/s each"
+        )
     if e.itl_s is None:
         lines.append("  note: a 1-token answer has no inter-token latency (per-user decode speed is undefined)")
     lines.append("  decode pass breakdown:")
