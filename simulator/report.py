@@ -341,6 +341,11 @@ def _limited_clause(labels: Sequence[str], capacities: Sequence[Capacity], notes
     return f"; {LIMITED_MARK} capacity-limited: " + "; ".join(parts) if parts else ""
 
 
+def _with(cell: str, mark: str) -> str:
+    """A cell with the capacity mark; a cell with no number (``-``) stays as it is."""
+    return cell + mark if cell != "-" else cell
+
+
 def _sweep_sections(folder: Path) -> list[Section]:
     sweep = read_json(folder / "sweep.json")
     sets = [item["set"] for item in sweep]
@@ -364,8 +369,9 @@ def _sweep_sections(folder: Path) -> list[Section]:
     marks = [LIMITED_MARK if note else "" for note in notes]
     headers = ["run", "TTFT p50", "TTFT p99", "ITL p50", "tok/s/user p50", "output tok/s", "$/1M out", "capacity"]
     rows: list[list[object]] = [
-        [label, format_seconds(s.ttft_s.p50) + mark, format_seconds(s.ttft_s.p99) + mark, format_seconds(s.itl_s.p50),
-         format_number(s.per_user_output_tok_s.p50, ".4g") + mark, format_number(s.output_tok_s, ".4g"),
+        [label, _with(format_seconds(s.ttft_s.p50), mark), _with(format_seconds(s.ttft_s.p99), mark),
+         format_seconds(s.itl_s.p50), _with(format_number(s.per_user_output_tok_s.p50, ".4g"), mark),
+         format_number(s.output_tok_s, ".4g"),
          format_number(s.cost.usd_per_million_output_tokens, ".3g"), note or "ok"]
         for label, s, note, mark in zip(labels, summaries, notes, marks, strict=True)
     ]  # fmt: skip
