@@ -3,19 +3,24 @@
 A caption says what a figure or table shows, then what was simulated, always under the same
 labels: ``model``, ``hardware``, ``lengths``, ``window``, ``load`` and ``cost basis``
 (:data:`ASSUMPTION_LABELS`). A takeaway is one sentence read off the same numbers the figure
-draws (the largest and smallest, first and last, who is fastest or cheapest).
+draws (the largest and smallest, first and last, who is fastest or cheapest). A takeaway that
+names a capacity-limited figure carries its mark and what the deployment holds, and ranks
+per-user speeds averaged over all users (:func:`best_under_load`, :mod:`simulator.capacity`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from simulator.capacity import LIMITED_MARK, Capacity
 from simulator.config.distributions import Distribution
 from simulator.config.scenario import ClosedLoop, OpenLoop, Scenario, WorkloadClass
 from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.results.summary import RunSummary
 from simulator.results.views import plain, significant
+from simulator.units import format_seconds
 
 ASSUMPTION_LABELS = ("model", "hardware", "lengths", "window", "load", "cost basis")
 
@@ -124,17 +129,21 @@ def closed_form_assumptions(model: str, hardware: Sequence[str], input_tokens: i
 def trend(name: str, unit: str, xs: Sequence[float], ys: Sequence[float], x_name: str) -> str:
     """How ``name`` moves from the first to the last point of a sweep over ``x_name``, in one clause.
 
-    >>> trend("TTFT p50", "s", [1, 16, 256], [0.05, 0.07, 1.37], "concurrent users")
-    'TTFT p50 rises from 0.05 s at 1 concurrent users to 1.37 s at 256'
+    >>> trend("TTFT p50", "s", [1, 16, 256], [0.00047, 0.07, 1.37], "concurrent users")
+    'TTFT p50 rises from 470 us at 1 concurrent users to 1.37 s at 256'
     """
     pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if y == y]
+
+    def amount(value: float) -> str:
+        return format_seconds(value) if unit == "s" else f"{significant(value)} {unit}"
+
     if len(pairs) < 2:
         return f"{name} is undefined for most {x_name}"
     (x0, y0), (x1, y1) = pairs[0], pairs[-1]
     verb = "rises" if y1 > y0 * 1.05 else "falls" if y1 < y0 / 1.05 else "holds near"
     if verb == "holds near":
-        return f"{name} holds near {significant(y0)} {unit} from {plain(x0)} to {plain(x1)} {x_name}"
-    start, end = f"{significant(y0)} {unit} at {plain(x0)} {x_name}", f"{significant(y1)} {unit} at {plain(x1)}"
+        return f"{name} holds near {amount(y0)} from {plain(x0)} to {plain(x1)} {x_name}"
+    start, end = f"{amount(y0)} at {plain(x0)} {x_name}", f"{amount(y1)} at {plain(x1)}"
     return f"{name} {verb} from {start} to {end}"
 
 
@@ -161,3 +170,38 @@ def best(values: dict[str, float], unit: str, what: str, highest: bool = True) -
     if highest:
         return f"{top} has the highest {what} ({amount(defined[top])}), {ratio}x that of {low}"
     return f"{top} has the lowest {what} ({amount(defined[top])}), against {amount(defined[low])} on {low} ({ratio}x)"
+
+
+def best_under_load(values: Mapping[str, float], capacities: Mapping[str, Capacity], unit: str, what: str,
+                    highest: bool = True, per_user_speed: bool = False) -> str:  # fmt: skip
+    """:func:`best` with every capacity-limited entry flagged: its mark, what it holds and, for a per-user
+    speed, the ranking made on the speed averaged over all users (the running users' speed named beside).
+
+    >>> best_under_load({"a": 445.0, "b": 18.0}, {"a": Capacity(64, 12)}, "tok/s", "per-user speed",
+    ...                 per_user_speed=True)  # doctest: +ELLIPSIS
+    'a has the highest per-user speed averaged over all users (83.4 tok/s), 4.6x that of b; ⚠ capacity-limited: a...'
+    """
+    limited = [k for k, v in values.items() if k in capacities and capacities[k].limited and v == v]
+    if not limited:
+        return best(dict(values), unit, what, highest)
+    shown = dict(values)
+    if per_user_speed:
+        shown = {k: capacities[k].averaged(v) or math.nan if k in capacities else v for k, v in values.items()}
+        what = f"{what} averaged over all users"
+    text = best(shown, unit, what, highest)
+    defined = [k for k, v in shown.items() if v == v and v > 0]
+    ends = {(max if highest else min)(defined, key=shown.__getitem__),
+            (min if highest else max)(defined, key=shown.__getitem__)} if defined else set()  # fmt: skip
+
+    def why(k: str) -> str:
+        note = capacities[k].note()[len(LIMITED_MARK) + 1 :]
+        return f"{k} {note}" + (f" ({significant(values[k])} {unit} for each running user)" if per_user_speed else "")
+
+    named = [why(k) for k in limited if k in ends]
+    others = [k for k in limited if k not in ends]
+    return (
+        text
+        + f"; {LIMITED_MARK} capacity-limited: "
+        + "; ".join(named)
+        + (("; also " if named else "") + ", ".join(others) if others else "")
+    )

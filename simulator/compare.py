@@ -9,7 +9,11 @@ load, seeds and cost assumptions. A row is one (backend, load) run:
   fleet's chips, and output tokens per dollar (``tok/s * 3600 / $/h``), the two axes of the
   throughput-interactivity frontier;
 - task time, $/1M output tokens, $/task and tasks per $ from the run summary, and the
-  provider's list API price for the model on that hardware where one is published.
+  provider's list API price for the model on that hardware where one is published;
+- ``capacity_limited``, ``users``, ``held`` and ``preemptions`` (:mod:`simulator.capacity`):
+  a row whose fleet holds fewer sequences than its users, or that preempted, has its per-user
+  speed and TTFT marked in the table, and ``per_user_output_tok_s_all_users`` averages the
+  speed over every user (``speed * held / users``).
 
 :func:`compare` runs the cases here, one after another; ``infersim compare`` runs the same
 cases on an executor (:mod:`simulator.execution`), where each row is computed by the process
@@ -22,12 +26,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.capacity import LIMITED_MARK, Capacity, of_resolved
 from simulator.config.loading import Catalog, ConfigError
 from simulator.config.paths import with_values
 from simulator.config.scenario import Scenario
+from simulator.errors import InfersimError
 from simulator.limits import Limits
+from simulator.resolve import resolve
 from simulator.runner import RunResult, simulate
+from simulator.sources import SourcedNumber, confidence_counts, deciding
 from simulator.tables import format_number, format_table
+from simulator.units import format_seconds
 
 LAYOUT_FIELDS = ("chips", "tensor_parallel", "pipeline_parallel", "expert_parallel")
 
@@ -57,6 +66,14 @@ class ComparisonRow:
         s = self.result.summary
         backend = next(iter(s.backends.values()))
         cost = s.cost
+        capacity, numbers = Capacity(None, None, s.preemptions), []
+        try:
+            resolved = resolve(self.result.scenario, Catalog())  # self-contained: its profiles written in
+        except (InfersimError, OSError, ValueError):  # a trace moved away: the preemptions still decide
+            resolved = None
+        if resolved is not None:
+            capacity = of_resolved(resolved, s.preemptions)
+            numbers = [n.to_dict() for n in deciding(resolved.backends[0].deployment)]
         row: dict[str, Any] = {
             "hardware": self.hardware,
             "validated": self.hardware in validated_hardware(),  # has rows in the bundled measurement table
@@ -64,6 +81,7 @@ class ComparisonRow:
             "chips": backend.chips,
             "cost_basis": cost.basis,
             "per_user_output_tok_s_p50": s.per_user_output_tok_s.p50,
+            "per_user_output_tok_s_all_users": capacity.averaged(s.per_user_output_tok_s.p50),
             "ttft_s_p50": s.ttft_s.p50,
             "ttft_s_p99": s.ttft_s.p99,
             "output_tok_s": s.output_tok_s,
@@ -73,6 +91,8 @@ class ComparisonRow:
             "usd_per_million_output_tokens": cost.usd_per_million_output_tokens,
             "joules_per_output_token": cost.joules_per_output_token,
             "api_usd_per_million_output_tokens": self._list_price(),
+            **capacity.to_dict(),
+            "sources": numbers,  # the numbers the row rests on, with confidence and source
         }
         if s.tasks is not None:
             t = s.tasks
@@ -118,29 +138,67 @@ def compare_cases(
 
 
 HEADERS = [
-    "hardware", "load", "chips", "basis", "tok/s/user p50", "TTFT p99 s", "out tok/s", "tok/s/chip",
-    "out tok/$", "$/h", "$/1M out", "API $/1M out", "task p50 s", "$/task", "tasks/$",
+    "hardware", "load", "chips", "basis", "tok/s/user p50", "TTFT p99", "out tok/s", "tok/s/chip",
+    "out tok/$", "$/h", "$/1M out", "API $/1M out", "task p50 s", "$/task", "tasks/$", "capacity",
 ]  # fmt: skip
 
 
 #: The table's columns: a row's key and its number format (None: shown as it is).
 CELLS = (
     ("hardware", None), ("load", None), ("chips", None), ("cost_basis", None),
-    ("per_user_output_tok_s_p50", ",.0f"), ("ttft_s_p99", ".3g"), ("output_tok_s", ",.0f"),
+    ("per_user_output_tok_s_p50", ",.0f"), ("ttft_s_p99", "time"), ("output_tok_s", ",.0f"),
     ("output_tok_s_per_chip", ",.1f"), ("output_tok_per_usd", ",.0f"), ("usd_per_hour", ",.2f"),
     ("usd_per_million_output_tokens", ".3g"), ("api_usd_per_million_output_tokens", ".3g"),
     ("task_time_s_p50", ".1f"), ("usd_per_task", ".3g"), ("tasks_per_usd", ".3g"),
 )  # fmt: skip
 
 
+#: The cells a capacity limit marks: the per-user speed and the TTFT.
+LIMITED_CELLS = ("per_user_output_tok_s_p50", "ttft_s_p99")
+
+
 def table_cells(d: dict[str, Any]) -> list[object]:
-    """One row of the comparison table, from a row's ``to_dict()``."""
+    """One row of the comparison table, from a row's ``to_dict()``; a capacity-limited row has its speed
+    and TTFT marked and a last cell saying what the fleet holds (``ok`` when nothing was limited)."""
     from simulator.validation import hardware_label
 
-    cells = [d.get(key) or "-" if spec is None else format_number(d.get(key), spec) for key, spec in CELLS]
-    return [hardware_label(str(d["hardware"])), *cells[1:]]  # unvalidated hardware marked
+    capacity = Capacity.from_dict(d)
+    cells: list[object] = []
+    for key, spec in CELLS:
+        if spec is None:
+            cell = d.get(key) or "-"
+        else:
+            cell = format_seconds(d.get(key)) if spec == "time" else format_number(d.get(key), spec)
+            cell = capacity.marked(cell) if key in LIMITED_CELLS else cell
+        cells.append(cell)
+    return [hardware_label(str(d["hardware"])), *cells[1:], capacity.note() or "ok"]  # unvalidated hardware marked
 
 
 def comparison_table(rows: list[dict[str, Any]]) -> str:
-    """The comparison table of rows (each a :meth:`ComparisonRow.to_dict`)."""
-    return format_table(HEADERS, [table_cells(row) for row in rows])
+    """The comparison table of rows (each a :meth:`ComparisonRow.to_dict`), with a footnote when a row is
+    capacity-limited."""
+    text = format_table(HEADERS, [table_cells(row) for row in rows])
+    if any(Capacity.from_dict(row).limited for row in rows):
+        text += (f"\n{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the users (KV or batch "
+                 f"cap) or preempted; the speed is that of the users running, the others queue (their TTFT grows). "
+                 f"Averaged over all users: per_user_output_tok_s_all_users in compare.json.")  # fmt: skip
+    return text
+
+
+def sources_text(rows: list[dict[str, Any]], explain: list[SourcedNumber] | None = None) -> str:
+    """Where each hardware's deciding numbers come from (one line per number: value, confidence, source);
+    ``explain``: every sourced number of the profiles, with its citation and note."""
+    lines = ["Numbers the rows rest on (value, confidence: source; --explain lists every number):"]
+    seen: set[str] = set()
+    for row in rows:
+        hardware = str(row["hardware"])
+        if hardware in seen or not row.get("sources"):
+            continue
+        seen.add(hardware)
+        numbers = [SourcedNumber(**n) for n in row["sources"]]
+        lines.append(f"  {hardware} ({confidence_counts(numbers)}): " + "; ".join(n.short() for n in numbers))
+    if explain:
+        lines += ["", "Every sourced number (path, value, confidence, source: citation; note):"]
+        lines += [f"  {n.path}  {n.value}  {n.confidence}  {n.source}: {n.citation}" + (f"; {n.note}" if n.note else "")
+                  for n in explain]  # fmt: skip
+    return "\n".join(lines)

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from simulator.analytic.estimate import Estimate, estimate
 from simulator.analytic.layouts import deploy
 from simulator.analytic.placement import PlacementError
+from simulator.capacity import LIMITED_MARK, of_estimate, of_run
 from simulator.compare import ComparisonRow, compare
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
 from simulator.serialize import estimate_dict
 from simulator.tables import format_number, format_table
+from simulator.units import format_seconds
 
 #: The speed-gap demo: the article's open model and our frontier stand-in on every profile.
 DEMO_MODELS = (("gpt-oss-120b", "mxfp4"), ("llama-3.3-70b", None), ("frontier-moe", None))
@@ -82,24 +84,27 @@ def speed_gap_text(rows: Sequence[GapRow]) -> str:
     limited = False
     for r in rows:
         if r.single is None or r.loaded is None:
-            table.append([r.model, r.hardware, "-", "-", "-", "-", "-", "-", "does not fit"])
+            table.append([r.model, r.hardware, "-", "-", "-", "-", "-", "-", "-", "does not fit"])
             continue
-        mark = "*" if r.loaded.capacity_limited else ""
-        limited = limited or r.loaded.capacity_limited
+        capacity = of_estimate(r.loaded)
+        mark = capacity.mark
+        limited = limited or capacity.limited
         single_speed = format_number(r.single.per_user_output_tok_s, ",.0f")
-        table.append([r.model, r.hardware, r.single.deployment.chips, single_speed,
-                      f"{r.single.ttft_s * 1e3:.0f}", format_number(r.loaded.per_user_output_tok_s, ",.0f") + mark,
+        table.append([r.model, r.hardware, r.single.deployment.chips, single_speed, format_seconds(r.single.ttft_s),
+                      format_number(r.loaded.per_user_output_tok_s, ",.0f") + mark,
+                      format_number(capacity.averaged(r.loaded.per_user_output_tok_s), ",.0f") + mark,
                       f"{r.loaded.aggregate_output_tok_s:,.0f}{mark}", r.loaded.max_concurrency,
                       r.single.bottleneck])  # fmt: skip
     users = DEMO_LOADED_USERS
-    headers = ["model", "hardware", "chips", "tok/s/user @1", "TTFT ms @1", f"tok/s/user @{users}",
-               f"aggregate tok/s @{users}", "KV holds", "bottleneck @1"]  # fmt: skip
+    headers = ["model", "hardware", "chips", "tok/s/user @1", "TTFT @1", f"tok/s/user @{users}",
+               f"tok/s/user @{users} all users", f"aggregate tok/s @{users}", "KV holds", "bottleneck @1"]  # fmt: skip
     text = format_table(headers, table)
     if limited:
         text += (
-            f"\n* the KV cache holds fewer than {users} users at {DEMO_INPUT_TOKENS}+{DEMO_OUTPUT_TOKENS} tokens "
-            f"(column 'KV holds'): the speeds are those of the users that fit; the others wait in a queue "
-            f"(TTFT grows by the response-time law: R = N / X)"
+            f"\n{LIMITED_MARK} capacity-limited: the KV cache holds fewer than {users} users at "
+            f"{DEMO_INPUT_TOKENS}+{DEMO_OUTPUT_TOKENS} tokens (column 'KV holds'): 'tok/s/user @{users}' is the "
+            f"speed of the users that fit; the others wait in a queue (TTFT grows by the response-time law: "
+            f"R = N / X); 'all users' averages it over all {users} (speed x held / {users})"
         )
     return text
 
@@ -116,16 +121,26 @@ def agent_war(catalog: Catalog) -> list[ComparisonRow]:
 
 
 def task_table(rows: Sequence[ComparisonRow]) -> str:
-    """Task time, where it goes, per-user speed and cost per task, one row per (hardware, load)."""
+    """Task time, where it goes, per-user speed and cost per task, one row per (hardware, load); a
+    capacity-limited row (:mod:`simulator.capacity`) has its speed and times marked."""
     table: list[list[object]] = []
+    limited = False
     for row in rows:
         s = row.result.summary
         t = s.tasks
         assert t is not None, "the speed war's agents run tasks"
+        capacity = of_run(row.result.scenario, s.preemptions)
+        mark = capacity.mark
+        limited = limited or capacity.limited
         part = t.mean_seconds
-        table.append([row.hardware, row.load, t.tasks_completed, f"{t.task_time_s.p50:.1f}", f"{part.model:.1f}",
-                      f"{part.tool:.1f}", f"{part.queue:.1f}", f"{s.per_user_output_tok_s.p50:,.0f}",
-                      f"{s.cost.usd_per_task:.3g}", f"{s.cost.usd_per_hour:,.2f}"])  # fmt: skip
+        table.append([row.hardware, row.load, t.tasks_completed, f"{t.task_time_s.p50:.1f}{mark}",
+                      f"{part.model:.1f}", f"{part.tool:.1f}", f"{part.queue:.1f}",
+                      f"{s.per_user_output_tok_s.p50:,.0f}{mark}", f"{s.cost.usd_per_task:.3g}",
+                      f"{s.cost.usd_per_hour:,.2f}", capacity.note() or "ok"])  # fmt: skip
     headers = ["hardware", "load", "tasks", "task p50 s", "model s", "tool s", "queue s", "tok/s/user p50",
-               "$/task", "$/h"]  # fmt: skip
-    return format_table(headers, table)
+               "$/task", "$/h", "capacity"]  # fmt: skip
+    text = format_table(headers, table)
+    if limited:
+        text += (f"\n{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the agents (KV or batch "
+                 f"cap) or preempted; the others queue")  # fmt: skip
+    return text

@@ -6,6 +6,7 @@ so nothing depends on a display).
 
 from __future__ import annotations
 
+import io
 import textwrap
 from collections.abc import Mapping, Sequence
 
@@ -23,11 +24,23 @@ from simulator.results.views import plain
 
 #: Marks a point whose offered load exceeds what the fleet (or its KV cache) can hold.
 LIMITED_LABEL = "capacity-limited: the queue grows (offered load above capacity, or KV full)"
+#: Capacity-limited runs: one flag per point of the load (shared by every line) or per line by name.
+Limited = Sequence[bool] | Mapping[str, Sequence[bool]]
+
+
+class ShownFigure(Figure):
+    """A figure that a notebook shows as a PNG (``_repr_png_``) with no pyplot and no ``%matplotlib``
+    magic: a bare :class:`~matplotlib.figure.Figure` would print as the text ``<Figure size ...>``."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", dpi=100)
+        return buffer.getvalue()
 
 
 def _axes(ax: Axes | None) -> Axes:
     if ax is None:
-        ax = Figure(figsize=(9.0, 4.4), layout="constrained").add_subplot()
+        ax = ShownFigure(figsize=(9.0, 4.4), layout="constrained").add_subplot()
     return ax
 
 
@@ -73,12 +86,13 @@ def load_axis(ax: Axes, values: Sequence[float], label: str) -> None:
     ax.set_xlabel(label)
 
 
-def _mark_limited(ax: Axes, x: Sequence[float], ys: Sequence[Sequence[float]], limited: Sequence[bool]) -> None:
-    """Ring the points of capacity-limited runs (one legend entry)."""
+def _mark_limited(ax: Axes, x: Sequence[float], ys: Sequence[Sequence[float]], limited: Sequence[bool],
+                  labelled: bool = True) -> None:  # fmt: skip
+    """Ring the points of capacity-limited runs (one legend entry when ``labelled``)."""
     points = [(xv, y[i]) for y in ys for i, xv in enumerate(x) if limited[i] and y[i] == y[i]]
     if points:
         ax.plot(*zip(*points, strict=True), "o", markersize=13, markerfacecolor="none", markeredgecolor="red",
-                linestyle="none", label=LIMITED_LABEL)  # fmt: skip
+                linestyle="none", label=LIMITED_LABEL if labelled else "_nolegend_")  # fmt: skip
 
 
 def speed_gap(per_user_tok_s: Mapping[str, tuple[float, float]], model: str, loaded_users: int,
@@ -148,19 +162,27 @@ def frontier(curves: Mapping[str, Sequence[tuple[float, float]]], ax: Axes | Non
 
 
 def _series_against_load(ax: Axes, load: Sequence[float], series: Mapping[str, Sequence[float]], load_label: str,
-                         limited: Sequence[bool]) -> Axes:  # fmt: skip
-    """Lines against the swept quantity on a log y axis, capacity-limited points ringed."""
+                         limited: Limited) -> Axes:  # fmt: skip
+    """Lines against the swept quantity on a log y axis, capacity-limited points ringed (``limited`` per
+    point of the load, shared by every line, or per line by name)."""
     for name, values in series.items():
         ax.plot(load, values, marker="o", label=name)
-    _mark_limited(ax, load, list(series.values()), limited or [False] * len(load))
+    for name, values in series.items():
+        flags = limited.get(name, ()) if isinstance(limited, Mapping) else limited
+        _mark_limited(ax, load, [values], list(flags) or [False] * len(load), labelled=not _has_limited_label(ax))
     load_axis(ax, load, load_label)
     _plain_log(ax, "y")
     return ax
 
 
+def _has_limited_label(ax: Axes) -> bool:
+    return any(line.get_label() == LIMITED_LABEL for line in ax.get_lines())
+
+
 def latency_vs_load(load: Sequence[float], series: Mapping[str, Sequence[float]], load_label: str,
-                    ax: Axes | None = None, limited: Sequence[bool] = ()) -> Axes:  # fmt: skip
-    """Latencies (seconds; e.g. TTFT p50/p99, ITL p50) against the swept quantity (users, req/s, replicas).
+                    ax: Axes | None = None, limited: Limited = ()) -> Axes:  # fmt: skip
+    """Latencies (seconds; e.g. TTFT p50/p99, ITL p50) against the swept quantity (users, req/s, replicas),
+    one line per series (a sweep of several fields: one per metric and value of the other fields).
 
     ``limited`` marks the runs that hit a capacity limit (ringed in red)."""
     ax = _series_against_load(_axes(ax), load, series, load_label, limited)
@@ -171,13 +193,16 @@ def latency_vs_load(load: Sequence[float], series: Mapping[str, Sequence[float]]
 
 
 def speed_vs_load(load: Sequence[float], per_user_tok_s: Mapping[str, Sequence[float]],
-                  aggregate_tok_s: Sequence[float], load_label: str, ax: Axes | None = None,
-                  limited: Sequence[bool] = ()) -> Axes:  # fmt: skip
-    """Per-user output speed (left axis) and aggregate output (right axis) against the swept quantity."""
+                  aggregate_tok_s: Sequence[float] | Mapping[str, Sequence[float]], load_label: str,
+                  ax: Axes | None = None, limited: Limited = ()) -> Axes:  # fmt: skip
+    """Per-user output speed (left axis) and aggregate output (right axis, one dashed line per series when
+    given by name) against the swept quantity."""
     ax = _series_against_load(_axes(ax), load, per_user_tok_s, load_label, limited)
     ax.set_ylabel("per-user output speed (tok/s)")
     twin = ax.twinx()
-    twin.plot(load, aggregate_tok_s, "s--", color="C3", label="aggregate output (tok/s, right axis)")
+    totals = aggregate_tok_s if isinstance(aggregate_tok_s, Mapping) else {"aggregate output": aggregate_tok_s}
+    for index, (name, values) in enumerate(totals.items()):
+        twin.plot(load, values, "s--", color=f"C{(3 + index) % 10}", label=f"{name} (tok/s, right axis)")
     _plain_log(twin, "y")
     twin.set_ylabel("aggregate output (tok/s)")
     ax.set_title(f"Per-user speed and aggregate output against {load_label}")
@@ -229,9 +254,11 @@ def roofline(deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] =
 
     Arithmetic intensity of a decode pass is ``2 P B / (P * bytes per weight)`` FLOP/byte; the
     attainable rate is ``min(peak, intensity * bandwidth)``. A point is the *achieved* FLOP/s
-    per chip of the closed-form estimate. The dotted line is the latency floor's ceiling,
+    per chip of the closed-form estimate. The dotted line is the **latency ceiling**,
     ``2 P B / (t_latency * chips)`` with ``t_latency`` the pass's fabric, fixed, hop and
-    collective time: an SRAM machine's points sit on it, far below its bandwidth roof.
+    collective time: a floor on the pass's *time* (the parts add up to the pass, so
+    ``t_pass >= t_latency``), hence on this FLOP/s axis a ceiling that every point sits on or
+    under. An SRAM machine's points sit on it, far below its bandwidth roof.
     """
     ax = _axes(ax)
     intensities = np.logspace(-1, 4, 200)
@@ -250,12 +277,12 @@ def roofline(deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] =
             points.append((intensity, flops / step.total_s / TERA))
             floor.append((intensity, flops / sum(step.components_s.get(k, 0.0) for k in LATENCY_PARTS) / TERA))
         ax.plot(*zip(*points, strict=True), "o--", color=color, label=f"{name} decode (B = {list(batch_sizes)})")
-        ax.plot(*zip(*floor, strict=True), ":", color=color, label=f"{name} latency floor")
+        ax.plot(*zip(*floor, strict=True), ":", color=color, label=f"{name} latency ceiling (time floor)")
     _plain_log(ax, "x")
     _plain_log(ax, "y")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("TFLOP/s per chip")
-    ax.set_title("Roofline, decode operating points and latency floors")
+    ax.set_title("Roofline, decode operating points and latency ceilings")
     _legend(ax)
     return ax
 

@@ -29,11 +29,21 @@ from pydantic import ValidationError
 from simulator import plots
 from simulator.analytic.estimate import estimate
 from simulator.analytic.layouts import deploy
-from simulator.captions import Assumptions, best, caption, closed_form_assumptions, run_assumptions, trend
+from simulator.capacity import LIMITED_MARK, Capacity, of_run
+from simulator.captions import (
+    Assumptions,
+    best,
+    best_under_load,
+    caption,
+    closed_form_assumptions,
+    run_assumptions,
+    trend,
+)
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.files import number, read_csv, read_json, read_text, read_yaml
 from simulator.config.loading import Catalog, ConfigError, format_validation_error
 from simulator.config.scenario import Scenario
+from simulator.errors import InfersimError
 from simulator.results.summary import RunSummary
 from simulator.results.views import (
     BACKEND_HEADERS,
@@ -44,8 +54,10 @@ from simulator.results.views import (
     significant,
     sweep_table,
 )
+from simulator.sources import SourcedNumber, confidence_counts, deciding
 from simulator.sweep import read_table_file, table_path
 from simulator.tables import format_number
+from simulator.units import format_seconds
 from simulator.version import __version__
 
 #: Deployments the demo report draws on its roofline (one per architecture family).
@@ -82,16 +94,12 @@ def _html_table(headers: list[str], rows: list[list[object]], caption: str = "")
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     marked = ' class="limited"'
     body = "".join(
-        f"<tr{marked if any(str(c).startswith(LIMITED_MARK) for c in r) else ''}>"
+        f"<tr{marked if any(LIMITED_MARK in str(c) for c in r) else ''}>"
         + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
         for r in rows
     )  # fmt: skip
     table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     return f'<figure class="table"><figcaption>{caption}</figcaption>{table}</figure>' if caption else table
-
-
-#: The first characters of a table cell of a run that hit a capacity limit (its row is highlighted).
-LIMITED_MARK = "⚠"
 
 
 def read_summary(path: Path) -> RunSummary:
@@ -124,25 +132,38 @@ def _captioned(what: str, assumptions: Assumptions | None) -> str:
     return caption(what, assumptions) if assumptions is not None else what
 
 
-def limit_note(s: RunSummary) -> str:
-    """Why a run hit a capacity limit, marked with :data:`LIMITED_MARK` ('' when it did not)."""
+def run_capacity(folder: Path, summary: RunSummary) -> Capacity:
+    """What a run's fleet holds against its users (:func:`simulator.capacity.of_run`), from its folder."""
+    scenario = read_scenario(folder)
+    return Capacity(None, None, summary.preemptions) if scenario is None else of_run(scenario, summary.preemptions)
+
+
+def limit_note(s: RunSummary, capacity: Capacity | None = None) -> str:
+    """Why a run hit a capacity limit, marked with :data:`LIMITED_MARK` ('' when it did not): offered
+    load above capacity, requests too long for the KV, or fewer sequences held than users (or preemptions)."""
+    parts = []
     if s.overloaded and s.offered_requests_per_s is not None:
-        return (f"{LIMITED_MARK} offered {significant(s.offered_requests_per_s)} req/s > capacity "
-                f"{significant(s.capacity_requests_per_s)} req/s")  # fmt: skip
+        parts.append(f"offered {significant(s.offered_requests_per_s)} req/s > capacity "
+                     f"{significant(s.capacity_requests_per_s)} req/s")  # fmt: skip
     if s.requests_dropped:
-        return f"{LIMITED_MARK} {s.requests_dropped} request(s) too long for the KV cache"
-    return ""
+        parts.append(f"{s.requests_dropped} request(s) too long for the KV cache")
+    capacity = capacity or Capacity(None, None, s.preemptions)
+    if capacity.limited:
+        parts.append(capacity.note()[len(LIMITED_MARK) + 1 :])
+    return f"{LIMITED_MARK} " + "; ".join(parts) if parts else ""
 
 
 def _run_sections(folder: Path, label: str) -> list[Section]:
     summary = read_summary(folder / "summary.json")
     a = _assumptions(folder, summary)
-    ms = 1e3
+    capacity = run_capacity(folder, summary)
+    limit = limit_note(summary, capacity)
+    mark = LIMITED_MARK if limit else ""
+    speed = summary.per_user_output_tok_s.p50
     rows: list[list[object]] = [
-        ["TTFT p50 / p99 (ms)", f"{format_number(summary.ttft_s.p50 * ms, '.4g')} / "
-                                f"{format_number(summary.ttft_s.p99 * ms, '.4g')}"],
-        ["TPOT mean (ms)", format_number(summary.tpot_s.mean * ms, ".4g")],
-        ["per-user output p50 (tok/s)", format_number(summary.per_user_output_tok_s.p50, ",.0f")],
+        ["TTFT p50 / p99", f"{format_seconds(summary.ttft_s.p50)} / {format_seconds(summary.ttft_s.p99)}{mark}"],
+        ["TPOT mean", format_seconds(summary.tpot_s.mean)],
+        ["per-user output p50 (tok/s)", format_number(speed, ",.0f") + mark],
         ["output (tok/s)", format_number(summary.output_tok_s, ",.0f")],
         ["requests completed", summary.requests_completed],
         ["SLO met (requests)", format_number(fleet_slo_attainment(summary), ".0%")],
@@ -150,16 +171,29 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
         ["$/1M output tokens", format_number(summary.cost.usd_per_million_output_tokens, ".3g")],
         ["J/output token", format_number(summary.cost.joules_per_output_token, ".3g")],
     ]  # fmt: skip
-    limit = limit_note(summary)
-    if limit:
-        rows.append(["capacity", limit])
+    rows.append(
+        [
+            "capacity",
+            limit
+            or "ok"
+            + (
+                f" (holds {capacity.held:,} of {capacity.users:,} users)"
+                if capacity.users and capacity.held is not None
+                else ""
+            ),
+        ]
+    )
+    averaged = capacity.averaged(speed)
+    per_user = (f"{format_number(speed, ',.0f')} tok/s per running user{mark} "
+                f"({format_number(averaged, ',.0f')} averaged over all {capacity.users:,} users)"
+                if capacity.limited and capacity.users and averaged != speed
+                else f"{format_number(speed, ',.0f')} tok/s per user{mark}")  # fmt: skip
     takeaway = (
         f"{summary.requests_completed:,} requests completed in {significant(summary.window_s)} s: TTFT p50 "
-        f"{format_number(summary.ttft_s.p50 * ms, '.3g')} ms, "
-        f"{format_number(summary.per_user_output_tok_s.p50, ',.0f')} tok/s per user, "
+        f"{format_seconds(summary.ttft_s.p50)}{mark}, {per_user}, "
         f"{format_number(summary.output_tok_s, ',.0f')} tok/s in all, "
         f"${format_number(summary.cost.usd_per_million_output_tokens, '.3g')} per 1M output tokens"
-        + (f"; {limit[2:]}, so latencies depend on how long the run lasts" if limit else "") + "."
+        + (f"; {limit}, so latencies depend on how long the run lasts" if limit else "") + "."
     )  # fmt: skip
     sections = [Section(f"{label}: summary", (["metric", "value"], rows),
                         caption=_captioned("Latency, speed, throughput and cost of the whole run.", a),
@@ -177,6 +211,9 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
         ))  # fmt: skip
     if summary.tasks is not None:
         sections.append(_task_section(label, summary, a))
+    numbers = _run_numbers(folder)
+    if numbers:
+        sections.append(_sources_section(numbers, a))
     levels = folder / "levels.csv"
     if levels.exists():
         series: dict[str, tuple[list[float], list[float]]] = {}
@@ -201,8 +238,8 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
             f"{label}: TTFT distribution", figure=plots.latency_cdf({label: ttft.tolist()}),
             caption=_captioned("Time to first token of every served request (warm-up included), as a CDF.", a),
             takeaway=f"Half the measured requests see their first token within "
-                     f"{format_number(summary.ttft_s.p50 * ms, '.3g')} ms and 99 % within "
-                     f"{format_number(summary.ttft_s.p99 * ms, '.3g')} ms.",
+                     f"{format_seconds(summary.ttft_s.p50)} and 99 % within {format_seconds(summary.ttft_s.p99)}"
+                     + (f" ({limit})" if limit else "") + ".",
         ))  # fmt: skip
     return sections
 
@@ -254,15 +291,59 @@ SWEPT_LABELS = {
 }  # fmt: skip
 
 
-def swept_axis(sets: list[dict[str, Any]]) -> tuple[list[float], str] | None:
-    """The one numeric field a run sweep varies, as (values, axis label); None when there is not exactly one."""
+def swept_axis(sets: list[dict[str, Any]]) -> tuple[list[float], str, list[str]] | None:
+    """The numeric field a run sweep varies most (the x axis), as (values, axis label, each run's group);
+    a run's group names its values of the other varied fields (one line per group, '' when there are none).
+    None when no varied field is numeric in every run."""
     keys = list(dict.fromkeys(k for item in sets for k in item))
     varied = [k for k in keys if len({json.dumps(item.get(k), default=str) for item in sets}) > 1]
-    if len(varied) != 1 or not all(isinstance(item.get(varied[0]), int | float) for item in sets):
+    numeric = [k for k in varied if all(isinstance(item.get(k), int | float) for item in sets)]
+    if not numeric:
         return None
-    path = varied[0]
+    path = max(numeric, key=lambda k: len({item[k] for item in sets}))  # the first of the most-valued
     name = SWEPT_LABELS.get(path.rsplit(".", 1)[-1], path)
-    return [float(item[path]) for item in sets], f"{name} ({path})" if name != path else path
+    groups = [", ".join(f"{k}={item.get(k)}" for k in varied if k != path) for item in sets]
+    return [float(item[path]) for item in sets], f"{name} ({path})" if name != path else path, groups
+
+
+def by_group(
+    x: Sequence[float], groups: Sequence[str], values: Sequence[Any]
+) -> tuple[list[float], dict[str, list[Any]]]:
+    """Runs' values laid out as one series per group over the sorted distinct x (NaN where a group has no run).
+
+    >>> by_group([1, 2, 1, 2], ["a", "a", "b", "b"], [10, 20, 30, 40])
+    ([1, 2], {'a': [10, 20], 'b': [30, 40]})
+    """
+    xs = sorted(set(x))
+    out: dict[str, list[Any]] = {}
+    for xv, group, value in zip(x, groups, values, strict=True):
+        out.setdefault(group, [math.nan] * len(xs))[xs.index(xv)] = value
+    return xs, out
+
+
+def _named(metric: str, series: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    return {f"{metric}, {group}" if group else metric: values for group, values in series.items()}
+
+
+def _limited_clause(labels: Sequence[str], capacities: Sequence[Capacity], notes: Sequence[str],
+                    speeds: Sequence[float] | None = None) -> str:  # fmt: skip
+    """The runs whose figures are capacity-limited, marked, with what they hold (and for speeds, the speed
+    averaged over all users); '' when none is."""
+    parts = []
+    for label, capacity, note, index in zip(labels, capacities, notes, range(len(labels)), strict=True):
+        if not note:
+            continue
+        averaged = capacity.averaged(speeds[index]) if speeds is not None else None
+        extra = (f", {format_number(averaged, ',.0f')} tok/s averaged over all {capacity.users:,} users"
+                 if speeds is not None and capacity.users and averaged is not None and averaged == averaged
+                 and averaged != speeds[index] else "")  # fmt: skip
+        parts.append(f"{label} ({note[len(LIMITED_MARK) + 1 :]}{extra})")
+    return f"; {LIMITED_MARK} capacity-limited: " + "; ".join(parts) if parts else ""
+
+
+def _with(cell: str, mark: str) -> str:
+    """A cell with the capacity mark; a cell with no number (``-``) stays as it is."""
+    return cell + mark if cell != "-" else cell
 
 
 def _sweep_sections(folder: Path) -> list[Section]:
@@ -273,44 +354,82 @@ def _sweep_sections(folder: Path) -> list[Section]:
     first = sorted(p for p in folder.iterdir() if p.is_dir() and (p / "summary.json").exists())
     a = _assumptions(first[0], summaries[0]) if first else None
     varied = f" Varied: {', '.join(dict.fromkeys(k for item in sets for k in item))} (per row)."
-    headers = ["run", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "tok/s/user p50", "output tok/s", "$/1M out",
-               "capacity"]  # fmt: skip
-    rows: list[list[object]] = [
-        [label, format_number(s.ttft_s.p50 * 1e3, ".4g"), format_number(s.ttft_s.p99 * 1e3, ".4g"),
-         format_number(s.itl_s.p50 * 1e3, ".4g"), format_number(s.per_user_output_tok_s.p50, ".4g"),
-         format_number(s.output_tok_s, ".4g"), format_number(s.cost.usd_per_million_output_tokens, ".3g"),
-         limit_note(s) or "ok"]
-        for label, s in zip(labels, summaries, strict=True)
+    keys = list(dict.fromkeys(k for item in sets for k in item))
+    changing = [k for k in keys if len({json.dumps(item.get(k), default=str) for item in sets}) > 1]
+    short = [
+        ", ".join(f"{k}={item.get(k)}" for k in changing) or label for item, label in zip(sets, labels, strict=True)
+    ]
+    labels = short  # the fields every run shares are in the caption's "Varied" and the scenario
+    capacities = [
+        Capacity.from_dict(item["capacity"]) if isinstance(item.get("capacity"), dict)
+        else run_capacity(folder / f"run-{i:03d}", s)
+        for i, (item, s) in enumerate(zip(sweep, summaries, strict=True))
     ]  # fmt: skip
-    limited = [bool(limit_note(s)) for s in summaries]
+    notes = [limit_note(s, c) for s, c in zip(summaries, capacities, strict=True)]
+    marks = [LIMITED_MARK if note else "" for note in notes]
+    headers = ["run", "TTFT p50", "TTFT p99", "ITL p50", "tok/s/user p50", "output tok/s", "$/1M out", "capacity"]
+    rows: list[list[object]] = [
+        [label, _with(format_seconds(s.ttft_s.p50), mark), _with(format_seconds(s.ttft_s.p99), mark),
+         format_seconds(s.itl_s.p50), _with(format_number(s.per_user_output_tok_s.p50, ".4g"), mark),
+         format_number(s.output_tok_s, ".4g"),
+         format_number(s.cost.usd_per_million_output_tokens, ".3g"), note or "ok"]
+        for label, s, note, mark in zip(labels, summaries, notes, marks, strict=True)
+    ]  # fmt: skip
+    limited = [bool(note) for note in notes]
     axis = swept_axis(sets)
-    x, x_label = axis if axis is not None else ([float(i) for i in range(1, len(sweep) + 1)], "run (in sweep order)")
+    run_order = [float(i) for i in range(1, len(sweep) + 1)]
+    x, x_label, groups = axis if axis is not None else (run_order, "run (in sweep order)", [""] * len(sweep))
     name = x_label.split(" (")[0]
     ttft = [s.ttft_s.p50 for s in summaries]
     speed = [s.per_user_output_tok_s.p50 for s in summaries]
     total = [s.output_tok_s for s in summaries]
-    story = (f"As {name} grow{'s' if not name.endswith('s') else ''}, "
-             f"{trend('TTFT p50', 's', x, ttft, name)}; {trend('per-user speed', 'tok/s', x, speed, name)}; "
-             f"{trend('aggregate output', 'tok/s', x, total, name)}"
-             + (f"; {sum(limited)} of {len(limited)} runs hit a capacity limit (ringed in red)" if any(limited) else "")
-             + ".")  # fmt: skip
+    first_group = [g == groups[0] for g in groups]  # the trend sentences follow one line of the figure
+
+    def line(values: Sequence[float]) -> tuple[list[float], list[float]]:
+        return [v for v, keep in zip(x, first_group, strict=True) if keep], [
+            v for v, keep in zip(values, first_group, strict=True) if keep]  # fmt: skip
+
+    along = f" ({groups[0]})" if groups[0] else ""
+    story = (f"As {name} grow{'s' if not name.endswith('s') else ''}{along}, "
+             f"{trend('TTFT p50', 's', *line(ttft), name)}; {trend('per-user speed', 'tok/s', *line(speed), name)}; "
+             f"{trend('aggregate output', 'tok/s', *line(total), name)}"
+             + _limited_clause(short, capacities, notes, speed) + ".")  # fmt: skip
     sections = [Section("Runs", (headers, rows), caption=_captioned("One row per run of the sweep." + varied, a),
                         takeaway=story, headline=True)]  # fmt: skip
-    series = {"TTFT p50": ttft, "TTFT p99": [s.ttft_s.p99 for s in summaries],
-              "ITL p50": [s.itl_s.p50 for s in summaries]}  # fmt: skip
+    xs, flags = by_group(x, groups, limited)
+    series: dict[str, list[Any]] = {}
+    flagged: dict[str, list[Any]] = {}
+    for metric, values in (("TTFT p50", ttft), ("TTFT p99", [s.ttft_s.p99 for s in summaries]),
+                           ("ITL p50", [s.itl_s.p50 for s in summaries])):  # fmt: skip
+        series |= _named(metric, by_group(x, groups, values)[1])
+        flagged |= _named(metric, flags)
+    lines = " One line per value of the other swept fields." if any(groups) else ""
+    ttft_story = trend("TTFT p50", "s", *line(ttft), name) + along
     sections.append(Section(
-        f"Latency against {name}", figure=plots.latency_vs_load(x, series, x_label, limited=limited),
-        caption=_captioned(f"TTFT p50 and p99 and inter-token latency p50 of each run against {x_label}." + varied, a),
-        takeaway=trend("TTFT p50", "s", x, ttft, name)[0].upper() + trend("TTFT p50", "s", x, ttft, name)[1:] + ".",
+        f"Latency against {name}", figure=plots.latency_vs_load(xs, series, x_label, limited=flagged),
+        caption=_captioned(f"TTFT p50 and p99 and inter-token latency p50 of each run against {x_label}."
+                           + lines + varied, a),
+        takeaway=ttft_story[0].upper() + ttft_story[1:] + _limited_clause(short, capacities, notes) + ".",
     ))  # fmt: skip
+    speeds = _named("per-user speed p50", by_group(x, groups, speed)[1])
     sections.append(
         Section(
             f"Per-user speed against {name}",
-            figure=plots.speed_vs_load(x, {"per-user speed p50": speed}, total, x_label, limited=limited),
-            caption=_captioned(
-                f"Median per-user output speed (left) and aggregate output (right) against {x_label}." + varied, a
+            figure=plots.speed_vs_load(
+                xs,
+                speeds,
+                _named("aggregate output", by_group(x, groups, total)[1]),
+                x_label,
+                limited=_named("per-user speed p50", flags),
             ),
-            takeaway=trend("Per-user speed", "tok/s", x, speed, name) + ".",
+            caption=_captioned(
+                f"Median per-user output speed (left) and aggregate output (right) against {x_label}." + lines + varied,
+                a,
+            ),
+            takeaway=trend("Per-user speed", "tok/s", *line(speed), name)
+            + along
+            + _limited_clause(short, capacities, notes, speed)
+            + ".",
         )
     )
     costs = [s.cost.usd_per_million_output_tokens for s in summaries]
@@ -319,7 +438,7 @@ def _sweep_sections(folder: Path) -> list[Section]:
         "Cost", figure=plots.cost(labels, costs, tasks),
         caption=_captioned("$ per 1M output tokens (bars)" + (" and $ per task (diamonds)" if tasks else "")
                            + " of each run." + varied, a),
-        takeaway=trend("$ per 1M output tokens", "$", x, costs, name) + ".",
+        takeaway=trend("$ per 1M output tokens", "$", *line(costs), name) + along + ".",
     ))  # fmt: skip
     return sections
 
@@ -346,7 +465,9 @@ def _compare_sections(folder: Path) -> list[Section]:
                         headline=True)]  # fmt: skip
     curves: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
-        curves.setdefault(r["hardware"], []).append((r["per_user_output_tok_s_p50"], r["output_tok_s_per_chip"]))
+        point = (r["per_user_output_tok_s_p50"], r["output_tok_s_per_chip"])
+        if all(isinstance(v, int | float) and v == v for v in point):  # a run that measured nothing has no point
+            curves.setdefault(r["hardware"], []).append(point)
     front = plots.pareto([p for points in curves.values() for p in points])
     on_front = sorted({h for h, points in curves.items() if any(p in front for p in points)})
     sections.append(Section(
@@ -363,6 +484,9 @@ def _compare_sections(folder: Path) -> list[Section]:
             caption=_captioned("Mean seconds per agent task by part, one bar per hardware and load.", a),
             takeaway=_per_load(rows, "task_time_s_p50", "s", "median task time", highest=False), headline=True,
         ))  # fmt: skip
+    numbers = {str(r["hardware"]): [SourcedNumber(**n) for n in r["sources"]] for r in rows if r.get("sources")}
+    if numbers:
+        sections.append(_sources_section(numbers, a))
     per_million = [r["usd_per_million_output_tokens"] for r in rows]
     key, what = ("usd_per_task", "$/task") if tasks is not None else ("usd_per_million_output_tokens", "$/1M out")
     sections.append(Section(
@@ -373,13 +497,47 @@ def _compare_sections(folder: Path) -> list[Section]:
     return sections
 
 
+def _sources_section(numbers: dict[str, list[SourcedNumber]], a: Assumptions | None) -> Section:
+    """The numbers the results rest on, per hardware: value, confidence, source and its citation."""
+    rows: list[list[object]] = [[hardware, n.what, n.value, n.confidence, f"{n.source}: {n.citation}"[:160]]
+                                for hardware, found in numbers.items() for n in found]  # fmt: skip
+    every = [n for found in numbers.values() for n in found]
+    assumed = [f"{hw} {n.what}" for hw, found in numbers.items() for n in found if n.confidence == "assumed"]
+    takeaway = (f"Of the {len(every)} numbers these results rest on: {confidence_counts(every)}"
+                + (f"; assumed: {', '.join(assumed)}." if assumed else "."))  # fmt: skip
+    return Section("Where the numbers come from", (["hardware", "number", "value", "confidence", "source"], rows),
+                   caption=_captioned("The profile numbers that decide the speeds and costs above (bandwidth, FLOP/s, "
+                                      "efficiencies, latencies, prices), each with its confidence and source; "
+                                      "infersim estimate --explain lists every number of a profile.", a),
+                   takeaway=takeaway)  # fmt: skip
+
+
+def _run_numbers(folder: Path) -> dict[str, list[SourcedNumber]]:
+    """The deciding numbers of each backend's deployment of a run folder's resolved scenario ({} when it
+    cannot be resolved again here)."""
+    from simulator.resolve import resolve
+
+    scenario = read_scenario(folder)
+    if scenario is None:
+        return {}
+    try:
+        resolved = resolve(scenario, Catalog())
+    except (InfersimError, OSError, ValueError):
+        return {}
+    return {b.deployment.hardware.id: deciding(b.deployment) for b in resolved.backends}
+
+
 def _per_load(rows: list[dict[str, Any]], key: str, unit: str, what: str, highest: bool = True) -> str:
-    """Which hardware does best on ``key`` at each load compared, in one sentence."""
+    """Which hardware does best on ``key`` at each load compared, in one sentence; capacity-limited rows
+    flagged, and a per-user speed ranked averaged over all users (:func:`best_under_load`)."""
     loads = list(dict.fromkeys(r["load"] for r in rows))
     parts = []
     for load in loads:
-        values = {r["hardware"]: r.get(key) or math.nan for r in rows if r["load"] == load}
-        parts.append((f"at {load}, " if load else "") + best(values, unit, what, highest))
+        mine = [r for r in rows if r["load"] == load]
+        values = {r["hardware"]: r.get(key) or math.nan for r in mine}
+        capacities = {r["hardware"]: Capacity.from_dict(r) for r in mine}
+        speed = key.startswith("per_user_output_tok_s")
+        parts.append((f"at {load}, " if load else "") + best_under_load(values, capacities, unit, what, highest, speed))
     text = "; ".join(parts)
     return text[:1].upper() + text[1:] + "."
 
@@ -399,6 +557,8 @@ def _demo_sections(folder: Path) -> list[Section]:
         fits = {r["hardware"]: (r["single_stream"]["per_user_output_tok_s"], r["loaded"]["per_user_output_tok_s"])
                 for r in mine}  # fmt: skip
         limited = [r["hardware"] for r in mine if r["loaded"].get("capacity_limited")]
+        capacities = {r["hardware"]: Capacity(r["loaded"]["concurrency"], r["loaded"]["max_concurrency"])
+                      for r in mine}  # fmt: skip
         alone = {h: v[0] for h, v in fits.items()}
         loaded = {h: v[1] for h, v in fits.items()}
         note = (f" Hatched: the KV cache of {', '.join(limited)} holds fewer than {users} users; the bar is the "
@@ -408,16 +568,16 @@ def _demo_sections(folder: Path) -> list[Section]:
             caption=caption(f"Per-user output speed of {model} on each hardware, alone and with {users} users."
                             + note, a),
             takeaway=f"{model}: alone, {best(alone, 'tok/s', 'per-user speed')}; with {users} users, "
-                     f"{best(loaded, 'tok/s', 'per-user speed')}.",
+                     f"{best_under_load(loaded, capacities, 'tok/s', 'per-user speed', per_user_speed=True)}.",
             headline=True,
         ))  # fmt: skip
     table_a = closed_form_assumptions(", ".join(models), ["every bundled hardware profile"], *lengths, (1, users))
     sections.insert(0, Section("The speed gap (table)", text=read_text(folder / "speed_gap.txt"),
                                caption=caption("Per-user speed, TTFT and aggregate throughput of each model on each "
-                                               "hardware; * marks capacity-limited figures.", table_a),
+                                               f"hardware; {LIMITED_MARK} marks capacity-limited figures.", table_a),
                                takeaway=f"{sum(1 for r in rows if 'error' in r)} model-hardware pairs do not fit; "
                                         f"{sum(1 for r in fitted if r['loaded'].get('capacity_limited'))} are "
-                                        f"capacity-limited at {users} users."))  # fmt: skip
+                                        f"capacity-limited at {users} users ({LIMITED_MARK})."))  # fmt: skip
     deployments = [r["single_stream"]["deployment"] for r in fitted if r["model"] == models[0]]
     catalog = Catalog()
     chosen = {d["hardware"]: deploy(catalog, DeploymentSpec(
@@ -428,7 +588,8 @@ def _demo_sections(folder: Path) -> list[Section]:
     sections.append(Section(
         f"Roofline: {models[0]} at batch 1, 16 and 128", figure=plots.roofline(chosen, (1, 16, 128)),
         caption=caption("Each deployment's per-chip roof (solid), its decode operating points (dashed, batch 1, 16, "
-                        "128) and its latency floor (dotted).", roof_a),
+                        "128) and its latency ceiling (dotted: the FLOP/s a pass would reach in only its fixed, "
+                        "fabric, hop and collective time; every point lies on or under it).", roof_a),
         takeaway="At batch 1 the decode pass is bound by "
                  + ", ".join(f"{kind.replace('_', ' ')} on {hw}" for hw, kind in bounds.items()) + ".",
     ))  # fmt: skip

@@ -201,3 +201,29 @@ BytesPerSecond = Annotated[float, _parser("bandwidth"), _in_range("bandwidth"), 
 FlopsPerSecond = Annotated[float, _parser("flops"), _in_range("flops"), _dumper("flops")]
 Seconds = Annotated[float, _parser("time"), _in_range("time"), _dumper("time")]
 Watts = Annotated[float, _parser("power"), _in_range("power"), _dumper("power")]
+
+
+#: Units a duration is shown in, largest first: the first whose value is at least 1 is used.
+_SHOWN_TIME = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+
+
+def format_seconds(seconds: object, digits: int = 3) -> str:
+    """A duration in the unit that shows it (s, ms, us, ns) to ``digits`` significant digits; ``-`` for
+    anything but a finite number.
+
+    >>> format_seconds(0.00047), format_seconds(0.0123), format_seconds(20.4), format_seconds(4512.0)
+    ('470 us', '12.3 ms', '20.4 s', '4512 s')
+    >>> format_seconds(0.0), format_seconds(float("nan")), format_seconds(None)
+    ('0 s', '-', '-')
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
+        return "-"
+    value = float(seconds)
+    if value == 0:
+        return "0 s"
+    unit, scale = next(((u, s) for u, s in _SHOWN_TIME if abs(value) >= s * (1 - 0.5 * 10.0**-digits)),
+                       _SHOWN_TIME[-1])  # fmt: skip
+    scaled = value / scale
+    if abs(scaled) >= 10**digits:
+        return f"{scaled:.0f} {unit}"  # no thousands separator: parse_quantity reads it back
+    return f"{float(f'{scaled:.{digits}g}'):g} {unit}"

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import yaml
 
+from simulator.capacity import Capacity
 from simulator.cli.output import FileContents, ResultsFolder
 from simulator.config.loading import Catalog, parse_override
 from simulator.config.scenario import Scenario
@@ -22,6 +23,7 @@ from simulator.results.views import BACKEND_HEADERS, CLASS_HEADERS, backend_rows
 from simulator.runner import RunResult
 from simulator.serialize import strict_json
 from simulator.tables import format_number, format_table
+from simulator.units import format_seconds
 from simulator.version import __version__
 
 
@@ -201,8 +203,8 @@ def maybe_report(args: argparse.Namespace, folder: ResultsFolder) -> None:
 
 # -- run summary tables -------------------------------------------------------------------------
 SUMMARY_HEADERS = [
-    "run", "requests", "TTFT p50 ms", "TTFT p99 ms", "TPOT ms", "ITL p99 ms", "tok/s/user p50",
-    "output tok/s", "req/s", "batch", "cache hit", "$/1M out",
+    "run", "requests", "TTFT p50", "TTFT p99", "TPOT", "ITL p99", "tok/s/user p50",
+    "output tok/s", "req/s", "batch", "cache hit", "$/1M out", "capacity",
 ]  # fmt: skip
 
 TASK_HEADERS = [
@@ -211,21 +213,20 @@ TASK_HEADERS = [
 ]  # fmt: skip
 
 
-def _ms(value: float) -> str:
-    return format_number(value * 1e3, ".1f")
-
-
-def summary_row(label: str, s: RunSummary) -> list[object]:
+def summary_row(label: str, s: RunSummary, capacity: Capacity | None = None) -> list[object]:
+    """One run's row; a capacity-limited run (:mod:`simulator.capacity`) has its TTFT and speed marked."""
+    capacity = capacity or Capacity(None, None, s.preemptions)
     return [
-        label, s.requests_completed, _ms(s.ttft_s.p50), _ms(s.ttft_s.p99), format_number(s.tpot_s.mean * 1e3, ".2f"),
-        format_number(s.itl_s.p99 * 1e3, ".2f"), format_number(s.per_user_output_tok_s.p50, ",.0f"),
-        format_number(s.output_tok_s, ",.0f"), format_number(s.requests_per_s, ".3g"),
-        format_number(s.mean_batch_size, ".1f"), format_number(s.prefix_cache_hit_rate, ".0%"),
-        format_number(s.cost.usd_per_million_output_tokens, ".3g"),
+        label, s.requests_completed, capacity.marked(format_seconds(s.ttft_s.p50)),
+        capacity.marked(format_seconds(s.ttft_s.p99)), format_seconds(s.tpot_s.mean), format_seconds(s.itl_s.p99),
+        capacity.marked(format_number(s.per_user_output_tok_s.p50, ",.0f")), format_number(s.output_tok_s, ",.0f"),
+        format_number(s.requests_per_s, ".3g"), format_number(s.mean_batch_size, ".1f"),
+        format_number(s.prefix_cache_hit_rate, ".0%"), format_number(s.cost.usd_per_million_output_tokens, ".3g"),
+        capacity.note() or "ok",
     ]  # fmt: skip
 
 
-KV_HEADERS = ["run", "backend", "KV", "prefill ms", "transfer ms", "first decode ms", "GB moved", "hit tokens",
+KV_HEADERS = ["run", "backend", "KV", "prefill", "transfer", "first decode", "GB moved", "hit tokens",
               "TTFT saved s"]  # fmt: skip
 
 
@@ -233,8 +234,9 @@ def kv_rows(label: str, s: RunSummary) -> list[list[object]]:
     """KV in motion: each disaggregated backend's TTFT parts (means) and bytes; each backend's KV tiers."""
     rows: list[list[object]] = []
     for name, k in (s.kv_transfers or {}).items():
-        rows.append([label, name, f"{k.handoff} to {k.decode_backend}", _ms(k.prefill_s.mean), _ms(k.transfer_s.mean),
-                     _ms(k.decode_first_s.mean), format_number(k.bytes_moved / 1e9, ",.1f"), "-", "-"])  # fmt: skip
+        rows.append([label, name, f"{k.handoff} to {k.decode_backend}", format_seconds(k.prefill_s.mean),
+                     format_seconds(k.transfer_s.mean), format_seconds(k.decode_first_s.mean),
+                     format_number(k.bytes_moved / 1e9, ",.1f"), "-", "-"])  # fmt: skip
     for name, t in (s.kv_tiers or {}).items():
         for tier, v in t.tiers.items():
             rows.append([label, name, f"tier {tier}", "-", "-", "-", format_number(v.bytes_up / 1e9, ",.1f"),

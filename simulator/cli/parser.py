@@ -179,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=concurrency, default="1",
                    help="users in a closed loop, or 'max' (the most whose KV fits at full context)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    p.add_argument("--explain", action="store_true", help="also list every sourced number of the hardware and "
+                   "stack profiles: value, confidence, source and its citation")  # fmt: skip
 
     p = _command(sub, "validate", "simulator.cli.profiles:validate_command",
                  "predict every row of a measurement table and report the error")  # fmt: skip
@@ -218,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_large(p)
     _add_executor(p)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--explain", action="store_true", help="also list every sourced number of each hardware and "
+                   "stack profile compared: value, confidence, source and its citation")  # fmt: skip
     p.add_argument("--report", action="store_true", help="also write report.html with the figures")
 
     p = _command(sub, "plan", "simulator.cli.simulate:plan",

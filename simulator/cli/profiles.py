@@ -17,6 +17,7 @@ from simulator.analytic.layouts import LayoutChoice, Question, choose_layout
 from simulator.analytic.placement import Deployment
 from simulator.analytic.precision import compute_path
 from simulator.analytic.step_time import COMPONENTS
+from simulator.capacity import of_estimate
 from simulator.cli.common import catalog, json_text
 from simulator.cli.output import ResultsFolder
 from simulator.config.base import Precision
@@ -25,7 +26,9 @@ from simulator.config.loading import Catalog
 from simulator.config.model import TensorGroup
 from simulator.errors import ConfigError, InfersimWarning
 from simulator.serialize import estimate_dict, layout_dict, placement_note
+from simulator.sources import SourcedNumber, confidence_counts, deciding, every_number
 from simulator.tables import format_number, format_table
+from simulator.units import format_seconds
 from simulator.validation import BUNDLED_TABLE, MeasurementRow, hardware_label, read_table, summarize, validate
 
 if TYPE_CHECKING:
@@ -132,14 +135,18 @@ def estimate_text(e: Estimate, choice: LayoutChoice | None = None) -> str:
             f"  slower tiers ({', '.join(t.name for t in d.resident_tiers)}) hold "
             f"{d.resident_models_capacity_bytes / GB:,.0f} GB of further resident models"
         )
-    itl = "-" if e.itl_s is None else f"{e.itl_s * 1e3:.2f} ms"
-    per_user = format_number(e.per_user_output_tok_s, ",.0f")
+    capacity = of_estimate(e)
+    itl = format_seconds(e.itl_s)
+    per_user = capacity.marked(format_number(e.per_user_output_tok_s, ",.0f"))
     lines.append(
-        f"  TTFT {e.ttft_s * 1e3:.1f} ms   ITL {itl}   per-user {per_user} tok/s"
+        f"  TTFT {capacity.marked(format_seconds(e.ttft_s))}   ITL {itl}   per-user {per_user} tok/s"
         f"   aggregate {e.aggregate_output_tok_s:,.0f} tok/s at concurrency {e.concurrency}"
     )
-    if e.capacity_limited:
-        lines.append(f"  note: {e.capacity_note()}")
+    if capacity.limited:
+        lines.append(
+            f"  note: {capacity.note()}: {e.capacity_note()}; averaged over all {e.concurrency:,} users "
+            f"{format_number(capacity.averaged(e.per_user_output_tok_s), ',.0f')} tok/s each"
+        )
     if placement_note(e):
         lines.append(f"  note: {placement_note(e)}")
     if e.itl_s is None:
@@ -165,11 +172,27 @@ def estimate_command(args: argparse.Namespace) -> int:
     deployment = choice.deployment
     users = concurrency or saturation_concurrency(deployment, query.input_tokens, query.output_tokens)
     result = estimate(deployment, query.input_tokens, query.output_tokens, users)
+    explain = every_number(deployment.hardware, deployment.stack) if getattr(args, "explain", False) else None
     if args.json:
-        print(json_text(estimate_dict(result) | {"layout": layout_dict(choice)}), end="")
+        numbers = {"sources": [n.to_dict() for n in deciding(deployment)]}
+        if explain is not None:
+            numbers["explain"] = [n.to_dict() for n in explain]
+        print(json_text(estimate_dict(result) | {"layout": layout_dict(choice)} | numbers), end="")
     else:
         print(estimate_text(result, choice))
+        print(sources_lines(deciding(deployment), explain))
     return 0
+
+
+def sources_lines(numbers: list[SourcedNumber], explain: list[SourcedNumber] | None) -> str:
+    """The deciding numbers, one a line (value, confidence: source), and with ``--explain`` every number."""
+    lines = [f"  numbers it rests on ({confidence_counts(numbers)}; --explain lists every one):"]
+    lines += [f"    {n.short()}" + (f"  [{n.note}]" if n.confidence == "assumed" and n.note else "") for n in numbers]
+    if explain:
+        lines.append("  every sourced number (path, value, confidence, source: citation; note):")
+        lines += [f"    {n.path}  {n.value}  {n.confidence}  {n.source}: {n.citation}" + (f"; {n.note}" if n.note
+                  else "") for n in explain]  # fmt: skip
+    return "\n".join(lines)
 
 
 def validate_command(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from simulator.capacity import LIMITED_MARK, Capacity, of_run
 from simulator.cli import Terminated
 from simulator.cli.common import (
     KV_HEADERS,
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     out = ResultsFolder(args.out or Path("runs") / scenarios[0].name, "run", args.overwrite)
     folder = PartialFolder(out, "runs", scenarios[0].run.seed)
     countdown = Countdown(len(combos))
-    results: list[tuple[dict[str, object], RunSummary, str, int]] = []  # the records go once written
+    results: list[tuple[dict[str, object], RunSummary, str, int, Capacity]] = []  # the records go once written
     try:
         for index, (combo, scenario) in enumerate(zip(combos, scenarios, strict=True)):
             if say:
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
             progress = progress_bar(f"run {index + 1}/{len(combos)}") if interactive(args) else None
             with naming(str(args.scenario)):
                 result = simulate(scenario, cat, progress, limits(args))
-            results.append((combo, result.summary, result.scenario.name, requests_arrived(result)))
+            capacity = of_run(result.scenario, result.summary.preemptions, cat)
+            results.append((combo, result.summary, result.scenario.name, requests_arrived(result), capacity))
             if len(combos) > 1:
                 folder.add({f"run-{index:03d}/{name}": text for name, text in run_files(result).items()},
                            [{"folder": f"run-{i:03d}", "set": c} for i, (c, *_) in enumerate(results)])  # fmt: skip
@@ -90,13 +92,14 @@ def run(args: argparse.Namespace) -> int:
     if len(results) == 1:
         out.write(run_files(result))
     else:
-        folder.finish({"sweep.json": json_text([{"set": c, "summary": s.to_dict()} for c, s, *_ in results]),
+        folder.finish({"sweep.json": json_text([{"set": c, "summary": s.to_dict(), "capacity": cap.to_dict()}
+                                                for c, s, _, _, cap in results]),
                        "index.txt": run_index(["--set"], [[set_label(c)] for c, *_ in results])})  # fmt: skip
     maybe_report(args, out)
-    empty = [(set_label(c), reason) for c, s, _, arrived in results if (reason := nothing_measured(s, arrived))]
-    if args.json:
-        payload: object = results[0][1].to_dict() if len(results) == 1 else [
-            {"set": c, "summary": s.to_dict()} for c, s, *_ in results]  # fmt: skip
+    empty = [(set_label(c), reason) for c, s, _, arrived, _ in results if (reason := nothing_measured(s, arrived))]
+    if args.json:  # the summary document, with the capacity verdict beside it (simulator.capacity)
+        payload: object = results[0][1].to_dict() | {"capacity": results[0][4].to_dict()} if len(results) == 1 else [
+            {"set": c, "summary": s.to_dict(), "capacity": cap.to_dict()} for c, s, _, _, cap in results]  # fmt: skip
         print(json_text(payload), end="")
         return measured_nothing(empty, out.path)
     for combo, summary, *_ in results:
@@ -104,9 +107,13 @@ def run(args: argparse.Namespace) -> int:
         if message:
             label = set_label(combo)
             print(f"infersim: warning: {label + ': ' if label else ''}{message}", file=sys.stderr)
-    labels = [set_label(c) or name for c, _, name, _ in results]
+    labels = [set_label(c) or name for c, _, name, *_ in results]
     summaries = [s for _, s, *_ in results]
-    print(format_table(SUMMARY_HEADERS, [summary_row(label, s) for label, s in zip(labels, summaries, strict=True)]))
+    table = [summary_row(label, s, cap) for label, (_, s, _, _, cap) in zip(labels, results, strict=True)]
+    print(format_table(SUMMARY_HEADERS, table))
+    if any(cap.limited for *_, cap in results):
+        print(f"{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the users (KV or batch cap) or "
+              f"preempted; TTFT and speed are those of the users running, the others queue")  # fmt: skip
     task_rows = [task_row(label, s) for label, s in zip(labels, summaries, strict=True) if s.tasks]
     if task_rows:
         print()

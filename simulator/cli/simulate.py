@@ -42,7 +42,8 @@ from simulator.cli.common import (
 )
 from simulator.cli.output import ResultsFolder
 from simulator.cli.run import measured_nothing
-from simulator.compare import ComparisonRow, check_one_deployment, comparison_table, on_hardware
+from simulator.compare import ComparisonRow, check_one_deployment, comparison_table, on_hardware, sources_text
+from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError, naming
@@ -53,6 +54,7 @@ from simulator.planning import Evaluation, Planner, answer_scenario, plan_text, 
 from simulator.resolve import resolve
 from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, nothing_measured, requests_arrived, scenario_from, simulate
+from simulator.sources import SourcedNumber, every_number
 
 EXIT_NO_PLAN = 3  # `plan` answered: no fleet within the limits meets the targets (not bad input)
 
@@ -112,19 +114,31 @@ def compare(args: argparse.Namespace) -> int:
              strict=True) if (reason := nothing_measured(summary, found[key].get("arrived")))]  # fmt: skip
     files = {"compare.json": json_text(rows),
              "index.txt": run_index(["hardware", "load"], [[row["hardware"], row["load"] or "-"] for row in rows]),
-             "compare.txt": comparison_table(rows) + "\n"}  # fmt: skip
+             "compare.txt": comparison_table(rows) + "\n\n" + sources_text(rows) + "\n"}  # fmt: skip
     folder.finish(files)
     maybe_report(args, out)
     if args.json:
         print(json_text(rows), end="")
         return measured_nothing(empty, out.path)
     print(comparison_table(rows))
+    print()
+    print(sources_text(rows, _every_number(cases, cat) if args.explain else None))
     for row, summary in zip(rows, summaries, strict=True):
         breakdown = breakdown_text(f"{row['hardware']} {row['load']}".strip(), summary)
         if breakdown:
             print(f"\n{breakdown}")
     print(f"\nwrote {out.path} (index.txt says which run-NNN folder holds which hardware and load)")
     return measured_nothing(empty, out.path)
+
+
+def _every_number(cases: list[tuple[str, str, Scenario]], cat: Catalog) -> list[SourcedNumber]:
+    """``--explain``: every sourced number of each hardware and stack profile the cases deploy, once each."""
+    profiles: dict[str, Any] = {}
+    for _, _, scenario in cases:
+        deployment = resolve(scenario, cat).backends[0].deployment
+        profiles.setdefault(deployment.hardware.id, deployment.hardware)
+        profiles.setdefault(f"stack {deployment.stack.id}", deployment.stack)
+    return every_number(*profiles.values())
 
 
 def _compare_runs(

@@ -34,6 +34,11 @@ def test_notebook_executes_without_errors(path: Path) -> None:
     outputs = [o for c in book.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert any(o.output_type in ("stream", "display_data", "execute_result") for o in outputs)
+    # a notebook that draws a figure shows it as an image, never as the text "<Figure size ...>"
+    drawn = [c for c in book.cells if c.cell_type == "code" and "plots." in c.source]
+    shown = [o for c in drawn for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(shown) >= len(drawn), f"{path.name}: {len(drawn)} figure cell(s), {len(shown)} image output(s)"
+    assert not [o for o in outputs if "<Figure size" in str(o.get("data", {}).get("text/plain", ""))]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

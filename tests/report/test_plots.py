@@ -75,7 +75,7 @@ def test_roofline_has_a_roof_and_operating_points_per_deployment() -> None:
     }
     ax = plots.roofline(deployments, (1, 16))
     _labelled(ax, "FLOP/byte", "FLOP/s")
-    assert len(ax.lines) == 6  # per deployment: roof, operating points, latency floor
+    assert len(ax.lines) == 6  # per deployment: roof, operating points, latency ceiling
     for roof, points, floor in zip(ax.lines[::3], ax.lines[1::3], ax.lines[2::3], strict=True):
         xs, ys = points.get_xdata(), points.get_ydata()
         assert all(

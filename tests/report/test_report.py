@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simulator.capacity import LIMITED_MARK
 from simulator.captions import ASSUMPTION_LABELS
 from simulator.cli.report import write_report
 from simulator.report import collect
+from simulator.units import parse_quantity
 from tests.cli.test_cli import run_cli
 
 SCENARIO = """\
@@ -153,13 +155,39 @@ def test_a_run_sweep_plots_the_table_numbers_against_the_swept_quantity(tmp_path
     assert result.returncode == 0, result.stderr
     sections = {s.title: s for s in collect(tmp_path / "o")}
     headers, rows = sections["Runs"].table  # type: ignore[misc]
-    column = {h: [float(r[i]) for r in rows] for i, h in enumerate(headers) if h.endswith(("ms", "p50"))}
+    column = {h: [float(str(r[i]).rstrip(LIMITED_MARK)) for r in rows] for i, h in enumerate(headers)
+              if h.startswith("tok/s")}  # fmt: skip
+    ttft_s = [parse_quantity(str(r[headers.index("TTFT p50")]).rstrip(LIMITED_MARK), "time") for r in rows]
     latency = sections["Latency against concurrent agents"].figure
     speed = sections["Per-user speed against concurrent agents"].figure
     assert latency is not None and speed is not None
     assert "concurrent agents (load.agents)" in latency.get_xlabel()
     ttft = next(line for line in latency.lines if line.get_label() == "TTFT p50")
     assert list(ttft.get_xdata()) == [1.0, 2.0, 4.0]
-    assert [y * 1e3 for y in ttft.get_ydata()] == pytest.approx(column["TTFT p50 ms"], rel=1e-3)
+    assert list(ttft.get_ydata()) == pytest.approx(ttft_s, rel=5e-3)  # the table shows 3 significant digits
     assert list(speed.lines[0].get_ydata()) == pytest.approx(column["tok/s/user p50"], rel=1e-3)
     assert [t.get_text() for t in latency.get_xticklabels()] == ["1", "2", "4"]  # plain tick labels
+
+
+def test_a_two_factor_run_sweep_plots_against_the_swept_load_one_line_per_other_field(tmp_path: Path) -> None:
+    """Never against run number: x is the numeric field, each hardware its own line through its own runs."""
+    (tmp_path / "s.yaml").write_text(
+        "name: two\ndeployment: {hardware: nvidia-h100-sxm, model: llama-3.1-8b}\n"
+        "load: {kind: closed, users: 2}\nrequests: {input_tokens: {dist: constant, value: 200},"
+        " output_tokens: {dist: constant, value: 50}}\nrun: {seed: 1, max_requests: 30}\n"
+    )
+    result = run_cli("run", str(tmp_path / "s.yaml"), "--set", "deployment.hardware=nvidia-h100-sxm,cerebras-cs3",
+                     "--set", "load.users=1,4", "-o", str(tmp_path / "o"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    sections = {s.title: s for s in collect(tmp_path / "o")}
+    latency = sections["Latency against concurrent users"].figure
+    assert latency is not None and "run (in sweep order)" not in latency.get_xlabel()
+    summaries = {
+        (item["set"]["deployment.hardware"], item["set"]["load.users"]): item["summary"]
+        for item in yaml.safe_load((tmp_path / "o" / "sweep.json").read_text())
+    }
+    for hardware in ("nvidia-h100-sxm", "cerebras-cs3"):
+        line = next(x for x in latency.lines if x.get_label() == f"TTFT p50, deployment.hardware={hardware}")
+        assert list(line.get_xdata()) == [1.0, 4.0]
+        expected = [summaries[(hardware, users)]["ttft_s"]["p50"] for users in (1, 4)]
+        assert list(line.get_ydata()) == pytest.approx(expected, rel=1e-12)
