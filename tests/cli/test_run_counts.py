@@ -56,8 +56,8 @@ plan: {default_max_replicas: 2, replications: 1}
 #: Requests arrive (2,000/s for 5 ms) but none can finish 1,000 tokens before the run stops.
 NOTHING_COMPLETES = ["--set", "run.duration=5 ms", "--set", "run.drain=false", "--set",
                      "load.arrivals.rate_per_s=2000", "--set", "requests.output_tokens.value=1000"]  # fmt: skip
-#: One arrival expected every 30 years: none in 2 s.
-NOTHING_ARRIVES = ["--set", "load.arrivals.rate_per_s=1e-9"]
+#: One arrival expected every 12 days (the lowest rate the ranges admit is 1e-6/s): none in 2 s.
+NOTHING_ARRIVES = ["--set", "load.arrivals.rate_per_s=1e-6"]
 
 #: Seconds a refusal may take (a cold interpreter start on a loaded machine is ~2 s).
 REFUSED_WITHIN_S = 30.0
@@ -230,10 +230,10 @@ def test_compare_names_the_cases_that_measured_nothing(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     code = main(["compare", _write(tmp_path, POISSON, "p.yaml"), "--hardware", "nvidia-h100-sxm", "--jobs", "1",
-                 "-o", "out", "--set", "load.arrivals.rate_per_s=1e-9,10"])  # fmt: skip
+                 "-o", "out", "--set", "load.arrivals.rate_per_s=1e-6,10"])  # fmt: skip
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("infersim: error: ")]
     assert code == EXIT_NOTHING_MEASURED
-    assert len(errors) == 1 and "load.arrivals.rate_per_s=1e-9" in errors[0] and "no request arrived" in errors[0]
+    assert len(errors) == 1 and "load.arrivals.rate_per_s=1e-6" in errors[0] and "no request arrived" in errors[0]
 
 
 def test_the_help_documents_the_exit_codes_and_the_run_limit() -> None:
