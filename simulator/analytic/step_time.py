@@ -13,7 +13,7 @@ in its KV cache (``c``). Assumptions:
   A100 kernel profiles, p = 3 the H200 kernel table). Bytes are read from the tier the deployment
   keeps weights and KV in, FLOPs run at each tensor group's matmul path
   (:mod:`simulator.analytic.precision`). Each mechanism is one plain-float function
-  (:func:`roofline_s`, :func:`gemm_s`, :func:`grouped_experts_s`, :meth:`StepCostModel.core_row`)
+  (:func:`roofline_s`, :func:`gemm_terms`, :func:`grouped_experts_s`, :meth:`StepCostModel.core_row`)
   that the step model and the prediction of a single kernel both call.
 - **MoE experts run as a grouped GEMM** (the hardware's ``compute.grouped_gemm``): the experts'
   weights stream at a fraction of the dense read rate and their FLOPs run at a fraction of the
@@ -377,10 +377,15 @@ class MatmulRates:
                            self.grouped_flops * share, self.m_tile)  # fmt: skip
 
 
-def gemm_s(rates: MatmulRates, weight_bytes: float, flops: float, exponent: float) -> tuple[float, float, float]:
-    """(seconds, memory seconds, compute seconds) of a dense matmul reading ``weight_bytes`` and doing ``flops``."""
-    memory_s, compute_s = weight_bytes / rates.read, flops / rates.flops
-    return roofline_s(memory_s, compute_s, exponent)[0], memory_s, compute_s
+def gemm_terms(rates: MatmulRates, weight_bytes: float, flops: float) -> tuple[float, float]:
+    """(memory seconds, compute seconds) of a dense matmul reading ``weight_bytes`` and doing ``flops``."""
+    return weight_bytes / rates.read, flops / rates.flops
+
+
+def gemm_s(rates: MatmulRates, weight_bytes: float, flops: float, exponent: float) -> float:
+    """Seconds of a dense matmul: :func:`roofline_s` of its :func:`gemm_terms`."""
+    memory_s, compute_s = gemm_terms(rates, weight_bytes, flops)
+    return roofline_s(memory_s, compute_s, exponent)[0]
 
 
 def routed_experts_terms(rates: MatmulRates, experts_hit: float, rows: float, expert_bytes: float,
@@ -484,6 +489,11 @@ class StepCostModel:
         self.fixed_s = layers * layer_s + d.stack.step_overhead.value
         self.expert_s = d.stack.expert_latency.value
         self.chips = float(tp * self.dp)
+        # the dense matmul rows: attention projections (per token), dense FFN (per token), LM head (per sequence)
+        self.gemm_counts = (float(layers), float(self.dense_layers), 1.0)
+        self.gemm_rates = (self.rates["attention"], self.rates["dense_ffn"], self.rates["lm_head"])
+        self.gemm_weight_bytes = (self.attn_weight_bytes, self.dense_weight_bytes, self.lm_head_bytes)
+        self.gemm_flops = (self.attention_flops_per_token, self.dense_flops_per_token, self.lm_head_flops_per_sequence)
 
     def _rates(self, group: TensorGroup) -> MatmulRates:
         d = self.deployment
@@ -603,14 +613,15 @@ class StepCostModel:
         rank_share = 1.0 / self.dp
         rank_tokens, rank_sequences = tokens * rank_share, sequences * rank_share
         terms = Terms()
-        rows = [(float(self.deployment.model.num_layers), "attention", self.attn_weight_bytes,
-                 rank_tokens * self.attention_flops_per_token),
-                (float(self.dense_layers), "dense_ffn", self.dense_weight_bytes,
-                 rank_tokens * self.dense_flops_per_token),
-                (1.0, "lm_head", self.lm_head_bytes, rank_sequences * self.lm_head_flops_per_sequence)]  # fmt: skip
-        for count, group, weight_bytes, flops in rows:
-            _, memory_s, compute_s = gemm_s(self.rates[group], weight_bytes, flops, self.exponent)
-            self._charge(terms, count, memory_s, compute_s, memory_s, flops, weight_bytes)
+        drivers = (rank_tokens, rank_tokens, rank_sequences)  # attention projections, dense FFN, LM head
+        for row in range(3):
+            rates, weight_bytes, flops = (
+                self.gemm_rates[row],
+                self.gemm_weight_bytes[row],
+                drivers[row] * self.gemm_flops[row],
+            )
+            memory_s, compute_s = gemm_terms(rates, weight_bytes, flops)
+            self._charge(terms, self.gemm_counts[row], memory_s, compute_s, memory_s, flops, weight_bytes)
         expert_s = 0.0
         if self.moe_layers:
             weight_s, compute_s, flops, weight_bytes, expert_s = self.moe_row(tokens, rank_tokens)

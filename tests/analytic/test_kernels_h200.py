@@ -63,7 +63,7 @@ def _launch_s(hardware: HardwareProfile) -> float:
 def predicted_gemm_s(hardware: HardwareProfile, row: dict[str, str]) -> float:
     m, k, n = float(row["m"]), float(row["k"]), float(row["n"])
     precision = cast(Precision, row["dtype"])
-    seconds, _, _ = gemm_s(_rates(hardware, precision), k * n * BYTES[precision], 2.0 * m * k * n, _exponent(hardware))
+    seconds = gemm_s(_rates(hardware, precision), k * n * BYTES[precision], 2.0 * m * k * n, _exponent(hardware))
     return _launch_s(hardware) + seconds
 
 
