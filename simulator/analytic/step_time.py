@@ -328,21 +328,22 @@ def roofline_s(memory_s: float, compute_s: float, exponent: float) -> tuple[floa
 
 def padded_rows_per_expert(tokens: int, experts: int, experts_per_token: int, tile: int) -> float:
     """Expected rows a grouped GEMM computes for one expert when ``tokens`` are routed uniformly
-    (each to ``k`` distinct experts of ``E``): its ``X ~ Binomial(T k, 1/E)`` rows padded up to a
+    (each to ``k`` distinct experts of ``E``, so each token picks a given expert with probability
+    ``k/E``, independently of the other tokens): its ``X ~ Binomial(T, k/E)`` rows padded up to a
     multiple of the M tile, ``tile * E[ceil(X / tile)] = tile * sum_{j >= 0} P(X > j tile)``."""
-    return _padded_rows(tokens * experts_per_token, experts, max(1, tile))
+    return _padded_rows(tokens, experts_per_token / experts, max(1, tile))
 
 
 @lru_cache(maxsize=65536)
-def _padded_rows(pairs: int, experts: int, tile: int) -> float:
-    if pairs <= 0:
+def _padded_rows(tokens: int, probability: float, tile: int) -> float:
+    if tokens <= 0:
         return 0.0
     if tile == 1:
-        return pairs / experts
+        return tokens * probability
     from scipy import stats  # a dense model's run never needs scipy
 
-    cuts = np.arange(0, pairs // tile + 1) * tile
-    return float(tile * stats.binom.sf(cuts, pairs, 1.0 / experts).sum())
+    cuts = np.arange(0, tokens // tile + 1) * tile
+    return float(tile * stats.binom.sf(cuts, tokens, probability).sum())
 
 
 @dataclass(frozen=True)
