@@ -10,8 +10,20 @@ in its KV cache (``c``). Assumptions:
   roofline of ``m = bytes / (bandwidth * eff)`` and ``c = flops / (rate * eff)``: ``max(m, c)``
   on an ideal machine, ``(m^p + c^p)^(1/p)`` with the hardware's ``roofline_exponent`` ``p``
   (measured kernels overlap memory and compute imperfectly near the ridge: p = 2 fits Vidur's
-  A100 kernel profiles). Bytes are read from the tier the deployment keeps weights and KV in,
-  FLOPs run at each tensor group's matmul path (:mod:`simulator.analytic.precision`).
+  A100 kernel profiles, p = 3 the H200 kernel table). Bytes are read from the tier the deployment
+  keeps weights and KV in, FLOPs run at each tensor group's matmul path
+  (:mod:`simulator.analytic.precision`). Each mechanism is one plain-float function
+  (:func:`roofline_s`, :func:`gemm_terms`, :func:`grouped_experts_s`, :meth:`StepCostModel.core_row`)
+  that the step model and the prediction of a single kernel both call.
+- **MoE experts run as a grouped GEMM** (the hardware's ``compute.grouped_gemm``): the experts'
+  weights stream at a fraction of the dense read rate and their FLOPs run at a fraction of the
+  dense matmul rate, each by the experts' precision (measured on an H200: BF16 experts stream
+  2.6-3.2 TB/s where a dense read gets 4.2, FP8 experts 1.5-1.7x BF16 when weight-bound, not 2x;
+  compute-bound grouped GEMMs reach 460-540 of the dense 770 TFLOP/s), and each hit expert's
+  rows are padded up to the kernel's M tile (``tile * E[ceil(X / tile)]``, ``X ~ Binomial(T k,
+  1/E)``). Without ``grouped_gemm`` (SRAM machines) experts run as dense matmuls.
+- **A kernel launched alone** (the measured kernel tables) adds the hardware's ``kernel_latency``;
+  in a served step the launches are the stack's per-layer latency (CUDA graphs), not added again.
 - **Data-parallel attention** (``attention_dp`` ranks): each rank runs attention, dense layers
   and the LM head on its ``1/dp`` share of the batch with its own weights; experts are spread
   over ``expert_parallel`` ranks and reached by a dispatch and a combine all-to-all per MoE
@@ -55,6 +67,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -64,9 +77,9 @@ from mypy_extensions import mypyc_attr
 from simulator.analytic.architecture import FLOPS_PER_MAC, layer_shapes
 from simulator.analytic.moe import (
     DEFAULT_EXPERT_LOAD_CV,
-    busiest,
     busiest_rank_experts,
     busiest_rank_pairs_hot,
+    distinct_experts,
     hot_rank_factor,
     other_ranks,
 )
@@ -75,6 +88,7 @@ from simulator.analytic.precision import BYTES_PER_ELEMENT, compute_path
 from simulator.analytic.speculation import acceptance, tokens_per_verify
 from simulator.analytic.torus import TorusSlice
 from simulator.config.base import Precision
+from simulator.config.hardware import HardwareProfile
 from simulator.config.model import TensorGroup
 
 COMPONENTS = (
@@ -272,9 +286,138 @@ class CostModel(Protocol):
         ...
 
 
+class Terms:
+    """Seconds of one pass by component, and the FLOPs and bytes all chips did, as plain floats."""
+
+    def __init__(self, weights: float = 0.0, kv: float = 0.0, compute: float = 0.0, communication: float = 0.0,
+                 torus_hops: float = 0.0, fabric: float = 0.0, pipeline_hops: float = 0.0, fixed: float = 0.0,
+                 flops: float = 0.0, moved: float = 0.0) -> None:  # fmt: skip
+        self.weights, self.kv, self.compute, self.communication = weights, kv, compute, communication
+        self.torus_hops, self.fabric, self.pipeline_hops, self.fixed = torus_hops, fabric, pipeline_hops, fixed
+        self.flops, self.moved = flops, moved
+
+    def copy(self) -> Terms:
+        return Terms(self.weights, self.kv, self.compute, self.communication, self.torus_hops, self.fabric,
+                     self.pipeline_hops, self.fixed, self.flops, self.moved)  # fmt: skip
+
+    def seconds(self) -> list[float]:
+        """The components in the order of :data:`COMPONENTS`."""
+        return [self.weights, self.kv, self.compute, self.communication, self.torus_hops, self.fabric,
+                self.pipeline_hops, self.fixed]  # fmt: skip
+
+    @property
+    def total_s(self) -> float:
+        return (((self.weights + self.kv) + (self.compute + self.communication))
+                + ((self.torus_hops + self.fabric) + (self.pipeline_hops + self.fixed)))  # fmt: skip
+
+
+# -- one operator: the mechanisms, in plain floats (the step model's rows and single kernels alike) --------
+def roofline_s(memory_s: float, compute_s: float, exponent: float) -> tuple[float, float]:
+    """(seconds, share charged to memory) of one operator: ``max(m, c)`` on an ideal machine
+    (``exponent`` 0), else the soft knee ``(m^p + c^p)^(1/p)`` split in proportion ``m^p : c^p``."""
+    if exponent == 0.0:
+        return (memory_s, 1.0) if memory_s >= compute_s else (compute_s, 0.0)
+    if exponent == 2.0:
+        memory_p, compute_p = memory_s * memory_s, compute_s * compute_s
+        total = memory_p + compute_p
+        return math.sqrt(total), memory_p / total if total > 0.0 else 0.0
+    memory_p, compute_p = memory_s**exponent, compute_s**exponent
+    total = memory_p + compute_p
+    return total ** (1.0 / exponent), memory_p / total if total > 0.0 else 0.0
+
+
+def padded_rows_per_expert(tokens: int, experts: int, experts_per_token: int, tile: int) -> float:
+    """Expected rows a grouped GEMM computes for one expert when ``tokens`` are routed uniformly
+    (each to ``k`` distinct experts of ``E``, so each token picks a given expert with probability
+    ``k/E``, independently of the other tokens): its ``X ~ Binomial(T, k/E)`` rows padded up to a
+    multiple of the M tile, ``tile * E[ceil(X / tile)] = tile * sum_{j >= 0} P(X > j tile)``."""
+    return _padded_rows(tokens, experts_per_token / experts, max(1, tile))
+
+
+@lru_cache(maxsize=65536)
+def _padded_rows(tokens: int, probability: float, tile: int) -> float:
+    if tokens <= 0:
+        return 0.0
+    if tile == 1:
+        return tokens * probability
+    from scipy import stats  # a dense model's run never needs scipy
+
+    cuts = np.arange(0, tokens // tile + 1) * tile
+    return float(tile * stats.binom.sf(cuts, tokens, probability).sum())
+
+
+@dataclass(frozen=True)
+class MatmulRates:
+    """Achievable rates of one tensor group's matmuls on one chip (B/s and FLOP/s), dense and grouped.
+
+    ``grouped_*`` are the expert kernel's (the hardware's ``grouped_gemm`` fractions of the dense
+    rates, looked up by weight precision), ``m_tile`` its rows per expert tile; without a
+    ``grouped_gemm`` they equal the dense rates, tile 1.
+    """
+
+    read: float
+    flops: float
+    grouped_read: float
+    grouped_flops: float
+    m_tile: int
+
+    @classmethod
+    def of(cls, hardware: HardwareProfile, read_rate: float, weights: Precision, activations: Precision) -> MatmulRates:
+        """Rates of ``weights`` on ``hardware`` read at ``read_rate`` (its matmul path: :func:`compute_path`)."""
+        path = compute_path(hardware, weights, activations)
+        flops = path.flops(hardware)
+        grouped = hardware.compute.grouped_gemm
+        if grouped is None:
+            return cls(read_rate, flops, read_rate, flops, 1)
+        return cls(read_rate, flops, read_rate * grouped.streaming(weights, path.precision),
+                   flops * grouped.compute(weights, path.precision), grouped.m_tile.value)  # fmt: skip
+
+    def scaled(self, share: float) -> MatmulRates:
+        """Rates of ``share`` of the chip (a layer's region on a layer-pipelined machine)."""
+        return MatmulRates(self.read * share, self.flops * share, self.grouped_read * share,
+                           self.grouped_flops * share, self.m_tile)  # fmt: skip
+
+
+def gemm_terms(rates: MatmulRates, weight_bytes: float, flops: float) -> tuple[float, float]:
+    """(memory seconds, compute seconds) of a dense matmul reading ``weight_bytes`` and doing ``flops``."""
+    return weight_bytes / rates.read, flops / rates.flops
+
+
+def gemm_s(rates: MatmulRates, weight_bytes: float, flops: float, exponent: float) -> float:
+    """Seconds of a dense matmul: :func:`roofline_s` of its :func:`gemm_terms`."""
+    memory_s, compute_s = gemm_terms(rates, weight_bytes, flops)
+    return roofline_s(memory_s, compute_s, exponent)[0]
+
+
+def routed_experts_terms(rates: MatmulRates, experts_hit: float, rows: float, expert_bytes: float,
+                         flops_per_row: float) -> tuple[float, float]:  # fmt: skip
+    """(weight seconds, compute seconds) of a grouped GEMM over ``experts_hit`` experts computing
+    ``rows`` (padded) token rows: their weights streamed at the grouped read rate, their FLOPs at the
+    grouped FLOP rate."""
+    return experts_hit * expert_bytes / rates.grouped_read, rows * flops_per_row / rates.grouped_flops
+
+
+def grouped_experts_s(rates: MatmulRates, tokens: int, experts: int, experts_per_token: int, expert_bytes: float,
+                      flops_per_row: float, exponent: float) -> float:  # fmt: skip
+    """Seconds of one MoE layer's routed experts on one chip holding all ``E`` of them, at ``tokens``
+    tokens routed uniformly: ``E (1 - (1 - k/E)^T)`` distinct experts read, ``E`` experts' padded
+    rows (:func:`padded_rows_per_expert`) computed, through the soft knee."""
+    hit = float(distinct_experts(experts, experts_per_token, tokens))
+    rows = experts * padded_rows_per_expert(tokens, experts, experts_per_token, rates.m_tile)
+    weight_s, compute_s = routed_experts_terms(rates, hit, rows, expert_bytes, flops_per_row)
+    return roofline_s(weight_s, compute_s, exponent)[0]
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # a variant of the physics may build on it
 class StepCostModel:
     """Pure step-time model of one deployment: batch state in, seconds out.
+
+    One definition, in plain floats: :meth:`shape_terms` (every operator that depends on a batch's
+    new tokens and sequences alone) plus :meth:`core_row` for the attention core over what it holds
+    (:meth:`pass_terms`). The array methods (:meth:`pass_times`, :meth:`iteration_times`) evaluate it
+    entry by entry; the engine's :class:`~simulator.analytic.step_fast.FastStepCost` caches
+    :meth:`shape_terms` and adds the core rows, calling the same methods (so a subclass overriding a
+    mechanism is seen by both).
 
     Parameters
     ----------
@@ -285,23 +428,16 @@ class StepCostModel:
     def __init__(self, deployment: Deployment) -> None:
         d = self.deployment = deployment
         hw, model = d.hardware, d.model
-        self.shapes = layer_shapes(model)
+        self.shapes = s = layer_shapes(model)
         tp = d.tensor_parallel
         self.share = 1.0 / max(1.0, d.layers_per_stage) if hw.execution.layer_pipelined else 1.0
         tier = d.weights_tier
         self.bandwidth = tier.bandwidth.value * tier.efficiency.value * self.share  # B/s per chip (KV, weights)
-
-        def read_rate(group: TensorGroup) -> float:
-            return d.read_rate(group) * self.share
-
-        def flop_rate(precision: Precision) -> float:
-            return compute_path(hw, precision, d.activations).flops(hw) * self.share
-
         self.act_bytes = BYTES_PER_ELEMENT[d.activations]
         self.kv_bytes_per_token_layer = (
-            self.shapes.kv_elements_per_token * BYTES_PER_ELEMENT[d.kv_cache] * kv_replication(model, tp) / tp
+            s.kv_elements_per_token * BYTES_PER_ELEMENT[d.kv_cache] * kv_replication(model, tp) / tp
         )
-        s = self.shapes
+        self.rates = {group: self._rates(group) for group in ("attention", "dense_ffn", "experts", "lm_head")}
         self.attn_weight_bytes = s.attention_params * d.bytes_per_param("attention") / tp
         self.dense_weight_bytes = s.dense_ffn_params * d.bytes_per_param("dense_ffn") / tp
         self.expert_bytes = s.expert_params * d.bytes_per_param("experts")  # one whole expert
@@ -315,7 +451,8 @@ class StepCostModel:
         self.alltoall_alpha = (link.alltoall_latency or link.latency).value
         self.dp = d.attention_dp
         torus = link.torus
-        self.tp_slice = self.ep_slice = None
+        self.tp_slice: TorusSlice | None = None
+        self.ep_slice: TorusSlice | None = None
         if torus is not None:
             dims, wrap = torus.dimensions.value, torus.wraparound_min_chips.value
             self.tp_slice = TorusSlice(tp, dims, wrap, self.link_bw, self.alpha)
@@ -324,49 +461,44 @@ class StepCostModel:
         self.comm_overlap = d.stack.moe_comm_overlap.value
         load_cv = moe.expert_load_cv.value if moe and moe.expert_load_cv else DEFAULT_EXPERT_LOAD_CV
         self.hot_rank = hot_rank_factor(moe.num_routed_experts, d.expert_parallel, load_cv) if moe else 1.0
+        self.other_ranks = other_ranks(moe.num_routed_experts, moe.experts_per_token, d.expert_parallel) if moe else 0.0
         exponent = hw.compute.roofline_exponent
         self.roofline_exponent = None if exponent is None else exponent.value
+        self.exponent = 0.0 if exponent is None else exponent.value  # 0: the ideal max(m, c)
         # speculative decoding: the draft's own cost model and the acceptance of each draft position
         self.draft = StepCostModel(d.draft) if d.draft is not None else None
         self.accepted = acceptance(d.speculative) if d.speculative is not None else ()
         self.fabric_per_layer_s = self._fabric_per_layer()
-        # Operator table, one row each: attention projections, attention core over full and
-        # windowed layers, dense FFN, MoE FFN, LM head. ``count`` is how often a pass runs it.
         layers = model.num_layers
         self.dense_layers = layers - self.moe_layers
-        self.op_count = np.array(
-            [layers, layers - self.window_layers, self.window_layers, self.dense_layers, self.moe_layers, 1.0]
-        )[:, None]
-        self.op_weight_bytes = np.array(
-            [self.attn_weight_bytes, 0.0, 0.0, self.dense_weight_bytes, 0.0, self.lm_head_bytes]
-        )[:, None]
-        attention_core = flop_rate(d.activations)
-        self.op_flop_rate = np.array(
-            [flop_rate(d.precision["attention"]), attention_core, attention_core, flop_rate(d.precision["dense_ffn"]),
-             flop_rate(d.precision["experts"]), flop_rate(d.precision["lm_head"])]
-        )[:, None]  # fmt: skip
+        self.reductions = layers + self.dense_layers  # all-reduces per pass (MoE layers' are their own)
+        # attention core: seconds per query-key pair (FLOPs at the activations' rate) and per KV token
+        self.core_counts = (float(layers - self.window_layers), float(self.window_layers))
+        self.core_flop_rate = compute_path(hw, d.activations, d.activations).flops(hw) * self.share
         self.flops_per_pair = FLOPS_PER_MAC * s.num_heads * (s.attention_score_dim + s.attention_value_dim) / tp
-        # FLOPs per token of each row on one chip (the MoE row's are set per pass: busiest rank)
-        self.flops_per_token = FLOPS_PER_MAC / tp * np.array([s.attention_params, s.dense_ffn_params, 0.0,
-                                                              s.lm_head_params])  # fmt: skip
+        self.s_per_pair = self.flops_per_pair / self.core_flop_rate
+        self.kv_s_per_token = self.kv_bytes_per_token_layer / self.bandwidth
+        # weight-streaming operators: (count per pass, weight bytes, FLOPs per driver unit, rates)
+        self.attention_flops_per_token = FLOPS_PER_MAC * s.attention_params / tp
+        self.dense_flops_per_token = FLOPS_PER_MAC * s.dense_ffn_params / tp
+        self.lm_head_flops_per_sequence = FLOPS_PER_MAC * s.lm_head_params / tp
         self.flops_per_expert_token = FLOPS_PER_MAC * s.expert_params
         self.router_flops_per_token = FLOPS_PER_MAC * s.router_params / tp
-        self.router_weight_s = s.router_params * d.bytes_per_param("router") / tp / read_rate("router")
+        self.router_bytes = s.router_params * d.bytes_per_param("router") / tp
+        self.router_weight_s = self.router_bytes / (d.read_rate("router") * self.share)
         layer_s = hw.execution.layer_latency.value + d.stack.layer_latency.value
         self.fixed_s = layers * layer_s + d.stack.step_overhead.value
         self.expert_s = d.stack.expert_latency.value
-        # Batch-independent parts of the operator terms, in seconds per unit of their driver.
-        row_rates = [read_rate("attention"), 1.0, 1.0, read_rate("dense_ffn"), read_rate("experts"),
-                     read_rate("lm_head")]  # fmt: skip
-        self.op_weight_s = self.op_weight_bytes / np.array(row_rates)[:, None]
-        self.expert_read_rate = row_rates[4]
-        self.op_compute_s_per_unit = (
-            np.array([self.flops_per_token[0], self.flops_per_pair, self.flops_per_pair, *self.flops_per_token[1:]])[
-                :, None
-            ]
-            / self.op_flop_rate
-        )
-        self.kv_s_per_token = self.kv_bytes_per_token_layer / self.bandwidth
+        self.chips = float(tp * self.dp)
+        # the dense matmul rows: attention projections (per token), dense FFN (per token), LM head (per sequence)
+        self.gemm_counts = (float(layers), float(self.dense_layers), 1.0)
+        self.gemm_rates = (self.rates["attention"], self.rates["dense_ffn"], self.rates["lm_head"])
+        self.gemm_weight_bytes = (self.attn_weight_bytes, self.dense_weight_bytes, self.lm_head_bytes)
+        self.gemm_flops = (self.attention_flops_per_token, self.dense_flops_per_token, self.lm_head_flops_per_sequence)
+
+    def _rates(self, group: TensorGroup) -> MatmulRates:
+        d = self.deployment
+        return MatmulRates.of(d.hardware, d.read_rate(group), d.precision[group], d.activations).scaled(self.share)
 
     # -- terms ---------------------------------------------------------------------------------
     def _fabric_per_layer(self) -> tuple[float, float]:
@@ -387,120 +519,180 @@ class StepCostModel:
         dense = s.dense_ffn_params * d.bytes_per_param("dense_ffn")
         return traversal(dense), traversal(active_experts * s.expert_params * d.bytes_per_param("experts"))
 
-    def _allreduce_s(self, tokens: FloatArray, tp: int) -> tuple[FloatArray, float]:
+    def allreduce_s(self, tokens: float) -> tuple[float, float]:
         """(seconds, torus hop seconds) of one tensor-parallel all-reduce of ``tokens`` activations."""
         msg = tokens * self.deployment.model.hidden_size * self.act_bytes
         if self.tp_slice is not None:
-            return self.tp_slice.allreduce_s(msg)
+            seconds, hops = self.tp_slice.allreduce_s(np.array([msg]))
+            return float(seconds[0]), hops
+        tp = self.deployment.tensor_parallel
         if tp == 1:
-            return np.zeros_like(tokens), 0.0
+            return 0.0, 0.0
         return 2 * math.ceil(math.log2(tp)) * self.alpha + 2 * (tp - 1) / tp * msg / self.link_bw, 0.0
 
-    def _alltoall_s(self, tokens_per_rank: FloatArray) -> tuple[FloatArray, float]:
+    def alltoall_s(self, tokens_per_rank: float) -> tuple[float, float]:
         """(seconds, torus hop seconds) of one dispatch (or combine): each rank sends its tokens once
         to every distinct other rank holding one of their experts, and the busiest rank receives ``h``
         (hot experts) times the mean: ``alltoall_latency + h * tokens * other_ranks * hidden * bytes /
         bw`` through a switch, the torus's all-to-all of those bytes on a torus."""
-        moe = self.deployment.model.moe
-        assert moe is not None
-        ranks = other_ranks(moe.num_routed_experts, moe.experts_per_token, self.deployment.expert_parallel)
-        msg = self.hot_rank * tokens_per_rank * ranks * self.deployment.model.hidden_size * self.act_bytes
+        msg = self.hot_rank * tokens_per_rank * self.other_ranks * self.deployment.model.hidden_size * self.act_bytes
         if self.ep_slice is not None:
-            return self.ep_slice.alltoall_s(msg)
+            seconds, hops = self.ep_slice.alltoall_s(np.array([msg]))
+            return float(seconds[0]), hops
         return self.alltoall_alpha + msg / self.link_bw, 0.0
 
-    def _overlap(self, memory_s: FloatArray, compute_s: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """(operator seconds, share of them charged to memory): ``max(m, c)`` on an ideal roofline,
-        ``(m^p + c^p)^(1/p)`` with the hardware's exponent (operators near the ridge overlap memory
-        and compute imperfectly), split in proportion ``m^p : c^p``."""
-        p = self.roofline_exponent
-        if p is None:
-            memory_bound = memory_s >= compute_s
-            return np.where(memory_bound, memory_s, compute_s), memory_bound.astype(np.float64)
-        memory_p, compute_p = np.power(memory_s, p), np.power(compute_s, p)
-        total = memory_p + compute_p
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = np.where(total > 0, memory_p / total, 0.0)
-        return np.power(total, 1.0 / p), share
+    def moe_row(self, tokens: float, tokens_per_rank: float) -> tuple[float, float, float, float, float]:
+        """(weight seconds, compute seconds, FLOPs, weight bytes, expert set-up seconds) of one MoE
+        layer on the busiest chip.
 
-    def _moe_row(self, tokens: FloatArray, tokens_per_rank: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """(weight seconds, compute seconds, expert set-up seconds) of one MoE layer on the busiest chip.
-
-        The router's weights are read once. Routed experts: the busiest expert-parallel rank's distinct
-        experts (weights read) and token-expert pairs (FLOPs, hot experts included), each expert split
-        over ``expert_tp`` chips; shared experts run on every attention rank's own tokens, split like
-        the dense layers (``tp``).
+        The router's weights are read once. Routed experts run as a grouped GEMM
+        (:func:`routed_experts_terms`): the busiest expert-parallel rank's distinct experts (weights
+        read) and token-expert pairs (hot experts included), each hit expert's rows padded up to the
+        kernel's M tile, each expert split over ``expert_tp`` chips; shared experts run as a dense
+        matmul on every attention rank's own tokens, split like the dense layers (``tp``).
         """
         d = self.deployment
         moe = d.model.moe
         assert moe is not None
         e, k, ep = moe.num_routed_experts, moe.experts_per_token, d.expert_parallel
-        hit = busiest(busiest_rank_experts, tokens, e, k, ep)  # distinct routed experts the chip runs
-        experts = hit / self.expert_tp
-        pairs = busiest(busiest_rank_pairs_hot, tokens, k, ep, self.hot_rank) / self.expert_tp
+        routed = round(tokens)
+        hit = busiest_rank_experts(e, k, ep, routed)  # distinct routed experts the chip runs
+        pairs = busiest_rank_pairs_hot(k, ep, self.hot_rank, routed)
+        rates = self.rates["experts"]
+        if rates.m_tile > 1 and routed > 0:  # each hit expert's rows rounded up to the tile
+            hit_all = float(distinct_experts(e, k, routed))
+            pairs += hit * (e * padded_rows_per_expert(routed, e, k, rates.m_tile) - routed * k) / hit_all
+        experts, rows = hit / self.expert_tp, pairs / self.expert_tp
+        weight_s, compute_s = routed_experts_terms(rates, experts, rows, self.expert_bytes, self.flops_per_expert_token)
         shared = moe.num_shared_experts / d.tensor_parallel
-        weight_s = (experts + shared) * self.expert_bytes / self.expert_read_rate + self.router_weight_s
-        flops = (pairs + shared * tokens_per_rank) * self.flops_per_expert_token
-        compute_s = (flops + tokens_per_rank * self.router_flops_per_token) / self.op_flop_rate[4, 0]
-        return weight_s, compute_s, (hit + moe.num_shared_experts) * self.expert_s
+        other_flops = (shared * self.flops_per_expert_token + self.router_flops_per_token) * tokens_per_rank
+        weight_s += shared * self.expert_bytes / rates.read + self.router_weight_s
+        compute_s += other_flops / rates.flops
+        flops = rows * self.flops_per_expert_token + other_flops
+        weight_bytes = (experts + shared) * self.expert_bytes + self.router_bytes
+        return weight_s, compute_s, flops, weight_bytes, (hit + moe.num_shared_experts) * self.expert_s
 
-    # -- public API ----------------------------------------------------------------------------
-    def pass_times(self, batch: BatchAggregates) -> PassTimes:
-        """Seconds of one pass through every layer, for each entry of ``batch`` (vectorised).
+    def core_row(
+        self, count: float, held: float, pairs: float, share: float, rank_tokens: float
+    ) -> tuple[float, float, float, float]:
+        """(seconds, memory share, FLOPs, bytes) of ``count`` attention-core operators (one per layer)
+        of one rank: KV read ``(held * share + new tokens) * kv_s_per_token`` against ``pairs * share``
+        query-key pairs, through the soft knee; FLOPs and bytes of all chips."""
+        kv_tokens = held * share + rank_tokens
+        memory_s = kv_tokens * self.kv_s_per_token
+        compute_s = pairs * share * self.s_per_pair
+        seconds, memory_share = roofline_s(memory_s, compute_s, self.exponent)
+        work = self.chips * count
+        return (count * seconds, memory_share, work * compute_s * self.core_flop_rate,
+                work * kv_tokens * self.kv_bytes_per_token_layer)  # fmt: skip
 
-        Each operator row is bound by ``max(bytes / bandwidth, FLOPs / FLOP rate)``; its time
-        goes to the memory components (weights and KV by their bytes) or to compute. (The engine
-        evaluates a shape holding nothing in plain floats,
-        :class:`~simulator.analytic.step_fast.ShapeOnlyIteration`, the same operations in this
-        order: a test holds the two equal bit for bit, so a change here is made there too.)
-        """
-        d, model = self.deployment, self.deployment.model
-        tp, pp, dp = d.tensor_parallel, d.pipeline_parallel, self.dp
-        tokens = batch.tokens
-        n = tokens.size
-        rank = batch.scaled(1.0 / dp)  # one attention rank's share of the batch
-        weight_s = np.repeat(self.op_weight_s, n, axis=1)
-        kv_s = np.zeros((6, n))
-        kv_s[1] = (rank.held_full + rank.tokens) * self.kv_s_per_token
-        kv_s[2] = (rank.held_window + rank.tokens) * self.kv_s_per_token
-        drivers = np.empty((6, n))
-        drivers[0] = drivers[3] = drivers[4] = rank.tokens
-        drivers[1], drivers[2], drivers[5] = rank.pairs_full, rank.pairs_window, rank.sequences
-        compute_s = drivers * self.op_compute_s_per_unit
-        expert_s = np.zeros(n)
+    def core_totals(
+        self, tokens: float, held_full: float, pairs_full: float, held_window: float, pairs_window: float
+    ) -> tuple[float, float, float]:
+        """(seconds, FLOPs, bytes) of the attention core of all and of windowed layers (:meth:`core_row`)."""
+        share = 1.0 / self.dp
+        rank_tokens = tokens * share
+        count_full, count_window = self.core_counts
+        seconds = flops = moved = 0.0
+        if count_full != 0.0:
+            seconds, _, flops, moved = self.core_row(count_full, held_full, pairs_full, share, rank_tokens)
+        if count_window != 0.0:
+            window_s, _, window_flops, window_moved = self.core_row(count_window, held_window, pairs_window, share,
+                                                                    rank_tokens)  # fmt: skip
+            seconds, flops, moved = seconds + window_s, flops + window_flops, moved + window_moved
+        return seconds, flops, moved
+
+    def micro_batches(self, tokens: float) -> float:
+        """Micro-batches a batch of ``tokens`` new tokens is split into: ``clip(tokens, 1, stages)``."""
+        stages = float(self.pipeline_stages)
+        return 1.0 if stages == 1.0 else min(max(tokens, 1.0), stages)
+
+    def shape_terms(self, tokens: float, sequences: float) -> Terms:
+        """Every term of a pass but the attention core: the weight-streaming operators (attention
+        projections, dense FFN, MoE experts, LM head), communication, pipeline hops, fabric and
+        fixed latency, for ``tokens`` new tokens of ``sequences`` sequences (FLOPs and bytes of one pass)."""
+        rank_share = 1.0 / self.dp
+        rank_tokens, rank_sequences = tokens * rank_share, sequences * rank_share
+        terms = Terms()
+        drivers = (rank_tokens, rank_tokens, rank_sequences)  # attention projections, dense FFN, LM head
+        for row in range(3):
+            rates, weight_bytes, flops = (
+                self.gemm_rates[row],
+                self.gemm_weight_bytes[row],
+                drivers[row] * self.gemm_flops[row],
+            )
+            memory_s, compute_s = gemm_terms(rates, weight_bytes, flops)
+            self._charge(terms, self.gemm_counts[row], memory_s, compute_s, memory_s, flops, weight_bytes)
+        expert_s = 0.0
         if self.moe_layers:
-            weight_s[4], compute_s[4], expert_s = self._moe_row(tokens, rank.tokens)
-        count = self.op_count
-        memory_s = weight_s + kv_s
-        op_s, memory_share = self._overlap(memory_s, compute_s)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            weight_share = np.where(memory_s > 0, weight_s / memory_s, 0.0)
-        parts = {
-            "weights_memory": (count * op_s * memory_share * weight_share).sum(axis=0),
-            "kv_memory": (count * op_s * memory_share * (1.0 - weight_share)).sum(axis=0),
-            "compute": (count * op_s * (1.0 - memory_share)).sum(axis=0),
-        }
-        allreduce, allreduce_hops = self._allreduce_s(rank.tokens, tp)
-        if dp > 1:  # data-parallel attention: experts reached by a dispatch and a combine per MoE layer
-            exchange, exchange_hops = self._alltoall_s(rank.tokens)
-            overlapped = rank.tokens >= TWO_BATCH_OVERLAP_MIN_TOKENS
-            kept = np.where(overlapped, 1.0 - self.comm_overlap, 1.0)
+            weight_s, compute_s, flops, weight_bytes, expert_s = self.moe_row(tokens, rank_tokens)
+            self._charge(terms, float(self.moe_layers), weight_s, compute_s, weight_s, flops, weight_bytes)
+        allreduce, allreduce_hops = self.allreduce_s(rank_tokens)
+        if self.dp > 1:  # data-parallel attention: experts reached by a dispatch and a combine per MoE layer
+            exchange, exchange_hops = self.alltoall_s(rank_tokens)
+            kept = 1.0 - self.comm_overlap if rank_tokens >= TWO_BATCH_OVERLAP_MIN_TOKENS else 1.0
             moe_comm, moe_hops = 2 * kept * exchange, 2 * kept * exchange_hops
         else:  # tensor-parallel attention: every chip holds every token, the MoE output is all-reduced
-            moe_comm, moe_hops = allreduce, np.full(n, allreduce_hops)
-        reductions = model.num_layers + self.dense_layers
-        parts["communication"] = reductions * allreduce + self.moe_layers * moe_comm
-        parts["torus_hops"] = reductions * allreduce_hops + self.moe_layers * moe_hops
-        msg = tokens * model.hidden_size * self.act_bytes
-        hop = self.alpha + msg / self.link_bw if self.tp_slice is None else self.tp_slice.neighbour_s(msg)
-        parts["pipeline_hops"] = (pp - 1) * hop
+            moe_comm, moe_hops = allreduce, allreduce_hops
+        terms.communication = self.reductions * allreduce + self.moe_layers * moe_comm
+        terms.torus_hops = self.reductions * allreduce_hops + self.moe_layers * moe_hops
+        msg = tokens * self.deployment.model.hidden_size * self.act_bytes
+        if self.tp_slice is None:
+            hop = self.alpha + msg / self.link_bw
+        else:
+            hop = float(self.tp_slice.neighbour_s(np.array([msg]))[0])
+        terms.pipeline_hops = (self.deployment.pipeline_parallel - 1) * hop
         dense_fabric, moe_fabric = self.fabric_per_layer_s
-        parts["fabric"] = np.full(n, self.dense_layers * dense_fabric + self.moe_layers * moe_fabric)
-        parts["fixed_latency"] = self.fixed_s + self.moe_layers * expert_s
-        chips = tp * dp
-        total_flops = chips * (count * compute_s * self.op_flop_rate).sum(axis=0)
-        total_bytes = chips * self.bandwidth * (count * (weight_s + kv_s)).sum(axis=0)
-        return PassTimes(parts, total_flops, total_bytes)
+        terms.fabric = self.dense_layers * dense_fabric + self.moe_layers * moe_fabric
+        terms.fixed = self.fixed_s + self.moe_layers * expert_s
+        return terms
+
+    def _charge(self, terms: Terms, count: float, memory_s: float, compute_s: float, weight_s: float, flops: float,
+                weight_bytes: float) -> None:  # fmt: skip
+        """Add ``count`` operators (:func:`roofline_s` of ``memory_s`` and ``compute_s``) to ``terms``:
+        memory's share (``m^p : c^p``) split between weights and KV by their seconds, the rest to
+        compute; and their FLOPs and weight bytes on all chips."""
+        seconds, memory_share = roofline_s(memory_s, compute_s, self.exponent)
+        weight_share = weight_s / memory_s if memory_s > 0.0 else 0.0
+        terms.weights += count * seconds * memory_share * weight_share
+        terms.kv += count * seconds * memory_share * (1.0 - weight_share)
+        terms.compute += count * seconds * (1.0 - memory_share)
+        terms.flops += self.chips * count * flops
+        terms.moved += self.chips * count * weight_bytes
+
+    def plus_core(self, base: Terms, tokens: float, held_full: float, pairs_full: float, held_window: float,
+                  pairs_window: float) -> Terms:  # fmt: skip
+        """``base`` (:meth:`shape_terms`) plus the attention core of all and of windowed layers, by component."""
+        terms = base.copy()
+        share = 1.0 / self.dp
+        rank_tokens = tokens * share
+        for count, held, pairs in ((self.core_counts[0], held_full, pairs_full),
+                                   (self.core_counts[1], held_window, pairs_window)):  # fmt: skip
+            if count == 0.0:
+                continue
+            seconds, memory_share, flops, moved = self.core_row(count, held, pairs, share, rank_tokens)
+            terms.kv += seconds * memory_share
+            terms.compute += seconds * (1.0 - memory_share)
+            terms.flops += flops
+            terms.moved += moved
+        return terms
+
+    # -- public API ----------------------------------------------------------------------------
+    def pass_terms(self, shape: BatchShape) -> Terms:
+        """One pass of a batch of this shape through every layer (the definition, in plain floats)."""
+        base = self.shape_terms(shape.tokens, shape.sequences)
+        return self.plus_core(base, shape.tokens, shape.held_full, shape.pairs_full, shape.held_window,
+                              shape.pairs_window)  # fmt: skip
+
+    def pass_times(self, batch: BatchAggregates) -> PassTimes:
+        """Seconds of one pass through every layer, for each entry of ``batch`` (:meth:`pass_terms` of each)."""
+        columns = [getattr(batch, name).tolist() for name in BatchShape._fields]
+        passes = [self.pass_terms(BatchShape(*entry)) for entry in zip(*columns, strict=True)]
+        seconds = np.array([terms.seconds() for terms in passes], dtype=np.float64).reshape(len(passes), 8)
+        parts = {name: seconds[:, i] for i, name in enumerate(TERM_COMPONENTS)}
+        parts = {name: parts[name] for name in COMPONENTS}
+        return PassTimes(parts, np.array([t.flops for t in passes], dtype=np.float64),
+                         np.array([t.moved for t in passes], dtype=np.float64))  # fmt: skip
 
     def pass_time(self, new_tokens: npt.ArrayLike, context_tokens: npt.ArrayLike) -> StepTime:
         """One pass of a batch through every layer: the latency one micro-batch sees.
@@ -567,3 +759,8 @@ class StepCostModel:
         batch = BatchAggregates.of(np.full(batch_size, new_tokens), np.full(batch_size, context_tokens), window)
         step = self.iteration_times(batch).step()
         return step.total_s, step
+
+
+#: :meth:`Terms.seconds`'s order, by component name.
+TERM_COMPONENTS = ("weights_memory", "kv_memory", "compute", "communication", "torus_hops", "fabric",
+                   "pipeline_hops", "fixed_latency")  # fmt: skip

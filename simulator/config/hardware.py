@@ -38,6 +38,42 @@ class WeightOnlyPath(Spec):
     efficiency: Sourced[Fraction] = Field(description="achievable / peak of the compute precision on this path")
 
 
+class GroupedGemmSpec(Spec):
+    """The expert kernel of a MoE layer: one grouped GEMM per projection over the experts a batch hits.
+
+    Its rates are the dense matmul's times these fractions (measured kernels stream expert weights and
+    multiply ragged groups well below a dense GEMM), and each hit expert's rows are padded up to the
+    kernel's M tile. An efficiency is looked up by the experts' weight precision, else the precision
+    their matmul runs in, else ``bf16``.
+    """
+
+    m_tile: Sourced[PositiveInt] = Field(description="rows of one expert's tile: its rows are padded up to a multiple")
+    streaming_efficiency: dict[Precision, Sourced[Fraction]] = Field(
+        min_length=1, description="expert weights' read rate / the weight tier's achievable (streaming) read rate"
+    )
+    compute_efficiency: dict[Precision, Sourced[Fraction]] = Field(
+        min_length=1, description="grouped GEMM FLOP/s / the dense matmul's achievable FLOP/s on the same path"
+    )
+
+    @model_validator(mode="after")
+    def _has_bf16(self) -> GroupedGemmSpec:
+        for name in ("streaming_efficiency", "compute_efficiency"):
+            if "bf16" not in getattr(self, name):
+                raise ValueError(f"{name}: give bf16 (the entry a precision without its own falls back to)")
+        return self
+
+    def streaming(self, weights: Precision, path: Precision) -> float:
+        return _by_precision(self.streaming_efficiency, weights, path)
+
+    def compute(self, weights: Precision, path: Precision) -> float:
+        return _by_precision(self.compute_efficiency, weights, path)
+
+
+def _by_precision(table: dict[Precision, Sourced[float]], weights: Precision, path: Precision) -> float:
+    entry = table.get(weights) or table.get(path) or table["bf16"]
+    return entry.value
+
+
 class ComputeSpec(Spec):
     """Matrix-engine peaks per precision (dense, no sparsity) and the achievable fraction.
 
@@ -61,6 +97,15 @@ class ComputeSpec(Spec):
         None,
         description="an operator takes (t_memory^p + t_compute^p)^(1/p); empty: the ideal max(t_memory, "
         "t_compute). Measured kernels sit near p = 2: memory and compute overlap imperfectly near the ridge",
+    )
+
+    grouped_gemm: GroupedGemmSpec | None = Field(
+        None, description="the MoE expert kernel's efficiencies and tile; empty: experts run as dense matmuls"
+    )
+    kernel_latency: Sourced[NonNegativeSeconds] | None = Field(
+        None,
+        description="fixed time of one kernel launched on its own beyond its roofline (an isolated kernel's "
+        "floor); in a served step the stack's per-layer latency carries the launches",
     )
 
     @model_validator(mode="after")

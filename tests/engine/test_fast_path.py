@@ -8,10 +8,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simulator.analytic.step_time import BatchAggregates, IterationCost, StepCostModel
+from simulator.analytic.step_fast import ArrayCost, FastStepCost, engine_cost
+from simulator.analytic.step_time import BatchAggregates, BatchShape, IterationCost, PassTimes, StepCostModel
 from simulator.records import REQUEST_COLUMNS
 from simulator.resolve import resolve
 from simulator.runner import RunResult, simulate
+from tests.conftest import deploy
 from tests.engine.conftest import CATALOG, scenario
 
 OPEN = {"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 20.0}}
@@ -106,3 +108,41 @@ def test_same_seed_same_run_other_seed_other_run() -> None:
     for column in REQUEST_COLUMNS:
         np.testing.assert_array_equal(a.records.requests[column], b.records.requests[column])
     assert not np.array_equal(a.records.requests["arrival_s"], c.records.requests["arrival_s"])
+
+
+class SlowerExperts(StepCostModel):
+    """A variant of one mechanism: every MoE layer's compute takes three times as long."""
+
+    def moe_row(self, tokens: float, tokens_per_rank: float) -> tuple[float, float, float, float, float]:
+        weight_s, compute_s, flops, weight_bytes, expert_s = super().moe_row(tokens, tokens_per_rank)
+        return weight_s, 3.0 * compute_s, flops, weight_bytes, expert_s
+
+
+class SlowerPasses(StepCostModel):
+    """A variant of how a pass is put together: every pass takes twice as long."""
+
+    def pass_times(self, batch: BatchAggregates) -> PassTimes:
+        times = super().pass_times(batch)
+        return PassTimes({k: 2.0 * v for k, v in times.components_s.items()}, times.flops, times.bytes_moved)
+
+
+def test_a_subclass_overriding_a_mechanism_is_what_the_fast_path_runs() -> None:
+    deployment = deploy(CATALOG, "nvidia-h100-sxm", "mixtral-8x7b", chips=2)
+    variant, plain = SlowerExperts(deployment), StepCostModel(deployment)
+    fast = engine_cost(variant)
+    assert isinstance(fast, FastStepCost)
+    shape = BatchShape.of([2048.0, 1.0, 1.0], [0.0, 500.0, 900.0], None)
+    want = variant.iteration_times(BatchAggregates(*np.array(shape, dtype=np.float64)[:, None]))
+    assert fast.iteration(shape)[0] == pytest.approx(float(want.total_s[0]), rel=1e-12)
+    assert fast.iteration(shape)[0] > engine_cost(plain).iteration(shape)[0] * 1.05  # the variant is seen
+
+
+def test_a_subclass_reassembling_a_pass_runs_through_its_arrays_and_says_so() -> None:
+    deployment = deploy(CATALOG, "nvidia-h100-sxm", "llama-3.1-8b")
+    variant = SlowerPasses(deployment)
+    with pytest.warns(UserWarning, match="overrides pass_times"):
+        cost = engine_cost(variant)
+    assert isinstance(cost, ArrayCost)
+    shape = BatchShape.of([512.0, 1.0], [0.0, 300.0], None)
+    plain = engine_cost(StepCostModel(deployment)).iteration(shape)[0]
+    assert cost.iteration(shape)[0] == pytest.approx(2.0 * plain, rel=1e-12)
