@@ -48,13 +48,15 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.config.fleet import BackendSpec
+from simulator.config.distributions import Constant
 from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
-from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass
+from simulator.config.scenario import RequestLengths, Scenario, SLOTarget, WorkloadClass
+from simulator.config.workload import AgentsLoad
+from simulator.errors import InfersimError
 from simulator.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
 from simulator.limits import Limits, check_runs
-from simulator.resolve import ScenarioError, backend_plan, layout_question
+from simulator.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
 from simulator.tables import format_table
@@ -65,6 +67,80 @@ Counts = tuple[int, ...]
 def fleet_text(counts: Counts, names: tuple[str, ...]) -> str:
     """``2 x wafer + 1 x gpu`` (backends at 0 left out)."""
     return " + ".join(f"{n} x {name}" for n, name in zip(counts, names, strict=True) if n) or "(empty)"
+
+
+#: Each replica is credited with this many times the closed form's saturated calls/s in the
+#: capacity bound, so a fleet the engine serves faster than the closed form is never pruned.
+CAPACITY_MARGIN = 2.0
+
+
+def _shape(plan: BackendPlan) -> str:
+    d = plan.deployment
+    return f"{d.chips} x {d.hardware.id} chip{'s' if d.chips != 1 else ''} serving {d.model.id}"
+
+
+def _one_basis(scenario: Scenario, plans: list[BackendPlan], metered: tuple[bool, ...]) -> str:
+    """The one cost basis the searched backends are priced on (rental or ownership); mixing
+    them would rank an owned replica's amortised cost against another's rent, so it is refused."""
+    bases = {p.name: p.pricing.basis for p, m in zip(plans, metered, strict=True) if not m}
+    if len(set(bases.values())) > 1:
+        each = ", ".join(f"{name}: {basis}" for name, basis in bases.items())
+        raise ScenarioError(
+            f"{scenario.name}: plan ranks fleets on one cost basis, but the backends resolve to several ({each}); "
+            "set cost.basis: ownership (every hardware has one) or rental where each has a rental price"
+        )
+    return next(iter(bases.values()), "api")
+
+
+def _quantile(stat: str) -> float:
+    """The fraction of tasks a ``max`` target on ``stat`` must hold for (mean: all, on average)."""
+    return 1.0 if stat == "mean" else int(stat[1:]) / 100
+
+
+def agent_call_demand(classes: list[WorkloadClass], catalog: Catalog) -> float:
+    """The least model calls/s a fleet must serve to meet the task-time targets of closed-loop agents.
+
+    A class of ``N`` agents, each running tasks of ``S`` calls (mean) back to back with a mean
+    pause ``theta`` between tasks, under a target ``pQ task_time_s <= T`` (``mean``: Q = 1): a
+    fleet that meets it finishes a fraction ``Q`` of the tasks within ``T``, and an agent whose
+    task ends within ``T`` starts its next one within ``T + theta``. So while no agent is starved
+    for the others (the schedulers serve calls in order of arrival within a priority, and the
+    agents of one class alike), the agents finish at least ``Q N / (T + theta)`` tasks per second
+    and the fleet serves ``Q N S / (T + theta)`` calls/s. Summed over classes; a class with no
+    such target (open loads, other metrics) adds 0, which keeps the sum a lower bound."""
+    demand = 0.0
+    for klass in classes:
+        load = klass.load
+        if not isinstance(load, AgentsLoad) or load.agents is None:
+            continue
+        steps = catalog.workload(load.workload).task.steps.mean
+        tightest = max(
+            (_quantile(t.stat) / (t.bound + load.think_time_s.mean) for t in klass.slo.targets
+             if t.metric == "task_time_s" and t.upper and t.bound > 0),
+            default=0.0,
+        )  # fmt: skip
+        demand += tightest * load.agents * steps
+    return demand
+
+
+def _calls_per_s(plan: BackendPlan, classes: list[WorkloadClass], catalog: Catalog) -> float:
+    """The closed form's saturated calls/s of one replica on the agents' shortest typical call
+    (system prompt plus first input, mean output: the least context, so the most calls/s);
+    infinite (no bound) where the closed form has no answer."""
+    fastest = 0.0
+    for klass in classes:
+        if isinstance(klass.load, AgentsLoad) and klass.load.agents is not None:
+            task = catalog.workload(klass.load.workload).task
+            prompt = task.system_prompt_tokens.mean + task.first_input_tokens.mean
+            lengths = RequestLengths(
+                input_tokens=Constant(value=max(1, round(prompt))),
+                output_tokens=Constant(value=max(1, round(task.output_tokens.mean))),
+            )
+            try:
+                fastest = max(fastest, plan.capacity_requests_per_s(lengths))
+            except InfersimError:
+                return math.inf
+    return fastest if fastest > 0 and math.isfinite(fastest) else math.inf
 
 
 @dataclass(frozen=True)
@@ -223,10 +299,17 @@ class Planner:
                 f"{scenario.name}: no class has slo.targets, so every fleet meets them; add targets such as "
                 "{metric: ttft_s, stat: p99, max: 1 s}"
             )
-        prices = [self._price(i, b) for i, b in enumerate(self.fleet)]
-        self.usd_per_replica_hour: tuple[float, ...] = tuple(usd for usd, _, _ in prices)
-        self.metered: tuple[bool, ...] = tuple(metered for _, metered, _ in prices)
-        self.replica_shapes = {name: shape for name, (_, _, shape) in zip(self.names, prices, strict=True)}
+        question = layout_question(scenario, catalog)
+        plans = [backend_plan(i, b, scenario, catalog, question) for i, b in enumerate(self.fleet)]
+        self.usd_per_replica_hour: tuple[float, ...] = tuple(p.usd_per_replica_hour for p in plans)
+        self.metered: tuple[bool, ...] = tuple(p.pricing.token_price is not None for p in plans)
+        self.replica_shapes = {name: _shape(p) for name, p in zip(self.names, plans, strict=True)}
+        self.cost_basis = _one_basis(scenario, plans, self.metered)
+        self.demand_calls_per_s = agent_call_demand(self.classes, catalog)
+        self.replica_calls_per_s: tuple[float, ...] = tuple(
+            CAPACITY_MARGIN * _calls_per_s(p, self.classes, catalog) if self.demand_calls_per_s else math.inf
+            for p in plans
+        )
         self.limits = tuple(
             (b.replicas, b.replicas) if metered
             else (0, scenario.plan.max_replicas.get(b.name, scenario.plan.default_max_replicas))
@@ -238,15 +321,14 @@ class Planner:
         check_runs(self.most_runs, run_limits, f"{scenario.name}: plan",
                    f"at most {self._most_candidates():,} candidates x {scenario.plan.replications} replications",
                    "lower plan.max_replicas, plan.default_max_replicas or plan.replications")  # fmt: skip
-        self._mixed_left = 0  # an upper bound on the candidates the mixed search has left (set by it)
+        self._singles_left = self._single_candidates()  # bounds on the candidates each phase has left
+        self._mixed_left = self._most_candidates() - self._singles_left
 
-    def _price(self, index: int, backend: BackendSpec) -> tuple[float, bool, str]:
-        """($/h of one replica, paid per token?, what a replica is) of a backend."""
-        question = layout_question(self.scenario, self.catalog)
-        resolved = backend_plan(index, backend, self.scenario, self.catalog, question)
-        d = resolved.deployment
-        shape = f"{d.chips} x {d.hardware.id} chip{'s' if d.chips != 1 else ''} serving {d.model.id}"
-        return resolved.usd_per_replica_hour, resolved.pricing.token_price is not None, shape
+    def could_meet(self, counts: Counts) -> bool:
+        """Whether the fleet passes the capacity bound (:func:`agent_call_demand`): its replicas'
+        calls/s, each :data:`CAPACITY_MARGIN` x the closed form's, reach the agents' least demand."""
+        capacity = sum(n * c for n, c in zip(counts, self.replica_calls_per_s, strict=True) if n)
+        return capacity >= self.demand_calls_per_s
 
     def fixed_cost(self, counts: Counts) -> float:
         return sum(n * usd for n, usd in zip(counts, self.usd_per_replica_hour, strict=True))
@@ -338,23 +420,31 @@ class Planner:
         new = [a for a in asks if (a.counts, a.kind) not in self._memo]
         if not new:
             return
-        done = len(self._memo)
-        left = max(self._most_candidates() - done, len(new))
+        total, simulated, pruned, left = self.tally()
         mixed = new[0].kind == "mixed"
-        if mixed:  # the last phase: its own bound is the command's
-            phase_left = max(self._mixed_left, len(new))
-        else:  # the mixed search after it is bounded only once its cost cap is known
-            singles = sum(1 for _, kind in self._memo if kind == "single")
-            phase_left = max(self._single_candidates() - singles, len(new))
+        # the ETA of the phase under way: the mixed search is bounded only once the singles' best is known
+        phase_left = max(self._mixed_left if mixed else self._singles_left, len(new))
         elapsed = time.monotonic() - self.started
-        eta = f", ETA{'' if mixed else ' of the single-architecture searches'} at most " if done else ""
-        eta += f"{elapsed / done * phase_left:.0f} s" if done else ""
+        eta = ""
+        if simulated:
+            eta = f", ETA{'' if mixed else ' of the single-architecture searches'} at most "
+            eta += f"{elapsed / simulated * phase_left:.0f} s"
         fleets = "; ".join(f"{a.kind} {fleet_text(a.counts, self.names)}" for a in new)
         runs = len(new) * self.scenario.plan.replications
         self.progress(
-            f"candidate {done + 1}{f'-{done + len(new)}' if len(new) > 1 else ''} of at most {done + left}: "
-            f"{fleets} ({runs} run{'s' if runs > 1 else ''}){eta}"
+            f"{simulated:,} simulated, {pruned:,} pruned, at most {left:,} left of {total:,} candidates; "
+            f"next: {fleets} ({runs} run{'s' if runs > 1 else ''}){eta}"
         )
+
+    def tally(self) -> tuple[int, int, int, int]:
+        """``(total, simulated, pruned, left)`` candidates, with ``simulated + pruned + left = total``:
+        ``total`` is the search's bound fixed at the start (:meth:`_most_candidates`), ``left`` a
+        bound on what it may still simulate, and ``pruned`` the rest, settled without a simulation
+        (by cost, the capacity bound or a known miss)."""
+        total = self._most_candidates()
+        simulated = min(len(self._memo), total)
+        left = min(max(self._singles_left + self._mixed_left, 0), total - simulated)
+        return total, simulated, total - simulated - left, left
 
     def _most_candidates(self) -> int:
         """An upper bound on the candidates the search evaluates (a bisection of ``[low, m]`` asks
@@ -403,13 +493,48 @@ class Planner:
                 low = mid + 1
         return (yield Ask(make(high), kind))
 
-    def _single(self, index: int) -> Search:
-        """The fewest replicas of backend ``index`` alone that meet, or None."""
-        return self._fewest(lambda n: self._vector({index: n}), 1, self.limits[index][1], "single")
+    def _fewest_passing(self, index: int, others: dict[int, int], low: int) -> int:
+        """The fewest replicas ``n >= low`` of backend ``index`` with which the fleet (``others``
+        beside it) passes the capacity bound; its limit + 1 when none does."""
+        most = self.limits[index][1]
+        return next((n for n in range(low, most + 1) if self.could_meet(self._vector(others | {index: n}))), most + 1)
+
+    def _singles(self) -> Search:
+        """Each searched backend alone, cheapest possible first (its capacity bound's replicas x
+        its price): bisect its fewest replicas that meet among those that pass the bound and cost
+        no more than the best found so far. The best, ties to the backend listed first."""
+        searched = [i for i, metered in enumerate(self.metered) if not metered]
+        least = {i: self._fewest_passing(i, {}, 1) for i in searched}
+        order = sorted(searched, key=lambda i: (self.fixed_cost(self._vector({i: least[i]})), i))
+        found: dict[int, Evaluation] = {}
+        for position, index in enumerate(order):
+            self._singles_left = sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in order[position:])
+            best = min(found.values(), key=lambda e: e.usd_per_hour, default=None)
+            low, high = least[index], self.limits[index][1]
+            while high >= low and best is not None and self.fixed_cost(self._vector({index: high})) > best.usd_per_hour:
+                high -= 1  # API spend is never negative: a fleet whose fixed cost is over the best cannot win
+            result = yield from self._fewest(lambda n, i=index: self._vector({i: n}), low, high, "single")
+            if result is not None:
+                found[index] = result
+        self._singles_left = 0
+        return min((found[i] for i in sorted(found)), key=lambda e: e.usd_per_hour, default=None)
+
+    def _known_miss(self, counts: dict[int, int], last: int) -> int:
+        """The most replicas of ``last`` in an evaluated fleet that misses and has at least
+        ``counts`` of every other backend (-1: none): by monotone feasibility, every fleet below
+        it misses too. Single-architecture runs count when the scenario's router is theirs."""
+        kinds = {"mixed"} | ({"single"} if not self.scenario.router.rules
+                             and self.scenario.router.backend_choice == "pooled" else set())  # fmt: skip
+        return max(
+            (e.counts[last] for (c, kind), e in self._memo.items() if kind in kinds and not e.meets
+             and all(c[i] >= n for i, n in counts.items())),
+            default=-1,
+        )  # fmt: skip
 
     def _mixed(self, best: Evaluation | None, cap: float) -> Search:
         """For each count vector of all searched backends but the last (cheapest first), bisect
-        the last backend's fewest replicas under the best cost so far."""
+        the last backend's fewest replicas under the best cost so far, from the fewest that pass
+        the capacity bound and are above every known miss."""
         searched = [i for i, metered in enumerate(self.metered) if not metered]
         if len(searched) < 2:
             return best
@@ -423,17 +548,22 @@ class Planner:
         for position, prefix in enumerate(prefixes):
             counts = dict(zip(others, prefix, strict=True))
             used = sum(1 for n in prefix if n)
-            if used == 0:
-                continue  # the last backend alone: a single-architecture fleet
             bound = min(best.usd_per_hour if best else math.inf, cap)
             cheaper = bisect.bisect_left(costs, bound) - position  # the prefixes left that can still win
             self._mixed_left = max(cheaper, 0) * self._bisection_steps(self.limits[last][1])
-            low, high = (1 if used == 1 else 0), self.limits[last][1]
+            if cheaper <= 0:
+                break
+            if used == 0:
+                continue  # the last backend alone: a single-architecture fleet
+            low = self._fewest_passing(last, counts, 1 if used == 1 else 0)
+            low = max(low, self._known_miss(counts, last) + 1)
+            high = self.limits[last][1]
             while high >= low and self.fixed_cost(self._vector(counts | {last: high})) >= bound:
                 high -= 1
             found = yield from self._fewest(functools.partial(self._with_last, counts, last), low, high, "mixed")
             if found is not None and (best is None or found.usd_per_hour < best.usd_per_hour):
                 best = found
+        self._mixed_left = 0
         return best
 
     def search(self) -> PlanResult:
@@ -441,9 +571,8 @@ class Planner:
         self.progress(f"at most {self._most_candidates():,} candidates x {replications} replication"
                       f"{'s' if replications > 1 else ''} = {self.most_runs:,} runs (a bisection usually needs far "
                       "fewer)")  # fmt: skip
-        searched = [i for i, metered in enumerate(self.metered) if not metered]
-        singles = [e for e in self._drive([self._single(i) for i in searched]) if e is not None]
-        best_single = min(singles, key=lambda e: e.usd_per_hour, default=None)
+        self._mixed_left = self._most_candidates() - self._single_candidates()
+        best_single = self._drive([self._singles()])[0]
         cap = self.scenario.plan.max_usd_per_hour or math.inf
         best = self._drive([self._mixed(best_single, cap)])[0]
         result = PlanResult(best if best is None or best.usd_per_hour <= cap else None, best_single,
