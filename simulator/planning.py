@@ -201,6 +201,8 @@ class PlanResult:
     evaluations: list[Evaluation] = field(default_factory=list)
     explanation: str = ""
     replica_shapes: dict[str, str] = field(default_factory=dict)  # backend -> what one replica is (chips, model)
+    cost_basis: str = ""  # the one basis every $/h is on: rental, ownership (api: only metered backends)
+    search: dict[str, int] = field(default_factory=dict)  # candidates: total (bound), simulated, pruned
 
     @property
     def frontier(self) -> list[Evaluation]:
@@ -222,6 +224,8 @@ class PlanResult:
             "rejected": [e.to_dict() for e in self.evaluations if not e.meets],
             "candidates": len(self.evaluations),
             "replicas": self.replica_shapes,
+            "cost_basis": self.cost_basis,
+            "search": self.search,
         }
 
 
@@ -323,6 +327,7 @@ class Planner:
                    "lower plan.max_replicas, plan.default_max_replicas or plan.replications")  # fmt: skip
         self._singles_left = self._single_candidates()  # bounds on the candidates each phase has left
         self._mixed_left = self._most_candidates() - self._singles_left
+        self._pruned = 0
 
     def could_meet(self, counts: Counts) -> bool:
         """Whether the fleet passes the capacity bound (:func:`agent_call_demand`): its replicas'
@@ -370,6 +375,7 @@ class Planner:
         key = (counts, kind)
         if key in self._memo:
             return self._memo[key]
+        self._ask(Ask(counts, kind))  # asked already when the search named it; a run is asked for once
         keys = [k for k, _ in self._run_keys(counts, kind)]
         misses: dict[tuple[str, str], Miss] = {}
         worst, api_spend = 0.0, 0.0
@@ -443,8 +449,9 @@ class Planner:
         (by cost, the capacity bound or a known miss)."""
         total = self._most_candidates()
         simulated = min(len(self._memo), total)
-        left = min(max(self._singles_left + self._mixed_left, 0), total - simulated)
-        return total, simulated, total - simulated - left, left
+        bound = min(max(self._singles_left + self._mixed_left, 0), total - simulated)
+        self._pruned = min(max(self._pruned, total - simulated - bound), total - simulated)  # never falls
+        return total, simulated, self._pruned, total - simulated - self._pruned
 
     def _most_candidates(self) -> int:
         """An upper bound on the candidates the search evaluates (a bisection of ``[low, m]`` asks
@@ -531,6 +538,18 @@ class Planner:
             default=-1,
         )  # fmt: skip
 
+    def _least_last(self, counts: dict[int, int], last: int) -> int | None:
+        """The fewest replicas of ``last`` that leave no class without a backend it may use
+        (``router.rules``), beside ``counts``: 0, 1, or None when no count of ``last`` can."""
+        vector = self._vector(counts)
+        least = 0
+        for allowed in self.scenario.router.rules.values():
+            if not any(vector[self.names.index(name)] for name in allowed if name in self.names):
+                if self.names[last] not in allowed:
+                    return None
+                least = 1
+        return least
+
     def _mixed(self, best: Evaluation | None, cap: float) -> Search:
         """For each count vector of all searched backends but the last (cheapest first), bisect
         the last backend's fewest replicas under the best cost so far, from the fewest that pass
@@ -555,7 +574,10 @@ class Planner:
                 break
             if used == 0:
                 continue  # the last backend alone: a single-architecture fleet
-            low = self._fewest_passing(last, counts, 1 if used == 1 else 0)
+            least = self._least_last(counts, last)
+            if least is None:
+                continue  # a class's every allowed backend (router.rules) at 0, whatever the last's count
+            low = self._fewest_passing(last, counts, max(least, 1 if used == 1 else 0))
             low = max(low, self._known_miss(counts, last) + 1)
             high = self.limits[last][1]
             while high >= low and self.fixed_cost(self._vector(counts | {last: high})) >= bound:
@@ -577,8 +599,11 @@ class Planner:
         best = self._drive([self._mixed(best_single, cap)])[0]
         result = PlanResult(best if best is None or best.usd_per_hour <= cap else None, best_single,
                             list(self._memo.values()))  # fmt: skip
-        result.explanation = self._explain(result, cap, best)
+        result.cost_basis = self.cost_basis
+        result.explanation = f"on the {self.cost_basis} cost basis, " + self._explain(result, cap, best)
         result.replica_shapes = dict(self.replica_shapes)
+        total, simulated, pruned, _ = self.tally()
+        result.search = {"candidates_at_most": total, "simulated": simulated, "pruned": pruned}
         return result
 
     def _explain(self, result: PlanResult, cap: float, cheapest: Evaluation | None) -> str:
@@ -638,7 +663,8 @@ def answer_scenario(scenario: Scenario, answer: Evaluation) -> Scenario:
 def plan_text(result: PlanResult) -> str:
     """The answer in words, what one replica is, the cost-vs-SLO frontier, every fleet simulated and
     every rejected candidate with its misses."""
-    headers = ["fleet", "kind", "$/h", "worst", "meets"]
+    usd = f"$/h ({result.cost_basis})" if result.cost_basis else "$/h"
+    headers = ["fleet", "kind", usd, "worst", "meets"]
 
     def rows(evaluations: list[Evaluation]) -> list[list[object]]:
         return [[e.fleet, e.kind, f"{e.usd_per_hour:,.2f}", f"{e.worst:.3g}", "yes" if e.meets else "no"]
@@ -654,14 +680,16 @@ def plan_text(result: PlanResult) -> str:
         "cost-vs-SLO frontier (worst = largest achieved/bound; <= 1 meets):",
         format_table(headers, rows(result.frontier)),
         "",
-        f"every fleet simulated ({len(result.evaluations)}, cheapest first):",
+        f"every fleet simulated ({len(result.evaluations)}, cheapest first"
+        + (f"; {result.search['pruned']:,} more settled by bounds without a simulation" if result.search else "")
+        + "):",
         format_table(headers, rows(sorted(result.evaluations, key=lambda e: (e.usd_per_hour, e.worst)))),
     ]
     rejected = sorted((e for e in result.evaluations if not e.meets), key=lambda e: e.usd_per_hour)
     if rejected:
         lines += ["", "rejected:"]
         lines.append(format_table(
-            ["fleet", "kind", "$/h", "misses"],
+            ["fleet", "kind", usd, "misses"],
             [[e.fleet, e.kind, f"{e.usd_per_hour:,.2f}", "; ".join(m.describe() for m in e.misses)] for e in rejected],
         ))  # fmt: skip
     return "\n".join(lines)
