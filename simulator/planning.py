@@ -8,33 +8,55 @@ not searched). A candidate *meets* the SLOs when every class's targets (``slo.ta
 replications. ``worst`` is the largest normalised miss over targets and replications,
 ``achieved / bound`` for an upper bound and ``bound / achieved`` for a lower one (> 1 misses).
 
-Search, assuming more replicas never make an SLO worse (monotone feasibility):
+Search, assuming more replicas never make an SLO worse (*monotone feasibility*: adding a
+replica to any backend of a fleet that meets keeps it meeting; ``tests/engine/test_plan_search.py``
+checks it on every candidate of its cases):
 
-1. **Single-architecture fleets**: for each searched backend alone (every class on it, the
-   scenario's routing rules dropped), bisect the fewest replicas in ``[1, max]`` that meet.
+1. **Single-architecture fleets**: each searched backend alone (every class on it, the
+   scenario's routing rules dropped), in order of its cheapest possible fleet (the fewest
+   replicas passing the capacity bound x its price): bisect the fewest replicas that meet among
+   those that pass the bound and whose fixed cost is not over the best fleet so far (API spend
+   is never negative, so such a fleet cannot be cheaper). The best, ties to the backend listed first.
 2. **Mixed fleets** (two or more searched backends in use, the scenario's router and rules):
-   for each count vector of all searched backends but the last, cheapest first, bisect the
-   last backend's fewest replicas among those that keep the fleet cheaper than the best so far.
+   for each count vector of all searched backends but the last, cheapest first while cheaper
+   than the best so far, bisect the last backend's fewest replicas among those that keep the
+   fleet cheaper, pass the capacity bound, leave no class without a backend its rules allow,
+   and lie above every evaluated miss with at least these counts of the others (by monotone
+   feasibility every fleet below a miss misses).
+
+**Capacity bound** (:func:`agent_call_demand`): closed-loop agents with a task-time target
+need at least ``Q N S / (T + theta)`` calls/s; a fleet meets only if its replicas' calls/s
+reach that, each replica credited with :data:`CAPACITY_MARGIN` x the closed form's saturated
+calls/s on the agents' shortest call (the least context, so the most calls). The closed form
+is the engine's step-time model at its best batch; the margin covers the engine finding a better
+schedule than the closed form's steady state. Classes without such a target add no demand.
+
+Every pruned candidate is one the exhaustive search (every count vector simulated) would have
+found missing or costlier, so the answer is the exhaustive search's whenever the assumptions hold
+(``tests/engine/test_plan_search.py`` compares them on three cases). Not done: stopping a
+simulation early once its SLO is decided, and split (prefill/decode) fleets as candidates.
 
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
-beaten on both cost and ``worst``; each rejected candidate lists the targets it misses.
+beaten on both cost and ``worst``; each rejected candidate lists the targets it misses. Every
+``$/h`` is on one cost basis (:func:`on_one_basis`).
 
-Execution (:mod:`simulator.execution`): the single-architecture searches run side by side, and
-each step asks for all its replications at once, so a local pool or a Dask cluster simulates
-them in parallel; a bisection also names the candidates it may need next (*spare* runs, started
-only on idle slots and used only if the search later asks for them). The sequence of candidates
-the search asks for, and so the answer, the frontier and the list of evaluations, is the same on
-every executor: a candidate's runs are deterministic for their seeds, each run's summary reaches
-the planner as the same JSON document whichever process made it (or the cache, keyed by the
-resolved scenario), and nothing the search decides depends on which runs finished first.
+Execution (:mod:`simulator.execution`): each step asks for all its replications at once, so a
+local pool or a Dask cluster simulates them in parallel; a bisection also names the candidates
+it may need next (*spare* runs, started only on idle slots and used only if the search later asks
+for them). The sequence of candidates the search asks for, and so the answer, the frontier and
+the list of evaluations, is the same on every executor: a candidate's runs are deterministic for
+their seeds, each run's summary reaches the planner as the same JSON document whichever process
+made it (or the cache, keyed by the resolved scenario, so a fleet two candidates share is
+simulated once), and nothing the search decides depends on which runs finished first.
 
 Size: the search evaluates at most ``sum_b (1 + ceil(log2 m_b))`` single-architecture candidates
 plus ``(prod_{b < last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
-searched backend's most replicas), each ``plan.replications`` runs; a fleet that meets no target
-takes the mixed bound nearly whole. More than :attr:`~simulator.limits.Limits.max_runs` such
-runs are refused up front unless ``--allow-large-runs``. The ETA on each progress line is the
-mean time per candidate so far times the bound of the phase under way: the single-architecture
-searches, then the mixed prefixes still cheaper than the best fleet so far.
+searched backend's most replicas), each ``plan.replications`` runs. More than
+:attr:`~simulator.limits.Limits.max_runs` such runs are refused up front unless
+``--allow-large-runs``. Progress lines count the candidates simulated, pruned (settled by a
+bound) and left (a bound on what the search may still simulate), which add up to that bound; the
+ETA is the mean time per simulated candidate times the bound of the phase under way: the
+single-architecture searches, then the mixed prefixes still cheaper than the best fleet so far.
 """
 
 from __future__ import annotations
@@ -79,17 +101,42 @@ def _shape(plan: BackendPlan) -> str:
     return f"{d.chips} x {d.hardware.id} chip{'s' if d.chips != 1 else ''} serving {d.model.id}"
 
 
-def _one_basis(scenario: Scenario, plans: list[BackendPlan], metered: tuple[bool, ...]) -> str:
-    """The one cost basis the searched backends are priced on (rental or ownership); mixing
-    them would rank an owned replica's amortised cost against another's rent, so it is refused."""
-    bases = {p.name: p.pricing.basis for p, m in zip(plans, metered, strict=True) if not m}
-    if len(set(bases.values())) > 1:
-        each = ", ".join(f"{name}: {basis}" for name, basis in bases.items())
+def _backend_plans(scenario: Scenario, catalog: Catalog) -> list[BackendPlan]:
+    question = layout_question(scenario, catalog)
+    return [backend_plan(i, b, scenario, catalog, question) for i, b in enumerate(scenario.fleet)]
+
+
+def on_one_basis(scenario: Scenario, catalog: Catalog) -> tuple[Scenario, list[BackendPlan], str]:
+    """The scenario priced on one cost basis, its backends' plans and that basis (``api`` when
+    every backend is paid per token). Ranking an owned replica's amortised cost against another's
+    rent would compare unlike numbers, so when ``cost.basis: auto`` resolves to both (a wafer with
+    no rental price beside rented GPUs) every backend is priced on ownership, else rental, the
+    first every backend has; a scenario that names different bases per backend is refused."""
+    plans = _backend_plans(scenario, catalog)
+
+    def bases(found: list[BackendPlan]) -> dict[str, str]:
+        return {p.name: p.pricing.basis for p in found if p.pricing.token_price is None}
+
+    if (
+        len(set(bases(plans).values())) > 1
+        and scenario.cost.basis == "auto"
+        and not any(b.cost_basis not in (None, "auto") for b in scenario.fleet)
+    ):
+        for basis in ("ownership", "rental"):
+            moved = scenario.model_copy(update={"cost": scenario.cost.model_copy(update={"basis": basis})})
+            try:
+                plans, scenario = _backend_plans(moved, catalog), moved
+                break
+            except InfersimError:
+                continue
+    found = bases(plans)
+    if len(set(found.values())) > 1:
+        each = ", ".join(f"{name}: {basis}" for name, basis in found.items())
         raise ScenarioError(
-            f"{scenario.name}: plan ranks fleets on one cost basis, but the backends resolve to several ({each}); "
-            "set cost.basis: ownership (every hardware has one) or rental where each has a rental price"
+            f"{scenario.name}: plan ranks fleets on one cost basis, but the backends are priced on several "
+            f"({each}); set one cost.basis (ownership or rental) that every backend has"
         )
-    return next(iter(bases.values()), "api")
+    return scenario, plans, next(iter(found.values()), "api")
 
 
 def _quantile(stat: str) -> float:
@@ -289,6 +336,7 @@ class Planner:
         runs: Runs | None = None,
         checkpoint: Callable[[list[Evaluation]], None] | None = None,
     ) -> None:
+        scenario, plans, self.cost_basis = on_one_basis(scenario, catalog)
         self.scenario, self.catalog, self.run_limits = scenario, catalog, run_limits
         self.progress = progress or (lambda _: None)
         self.checkpoint = checkpoint or (lambda _: None)
@@ -303,12 +351,9 @@ class Planner:
                 f"{scenario.name}: no class has slo.targets, so every fleet meets them; add targets such as "
                 "{metric: ttft_s, stat: p99, max: 1 s}"
             )
-        question = layout_question(scenario, catalog)
-        plans = [backend_plan(i, b, scenario, catalog, question) for i, b in enumerate(self.fleet)]
         self.usd_per_replica_hour: tuple[float, ...] = tuple(p.usd_per_replica_hour for p in plans)
         self.metered: tuple[bool, ...] = tuple(p.pricing.token_price is not None for p in plans)
         self.replica_shapes = {name: _shape(p) for name, p in zip(self.names, plans, strict=True)}
-        self.cost_basis = _one_basis(scenario, plans, self.metered)
         self.demand_calls_per_s = agent_call_demand(self.classes, catalog)
         self.replica_calls_per_s: tuple[float, ...] = tuple(
             CAPACITY_MARGIN * _calls_per_s(p, self.classes, catalog) if self.demand_calls_per_s else math.inf
@@ -520,7 +565,7 @@ class Planner:
             low, high = least[index], self.limits[index][1]
             while high >= low and best is not None and self.fixed_cost(self._vector({index: high})) > best.usd_per_hour:
                 high -= 1  # API spend is never negative: a fleet whose fixed cost is over the best cannot win
-            result = yield from self._fewest(lambda n, i=index: self._vector({i: n}), low, high, "single")
+            result = yield from self._fewest(functools.partial(self._with_last, {}, index), low, high, "single")
             if result is not None:
                 found[index] = result
         self._singles_left = 0

@@ -189,6 +189,8 @@ def plan(args: argparse.Namespace) -> int:
     with naming(str(args.scenario)):
         say = progress_lines("plan", argparse.Namespace())  # on stderr, with --json too: a long search is never silent
         planner = Planner(scenario, cat, say, limits(args), checkpoint=checkpoint)
+        scenario = planner.scenario  # priced on one cost basis (Planner)
+        resolved = scenario_yaml(write_in(scenario, cat))
         pool = start(args.executor, args.jobs, args.address)
         planner.runs = Runs(pool, summary_run, (profile_dirs(args), limits(args)), Cache(out.path / "cache"), started)
         try:

@@ -15,6 +15,7 @@ import pytest
 
 from simulator.config.scenario import Scenario
 from simulator.planning import Evaluation, Planner, agent_call_demand
+from simulator.resolve import ScenarioError
 from tests.engine.conftest import CATALOG, scenario
 
 H100_8B = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1}
@@ -133,3 +134,15 @@ def test_the_capacity_bound_prunes_agents_fleets_and_counts_their_demand() -> No
     planner = Planner(s, CATALOG)
     assert not planner.could_meet((0, 0))
     assert planner.could_meet((4, 4))
+
+
+def test_plan_ranks_every_fleet_on_one_cost_basis() -> None:
+    """A CS-3 has no rental price: beside rented GPUs, auto pricing moves every backend to ownership;
+    bases named per backend that differ are refused."""
+    auto = _routed_classes().model_copy(update={"cost": _routed_classes().cost.model_copy(update={"basis": "auto"})})
+    planner = Planner(auto, CATALOG)
+    assert planner.cost_basis == "ownership" and planner.scenario.cost.basis == "ownership"
+    bases = ["ownership", "rental", "rental"]
+    fleet = [b.model_copy(update={"cost_basis": basis}) for b, basis in zip(auto.fleet, bases, strict=True)]
+    with pytest.raises(ScenarioError, match="one cost basis"):
+        Planner(auto.model_copy(update={"backends": fleet}), CATALOG)
