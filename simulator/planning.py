@@ -27,7 +27,8 @@ checks it on every candidate of its cases):
 **Capacity bound** (:func:`agent_call_demand`): closed-loop agents with a task-time target
 need at least ``Q N S / (T + theta)`` calls/s; a fleet meets only if its replicas' calls/s
 reach that, each replica credited with :data:`CAPACITY_MARGIN` x the closed form's saturated
-calls/s on the agents' shortest call (the least context, so the most calls). The closed form
+calls/s on the agents' lightest call (only the fewest new tokens a call prefills with prefix
+caching, as the whole context: the most calls/s any of the task's calls gets). The closed form
 is the engine's step-time model at its best batch; the margin covers the engine finding a better
 schedule than the closed form's steady state. Classes without such a target add no demand.
 
@@ -171,14 +172,16 @@ def agent_call_demand(classes: list[WorkloadClass], catalog: Catalog) -> float:
 
 
 def _calls_per_s(plan: BackendPlan, classes: list[WorkloadClass], catalog: Catalog) -> float:
-    """The closed form's saturated calls/s of one replica on the agents' shortest typical call
-    (system prompt plus first input, mean output: the least context, so the most calls/s);
-    infinite (no bound) where the closed form has no answer."""
+    """The closed form's saturated calls/s of one replica on the agents' lightest call: a prompt of
+    only the fewest new tokens a call brings (first or later input; with prefix caching a call
+    prefills no more, and the least context admits the most sequences and the cheapest attention),
+    the mean output: more calls/s than any call of the task gets. Infinite (no bound) where the
+    closed form has no answer."""
     fastest = 0.0
     for klass in classes:
         if isinstance(klass.load, AgentsLoad) and klass.load.agents is not None:
             task = catalog.workload(klass.load.workload).task
-            prompt = task.system_prompt_tokens.mean + task.first_input_tokens.mean
+            prompt = min(task.first_input_tokens.mean, task.step_input_tokens.mean)
             lengths = RequestLengths(
                 input_tokens=Constant(value=max(1, round(prompt))),
                 output_tokens=Constant(value=max(1, round(task.output_tokens.mean))),
