@@ -18,8 +18,9 @@ checks it on every candidate of its cases):
    those that pass the bound and whose fixed cost is not over the best fleet so far (API spend
    is never negative, so such a fleet cannot be cheaper). The best, ties to the backend listed first.
 2. **Mixed fleets** (two or more searched backends in use, the scenario's router and rules):
-   for each count vector of all searched backends but the last, cheapest first while cheaper
-   than the best so far, bisect the last backend's fewest replicas among those that keep the
+   for each count vector of all searched backends but one (:meth:`Planner._mixed_axes`: the one
+   with the most replicas allowed, then the cheapest), cheapest first while cheaper
+   than the best so far, bisect that backend's fewest replicas among those that keep the
    fleet cheaper, pass the capacity bound, leave no class without a backend its rules allow,
    and lie above every evaluated miss with at least these counts of the others (by monotone
    feasibility every fleet below a miss misses).
@@ -51,7 +52,7 @@ made it (or the cache, keyed by the resolved scenario, so a fleet two candidates
 simulated once), and nothing the search decides depends on which runs finished first.
 
 Size: the search evaluates at most ``sum_b (1 + ceil(log2 m_b))`` single-architecture candidates
-plus ``(prod_{b < last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
+plus ``(prod_{b != last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
 searched backend's most replicas), each ``plan.replications`` runs. More than
 :attr:`~simulator.limits.Limits.max_runs` such runs are refused up front unless
 ``--allow-large-runs``. Progress lines count the candidates simulated, pruned (settled by a
@@ -507,10 +508,19 @@ class Planner:
         searched = [i for i, metered in enumerate(self.metered) if not metered]
         steps = self._single_candidates()
         if len(searched) > 1:
-            *others, last = searched
+            others, last = self._mixed_axes()
             prefixes = math.prod(self.limits[i][1] + 1 for i in others) - 1  # all at 0: skipped
             steps += prefixes * self._bisection_steps(self.limits[last][1])
         return steps
+
+    def _mixed_axes(self) -> tuple[list[int], int]:
+        """The searched backends the mixed search enumerates, and the one it bisects: the one with
+        the most replicas allowed, then the cheapest replica, then listed last (the fewest count
+        vectors to enumerate, the finest cost steps bisected). Which one it is changes no answer:
+        every vector with two or more backends in use is a candidate either way."""
+        searched = [i for i, metered in enumerate(self.metered) if not metered]
+        last = max(searched, key=lambda i: (self.limits[i][1], -self.usd_per_replica_hour[i], i))
+        return [i for i in searched if i != last], last
 
     def _single_candidates(self) -> int:
         """An upper bound on the candidates the single-architecture searches evaluate."""
@@ -605,7 +615,7 @@ class Planner:
         searched = [i for i, metered in enumerate(self.metered) if not metered]
         if len(searched) < 2:
             return best
-        *others, last = searched
+        others, last = self._mixed_axes()
 
         def cost(prefix: Counts) -> float:
             return self.fixed_cost(self._vector(dict(zip(others, prefix, strict=True))))
