@@ -487,8 +487,9 @@ class Planner:
         fleets = "; ".join(f"{a.kind} {fleet_text(a.counts, self.names)}" for a in new)
         runs = len(new) * self.scenario.plan.replications
         self.progress(
-            f"{simulated:,} simulated, {pruned:,} pruned, at most {left:,} left of {total:,} candidates; "
-            f"next: {fleets} ({runs} run{'s' if runs > 1 else ''}){eta}"
+            f"candidate {simulated + 1}{f'-{simulated + len(new)}' if len(new) > 1 else ''} of at most "
+            f"{simulated + max(left, len(new)):,}: {fleets} ({runs} run{'s' if runs > 1 else ''}); "
+            f"{simulated:,} simulated, {pruned:,} pruned, at most {left:,} left of {total:,}{eta}"
         )
 
     def tally(self) -> tuple[int, int, int, int]:
