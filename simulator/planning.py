@@ -8,33 +8,57 @@ not searched). A candidate *meets* the SLOs when every class's targets (``slo.ta
 replications. ``worst`` is the largest normalised miss over targets and replications,
 ``achieved / bound`` for an upper bound and ``bound / achieved`` for a lower one (> 1 misses).
 
-Search, assuming more replicas never make an SLO worse (monotone feasibility):
+Search, assuming more replicas never make an SLO worse (*monotone feasibility*: adding a
+replica to any backend of a fleet that meets keeps it meeting; ``tests/engine/test_plan_search.py``
+checks it on every candidate of its cases):
 
-1. **Single-architecture fleets**: for each searched backend alone (every class on it, the
-   scenario's routing rules dropped), bisect the fewest replicas in ``[1, max]`` that meet.
+1. **Single-architecture fleets**: each searched backend alone (every class on it, the
+   scenario's routing rules dropped), in order of its cheapest possible fleet (the fewest
+   replicas passing the capacity bound x its price): bisect the fewest replicas that meet among
+   those that pass the bound and whose fixed cost is not over the best fleet so far (API spend
+   is never negative, so such a fleet cannot be cheaper). The best, ties to the backend listed first.
 2. **Mixed fleets** (two or more searched backends in use, the scenario's router and rules):
-   for each count vector of all searched backends but the last, cheapest first, bisect the
-   last backend's fewest replicas among those that keep the fleet cheaper than the best so far.
+   for each count vector of all searched backends but one (:meth:`Planner._mixed_axes`: the one
+   with the most replicas allowed, then the cheapest), cheapest first while cheaper
+   than the best so far, bisect that backend's fewest replicas among those that keep the
+   fleet cheaper, pass the capacity bound, leave no class without a backend its rules allow,
+   and lie above every evaluated miss with at least these counts of the others (by monotone
+   feasibility every fleet below a miss misses).
+
+**Capacity bound** (:func:`agent_call_demand`): closed-loop agents with a task-time target
+need at least ``Q N S / (T + theta)`` calls/s; a fleet meets only if its replicas' calls/s
+reach that, each replica credited with :data:`CAPACITY_MARGIN` x the closed form's saturated
+calls/s on the agents' lightest call (only the fewest new tokens a call prefills with prefix
+caching, as the whole context: the most calls/s any of the task's calls gets). The closed form
+is the engine's step-time model at its best batch; the margin covers the engine finding a better
+schedule than the closed form's steady state. Classes without such a target add no demand.
+
+Every pruned candidate is one the exhaustive search (every count vector simulated) would have
+found missing or costlier, so the answer is the exhaustive search's whenever the assumptions hold
+(``tests/engine/test_plan_search.py`` compares them on three cases). Not done: stopping a
+simulation early once its SLO is decided, and split (prefill/decode) fleets as candidates.
 
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
-beaten on both cost and ``worst``; each rejected candidate lists the targets it misses.
+beaten on both cost and ``worst``; each rejected candidate lists the targets it misses. Every
+``$/h`` is on one cost basis (:func:`on_one_basis`).
 
-Execution (:mod:`simulator.execution`): the single-architecture searches run side by side, and
-each step asks for all its replications at once, so a local pool or a Dask cluster simulates
-them in parallel; a bisection also names the candidates it may need next (*spare* runs, started
-only on idle slots and used only if the search later asks for them). The sequence of candidates
-the search asks for, and so the answer, the frontier and the list of evaluations, is the same on
-every executor: a candidate's runs are deterministic for their seeds, each run's summary reaches
-the planner as the same JSON document whichever process made it (or the cache, keyed by the
-resolved scenario), and nothing the search decides depends on which runs finished first.
+Execution (:mod:`simulator.execution`): each step asks for all its replications at once, so a
+local pool or a Dask cluster simulates them in parallel; a bisection also names the candidates
+it may need next (*spare* runs, started only on idle slots and used only if the search later asks
+for them). The sequence of candidates the search asks for, and so the answer, the frontier and
+the list of evaluations, is the same on every executor: a candidate's runs are deterministic for
+their seeds, each run's summary reaches the planner as the same JSON document whichever process
+made it (or the cache, keyed by the resolved scenario, so a fleet two candidates share is
+simulated once), and nothing the search decides depends on which runs finished first.
 
 Size: the search evaluates at most ``sum_b (1 + ceil(log2 m_b))`` single-architecture candidates
-plus ``(prod_{b < last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
-searched backend's most replicas), each ``plan.replications`` runs; a fleet that meets no target
-takes the mixed bound nearly whole. More than :attr:`~simulator.limits.Limits.max_runs` such
-runs are refused up front unless ``--allow-large-runs``. The ETA on each progress line is the
-mean time per candidate so far times the bound of the phase under way: the single-architecture
-searches, then the mixed prefixes still cheaper than the best fleet so far.
+plus ``(prod_{b != last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
+searched backend's most replicas), each ``plan.replications`` runs. More than
+:attr:`~simulator.limits.Limits.max_runs` such runs are refused up front unless
+``--allow-large-runs``. Progress lines count the candidates simulated, pruned (settled by a
+bound) and left (a bound on what the search may still simulate), which add up to that bound; the
+ETA is the mean time per simulated candidate times the bound of the phase under way: the
+single-architecture searches, then the mixed prefixes still cheaper than the best fleet so far.
 """
 
 from __future__ import annotations
@@ -48,13 +72,15 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.config.fleet import BackendSpec
+from simulator.config.distributions import Constant
 from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
-from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass
+from simulator.config.scenario import RequestLengths, Scenario, SLOTarget, WorkloadClass
+from simulator.config.workload import AgentsLoad
+from simulator.errors import InfersimError
 from simulator.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
 from simulator.limits import Limits, check_runs
-from simulator.resolve import ScenarioError, backend_plan, layout_question
+from simulator.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
 from simulator.tables import format_table
@@ -65,6 +91,107 @@ Counts = tuple[int, ...]
 def fleet_text(counts: Counts, names: tuple[str, ...]) -> str:
     """``2 x wafer + 1 x gpu`` (backends at 0 left out)."""
     return " + ".join(f"{n} x {name}" for n, name in zip(counts, names, strict=True) if n) or "(empty)"
+
+
+#: Each replica is credited with this many times the closed form's saturated calls/s in the
+#: capacity bound, so a fleet the engine serves faster than the closed form is never pruned.
+CAPACITY_MARGIN = 2.0
+
+
+def _shape(plan: BackendPlan) -> str:
+    d = plan.deployment
+    return f"{d.chips} x {d.hardware.id} chip{'s' if d.chips != 1 else ''} serving {d.model.id}"
+
+
+def _backend_plans(scenario: Scenario, catalog: Catalog) -> list[BackendPlan]:
+    question = layout_question(scenario, catalog)
+    return [backend_plan(i, b, scenario, catalog, question) for i, b in enumerate(scenario.fleet)]
+
+
+def on_one_basis(scenario: Scenario, catalog: Catalog) -> tuple[Scenario, list[BackendPlan], str]:
+    """The scenario priced on one cost basis, its backends' plans and that basis (``api`` when
+    every backend is paid per token). Ranking an owned replica's amortised cost against another's
+    rent would compare unlike numbers, so when ``cost.basis: auto`` resolves to both (a wafer with
+    no rental price beside rented GPUs) every backend is priced on ownership, else rental, the
+    first every backend has; a scenario that names different bases per backend is refused."""
+    plans = _backend_plans(scenario, catalog)
+
+    def bases(found: list[BackendPlan]) -> dict[str, str]:
+        return {p.name: p.pricing.basis for p in found if p.pricing.token_price is None}
+
+    if (
+        len(set(bases(plans).values())) > 1
+        and scenario.cost.basis == "auto"
+        and not any(b.cost_basis not in (None, "auto") for b in scenario.fleet)
+    ):
+        for basis in ("ownership", "rental"):
+            moved = scenario.model_copy(update={"cost": scenario.cost.model_copy(update={"basis": basis})})
+            try:
+                plans, scenario = _backend_plans(moved, catalog), moved
+                break
+            except InfersimError:
+                continue
+    found = bases(plans)
+    if len(set(found.values())) > 1:
+        each = ", ".join(f"{name}: {basis}" for name, basis in found.items())
+        raise ScenarioError(
+            f"{scenario.name}: plan ranks fleets on one cost basis, but the backends are priced on several "
+            f"({each}); set one cost.basis (ownership or rental) that every backend has"
+        )
+    return scenario, plans, next(iter(found.values()), "api")
+
+
+def _quantile(stat: str) -> float:
+    """The fraction of tasks a ``max`` target on ``stat`` must hold for (mean: all, on average)."""
+    return 1.0 if stat == "mean" else int(stat[1:]) / 100
+
+
+def agent_call_demand(classes: list[WorkloadClass], catalog: Catalog) -> float:
+    """The least model calls/s a fleet must serve to meet the task-time targets of closed-loop agents.
+
+    A class of ``N`` agents, each running tasks of ``S`` calls (mean) back to back with a mean
+    pause ``theta`` between tasks, under a target ``pQ task_time_s <= T`` (``mean``: Q = 1): a
+    fleet that meets it finishes a fraction ``Q`` of the tasks within ``T``, and an agent whose
+    task ends within ``T`` starts its next one within ``T + theta``. So while no agent is starved
+    for the others (the schedulers serve calls in order of arrival within a priority, and the
+    agents of one class alike), the agents finish at least ``Q N / (T + theta)`` tasks per second
+    and the fleet serves ``Q N S / (T + theta)`` calls/s. Summed over classes; a class with no
+    such target (open loads, other metrics) adds 0, which keeps the sum a lower bound."""
+    demand = 0.0
+    for klass in classes:
+        load = klass.load
+        if not isinstance(load, AgentsLoad) or load.agents is None:
+            continue
+        steps = catalog.workload(load.workload).task.steps.mean
+        tightest = max(
+            (_quantile(t.stat) / (t.bound + load.think_time_s.mean) for t in klass.slo.targets
+             if t.metric == "task_time_s" and t.upper and t.bound > 0),
+            default=0.0,
+        )  # fmt: skip
+        demand += tightest * load.agents * steps
+    return demand
+
+
+def _calls_per_s(plan: BackendPlan, classes: list[WorkloadClass], catalog: Catalog) -> float:
+    """The closed form's saturated calls/s of one replica on the agents' lightest call: a prompt of
+    only the fewest new tokens a call brings (first or later input; with prefix caching a call
+    prefills no more, and the least context admits the most sequences and the cheapest attention),
+    the mean output: more calls/s than any call of the task gets. Infinite (no bound) where the
+    closed form has no answer."""
+    fastest = 0.0
+    for klass in classes:
+        if isinstance(klass.load, AgentsLoad) and klass.load.agents is not None:
+            task = catalog.workload(klass.load.workload).task
+            prompt = min(task.first_input_tokens.mean, task.step_input_tokens.mean)
+            lengths = RequestLengths(
+                input_tokens=Constant(value=max(1, round(prompt))),
+                output_tokens=Constant(value=max(1, round(task.output_tokens.mean))),
+            )
+            try:
+                fastest = max(fastest, plan.capacity_requests_per_s(lengths))
+            except InfersimError:
+                return math.inf
+    return fastest if fastest > 0 and math.isfinite(fastest) else math.inf
 
 
 @dataclass(frozen=True)
@@ -125,6 +252,8 @@ class PlanResult:
     evaluations: list[Evaluation] = field(default_factory=list)
     explanation: str = ""
     replica_shapes: dict[str, str] = field(default_factory=dict)  # backend -> what one replica is (chips, model)
+    cost_basis: str = ""  # the one basis every $/h is on: rental, ownership (api: only metered backends)
+    search: dict[str, int] = field(default_factory=dict)  # candidates: total (bound), simulated, pruned
 
     @property
     def frontier(self) -> list[Evaluation]:
@@ -146,6 +275,8 @@ class PlanResult:
             "rejected": [e.to_dict() for e in self.evaluations if not e.meets],
             "candidates": len(self.evaluations),
             "replicas": self.replica_shapes,
+            "cost_basis": self.cost_basis,
+            "search": self.search,
         }
 
 
@@ -209,6 +340,7 @@ class Planner:
         runs: Runs | None = None,
         checkpoint: Callable[[list[Evaluation]], None] | None = None,
     ) -> None:
+        scenario, plans, self.cost_basis = on_one_basis(scenario, catalog)
         self.scenario, self.catalog, self.run_limits = scenario, catalog, run_limits
         self.progress = progress or (lambda _: None)
         self.checkpoint = checkpoint or (lambda _: None)
@@ -223,10 +355,14 @@ class Planner:
                 f"{scenario.name}: no class has slo.targets, so every fleet meets them; add targets such as "
                 "{metric: ttft_s, stat: p99, max: 1 s}"
             )
-        prices = [self._price(i, b) for i, b in enumerate(self.fleet)]
-        self.usd_per_replica_hour: tuple[float, ...] = tuple(usd for usd, _, _ in prices)
-        self.metered: tuple[bool, ...] = tuple(metered for _, metered, _ in prices)
-        self.replica_shapes = {name: shape for name, (_, _, shape) in zip(self.names, prices, strict=True)}
+        self.usd_per_replica_hour: tuple[float, ...] = tuple(p.usd_per_replica_hour for p in plans)
+        self.metered: tuple[bool, ...] = tuple(p.pricing.token_price is not None for p in plans)
+        self.replica_shapes = {name: _shape(p) for name, p in zip(self.names, plans, strict=True)}
+        self.demand_calls_per_s = agent_call_demand(self.classes, catalog)
+        self.replica_calls_per_s: tuple[float, ...] = tuple(
+            CAPACITY_MARGIN * _calls_per_s(p, self.classes, catalog) if self.demand_calls_per_s else math.inf
+            for p in plans
+        )
         self.limits = tuple(
             (b.replicas, b.replicas) if metered
             else (0, scenario.plan.max_replicas.get(b.name, scenario.plan.default_max_replicas))
@@ -238,15 +374,15 @@ class Planner:
         check_runs(self.most_runs, run_limits, f"{scenario.name}: plan",
                    f"at most {self._most_candidates():,} candidates x {scenario.plan.replications} replications",
                    "lower plan.max_replicas, plan.default_max_replicas or plan.replications")  # fmt: skip
-        self._mixed_left = 0  # an upper bound on the candidates the mixed search has left (set by it)
+        self._singles_left = self._single_candidates()  # bounds on the candidates each phase has left
+        self._mixed_left = self._most_candidates() - self._singles_left
+        self._pruned = 0
 
-    def _price(self, index: int, backend: BackendSpec) -> tuple[float, bool, str]:
-        """($/h of one replica, paid per token?, what a replica is) of a backend."""
-        question = layout_question(self.scenario, self.catalog)
-        resolved = backend_plan(index, backend, self.scenario, self.catalog, question)
-        d = resolved.deployment
-        shape = f"{d.chips} x {d.hardware.id} chip{'s' if d.chips != 1 else ''} serving {d.model.id}"
-        return resolved.usd_per_replica_hour, resolved.pricing.token_price is not None, shape
+    def could_meet(self, counts: Counts) -> bool:
+        """Whether the fleet passes the capacity bound (:func:`agent_call_demand`): its replicas'
+        calls/s, each :data:`CAPACITY_MARGIN` x the closed form's, reach the agents' least demand."""
+        capacity = sum(n * c for n, c in zip(counts, self.replica_calls_per_s, strict=True) if n)
+        return capacity >= self.demand_calls_per_s
 
     def fixed_cost(self, counts: Counts) -> float:
         return sum(n * usd for n, usd in zip(counts, self.usd_per_replica_hour, strict=True))
@@ -288,6 +424,7 @@ class Planner:
         key = (counts, kind)
         if key in self._memo:
             return self._memo[key]
+        self._ask(Ask(counts, kind))  # asked already when the search named it; a run is asked for once
         keys = [k for k, _ in self._run_keys(counts, kind)]
         misses: dict[tuple[str, str], Miss] = {}
         worst, api_spend = 0.0, 0.0
@@ -338,23 +475,33 @@ class Planner:
         new = [a for a in asks if (a.counts, a.kind) not in self._memo]
         if not new:
             return
-        done = len(self._memo)
-        left = max(self._most_candidates() - done, len(new))
+        total, simulated, pruned, left = self.tally()
         mixed = new[0].kind == "mixed"
-        if mixed:  # the last phase: its own bound is the command's
-            phase_left = max(self._mixed_left, len(new))
-        else:  # the mixed search after it is bounded only once its cost cap is known
-            singles = sum(1 for _, kind in self._memo if kind == "single")
-            phase_left = max(self._single_candidates() - singles, len(new))
+        # the ETA of the phase under way: the mixed search is bounded only once the singles' best is known
+        phase_left = max(self._mixed_left if mixed else self._singles_left, len(new))
         elapsed = time.monotonic() - self.started
-        eta = f", ETA{'' if mixed else ' of the single-architecture searches'} at most " if done else ""
-        eta += f"{elapsed / done * phase_left:.0f} s" if done else ""
+        eta = ""
+        if simulated:
+            eta = f", ETA{'' if mixed else ' of the single-architecture searches'} at most "
+            eta += f"{elapsed / simulated * phase_left:.0f} s"
         fleets = "; ".join(f"{a.kind} {fleet_text(a.counts, self.names)}" for a in new)
         runs = len(new) * self.scenario.plan.replications
         self.progress(
-            f"candidate {done + 1}{f'-{done + len(new)}' if len(new) > 1 else ''} of at most {done + left}: "
-            f"{fleets} ({runs} run{'s' if runs > 1 else ''}){eta}"
+            f"candidate {simulated + 1}{f'-{simulated + len(new)}' if len(new) > 1 else ''} of at most "
+            f"{simulated + max(left, len(new)):,}: {fleets} ({runs} run{'s' if runs > 1 else ''}); "
+            f"{simulated:,} simulated, {pruned:,} pruned, at most {left:,} left of {total:,}{eta}"
         )
+
+    def tally(self) -> tuple[int, int, int, int]:
+        """``(total, simulated, pruned, left)`` candidates, with ``simulated + pruned + left = total``:
+        ``total`` is the search's bound fixed at the start (:meth:`_most_candidates`), ``left`` a
+        bound on what it may still simulate, and ``pruned`` the rest, settled without a simulation
+        (by cost, the capacity bound or a known miss)."""
+        total = self._most_candidates()
+        simulated = min(len(self._memo), total)
+        bound = min(max(self._singles_left + self._mixed_left, 0), total - simulated)
+        self._pruned = min(max(self._pruned, total - simulated - bound), total - simulated)  # never falls
+        return total, simulated, self._pruned, total - simulated - self._pruned
 
     def _most_candidates(self) -> int:
         """An upper bound on the candidates the search evaluates (a bisection of ``[low, m]`` asks
@@ -362,10 +509,19 @@ class Planner:
         searched = [i for i, metered in enumerate(self.metered) if not metered]
         steps = self._single_candidates()
         if len(searched) > 1:
-            *others, last = searched
+            others, last = self._mixed_axes()
             prefixes = math.prod(self.limits[i][1] + 1 for i in others) - 1  # all at 0: skipped
             steps += prefixes * self._bisection_steps(self.limits[last][1])
         return steps
+
+    def _mixed_axes(self) -> tuple[list[int], int]:
+        """The searched backends the mixed search enumerates, and the one it bisects: the one with
+        the most replicas allowed, then the cheapest replica, then listed last (the fewest count
+        vectors to enumerate, the finest cost steps bisected). Which one it is changes no answer:
+        every vector with two or more backends in use is a candidate either way."""
+        searched = [i for i, metered in enumerate(self.metered) if not metered]
+        last = max(searched, key=lambda i: (self.limits[i][1], -self.usd_per_replica_hour[i], i))
+        return [i for i in searched if i != last], last
 
     def _single_candidates(self) -> int:
         """An upper bound on the candidates the single-architecture searches evaluate."""
@@ -403,17 +559,64 @@ class Planner:
                 low = mid + 1
         return (yield Ask(make(high), kind))
 
-    def _single(self, index: int) -> Search:
-        """The fewest replicas of backend ``index`` alone that meet, or None."""
-        return self._fewest(lambda n: self._vector({index: n}), 1, self.limits[index][1], "single")
+    def _fewest_passing(self, index: int, others: dict[int, int], low: int) -> int:
+        """The fewest replicas ``n >= low`` of backend ``index`` with which the fleet (``others``
+        beside it) passes the capacity bound; its limit + 1 when none does."""
+        most = self.limits[index][1]
+        return next((n for n in range(low, most + 1) if self.could_meet(self._vector(others | {index: n}))), most + 1)
+
+    def _singles(self) -> Search:
+        """Each searched backend alone, cheapest possible first (its capacity bound's replicas x
+        its price): bisect its fewest replicas that meet among those that pass the bound and cost
+        no more than the best found so far. The best, ties to the backend listed first."""
+        searched = [i for i, metered in enumerate(self.metered) if not metered]
+        least = {i: self._fewest_passing(i, {}, 1) for i in searched}
+        order = sorted(searched, key=lambda i: (self.fixed_cost(self._vector({i: least[i]})), i))
+        found: dict[int, Evaluation] = {}
+        for position, index in enumerate(order):
+            self._singles_left = sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in order[position:])
+            best = min(found.values(), key=lambda e: e.usd_per_hour, default=None)
+            low, high = least[index], self.limits[index][1]
+            while high >= low and best is not None and self.fixed_cost(self._vector({index: high})) > best.usd_per_hour:
+                high -= 1  # API spend is never negative: a fleet whose fixed cost is over the best cannot win
+            result = yield from self._fewest(functools.partial(self._with_last, {}, index), low, high, "single")
+            if result is not None:
+                found[index] = result
+        self._singles_left = 0
+        return min((found[i] for i in sorted(found)), key=lambda e: e.usd_per_hour, default=None)
+
+    def _known_miss(self, counts: dict[int, int], last: int) -> int:
+        """The most replicas of ``last`` in an evaluated fleet that misses and has at least
+        ``counts`` of every other backend (-1: none): by monotone feasibility, every fleet below
+        it misses too. Single-architecture runs count when the scenario's router is theirs."""
+        kinds = {"mixed"} | ({"single"} if not self.scenario.router.rules
+                             and self.scenario.router.backend_choice == "pooled" else set())  # fmt: skip
+        return max(
+            (e.counts[last] for (c, kind), e in self._memo.items() if kind in kinds and not e.meets
+             and all(c[i] >= n for i, n in counts.items())),
+            default=-1,
+        )  # fmt: skip
+
+    def _least_last(self, counts: dict[int, int], last: int) -> int | None:
+        """The fewest replicas of ``last`` that leave no class without a backend it may use
+        (``router.rules``), beside ``counts``: 0, 1, or None when no count of ``last`` can."""
+        vector = self._vector(counts)
+        least = 0
+        for allowed in self.scenario.router.rules.values():
+            if not any(vector[self.names.index(name)] for name in allowed if name in self.names):
+                if self.names[last] not in allowed:
+                    return None
+                least = 1
+        return least
 
     def _mixed(self, best: Evaluation | None, cap: float) -> Search:
         """For each count vector of all searched backends but the last (cheapest first), bisect
-        the last backend's fewest replicas under the best cost so far."""
+        the last backend's fewest replicas under the best cost so far, from the fewest that pass
+        the capacity bound and are above every known miss."""
         searched = [i for i, metered in enumerate(self.metered) if not metered]
         if len(searched) < 2:
             return best
-        *others, last = searched
+        others, last = self._mixed_axes()
 
         def cost(prefix: Counts) -> float:
             return self.fixed_cost(self._vector(dict(zip(others, prefix, strict=True))))
@@ -423,17 +626,25 @@ class Planner:
         for position, prefix in enumerate(prefixes):
             counts = dict(zip(others, prefix, strict=True))
             used = sum(1 for n in prefix if n)
-            if used == 0:
-                continue  # the last backend alone: a single-architecture fleet
             bound = min(best.usd_per_hour if best else math.inf, cap)
             cheaper = bisect.bisect_left(costs, bound) - position  # the prefixes left that can still win
             self._mixed_left = max(cheaper, 0) * self._bisection_steps(self.limits[last][1])
-            low, high = (1 if used == 1 else 0), self.limits[last][1]
+            if cheaper <= 0:
+                break
+            if used == 0:
+                continue  # the last backend alone: a single-architecture fleet
+            least = self._least_last(counts, last)
+            if least is None:
+                continue  # a class's every allowed backend (router.rules) at 0, whatever the last's count
+            low = self._fewest_passing(last, counts, max(least, 1 if used == 1 else 0))
+            low = max(low, self._known_miss(counts, last) + 1)
+            high = self.limits[last][1]
             while high >= low and self.fixed_cost(self._vector(counts | {last: high})) >= bound:
                 high -= 1
             found = yield from self._fewest(functools.partial(self._with_last, counts, last), low, high, "mixed")
             if found is not None and (best is None or found.usd_per_hour < best.usd_per_hour):
                 best = found
+        self._mixed_left = 0
         return best
 
     def search(self) -> PlanResult:
@@ -441,15 +652,17 @@ class Planner:
         self.progress(f"at most {self._most_candidates():,} candidates x {replications} replication"
                       f"{'s' if replications > 1 else ''} = {self.most_runs:,} runs (a bisection usually needs far "
                       "fewer)")  # fmt: skip
-        searched = [i for i, metered in enumerate(self.metered) if not metered]
-        singles = [e for e in self._drive([self._single(i) for i in searched]) if e is not None]
-        best_single = min(singles, key=lambda e: e.usd_per_hour, default=None)
+        self._mixed_left = self._most_candidates() - self._single_candidates()
+        best_single = self._drive([self._singles()])[0]
         cap = self.scenario.plan.max_usd_per_hour or math.inf
         best = self._drive([self._mixed(best_single, cap)])[0]
         result = PlanResult(best if best is None or best.usd_per_hour <= cap else None, best_single,
                             list(self._memo.values()))  # fmt: skip
-        result.explanation = self._explain(result, cap, best)
+        result.cost_basis = self.cost_basis
+        result.explanation = f"on the {self.cost_basis} cost basis, " + self._explain(result, cap, best)
         result.replica_shapes = dict(self.replica_shapes)
+        total, simulated, pruned, _ = self.tally()
+        result.search = {"candidates_at_most": total, "simulated": simulated, "pruned": pruned}
         return result
 
     def _explain(self, result: PlanResult, cap: float, cheapest: Evaluation | None) -> str:
@@ -509,7 +722,8 @@ def answer_scenario(scenario: Scenario, answer: Evaluation) -> Scenario:
 def plan_text(result: PlanResult) -> str:
     """The answer in words, what one replica is, the cost-vs-SLO frontier, every fleet simulated and
     every rejected candidate with its misses."""
-    headers = ["fleet", "kind", "$/h", "worst", "meets"]
+    usd = f"$/h ({result.cost_basis})" if result.cost_basis else "$/h"
+    headers = ["fleet", "kind", usd, "worst", "meets"]
 
     def rows(evaluations: list[Evaluation]) -> list[list[object]]:
         return [[e.fleet, e.kind, f"{e.usd_per_hour:,.2f}", f"{e.worst:.3g}", "yes" if e.meets else "no"]
@@ -525,14 +739,16 @@ def plan_text(result: PlanResult) -> str:
         "cost-vs-SLO frontier (worst = largest achieved/bound; <= 1 meets):",
         format_table(headers, rows(result.frontier)),
         "",
-        f"every fleet simulated ({len(result.evaluations)}, cheapest first):",
+        f"every fleet simulated ({len(result.evaluations)}, cheapest first"
+        + (f"; {result.search['pruned']:,} more settled by bounds without a simulation" if result.search else "")
+        + "):",
         format_table(headers, rows(sorted(result.evaluations, key=lambda e: (e.usd_per_hour, e.worst)))),
     ]
     rejected = sorted((e for e in result.evaluations if not e.meets), key=lambda e: e.usd_per_hour)
     if rejected:
         lines += ["", "rejected:"]
         lines.append(format_table(
-            ["fleet", "kind", "$/h", "misses"],
+            ["fleet", "kind", usd, "misses"],
             [[e.fleet, e.kind, f"{e.usd_per_hour:,.2f}", "; ".join(m.describe() for m in e.misses)] for e in rejected],
         ))  # fmt: skip
     return "\n".join(lines)

@@ -2,7 +2,8 @@
 
 Both run their simulations on an executor of :mod:`simulator.execution` (``--jobs``,
 ``--executor dask --address``) through the cache under ``DIR/cache``, print a line per step on
-stderr (which run or candidate, an ETA) and write each finished run into the results folder as
+stderr (which run or candidate, an ETA; ``plan`` also with ``--json``, whose JSON is on stdout) and
+write each finished run into the results folder as
 it completes, beside ``<command>.partial.json`` (:class:`~simulator.cli.common.PartialFolder`),
 so an interrupted command keeps what it finished; the last write replaces that file with the
 full results. ``run`` is in :mod:`simulator.cli.run`, which imports none of this machinery.
@@ -200,7 +201,10 @@ def plan(args: argparse.Namespace) -> int:
             checkpoint([])
 
     with naming(str(args.scenario)):
-        planner = Planner(scenario, cat, progress_lines("plan", args), limits(args), checkpoint=checkpoint)
+        say = progress_lines("plan", argparse.Namespace())  # on stderr, with --json too: a long search is never silent
+        planner = Planner(scenario, cat, say, limits(args), checkpoint=checkpoint)
+        scenario = planner.scenario  # priced on one cost basis (Planner)
+        resolved = scenario_yaml(write_in(scenario, cat))
         pool = start(args.executor, args.jobs, args.address)
         planner.runs = Runs(pool, summary_run, (profile_dirs(args), limits(args)), Cache(out.path / "cache"), started)
         try:

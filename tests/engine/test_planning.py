@@ -69,7 +69,7 @@ def test_a_mixed_fleet_is_chosen_only_when_it_is_cheaper_than_one_architecture()
     s = scenario(
         backends=[{"name": "wafer", "deployment": CS3_8B}, {"name": "gpu", "deployment": H100_8B}],
         router={"rules": {"interactive": ["wafer"], "bulk": ["gpu"]}}, classes=classes, load=None, requests=None,
-        plan={"max_replicas": {"wafer": 1, "gpu": 2}, "replications": 1}, run=RUN,
+        plan={"max_replicas": {"wafer": 1, "gpu": 2}, "replications": 1}, run=RUN, cost={"basis": "ownership"},
     )  # fmt: skip
     result = plan_fleet(s, CATALOG)
     assert result.best_single is not None and result.best_single.counts == (1, 0)
