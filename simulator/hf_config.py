@@ -1,8 +1,12 @@
 """A model profile from a Hugging Face ``config.json`` on disk (no network).
 
-Read by ``model_type`` (``text_config`` for multimodal wrappers such as Llama 4):
+Read by ``model_type`` (``text_config`` for the multimodal wrappers ``llama4``, ``gemma3``,
+``qwen3_vl``, ``qwen3_vl_moe``; keys transformers defaults and published files omit, such as Gemma 3's
+vocabulary, from :data:`FAMILY_DEFAULTS`):
 
-- dense GQA: ``llama``, ``mistral``, ``qwen2``, ``qwen3`` (``num_hidden_layers``, ``hidden_size``,
+- dense GQA: ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``glm4``, ``gemma2`` / ``gemma3``
+  (local layers by ``layer_types``, else every other layer / all but each ``sliding_window_pattern``-th,
+  windowed to ``sliding_window``) (``num_hidden_layers``, ``hidden_size``,
   ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim`` or
   hidden / heads, ``vocab_size``, ``max_position_embeddings``, ``tie_word_embeddings``);
 - MoE: ``mixtral`` (``num_local_experts``, ``num_experts_per_tok``, experts of width
@@ -16,16 +20,27 @@ Read by ``model_type`` (``text_config`` for multimodal wrappers such as Llama 4)
   ``attention_chunk_size``: every layer but each ``no_rope_layers`` / 4th), ``glm4_moe``;
 - MoE with MLA: ``deepseek_v2``, ``deepseek_v3``, ``kimi_k2`` (``n_routed_experts``,
   ``n_shared_experts``, ``moe_intermediate_size``, ``first_k_dense_replace``, ``q_lora_rank``,
-  ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``).
+  ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``); ``deepseek_v32``
+  as V3 (its sparse-attention indexer, < 0.2 % of the weights, is not counted);
+- hybrid (``ModelSpec.hybrid``: KV on the attention layers only, the mixers' recurrent state per
+  sequence counted apart): ``falcon_h1`` (attention and Mamba-2 side by side in every layer),
+  ``nemotron_h`` (``hybrid_override_pattern``: M Mamba-2, * attention, - squared-ReLU FFN),
+  ``qwen3_next`` (Gated DeltaNet, full attention every ``full_attention_interval``-th layer; the
+  attention's output gate, < 0.2 % of the weights, is not counted; MoE as ``qwen2_moe``),
+  ``minimax`` / ``minimax_m1`` (lightning attention, softmax attention where ``attn_type_list`` is 1;
+  MoE as ``mixtral``).
 
 Precision is ``torch_dtype`` (``dtype``), or ``quantization_config`` (``fp8`` block-wise: linear
 layers FP8, embeddings, router and LM head BF16; ``mxfp4``: experts MXFP4, the rest BF16).
-``hf_repo`` is ``_name_or_path`` when that is a Hub id. The published size is the derived parameter
+``hf_repo`` is ``--hf-repo``, else ``_name_or_path`` when that is a Hub id, else a folder named
+``org--name``. ``Infinity`` and ``NaN`` tokens are read (the keys the profile takes must still be
+integers). The published size is the derived parameter
 count (``confidence: derived``): a config states no parameter count; where a
 ``model.safetensors.index.json`` sits beside it, its ``metadata.total_size`` is recorded as the
 checkpoint's bytes.
 
-An architecture not listed, or a key it needs missing, is a ConfigError naming the file and key.
+An architecture not listed is a ConfigError naming the decoder keys its config lacks; a key a listed
+one needs, missing, is a ConfigError naming the file and key.
 """
 
 from __future__ import annotations
@@ -44,10 +59,28 @@ from simulator.config.model import ModelSpec
 from simulator.errors import ConfigError
 from simulator.units import RANGES
 
-DENSE = ("llama", "mistral", "qwen2", "qwen3")
+DENSE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "glm4")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "glm4_moe")
 MLA = ("deepseek_v2", "deepseek_v3", "kimi_k2")
-SUPPORTED = (*DENSE, *MOE, *MLA, "llama4")
+HYBRID = ("falcon_h1", "nemotron_h", "qwen3_next", "minimax")
+#: Other names of the families above: the text models of multimodal wrappers, DeepSeek-V3.2 (V3's
+#: shapes; its sparse-attention indexer, < 0.2 % of the weights, is not counted), MiniMax-M1.
+ALIASES = {"gemma3_text": "gemma3", "qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3",
+           "qwen3_vl_moe": "qwen3_moe", "qwen3_vl": "qwen3", "deepseek_v32": "deepseek_v3",
+           "minimax_m1": "minimax", "minimax_text_01": "minimax"}  # fmt: skip
+#: Multimodal wrappers whose language model sits under ``text_config``, and its model_type when unnamed.
+WRAPPERS = {"llama4": "llama4_text", "gemma3": "gemma3_text", "qwen3_vl_moe": "qwen3_vl_moe_text",
+            "qwen3_vl": "qwen3_vl_text"}  # fmt: skip
+SUPPORTED = (*DENSE, *MOE, *MLA, *HYBRID, *WRAPPERS, *ALIASES)
+#: Keys transformers' config classes default, so published config.json files leave them out
+#: (Gemma 3's text_config states neither its vocabulary nor its context).
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3": {"vocab_size": 262_208, "max_position_embeddings": 131_072, "tie_word_embeddings": True,
+               "sliding_window_pattern": 6, "sliding_window": 4096},
+    "gemma2": {"tie_word_embeddings": True},
+}  # fmt: skip
+#: Keys any decoder needs; an unknown architecture's error names those its config lacks.
+DECODER_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size", "max_position_embeddings")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 #: Llama 4: every 4th layer has no RoPE and attends to everything (transformers' no_rope_layer_interval).
 LLAMA4_NOPE_INTERVAL = 4
@@ -108,6 +141,19 @@ def _precision(r: _Reader) -> tuple[str, dict[str, str]]:
     return _DTYPES[dtype], {}
 
 
+def _sliding_layers(r: _Reader, kind: str, layers: builtins.int) -> builtins.int:
+    """How many layers attend over the sliding window: ``layer_types`` where the config lists them,
+    else each family's rule (gpt-oss and Gemma 2: every other layer starting with the first; Gemma 3:
+    all but every ``sliding_window_pattern``-th)."""
+    types = r.strings("layer_types", layers)
+    if types is not None:
+        return sum(t == "sliding_attention" for t in types)
+    if kind == "gemma3":
+        pattern = r.int("sliding_window_pattern")
+        return sum(1 for i in range(layers) if (i + 1) % pattern)
+    return sum(1 for i in range(layers) if i % 2 == 0)  # gpt_oss, gemma2
+
+
 def _attention(r: _Reader, kind: str) -> dict[str, Any]:
     heads = r.int("num_attention_heads")
     kv_heads = r.int("num_key_value_heads", heads)
@@ -117,37 +163,112 @@ def _attention(r: _Reader, kind: str) -> dict[str, Any]:
                "qk_nope_head_dim": r.int("qk_nope_head_dim"), "qk_rope_head_dim": r.int("qk_rope_head_dim"),
                "v_head_dim": r.int("v_head_dim")}  # fmt: skip
         return {"kind": "mla", "num_heads": heads, "num_kv_heads": heads, "head_dim": mla["v_head_dim"], "mla": mla}
-    out: dict[str, Any] = {"kind": "gqa", "num_heads": heads, "num_kv_heads": kv_heads,
-                           "head_dim": r.int("head_dim", r.int("hidden_size") // heads)}  # fmt: skip
+    head_dim = r.int("head_dim", r.get("attention_head_dim") or r.int("hidden_size") // heads)
+    out: dict[str, Any] = {"kind": "gqa", "num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim}
     layers = r.int("num_hidden_layers")
-    if kind == "gpt_oss":
-        types = r.strings("layer_types", layers) or [
-            "sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)
-        ]
-        out |= {"sliding_window": r.int("sliding_window"),
-                "sliding_window_layers": sum(t == "sliding_attention" for t in types)}  # fmt: skip
+    if kind in ("gpt_oss", "gemma2", "gemma3"):
+        out |= {"sliding_window": r.int("sliding_window"), "sliding_window_layers": _sliding_layers(r, kind, layers)}
     elif kind == "llama4_text" and r.get("attention_chunk_size"):
         out |= {"sliding_window": r.int("attention_chunk_size"),
                 "sliding_window_layers": layers - layers // LLAMA4_NOPE_INTERVAL}  # fmt: skip
-    elif kind in ("mistral", "qwen2", "qwen3") and r.get("sliding_window") and r.get("use_sliding_window", True):
+    elif (
+        kind in ("mistral", "qwen2", "qwen3", "phi3") and r.get("sliding_window") and r.get("use_sliding_window", True)
+    ):
         window = r.int("sliding_window")
         if window < r.int("max_position_embeddings"):
             out |= {"sliding_window": window, "sliding_window_layers": layers}
     return out
 
 
+def _attention_flags(r: _Reader, key: str, layers: builtins.int, attention: object) -> list[bool]:
+    """Per layer, whether it is an attention layer: ``layer_types`` (``full_attention``) where listed,
+    else the integer list at ``key`` (MiniMax's ``attn_type_list``: 1 softmax attention, 0 linear)."""
+    types = r.strings("layer_types", layers)
+    if types is not None:
+        return [t in ("full_attention", "attention", "sliding_attention") for t in types]
+    flags = r.ints(key)
+    if len(flags) != layers:
+        raise ConfigError(f"{r.where}: {r.prefix}{key}: expected {layers} entries, one per layer, got {len(flags)}")
+    return [f == attention for f in flags]
+
+
+def _mamba2(
+    width: builtins.int,
+    heads: builtins.int,
+    groups: builtins.int,
+    state: builtins.int,
+    kernel: builtins.int,
+    hidden: builtins.int,
+) -> tuple[float, float]:
+    """Parameters of one Mamba-2 mixer and the elements of its per-sequence state.
+
+    ``in_proj``: hidden x (2 d_inner + 2 groups d_state + heads) (z, x, B, C, dt); depthwise conv of
+    ``kernel`` taps over the ``d_inner + 2 groups d_state`` channels; ``out_proj``: d_inner x hidden;
+    A, D and dt bias per head. State: the SSM's ``d_inner x d_state`` plus the convolution's last
+    ``kernel - 1`` inputs of every channel.
+    """  # fmt: skip
+    conv_channels = width + 2 * groups * state
+    params = hidden * (width + conv_channels + heads) + conv_channels * kernel + width * hidden + 3 * heads
+    return float(params), float(width * state + conv_channels * (kernel - 1))
+
+
+def _hybrid(r: _Reader, kind: str) -> tuple[dict[str, Any], builtins.int]:
+    """The hybrid block of a model mixing attention with a recurrent mixer, and its FFN matrices."""
+    layers, hidden = r.int("num_hidden_layers"), r.int("hidden_size")
+    if kind == "falcon_h1":  # attention and Mamba-2 side by side in every layer, then the FFN
+        width = r.get("mamba_d_ssm") or r.int("mamba_expand", 2) * hidden
+        params, state = _mamba2(width, r.int("mamba_n_heads"), r.int("mamba_n_groups", 1), r.int("mamba_d_state"),
+                                r.int("mamba_d_conv", 4), hidden)  # fmt: skip
+        return {"attention_layers": layers, "mixer_layers": layers, "mixer_params": params,
+                "state_elements_per_sequence": layers * state}, 3  # fmt: skip
+    if kind == "nemotron_h":  # one of Mamba-2 (M), attention (*), FFN (-) per layer
+        pattern = r.get("hybrid_override_pattern")
+        if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*-"):
+            raise ConfigError(f"{r.where}: {r.prefix}hybrid_override_pattern: expected {layers} characters of "
+                              f"M (Mamba-2), * (attention), - (FFN), got {pattern!r}")  # fmt: skip
+        heads = r.int("mamba_num_heads")
+        params, state = _mamba2(heads * r.int("mamba_head_dim"), heads, r.int("n_groups", 1), r.int("ssm_state_size"),
+                                r.int("conv_kernel", 4), hidden)  # fmt: skip
+        mixers = pattern.count("M")
+        block = {"attention_layers": pattern.count("*"), "mixer_layers": mixers, "mixer_params": params,
+                 "ffn_layers": pattern.count("-"), "state_elements_per_sequence": mixers * state}  # fmt: skip
+        return block, 2 if r.get("mlp_hidden_act", "relu2") == "relu2" else 3
+    if kind == "qwen3_next":  # Gated DeltaNet on 3 of 4 layers
+        types = r.strings("layer_types", layers)
+        interval = r.int("full_attention_interval", 4)
+        attention = (
+            [t == "full_attention" for t in types] if types else [(i + 1) % interval == 0 for i in range(layers)]
+        )
+        key_width = r.int("linear_num_key_heads") * r.int("linear_key_head_dim")
+        value_heads, value_dim = r.int("linear_num_value_heads"), r.int("linear_value_head_dim")
+        value_width, kernel = value_heads * value_dim, r.int("linear_conv_kernel_dim", 4)
+        conv_channels = 2 * key_width + value_width
+        # in_proj_qkvz, in_proj_ba (beta and decay per value head), conv, out_proj, A and dt bias
+        params = hidden * (2 * key_width + 2 * value_width + 2 * value_heads) + conv_channels * kernel
+        params += value_width * hidden + 2 * value_heads
+        state = value_heads * r.int("linear_key_head_dim") * value_dim + conv_channels * (kernel - 1)
+    else:  # minimax: lightning (linear) attention, softmax attention on the layers attn_type_list marks 1
+        attention = _attention_flags(r, "attn_type_list", layers, 1)
+        heads, head_dim = r.int("num_attention_heads"), r.int("head_dim", hidden // r.int("num_attention_heads"))
+        # q, k, v, output gate and out projections; state: a head_dim x head_dim matrix per head
+        params, state = 5 * hidden * heads * head_dim, heads * head_dim * head_dim
+    mixers = layers - sum(attention)
+    return {"attention_layers": sum(attention), "mixer_layers": mixers, "mixer_params": float(params),
+            "state_elements_per_sequence": float(mixers * state)}, 3  # fmt: skip
+
+
 def _moe(r: _Reader, kind: str) -> tuple[dict[str, Any] | None, int | None]:
     """The MoE block and the dense FFN width (None when no layer is dense)."""
     layers = r.int("num_hidden_layers")
-    if kind in DENSE:
+    if kind in (*DENSE, "falcon_h1", "nemotron_h"):
         return None, r.int("intermediate_size")
-    if kind in ("mixtral", "gpt_oss"):
+    if kind in ("mixtral", "gpt_oss", "minimax"):
         per_token = r.int("num_experts_per_tok", r.get("experts_per_token"))
         block = {"num_routed_experts": r.int("num_local_experts"), "num_shared_experts": 0,
                  "experts_per_token": per_token, "expert_intermediate_size": r.int("intermediate_size"),
                  "num_moe_layers": layers}  # fmt: skip
         return block, None
-    if kind in ("qwen2_moe", "qwen3_moe"):
+    if kind in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
         width = r.int("moe_intermediate_size")
         step = r.int("decoder_sparse_step", 1)
         dense_only = set(r.ints("mlp_only_layers"))
@@ -196,10 +317,25 @@ def _flag(value: object, where: str) -> bool:
     return value
 
 
-def _repo(data: Mapping[str, Any]) -> str | None:
-    """``_name_or_path`` when it is a Hub id (``org/name``), which ``infersim import`` matches result files by."""
+_HUB_ID = r"[\w.-]+/[\w.-]+"
+
+
+def _repo(path: Path, data: Mapping[str, Any], hf_repo: str | None) -> str | None:
+    """The Hub id ``infersim import`` matches result files by: ``hf_repo`` when given, else
+    ``_name_or_path`` when it is a Hub id (``org/name``), else a folder named ``org--name`` (the Hub
+    cache's ``models--org--name/snapshots/<commit>/`` included)."""
+    if hf_repo is not None:
+        if not re.fullmatch(_HUB_ID, hf_repo):
+            raise ConfigError(f"--hf-repo: expected a Hub id such as Qwen/Qwen3-8B, got {hf_repo!r}")
+        return hf_repo
     name = data.get("_name_or_path")
-    return name if isinstance(name, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", name) else None
+    if isinstance(name, str) and re.fullmatch(_HUB_ID, name):
+        return name
+    folder = path.resolve().parent
+    if folder.parent.name == "snapshots":
+        folder = folder.parent.parent
+    found = re.fullmatch(r"(?:models--)?([\w.]+(?:-[\w.]+)*?)--([\w.-]+)", folder.name)
+    return f"{found[1]}/{found[2]}" if found else None
 
 
 def _profile_id(path: Path, data: Mapping[str, Any]) -> str:
@@ -207,28 +343,45 @@ def _profile_id(path: Path, data: Mapping[str, Any]) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", base.lower()).strip("-") or "model"
 
 
-def profile_from_config(path: Path, name: str | None = None) -> ModelSpec:
-    """The model profile of a ``config.json`` (module docstring)."""
-    where = str(path)
-    data = read_json(path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a JSON object (a Hugging Face config.json)")
+def _language_model(data: dict[str, Any], where: str) -> tuple[_Reader, str]:
+    """The reader of the language model's keys (a multimodal wrapper's ``text_config``) and its family."""
     kind = data.get("model_type")
-    if kind == "llama4":
+    if kind in WRAPPERS and "text_config" in data:
         text = data.get("text_config")
         if not isinstance(text, dict):
-            raise ConfigError(f"{where}: text_config: missing (expected Llama 4's text model config)")
-        r, kind = _Reader(text, where, "text_config."), "llama4_text"
-    else:
-        r = _Reader(data, where)
-    if kind not in SUPPORTED:
+            raise ConfigError(f"{where}: text_config: expected the language model's config (a JSON object)")
+        inner = text.get("model_type") or WRAPPERS[kind]
+        family = ALIASES.get(inner, inner)
+        return _Reader(FAMILY_DEFAULTS.get(family, {}) | text, where, "text_config."), family
+    if kind == "llama4":
+        raise ConfigError(f"{where}: text_config: missing (expected Llama 4's text model config)")
+    if not isinstance(kind, str) or ALIASES.get(kind, kind) not in SUPPORTED:
+        missing = [k for k in DECODER_KEYS if k not in data]
+        lacks = f"; of a decoder's keys it lacks {missing}" if missing else ""
         raise ConfigError(f"{where}: model_type: {kind!r} is not an architecture infersim reads (expected one of "
-                          f"{list(SUPPORTED)}); write the profile by hand (model_profiles/README)")  # fmt: skip
-    native, by_group = _precision(r) if kind != "llama4_text" else _precision(_Reader(data, where))
+                          f"{list(SUPPORTED)}){lacks}; write the profile by hand (model_profiles/README)")  # fmt: skip
+    family = ALIASES.get(kind, kind)
+    return _Reader(FAMILY_DEFAULTS.get(family, {}) | data, where), family
+
+
+def profile_from_config(path: Path, name: str | None = None, hf_repo: str | None = None) -> ModelSpec:
+    """The model profile of a ``config.json`` (module docstring).
+
+    ``Infinity`` and ``NaN`` (Python's JSON writes them: Nemotron-H's ``time_step_limit``) are read;
+    every key the profile takes is checked to be a finite integer or a known name.
+    """
+    where = str(path)
+    data = read_json(path, allow_nonfinite=True)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a JSON object (a Hugging Face config.json)")
+    r, kind = _language_model(data, where)
+    has_precision = any(k in data for k in ("torch_dtype", "dtype", "quantization_config"))
+    native, by_group = _precision(_Reader(data, where) if has_precision else r)
     moe, dense_width = _moe(r, kind)
+    hybrid, ffn_matrices = _hybrid(r, kind) if kind in HYBRID else (None, 3)
     ident = name or _profile_id(path, data)
     fields: dict[str, Any] = {
-        "id": ident, "name": ident, "hf_repo": _repo(data),
+        "id": ident, "name": ident, "hf_repo": _repo(path, data, hf_repo),
         "sources": {"config": f"{path.name} ({', '.join(_architectures(data, kind))})"},
         "num_layers": r.int("num_hidden_layers"), "hidden_size": r.int("hidden_size"),
         "intermediate_size": dense_width, "vocab_size": r.int("vocab_size"),
@@ -236,6 +389,7 @@ def profile_from_config(path: Path, name: str | None = None) -> ModelSpec:
                                      f"{where}: tie_word_embeddings"),
         "max_context_tokens": r.int("max_position_embeddings"), "native_precision": native,
         "precision_by_group": by_group, "attention": _attention(r, kind), "moe": moe,
+        "ffn_matrices": ffn_matrices, "hybrid": hybrid,
         "published": {"params_total": {"value": 1.0, "source": "config", "confidence": "derived"},
                       "params_active": {"value": 1.0, "source": "config", "confidence": "derived"}},
         "notes": f"imported from {path.name} by infersim models import; parameter counts derived from its shapes",

@@ -2,12 +2,19 @@
 
 Assumptions (stated once, used everywhere):
 
-- Gated FFN (SwiGLU): three matrices of ``hidden x intermediate``; a shared expert has the
-  routed experts' width. Biases, norms and rotary tables are ignored (< 0.1 % of weights).
+- Gated FFN (SwiGLU): three matrices of ``hidden x intermediate`` (``ffn_matrices``: two for a
+  plain FFN); a shared expert has the routed experts' width. Biases, norms and rotary tables
+  are ignored (< 0.1 % of weights).
 - GQA attention: q and o are ``hidden x heads*head_dim``, k and v ``hidden x kv_heads*head_dim``.
 - MLA (DeepSeek): low-rank q and kv projections; the KV cache holds the ``kv_lora_rank``
   latent plus the decoupled rope key per token and layer; attention runs in the absorbed form
   (scores over ``kv_lora_rank + qk_rope_head_dim``, values over ``kv_lora_rank``).
+- Hybrid stacks (``model.hybrid``): the per-layer shapes are averages over ``num_layers``, so that
+  ``num_layers x`` a shape is the stack's sum: attention params
+  ``(attention_layers x attention + mixer_layers x mixer_params) / num_layers``, KV elements per
+  token ``attention_layers / num_layers`` of an attention layer's, dense FFN params
+  ``dense layers / (num_layers - MoE layers)`` of one FFN's. The mixers' per-sequence state is
+  not KV (``hybrid.state_elements_per_sequence``).
 - The LM head is read every step; the input embedding is a row lookup (stored, not streamed).
 - MoE routing is uniform and independent across tokens, so among T routed tokens the
   expected number of distinct experts hit is ``E * (1 - (1 - k/E)**T)``.
@@ -20,9 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from simulator.analytic.precision import BYTES_PER_ELEMENT
+from simulator.config.base import Precision
 from simulator.config.model import ModelSpec, TensorGroup
 
-GATED_FFN_MATRICES = 3  # gate, up, down (SwiGLU)
 FLOPS_PER_MAC = 2
 
 
@@ -36,7 +44,7 @@ class LayerShapes:
     router_params: float  # per MoE layer
     embedding_params: float  # input embedding table
     lm_head_params: float  # output projection (0 extra storage when tied)
-    kv_elements_per_token: float  # per layer, K and V (or MLA latent + rope key)
+    kv_elements_per_token: float  # per layer (hybrids: averaged), K and V (or MLA latent + rope key)
     attention_score_dim: float  # per head: q.k dot-product length
     attention_value_dim: float  # per head: width of the weighted value sum
     num_heads: int
@@ -68,11 +76,21 @@ def layer_shapes(model: ModelSpec) -> LayerShapes:
         kv_elements = float(2 * kv_width)
         score_dim = value_dim = float(attn.head_dim)
     moe = model.moe
+    dense_ffn_params = float(model.ffn_matrices * h * (model.intermediate_size or 0))
+    hybrid = model.hybrid
+    if hybrid is not None:
+        layers = model.num_layers
+        attention_params = (
+            hybrid.attention_layers * attention_params + hybrid.mixer_layers * hybrid.mixer_params
+        ) / layers
+        kv_elements *= hybrid.attention_layers / layers
+        plain_layers = layers - (moe.num_moe_layers if moe else 0)
+        dense_ffn_params *= model.num_dense_layers / plain_layers if plain_layers else 0.0
     embedding = float(model.vocab_size * h)
     return LayerShapes(
         attention_params=attention_params,
-        dense_ffn_params=float(GATED_FFN_MATRICES * h * (model.intermediate_size or 0)),
-        expert_params=float(GATED_FFN_MATRICES * h * moe.expert_intermediate_size) if moe else 0.0,
+        dense_ffn_params=dense_ffn_params,
+        expert_params=float(model.ffn_matrices * h * moe.expert_intermediate_size) if moe else 0.0,
         router_params=float(h * moe.num_routed_experts) if moe else 0.0,
         embedding_params=embedding,
         lm_head_params=embedding,
@@ -81,6 +99,11 @@ def layer_shapes(model: ModelSpec) -> LayerShapes:
         attention_value_dim=value_dim,
         num_heads=attn.num_heads,
     )
+
+
+def _plain_layers(model: ModelSpec) -> int:
+    """Layers without an MoE FFN: the layers a (hybrid-averaged) dense FFN shape is summed over."""
+    return model.num_layers - (model.moe.num_moe_layers if model.moe else 0)
 
 
 def moe_layer_params(model: ModelSpec, shapes: LayerShapes) -> float:
@@ -99,7 +122,7 @@ def group_params(model: ModelSpec) -> dict[TensorGroup, float]:
     experts = (moe.num_routed_experts + moe.num_shared_experts) if moe else 0
     return {
         "attention": model.num_layers * s.attention_params,
-        "dense_ffn": model.num_dense_layers * s.dense_ffn_params,
+        "dense_ffn": _plain_layers(model) * s.dense_ffn_params,
         "experts": moe_layers * experts * s.expert_params,
         "router": moe_layers * s.router_params,
         "embeddings": s.embedding_params,
@@ -120,7 +143,7 @@ def active_group_params(model: ModelSpec) -> dict[TensorGroup, float]:
     moe_layers = moe.num_moe_layers if moe else 0
     return {
         "attention": model.num_layers * s.attention_params,
-        "dense_ffn": model.num_dense_layers * s.dense_ffn_params,
+        "dense_ffn": _plain_layers(model) * s.dense_ffn_params,
         "experts": moe_layers * (moe.experts_per_token + moe.num_shared_experts) * s.expert_params if moe else 0.0,
         "router": moe_layers * s.router_params,
         "embeddings": 0.0,
@@ -165,3 +188,10 @@ def kv_tokens_held(model: ModelSpec, context_tokens: npt.ArrayLike) -> npt.NDArr
     full_layers = model.num_layers - attn.sliding_window_layers
     windowed = np.minimum(ctx, attn.sliding_window) if attn.sliding_window else ctx
     return full_layers * ctx + attn.sliding_window_layers * windowed
+
+
+def kv_bytes_per_token(model: ModelSpec, precision: Precision = "bf16") -> float:
+    """Bytes of KV cache one token of context adds, all layers, in ``precision`` (the serving stacks'
+    default KV cache is 16-bit): ``num_layers x kv_elements_per_token x bytes per element`` (hybrids:
+    the attention layers only; sliding windows do not change the per-token figure)."""
+    return model.num_layers * layer_shapes(model).kv_elements_per_token * BYTES_PER_ELEMENT[precision]

@@ -238,18 +238,19 @@ def models_import(args: argparse.Namespace) -> int:
 
     from simulator.hf_config import profile_from_config
 
-    profile: ModelSpec = profile_from_config(args.config, args.name)
+    profile: ModelSpec = profile_from_config(args.config, args.name, args.hf_repo)
     out = ResultsFolder(args.out or Path("runs") / f"model-{profile.id}", "models-import", args.overwrite)
     text = yaml.safe_dump(profile.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
     out.write({f"{profile.id}.yaml": text})
-    from simulator.analytic.architecture import active_params, total_params
+    from simulator.analytic.architecture import active_params, kv_bytes_per_token, total_params
 
-    total, active = total_params(profile), active_params(profile)
+    total, active, kv = total_params(profile), active_params(profile), kv_bytes_per_token(profile)
     if args.json:
         print(json_text({"file": str(out.path / f"{profile.id}.yaml"), "total_params": total, "active_params": active,
-                         "profile": profile.model_dump(mode="json")}), end="")  # fmt: skip
+                         "kv_bytes_per_token": kv, "profile": profile.model_dump(mode="json")}), end="")  # fmt: skip
         return 0
-    print(f"{profile.id}: {total / 1e9:.2f} B parameters, {active / 1e9:.2f} B active")
+    print(f"{profile.id}: {total / 1e9:.2f} B parameters, {active / 1e9:.2f} B active, "
+          f"{kv:,.0f} B of KV per token (bf16)")  # fmt: skip
     print(f"wrote {profile.id}.yaml to {out.path} (use it with --model-dir {out.path})")
     return 0
 

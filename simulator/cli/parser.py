@@ -314,5 +314,10 @@ def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     p.add_argument("action", choices=("import",), help="import: build a profile from config.json")
     p.add_argument("config", type=Path, help="a config.json on disk (no network)")
     p.add_argument("--name", help="profile id (default: from the file's folder or model type)")
+    p.add_argument(
+        "--hf-repo",
+        help="the Hub id result files name the model by (default: the config's "
+        "_name_or_path, or a folder named org--name)",
+    )
     _add_output(p, "runs/model-<id>")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")

@@ -1,7 +1,9 @@
 """Model profiles: architecture facts from each model's published config.json.
 
 Dense and MoE (routed + shared experts, experts per token, dense layers interleaved), GQA and
-MLA attention (DeepSeek's compressed KV), sliding-window layers (gpt-oss). Parameter counts are
+MLA attention (DeepSeek's compressed KV), sliding-window layers (gpt-oss), hybrid layer stacks
+(:class:`HybridSpec`: attention on some layers, a state-space or linear-attention mixer on others,
+an FFN on some or all). Parameter counts are
 *derived* from these facts by :mod:`simulator.analytic.architecture`; the published totals
 are kept beside them so a test can check the derivation.
 """
@@ -83,6 +85,25 @@ class MoESpec(Spec):
         return self
 
 
+class HybridSpec(Spec):
+    """A layer stack mixing attention with a recurrent token mixer (Mamba-2, linear attention).
+
+    Of ``num_layers``, ``attention_layers`` carry attention and its KV cache, ``mixer_layers`` a
+    recurrent mixer of ``mixer_params`` parameters each (a layer may hold both: Falcon-H1 runs them in
+    parallel), ``ffn_layers`` an FFN (Nemotron-H gives attention, mixer and FFN a layer each). The mixers
+    keep a fixed-size state per sequence, ``state_elements_per_sequence`` over all mixer layers,
+    counted apart from the KV cache (it does not grow with the context).
+    """
+
+    attention_layers: Annotated[int, Field(ge=0)] = Field(description="layers with attention (and KV)")
+    mixer_layers: Annotated[int, Field(ge=0)] = Field(description="layers with a recurrent mixer")
+    mixer_params: Annotated[float, Field(ge=0)] = Field(description="parameters of one mixer layer")
+    ffn_layers: Annotated[int, Field(ge=0)] | None = Field(None, description="layers with an FFN; empty: every layer")
+    state_elements_per_sequence: Annotated[float, Field(ge=0)] = Field(
+        description="recurrent state (SSM / linear-attention state and convolution window), all mixer layers"
+    )
+
+
 class PublishedSize(Spec):
     params_total: Sourced[Annotated[float, Field(gt=0)]] = Field(description="parameters")
     params_active: Sourced[Annotated[float, Field(gt=0)]] = Field(description="per token")
@@ -114,6 +135,10 @@ class ModelSpec(Profile):
     )
     attention: AttentionSpec
     moe: MoESpec | None = None
+    ffn_matrices: Literal[2, 3] = Field(
+        3, description="matrices per FFN (expert): 3 gated (SwiGLU, GeGLU), 2 plain (Nemotron-H's squared ReLU)"
+    )
+    hybrid: HybridSpec | None = None
     published: PublishedSize
     notes: str = ""
 
@@ -122,10 +147,18 @@ class ModelSpec(Profile):
         moe_layers = self.moe.num_moe_layers if self.moe else 0
         if moe_layers > self.num_layers:
             raise ValueError("moe.num_moe_layers cannot exceed num_layers")
-        if moe_layers < self.num_layers and self.intermediate_size is None:
+        if self.num_dense_layers and self.intermediate_size is None:
             raise ValueError("dense layers need intermediate_size")
         if self.attention.sliding_window_layers > self.num_layers:
             raise ValueError("attention.sliding_window_layers cannot exceed num_layers")
+        if self.hybrid is not None:
+            h = self.hybrid
+            if max(h.attention_layers, h.mixer_layers, h.ffn_layers or 0) > self.num_layers:
+                raise ValueError("hybrid: attention_layers, mixer_layers and ffn_layers cannot exceed num_layers")
+            if h.attention_layers < self.num_layers and self.attention.sliding_window_layers:
+                raise ValueError("hybrid: sliding-window layers with attention on only some layers are not modelled")
+            if h.ffn_layers is not None and h.ffn_layers < moe_layers:
+                raise ValueError("hybrid.ffn_layers cannot be fewer than moe.num_moe_layers")
         sources = {self.published.params_total.source, self.published.params_active.source}
         if self.published.checkpoint_bytes is not None:
             sources.add(self.published.checkpoint_bytes.source)
@@ -140,7 +173,9 @@ class ModelSpec(Profile):
 
     @property
     def num_dense_layers(self) -> int:
-        return self.num_layers - (self.moe.num_moe_layers if self.moe else 0)
+        """Layers with a dense FFN: those with an FFN (every layer unless ``hybrid`` says) less the MoE ones."""
+        ffn_layers = self.hybrid.ffn_layers if self.hybrid and self.hybrid.ffn_layers is not None else self.num_layers
+        return ffn_layers - (self.moe.num_moe_layers if self.moe else 0)
 
 
 #: A model profile by id, or the profile itself (inline, as a resolved scenario writes it).
