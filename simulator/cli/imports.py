@@ -61,6 +61,21 @@ def _model_for(name: str | None, cat: Catalog, source: str) -> str:
                       f"`infersim models import config.json` (then --model-dir)")  # fmt: skip
 
 
+def _repo_key(text: str) -> str:
+    """A Hub id as result files write it: case, an -Instruct suffix and a local snapshot folder aside."""
+    return text.lower().rstrip("/").rsplit("/", 2)[-1].removesuffix("-instruct")
+
+
+def _warn_if_other_model(given: str | None, stated: str | None, cat: Catalog, source: str) -> None:
+    """Warn when ``--model`` names a profile whose ``hf_repo`` is not the model the file states."""
+    if not given or not stated:
+        return
+    repo = cat.model(given).hf_repo
+    if repo and _repo_key(repo) != _repo_key(stated):
+        warnings.warn(f"{source}: the file states model {stated!r}, but --model {given} is {repo!r}; "
+                      "the rows compare against the profile given", InfersimWarning, stacklevel=1)  # fmt: skip
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:80]
 
@@ -89,6 +104,7 @@ def import_command(args: argparse.Namespace) -> int:
             if run.load is None and run.per_request is None:
                 raise ConfigError(f"refused: {run.refusal}")
             model = args.model or _model_for(run.model_name, cat, run.source)
+            _warn_if_other_model(args.model, run.model_name, cat, run.source)
             weights = args.weights or cat.model(model).native_precision
             deployment = Deployment(args.hardware, model, weights, args.chips, args.layout or "", args.stack or "",
                                     args.spec_decoding, args.replicas)  # fmt: skip
@@ -113,7 +129,13 @@ def import_command(args: argparse.Namespace) -> int:
                 "input_tokens_mean": run.input_tokens_mean, "output_tokens_mean": run.output_tokens_mean,
                 "metrics": {m: {"field": s.field, **s.values} for m, s in run.metrics.items()},
             }  # fmt: skip
-            if run.per_request is not None:
+            replayable = run.per_request is not None and not (
+                run.per_request.arrival_s is None and run.load is not None and run.load.kind == "closed"
+            )
+            if run.per_request is not None and not replayable:
+                entry["notes"] = [*run.notes, "a closed loop without recorded send times: no replay trace "
+                                  "(vLLM clients that record start_times give one)"]  # fmt: skip
+            if replayable and run.per_request is not None:
                 entry |= {"trace": f"traces/{run_id}.jsonl", "measured": f"measured/{run_id}.csv", "seed": args.seed,
                           "scenario": f"scenarios/{run_id}.yaml"}  # fmt: skip
                 files[f"traces/{run_id}.jsonl"] = trace_lines(run, args.seed)

@@ -6,8 +6,9 @@ One module per format (each documents the fields it reads, its units and its qui
 GenAI-Perf's export and AIPerf's per-request JSONL) and :mod:`~simulator.importers.guidellm`.
 The metric-name mapping between the tools is :data:`~simulator.importers.common.METRIC_NAMES`.
 
-:func:`read_file` parses a file once (JSON, or JSON lines; SGLang's bare ``Infinity`` is
-admitted), picks the format by the keys it carries (or checks the one named) and returns its
+:func:`read_file` parses a file once (JSON, JSON lines, or YAML for a ``.yaml`` / ``.yml`` file:
+GuideLLM's ``benchmarks.yaml``; SGLang's bare ``Infinity`` is admitted), picks the format by the
+keys it carries (or checks the one named) and returns its
 runs. A file no format recognises, or a damaged one, is a ConfigError naming the file and
 the field; so is a run whose figures no server produces (negative, zero or 1000x-off statistics,
 TTFT after E2E: :func:`simulator.importers.checks.check_plausible`).
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from simulator.config.files import parse_json, read_text
+from simulator.config.files import parse_json, parse_yaml, read_text
 from simulator.errors import ConfigError
 from simulator.importers import aiperf, guidellm, inference_perf, sglang_bench, vllm_bench
 from simulator.importers.common import ImportedRun
@@ -63,7 +64,10 @@ def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
     document: object = None
     lines: list[tuple[str, object]] | None = None
     try:
-        document = parse_json(text, source, allow_nonfinite=True)
+        if path.suffix.lower() in (".yaml", ".yml"):  # GuideLLM's benchmarks.yaml
+            document = parse_yaml(text, source)
+        else:
+            document = parse_json(text, source, allow_nonfinite=True)
     except ConfigError as whole_error:
         if len(text.strip().splitlines()) < 2:
             raise

@@ -1,10 +1,17 @@
 """NVIDIA AIPerf (and GenAI-Perf, its predecessor) exports.
 
+Versions: AIPerf 0.1 to 0.11 and later (``aiperf_version``), GenAI-Perf 0.0.x (no version field).
+
 ``profile_export_aiperf.json`` / ``profile_export_genai_perf.json``: each metric an object with
 ``unit`` (``ms``, ``tokens/sec``, ...) and statistics ``avg``, ``std``, ``min``, ``max``,
 ``count``, ``pNN``. AIPerf's ``inter_token_latency`` is (e2e - ttft) / (n - 1) per request:
 vLLM's TPOT (infersim ``tpot_s``). The load is ``input_config.loadgen``: ``concurrency``
-(closed loop) or ``request_rate`` (Poisson, AIPerf's default rate mode). A run that replays a
+(closed loop) or ``request_rate`` (Poisson, AIPerf's default rate mode); a load described as
+``phases`` (a list under ``input_config.loadgen`` or ``input_config``) is read from its one
+non-warm-up phase; GenAI-Perf states it as ``input_config.perf_analyzer.stimulus``. The mean input
+length is ``input_sequence_length``, else ``usage_prompt_tokens`` (the server's count), else
+``total_isl / request_count``. An empty ``input.file`` (GenAI-Perf writes ``""`` for synthetic
+prompts) names no dataset. A run that replays a
 dataset of multi-turn sessions (``input.public_dataset``, ``use_end_to_start_delays``) has
 prompts growing turn by turn and delays between them: fixed-length rows cannot reproduce it,
 so its summary is refused, and its per-request export replays it instead.
@@ -72,20 +79,53 @@ def _metric(data: Mapping[str, object], key: str, where: str) -> Stats:
     return Stats(values, key)
 
 
+def _warmup(phase: Mapping[str, object]) -> bool:
+    return any("warmup" in str(phase.get(k, "")).lower() for k in ("type", "name", "phase"))
+
+
+def _load_node(data: Mapping[str, object], where: str) -> tuple[Mapping[str, object], str]:
+    """The object stating the load and its path: AIPerf's ``loadgen``, the one non-warm-up entry of its
+    ``phases``, or GenAI-Perf's ``perf_analyzer.stimulus``."""
+    for path in ("input_config.loadgen.phases", "input_config.phases"):
+        phases = optional(data, path)
+        if isinstance(phases, list):
+            measured = [(i, p) for i, p in enumerate(phases)
+                        if isinstance(p, Mapping) and not _warmup(p)]  # fmt: skip
+            if len(measured) != 1:
+                raise ConfigError(f"{where}: {path}: expected one phase besides warm-up, got {len(measured)}")
+            return measured[0][1], f"{path}.{measured[0][0]}"
+    for path in ("input_config.loadgen", "input_config.perf_analyzer.stimulus"):
+        node = optional(data, path)
+        if isinstance(node, Mapping) and ("concurrency" in node or "request_rate" in node):
+            return node, path
+    return {}, "input_config.loadgen"
+
+
 def _load(data: Mapping[str, object], where: str) -> tuple[Load | None, str]:
-    dataset = optional(data, "input_config.input.public_dataset") or optional(data, "input_config.input.file")
+    dataset = optional(data, "input_config.input.public_dataset") or optional(data, "input_config.input.file") or None
     if dataset is not None or optional(data, "input_config.input.use_end_to_start_delays"):
         return None, (f"{where}: input_config.input: replays the sessions of {dataset!r} (prompts growing turn "
                       "by turn, delays between turns), which fixed-length rows cannot reproduce; import the "
                       "per-request profile_export.jsonl beside it to replay them")  # fmt: skip
-    concurrency = optional(data, "input_config.loadgen.concurrency")
-    rate = optional(data, "input_config.loadgen.request_rate")
+    node, path = _load_node(data, where)
+    concurrency, rate = node.get("concurrency"), node.get("request_rate")
     count = whole(data, "request_count.avg", where, minimum=1)
     if rate is not None and concurrency is None:
-        return Load("poisson", requests=count, rate_per_s=num(data, "input_config.loadgen.request_rate", where)), ""
+        return Load("poisson", requests=count, rate_per_s=num(node, "request_rate", f"{where}: {path}")), ""
     if concurrency is not None and rate is None:
-        return Load("closed", concurrency=whole(data, "input_config.loadgen.concurrency", where, minimum=1)), ""
-    return None, f"{where}: input_config.loadgen: expected exactly one of concurrency or request_rate"
+        return Load("closed", concurrency=whole(node, "concurrency", f"{where}: {path}", minimum=1)), ""
+    return None, f"{where}: {path}: expected exactly one of concurrency or request_rate"
+
+
+def _input_tokens_mean(data: Mapping[str, object], where: str) -> float:
+    """The mean prompt length: the client's count, else the server's, else the total over the requests."""
+    for key in ("input_sequence_length.avg", "usage_prompt_tokens.avg"):
+        if optional(data, key) is not None:
+            return num(data, key, where, minimum=1.0)
+    if optional(data, "total_isl.avg") is not None:
+        return num(data, "total_isl.avg", where, minimum=1.0) / whole(data, "request_count.avg", where, minimum=1)
+    raise ConfigError(f"{where}: input_sequence_length: missing, and neither usage_prompt_tokens nor total_isl "
+                      "states the prompt lengths")  # fmt: skip
 
 
 def read(data: object, where: str) -> list[ImportedRun]:
@@ -99,7 +139,7 @@ def read(data: object, where: str) -> list[ImportedRun]:
             source=where,
             format=FORMAT,
             model_name=str(models[0]) if isinstance(models, list) and models else None,
-            input_tokens_mean=num(data, "input_sequence_length.avg", where, minimum=1.0),
+            input_tokens_mean=_input_tokens_mean(data, where),
             output_tokens_mean=num(data, "output_sequence_length.avg", where, minimum=1.0),
             metrics=metrics,
             load=load,

@@ -1,8 +1,12 @@
-"""GuideLLM's ``benchmarks.json`` (the report of ``guidellm benchmark``, schema of v0.3), built from its
-published schema: no real file with its hardware stated was found to test it on.
+"""GuideLLM's ``benchmarks.json`` / ``benchmarks.yaml`` (the report of ``guidellm benchmark``), versions
+0.3 to 0.8, built from their published schemas: no real file with its hardware stated was found to
+test it on. 0.3 states each benchmark's strategy under ``args.strategy``; 0.4 and later under the
+benchmark's own ``config.strategy`` (``args`` then names the run's settings); both are read. The
+YAML report carries the same tree.
 
 ``benchmarks``: one entry per strategy run. Its ``metrics`` hold distributions under
-``successful`` (``mean``, ``median``, ``std_dev``, ``min``, ``max``, ``count`` and
+``successful`` (``mean``, ``median`` (infersim ``p50`` where no ``percentiles.p50``), ``std_dev``,
+``min``, ``max``, ``count`` and
 ``percentiles`` ``p50``..``p999``) of ``time_to_first_token_ms``, ``inter_token_latency_ms``
 (GuideLLM's ITL is (e2e - ttft) / (n - 1): vLLM's TPOT, infersim ``tpot_s``),
 ``time_per_output_token_ms`` (e2e / n: infersim ``normalized_tpot_s``), ``request_latency``
@@ -17,14 +21,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from simulator.errors import ConfigError
-from simulator.importers.common import MS_PER_S, ImportedRun, Load, Stats, get, num, optional, whole
+from simulator.importers.common import MS_PER_S, ImportedRun, Load, Stats, num, optional, whole
 
 FORMAT = "guidellm"
 #: metric key -> (infersim metric, factor to SI)
 _METRICS = {"time_to_first_token_ms": ("ttft_s", 1 / MS_PER_S), "inter_token_latency_ms": ("tpot_s", 1 / MS_PER_S),
             "time_per_output_token_ms": ("normalized_tpot_s", 1 / MS_PER_S), "request_latency": ("e2e_s", 1.0),
             "output_tokens_per_second": ("output_tok_s", 1.0)}  # fmt: skip
-_STAT = {"count": "count", "mean": "mean", "std_dev": "std", "min": "min", "max": "max"}
+_STAT = {"count": "count", "mean": "mean", "median": "p50", "std_dev": "std", "min": "min", "max": "max"}
+#: Where each version states a benchmark's strategy.
+_STRATEGY_AT = ("config.strategy", "args.strategy")
+SUPPORTED_VERSIONS = "0.3 to 0.8"
 _PERCENTILE = {"p50": "p50", "p90": "p90", "p95": "p95", "p99": "p99", "p999": "p99.9"}
 
 
@@ -37,22 +44,26 @@ def _stats(node: Mapping[str, object], path: str, where: str, factor: float) -> 
         name: num(node, k, where, 0.0) * (1.0 if name == "count" else factor) for k, name in _STAT.items() if k in node
     }
     percentiles = node.get("percentiles")
-    if isinstance(percentiles, Mapping):
+    if isinstance(percentiles, Mapping):  # a stated p50 wins over the median (the same number when both)
         values |= {n: num(percentiles, k, where, 0.0) * factor for k, n in _PERCENTILE.items() if k in percentiles}
     return Stats(values, path)
 
 
 def _load(bench: Mapping[str, object], where: str, count: int) -> Load:
-    kind = get(bench, "args.strategy.type_", where, "a strategy type")
+    at = next((p for p in _STRATEGY_AT if optional(bench, f"{p}.type_") is not None), None)
+    if at is None:
+        raise ConfigError(f"{where}: neither config.strategy.type_ (GuideLLM 0.4 to 0.8) nor args.strategy.type_ "
+                          f"(0.3) names a strategy; versions read: {SUPPORTED_VERSIONS}")  # fmt: skip
+    kind = optional(bench, f"{at}.type_")
     if kind == "synchronous":
         return Load("closed", concurrency=1)
     if kind == "concurrent":
-        return Load("closed", concurrency=whole(bench, "args.strategy.streams", where, minimum=1))
+        return Load("closed", concurrency=whole(bench, f"{at}.streams", where, minimum=1))
     if kind in ("constant", "poisson"):
-        return Load(kind, requests=count, rate_per_s=num(bench, "args.strategy.rate", where, minimum=0.0))
+        return Load(kind, requests=count, rate_per_s=num(bench, f"{at}.rate", where, minimum=0.0))
     if kind == "throughput":
         return Load("offline", requests=count)
-    raise ConfigError(f"{where}: args.strategy.type_: expected synchronous, concurrent, constant, poisson or "
+    raise ConfigError(f"{where}: {at}.type_: expected synchronous, concurrent, constant, poisson or "
                       f"throughput, got {kind!r}")  # fmt: skip
 
 
@@ -73,7 +84,8 @@ def read(data: object, where: str) -> list[ImportedRun]:
         runs.append(ImportedRun(
             source=at,
             format=FORMAT,
-            model_name=str(optional(bench, "args.model") or optional(data, "args.model") or "") or None,
+            model_name=str(optional(bench, "args.model") or optional(bench, "config.requests.model")
+                           or optional(data, "args.model") or "") or None,
             input_tokens_mean=num(bench, "metrics.prompt_token_count.successful.mean", at, minimum=1.0),
             output_tokens_mean=num(bench, "metrics.output_token_count.successful.mean", at, minimum=1.0),
             metrics=metrics,

@@ -10,8 +10,14 @@ absent in clients older than 0.7, which sent Poisson) and ``max_concurrency``.
 Per request (0.8.x clients wrote them by default; later ones with ``--save-detailed``):
 ``input_lens``, ``output_lens``, ``ttfts`` and ``itls`` (seconds; one list of gaps a
 request) and ``errors`` ('' for a success), in the order the requests were sent. A request's
-e2e is ``ttft + sum(itls)`` (the client's ``latency``: both end at the last chunk). The file
-has no send times: a replay draws them from the stated load.
+e2e is ``ttft + sum(itls)`` (the client's ``latency``: both end at the last chunk). Clients that
+record ``start_times`` (each request's send time on the client's clock, seconds) give the replay
+those, relative to the first request sent, so a closed loop replays as the client sent it; without
+them a replay draws the send times from the stated load.
+
+Versions: the keys of ``benchmark_serving.py`` from vLLM 0.5 (``mean_ttft_ms``, ``p99_ttft_ms``;
+no e2e statistics, no ``burstiness`` before 0.7) through ``vllm bench serve`` of 0.8-0.11 (``*_e2el_ms``,
+``failed``, ``max_concurrency``, ``request_goodput``, ``start_times``); later keys are ignored.
 
 Quirks met in real files: ``"request_goodput:"`` with a trailing colon and a ``timestamp``
 key from ``--metadata`` parsing (ignored), ``model_id`` a local snapshot path.
@@ -119,6 +125,9 @@ def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
     count = len(lists["input_lens"])
     errors = data.get("errors")
     lists["errors"] = errors if isinstance(errors, list) else [""] * count
+    starts = data.get("start_times")
+    if isinstance(starts, list):
+        lists["start_times"] = starts
     for key, values in lists.items():
         if len(values) != count:
             raise ConfigError(f"{where}: {key}: expected {count} entries (as input_lens), got {len(values)}")
@@ -133,7 +142,18 @@ def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
                           "request)") from None  # fmt: skip
     if np.any(outputs < 1) or np.any(inputs < 1):
         raise ConfigError(f"{where}: input_lens/output_lens: a successful request with no tokens")
-    return PerRequest(inputs, outputs, ttft, ttft + gaps)
+    arrivals = None
+    if "start_times" in lists and ok:
+        try:
+            sent = np.array([float(lists["start_times"][i]) for i in ok])
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{where}: start_times: expected a send time (seconds) per request") from None
+        if not np.all(np.isfinite(sent)):
+            raise ConfigError(f"{where}: start_times: expected finite send times")
+        order = np.argsort(sent, kind="stable")  # the order the client sent them
+        inputs, outputs, ttft, gaps, sent = inputs[order], outputs[order], ttft[order], gaps[order], sent[order]
+        arrivals = sent - sent[0]
+    return PerRequest(inputs, outputs, ttft, ttft + gaps, arrival_s=arrivals)
 
 
 def read(data: object, where: str) -> list[ImportedRun]:
