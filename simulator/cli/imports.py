@@ -33,6 +33,7 @@ from simulator.errors import ConfigError, InfersimError, InfersimWarning, did_yo
 from simulator.tables import format_table
 
 if TYPE_CHECKING:
+    from simulator.config.hardware import HardwareProfile
     from simulator.importers.common import PerRequest
 
 MANIFEST = "import.json"
@@ -76,6 +77,20 @@ def _warn_if_other_model(given: str | None, stated: str | None, cat: Catalog, so
                       "the rows compare against the profile given", InfersimWarning, stacklevel=1)  # fmt: skip
 
 
+def _warn_if_other_memory(path: Path, hardware: HardwareProfile) -> None:
+    """Warn when the result file's path states a memory size per chip (``a100-40gb``) that no
+    weight-holding memory of ``--hardware`` has (within 5 %): the A100's 40 GB and 80 GB variants
+    share everything but their capacity, which sets the batch a run could hold."""
+    stated = {int(n) for n in re.findall(r"(?<![0-9.])([0-9]{2,3}) ?gb(?![a-z])", str(path).lower())}
+    tiers = {t.name: t.capacity.value / 1e9 for t in hardware.memory if t.holds_weights}
+    for size in sorted(stated):
+        if tiers and not any(abs(gb - size) <= 0.05 * size for gb in tiers.values()):
+            have = ", ".join(f"{gb:g} GB of {name}" for name, gb in tiers.items())
+            warnings.warn(f"{path}: its path states {size} GB per chip, but --hardware {hardware.id} has {have}; "
+                          "capacity-bound figures will differ (use a profile of that variant)",
+                          InfersimWarning, stacklevel=1)  # fmt: skip
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:80]
 
@@ -105,6 +120,8 @@ def import_command(args: argparse.Namespace) -> int:
                 raise ConfigError(f"refused: {run.refusal}")
             model = args.model or _model_for(run.model_name, cat, run.source)
             _warn_if_other_model(args.model, run.model_name, cat, run.source)
+            if index == 0:
+                _warn_if_other_memory(path, cat.hardware(args.hardware))
             weights = args.weights or cat.model(model).native_precision
             deployment = Deployment(args.hardware, model, weights, args.chips, args.layout or "", args.stack or "",
                                     args.spec_decoding, args.replicas)  # fmt: skip

@@ -31,6 +31,13 @@ _DOCUMENTS: dict[str, tuple[Callable[[object], bool], Callable[[object, str], li
     aiperf.FORMAT: (aiperf.detect, aiperf.read),
     guidellm.FORMAT: (guidellm.detect, guidellm.read),
 }
+#: The versions read, as the README's support matrix states them.
+SUPPORTED_VERSIONS = (
+    "vLLM's result JSON with request_rate and *_ttft_ms (benchmark_serving.py from vLLM 0.5, vllm bench serve "
+    "0.8 to 0.11), SGLang's bench_serving JSONL (the late-2024 schema of medians and later ones), an "
+    "inference-perf lifecycle report with load_summary and successes (2025), an AIPerf export (0.1 to 0.11 "
+    "and later) or GenAI-Perf's (0.0.x), or GuideLLM's benchmarks.json / .yaml (0.3 to 0.8)"
+)
 #: Every format a user may name (``genai-perf`` reads as AIPerf's export, which continues it).
 FORMATS = (*_DOCUMENTS, sglang_bench.FORMAT, aiperf.FORMAT_RECORDS, "genai-perf")
 
@@ -79,10 +86,8 @@ def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
     wanted = aiperf.FORMAT if format == "genai-perf" else format
     if detected is None:
         kind = "JSON lines" if lines is not None else "a JSON document"
-        raise ConfigError(f"{source}: {kind} of no known benchmark format (expected one of {list(FORMATS)}: "
-                          "vLLM's result JSON with request_rate and *_ttft_ms, SGLang's bench_serving JSONL, an "
-                          "inference-perf report with load_summary and successes, an AIPerf export, or GuideLLM's "
-                          "benchmarks.json)")  # fmt: skip
+        raise ConfigError(f"{source}: {kind} of no known benchmark format or version (expected one of "
+                          f"{list(FORMATS)}: {SUPPORTED_VERSIONS})")  # fmt: skip
     if wanted is not None and wanted != detected:
         raise ConfigError(f"{source}: named as {format}, but its fields are those of {detected}")
     if detected == sglang_bench.FORMAT:

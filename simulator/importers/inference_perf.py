@@ -9,6 +9,8 @@ rate (inference-perf's ``constant`` stages send evenly spaced requests) for ``co
 requests; the *achieved* rate is used, which falls below the requested one when the client
 could not keep up. The summary file pools stages of different rates: no one load reproduces
 it, so it is refused (its stages import one by one).
+
+Versions: the lifecycle reports of inference-perf's 2025 releases (``load_summary``, ``successes``).
 """
 
 from __future__ import annotations

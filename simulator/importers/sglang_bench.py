@@ -7,6 +7,8 @@ ones all of them), ``output_throughput``, ``completed``, ``total_input_tokens`` 
 all sent at t = 0; gaps are exponential, SGLang has no burstiness in these schemas) and
 ``max_concurrency``. Per-request arrays (``input_lens``, ``output_lens``, ``ttfts``,
 ``itls``, ``errors``) are read as vLLM's where a line carries them (``--output-details``).
+
+Versions: the late-2024 schema (SGLang 0.4 era: medians only) and the later ones with every statistic.
 """
 
 from __future__ import annotations

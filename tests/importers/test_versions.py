@@ -114,3 +114,13 @@ def test_model_given_against_the_files_model_warns_naming_both(tmp_path, capsys)
     assert "states model 'meta-llama/Llama-3.1-8B-Instruct', but --model qwen3-32b is 'Qwen/Qwen3-32B'" in err
     assert main([*args[:-4], "--model", "llama-3.1-8b", "-o", str(tmp_path / "o2")]) == 0
     assert "states model" not in capsys.readouterr().err
+
+
+def test_a_memory_size_in_the_path_that_the_hardware_lacks_warns_naming_both(tmp_path, capsys) -> None:
+    folder = tmp_path / "llama-3.1-8b_a100-40gb_tp1"
+    folder.mkdir()
+    path = folder / "result.json"
+    path.write_text((VERSIONS / "vllm-0.10-closed-start-times.json").read_text())
+    assert main(["import", str(path), "--hardware", "nvidia-a100-sxm", "-o", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "states 40 GB per chip, but --hardware nvidia-a100-sxm has 80 GB of hbm" in err
