@@ -103,9 +103,13 @@ class Deployment:
         return int(self.kv_budget_bytes // self.kv_bytes_per_token)
 
     def kv_bytes_for_context(self, context_tokens: float) -> float:
-        """Stored KV bytes of one sequence with this context (sliding windows applied)."""
+        """Stored KV bytes of one sequence with this context (sliding windows applied), plus a hybrid
+        model's recurrent state: ``hybrid.state_elements_per_sequence`` in the KV cache's precision,
+        whatever the context (the state is split across the ranks, not replicated)."""
         per_token_layer = self.kv_bytes_per_token / self.model.num_layers
-        return float(kv_tokens_held(self.model, context_tokens)) * per_token_layer
+        hybrid = self.model.hybrid
+        state = hybrid.state_elements_per_sequence * BYTES_PER_ELEMENT[self.kv_cache] if hybrid else 0.0
+        return float(kv_tokens_held(self.model, context_tokens)) * per_token_layer + state
 
     @property
     def max_batch_size(self) -> int:

@@ -96,3 +96,23 @@ def test_hf_repo_flag_wins_and_an_unknown_architecture_names_what_it_lacks(tmp_p
     assert main(["models", "import", str(path), "-o", str(tmp_path / "o2")]) == 2
     err = capsys.readouterr().err
     assert "'nemotron-nas' is not an architecture" in err and "'num_hidden_layers'" in err
+
+
+@pytest.mark.parametrize("folder", ["nvidia--Nemotron-H-8B-Base-8K", "Qwen--Qwen3-Next-80B-A3B-Instruct"])
+def test_a_hybrid_sequence_holds_kv_of_its_attention_layers_plus_its_recurrent_state(folder: str) -> None:
+    """Per sequence: ``context x KV bytes per token (attention layers only) + state elements x bytes``,
+    so a 2x longer context adds KV, never state; and the estimate runs on the profile."""
+    from simulator.analytic.estimate import estimate
+    from simulator.analytic.layouts import Question, deploy
+    from simulator.config.deployment import DeploymentSpec
+    from simulator.config.loading import Catalog
+
+    profile = profile_from_config(CONFIGS / folder / "config.json")
+    spec = DeploymentSpec.model_validate({"hardware": "nvidia-h200", "model": profile.model_dump(), "chips": 2})
+    d = deploy(Catalog(), spec, Question(1000, 200, 8))
+    assert d.kv_cache == "bf16"
+    state_bytes = profile.hybrid.state_elements_per_sequence * KV_BYTES
+    for context in (1000, 2000):
+        assert d.kv_bytes_for_context(context) == pytest.approx(context * kv_bytes_per_token(profile) + state_bytes)
+    result = estimate(d, 1000, 200, 8)
+    assert result.ttft_s > 0 and result.itl_s > 0
