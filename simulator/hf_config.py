@@ -1,7 +1,8 @@
 """A model profile from a Hugging Face ``config.json`` on disk (no network).
 
 Read by ``model_type`` (``text_config`` for the multimodal wrappers ``llama4``, ``gemma3``,
-``qwen3_vl``, ``qwen3_vl_moe``; keys transformers defaults and published files omit, such as Gemma 3's
+``qwen3_vl``, ``qwen3_vl_moe``, ``qwen2_5_vl``, ``mistral3``; ``ministral`` read as ``mistral``, Phi-3.5-MoE's
+``phimoe`` as ``mixtral``; keys transformers defaults and published files omit, such as Gemma 3's
 vocabulary, from :data:`FAMILY_DEFAULTS`):
 
 - dense GQA: ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``glm4``, ``gemma2`` / ``gemma3``
@@ -66,11 +67,12 @@ HYBRID = ("falcon_h1", "nemotron_h", "qwen3_next", "minimax")
 #: Other names of the families above: the text models of multimodal wrappers, DeepSeek-V3.2 (V3's
 #: shapes; its sparse-attention indexer, < 0.2 % of the weights, is not counted), MiniMax-M1.
 ALIASES = {"gemma3_text": "gemma3", "qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3",
-           "qwen3_vl_moe": "qwen3_moe", "qwen3_vl": "qwen3", "deepseek_v32": "deepseek_v3",
-           "minimax_m1": "minimax", "minimax_text_01": "minimax"}  # fmt: skip
+           "qwen3_vl_moe": "qwen3_moe", "qwen3_vl": "qwen3", "qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2",
+           "deepseek_v32": "deepseek_v3", "minimax_m1": "minimax", "minimax_text_01": "minimax",
+           "ministral": "mistral", "phimoe": "mixtral"}  # fmt: skip
 #: Multimodal wrappers whose language model sits under ``text_config``, and its model_type when unnamed.
 WRAPPERS = {"llama4": "llama4_text", "gemma3": "gemma3_text", "qwen3_vl_moe": "qwen3_vl_moe_text",
-            "qwen3_vl": "qwen3_vl_text"}  # fmt: skip
+            "qwen3_vl": "qwen3_vl_text", "qwen2_5_vl": "qwen2_5_vl_text", "mistral3": "mistral"}  # fmt: skip
 SUPPORTED = (*DENSE, *MOE, *MLA, *HYBRID, *WRAPPERS, *ALIASES)
 #: Keys transformers' config classes default, so published config.json files leave them out
 #: (Gemma 3's text_config states neither its vocabulary nor its context).

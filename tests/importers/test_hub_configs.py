@@ -44,6 +44,8 @@ PUBLISHED = {
     "openai--gpt-oss-20b": (20.9 * B, GQA, 24, 8, 64),
     "meta-llama--Llama-3.2-3B-Instruct": (3.21 * B, GQA, 28, 8, 128),
     "mistralai--Mistral-7B-Instruct-v0.3": (7.25 * B, GQA, 32, 8, 128),
+    "google--gemma-3-1b-it": (1.0 * B, GQA, 26, 1, 256),  # model_type gemma3_text, no wrapper
+    "mistralai--Mistral-Small-3.1-24B-Instruct-2503": (24.0 * B, GQA, 40, 8, 128),  # mistral3 wrapper, vision included
 }
 KV_BYTES = 2  # a 16-bit cache
 
@@ -65,7 +67,12 @@ def test_params_within_two_percent_and_kv_bytes_per_token(folder: str) -> None:
 
 @pytest.mark.parametrize(
     ("folder", "sliding_layers", "window"),
-    [("google--gemma-2-9b-it", 21, 4096), ("google--gemma-3-27b-it", 52, 1024), ("openai--gpt-oss-20b", 12, 128)],
+    [
+        ("google--gemma-2-9b-it", 21, 4096),
+        ("google--gemma-3-27b-it", 52, 1024),
+        ("google--gemma-3-1b-it", 22, 512),
+        ("openai--gpt-oss-20b", 12, 128),
+    ],
 )
 def test_interleaved_sliding_and_global_layers(folder: str, sliding_layers: int, window: int) -> None:
     """Gemma 2: every other layer local; Gemma 3: five local to one global; gpt-oss: alternating."""
