@@ -29,7 +29,7 @@ vocabulary, from :data:`FAMILY_DEFAULTS`):
   ``qwen3_next`` (Gated DeltaNet, full attention every ``full_attention_interval``-th layer; the
   attention's output gate, < 0.2 % of the weights, is not counted; MoE as ``qwen2_moe``),
   ``minimax`` / ``minimax_m1`` (lightning attention, softmax attention where ``attn_type_list`` is 1;
-  MoE as ``mixtral``).
+  MoE as ``mixtral``), ``nemotron-nas`` (per-layer ``block_configs``: :func:`_nas_shapes`).
 
 Precision is ``torch_dtype`` (``dtype``), or ``quantization_config`` (``fp8`` block-wise: linear
 layers FP8, embeddings, router and LM head BF16; ``mxfp4``: experts MXFP4, the rest BF16).
@@ -63,7 +63,9 @@ from simulator.units import RANGES
 DENSE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "glm4")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "glm4_moe")
 MLA = ("deepseek_v2", "deepseek_v3", "kimi_k2")
-HYBRID = ("falcon_h1", "nemotron_h", "qwen3_next", "minimax")
+HYBRID = ("falcon_h1", "nemotron_h", "qwen3_next", "minimax", "nemotron-nas")
+#: DeciLM / Nemotron-NAS round each FFN width ``2 x ffn_mult x hidden / 3`` up to a multiple of this.
+NAS_FFN_MULTIPLE = 256
 #: Other names of the families above: the text models of multimodal wrappers, DeepSeek-V3.2 (V3's
 #: shapes; its sparse-attention indexer, < 0.2 % of the weights, is not counted), MiniMax-M1.
 ALIASES = {"gemma3_text": "gemma3", "qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3",
@@ -217,6 +219,8 @@ def _mamba2(
 def _hybrid(r: _Reader, kind: str) -> tuple[dict[str, Any], builtins.int]:
     """The hybrid block of a model mixing attention with a recurrent mixer, and its FFN matrices."""
     layers, hidden = r.int("num_hidden_layers"), r.int("hidden_size")
+    if kind == "nemotron-nas":  # the per-block counts _nas_shapes derived
+        return dict(r.get("_nas_hybrid")), 3
     if kind == "falcon_h1":  # attention and Mamba-2 side by side in every layer, then the FFN
         width = r.get("mamba_d_ssm") or r.int("mamba_expand", 2) * hidden
         params, state = _mamba2(width, r.int("mamba_n_heads"), r.int("mamba_n_groups", 1), r.int("mamba_d_state"),
@@ -262,7 +266,7 @@ def _hybrid(r: _Reader, kind: str) -> tuple[dict[str, Any], builtins.int]:
 def _moe(r: _Reader, kind: str) -> tuple[dict[str, Any] | None, int | None]:
     """The MoE block and the dense FFN width (None when no layer is dense)."""
     layers = r.int("num_hidden_layers")
-    if kind in (*DENSE, "falcon_h1", "nemotron_h"):
+    if kind in (*DENSE, "falcon_h1", "nemotron_h", "nemotron-nas"):
         return None, r.int("intermediate_size")
     if kind in ("mixtral", "gpt_oss", "minimax"):
         per_token = r.int("num_experts_per_tok", r.get("experts_per_token"))
@@ -345,6 +349,53 @@ def _profile_id(path: Path, data: Mapping[str, Any]) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", base.lower()).strip("-") or "model"
 
 
+def _nas_shapes(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Nemotron-NAS (DeciLM, Llama-Nemotron Super / Ultra): ``block_configs`` give each layer its own
+    attention (GQA of ``num_attention_heads / n_heads_in_group`` KV heads, ``no_op``: none,
+    ``replace_with_linear``: one ``hidden x hidden`` matrix) and FFN (width ``2 x ffn_mult x hidden / 3``
+    rounded up to a multiple of :data:`NAS_FFN_MULTIPLE`, ``no_op`` or ``replace_with_linear``).
+
+    Read as a hybrid stack: attention (and KV) on the real attention layers, every linear replacement
+    a "mixer" of ``hidden^2`` parameters without state, ``ffn_layers`` the real FFNs at their mean
+    width (sums of parameters and FLOPs exact to the rounding of the mean).
+    """
+    layers, hidden, heads = (_Reader(data, where).int(k) for k in ("num_hidden_layers", "hidden_size",
+                                                                     "num_attention_heads"))  # fmt: skip
+    blocks = data.get("block_configs")
+    if not isinstance(blocks, list) or len(blocks) != layers or not all(isinstance(b, dict) for b in blocks):
+        raise ConfigError(f"{where}: block_configs: expected {layers} objects, one per layer")
+    groups: set[int] = set()
+    attention_layers = linear = 0
+    widths: list[int] = []
+    for i, block in enumerate(blocks):
+        attention, ffn = (
+            _Reader(block.get("attention") or {}, where, f"block_configs.{i}.attention."),
+            _Reader(block.get("ffn") or {}, where, f"block_configs.{i}.ffn."),
+        )
+        if attention.get("replace_with_linear"):
+            linear += 1
+        elif not attention.get("no_op"):
+            attention_layers += 1
+            groups.add(attention.int("n_heads_in_group"))
+        if ffn.get("replace_with_linear"):
+            linear += 1
+        elif not ffn.get("no_op"):
+            mult = ffn.get("ffn_mult")
+            if isinstance(mult, bool) or not isinstance(mult, int | float) or not 0 < mult < 1e3:
+                raise ConfigError(f"{where}: block_configs.{i}.ffn.ffn_mult: expected a positive number, got {mult!r}")
+            width = int(2 * mult * hidden / 3)
+            widths.append(-(-width // NAS_FFN_MULTIPLE) * NAS_FFN_MULTIPLE)
+    if len(groups) > 1:
+        raise ConfigError(f"{where}: block_configs: attention layers of different KV head counts "
+                          f"(n_heads_in_group {sorted(groups)}) are not modelled")  # fmt: skip
+    if linear > layers or not widths:
+        raise ConfigError(f"{where}: block_configs: expected at most one linear replacement per layer and an FFN")
+    hybrid = {"attention_layers": attention_layers, "mixer_layers": linear, "mixer_params": float(hidden * hidden),
+              "ffn_layers": len(widths), "state_elements_per_sequence": 0.0}  # fmt: skip
+    return data | {"num_key_value_heads": heads // (groups.pop() if groups else 1), "head_dim": hidden // heads,
+                   "intermediate_size": round(sum(widths) / len(widths)), "_nas_hybrid": hybrid}  # fmt: skip
+
+
 def _language_model(data: dict[str, Any], where: str) -> tuple[_Reader, str]:
     """The reader of the language model's keys (a multimodal wrapper's ``text_config``) and its family."""
     kind = data.get("model_type")
@@ -363,6 +414,8 @@ def _language_model(data: dict[str, Any], where: str) -> tuple[_Reader, str]:
         raise ConfigError(f"{where}: model_type: {kind!r} is not an architecture infersim reads (expected one of "
                           f"{list(SUPPORTED)}){lacks}; write the profile by hand (model_profiles/README)")  # fmt: skip
     family = ALIASES.get(kind, kind)
+    if family == "nemotron-nas":
+        return _Reader(_nas_shapes(data, where), where), family
     return _Reader(FAMILY_DEFAULTS.get(family, {}) | data, where), family
 
 

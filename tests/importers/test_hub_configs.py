@@ -99,10 +99,10 @@ def test_hf_repo_flag_wins_and_an_unknown_architecture_names_what_it_lacks(tmp_p
     printed = json.loads(capsys.readouterr().out)
     assert printed["profile"]["hf_repo"] == "me/my-qwen" and printed["kv_bytes_per_token"] == 36 * 2 * 8 * 128 * 2
     path = tmp_path / "config.json"
-    path.write_text('{"model_type": "nemotron-nas", "hidden_size": 8192, "rope_theta": Infinity}')
+    path.write_text('{"model_type": "rwkv7", "hidden_size": 8192, "rope_theta": Infinity}')
     assert main(["models", "import", str(path), "-o", str(tmp_path / "o2")]) == 2
     err = capsys.readouterr().err
-    assert "'nemotron-nas' is not an architecture" in err and "'num_hidden_layers'" in err
+    assert "'rwkv7' is not an architecture" in err and "'num_hidden_layers'" in err
 
 
 @pytest.mark.parametrize("folder", ["nvidia--Nemotron-H-8B-Base-8K", "Qwen--Qwen3-Next-80B-A3B-Instruct"])
@@ -123,3 +123,31 @@ def test_a_hybrid_sequence_holds_kv_of_its_attention_layers_plus_its_recurrent_s
         assert d.kv_bytes_for_context(context) == pytest.approx(context * kv_bytes_per_token(profile) + state_bytes)
     result = estimate(d, 1000, 200, 8)
     assert result.ttft_s > 0 and result.itl_s > 0
+
+
+def test_nemotron_nas_blocks_count_each_layers_own_attention_and_ffn(tmp_path) -> None:
+    """DeciLM blocks: attention of heads / n_heads_in_group KV heads, none (no_op) or one hidden^2 matrix
+    (replace_with_linear); FFN of width ceil256(int(2 ffn_mult hidden / 3)) (gated: 3 hidden x width), or none.
+    Sum: 2 attention layers x (2 h q_width + 2 h kv_width) + 1 x h^2 + 3 h x (1536 + 768 + 1536) + 2 x vocab x h."""
+    hidden, heads, vocab = 1024, 8, 1000
+
+    def block(attention: dict, ffn: dict) -> dict:
+        return {"attention": {"n_heads_in_group": 4, "no_op": False, "replace_with_linear": False} | attention,
+                "ffn": {"ffn_mult": 2.0, "no_op": False, "replace_with_linear": False} | ffn}  # fmt: skip
+
+    blocks = [block({}, {}), block({"no_op": True}, {"ffn_mult": 1.0}), block({"replace_with_linear": True}, {}),
+              block({}, {"no_op": True})]  # fmt: skip
+    config = {"model_type": "nemotron-nas", "architectures": ["DeciLMForCausalLM"], "hidden_size": hidden,
+              "num_attention_heads": heads, "num_hidden_layers": 4, "vocab_size": vocab,
+              "max_position_embeddings": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              "block_configs": blocks}  # fmt: skip
+    path = tmp_path / "nvidia--Tiny-Nemotron-NAS" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    profile = profile_from_config(path)
+    head_dim, kv_heads = hidden // heads, heads // 4
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    expected = 2 * attention + hidden**2 + 3 * hidden * (1536 + 768 + 1536) + 2 * vocab * hidden
+    assert total_params(profile) == expected
+    assert kv_bytes_per_token(profile) == 2 * 2 * kv_heads * head_dim * KV_BYTES
+    assert profile.hf_repo == "nvidia/Tiny-Nemotron-NAS"
