@@ -12,9 +12,12 @@ Assumptions (stated once, used everywhere):
 - Hybrid stacks (``model.hybrid``): the per-layer shapes are averages over ``num_layers``, so that
   ``num_layers x`` a shape is the stack's sum: attention params
   ``(attention_layers x attention + mixer_layers x mixer_params) / num_layers``, KV elements per
-  token ``attention_layers / num_layers`` of an attention layer's, dense FFN params
+  token and the score and value widths (the attention FLOPs per query-key pair)
+  ``attention_layers / num_layers`` of an attention layer's, dense FFN params
   ``dense layers / (num_layers - MoE layers)`` of one FFN's. The mixers' per-sequence state is
-  not KV (``hybrid.state_elements_per_sequence``).
+  not KV (``hybrid.state_elements_per_sequence``); its per-token update FLOPs and the reading and
+  writing of it each step are not counted (for Mamba-2, ``d_inner x d_state`` multiply-adds a token
+  and layer, a few % of the mixer's projections).
 - The LM head is read every step; the input embedding is a row lookup (stored, not streamed).
 - MoE routing is uniform and independent across tokens, so among T routed tokens the
   expected number of distinct experts hit is ``E * (1 - (1 - k/E)**T)``.
@@ -45,8 +48,8 @@ class LayerShapes:
     embedding_params: float  # input embedding table
     lm_head_params: float  # output projection (0 extra storage when tied)
     kv_elements_per_token: float  # per layer (hybrids: averaged), K and V (or MLA latent + rope key)
-    attention_score_dim: float  # per head: q.k dot-product length
-    attention_value_dim: float  # per head: width of the weighted value sum
+    attention_score_dim: float  # per head (hybrids: averaged over layers): q.k dot-product length
+    attention_value_dim: float  # per head (hybrids: averaged over layers): width of the weighted value sum
     num_heads: int
 
 
@@ -84,6 +87,8 @@ def layer_shapes(model: ModelSpec) -> LayerShapes:
             hybrid.attention_layers * attention_params + hybrid.mixer_layers * hybrid.mixer_params
         ) / layers
         kv_elements *= hybrid.attention_layers / layers
+        score_dim *= hybrid.attention_layers / layers
+        value_dim *= hybrid.attention_layers / layers
         plain_layers = layers - (moe.num_moe_layers if moe else 0)
         dense_ffn_params *= model.num_dense_layers / plain_layers if plain_layers else 0.0
     embedding = float(model.vocab_size * h)

@@ -91,6 +91,17 @@ def test_hybrid_layers_split_into_attention_and_recurrent_state() -> None:
     assert hybrid.state_elements_per_sequence == 24 * per_layer
 
 
+def test_a_hybrids_layer_shapes_sum_to_its_attention_layers_alone() -> None:
+    """Per-layer shapes are averages: num_layers x (KV elements, score width) = attention layers x an
+    attention layer's, so the attention FLOPs per query-key pair count only the 12 of 48 that attend."""
+    from simulator.analytic.architecture import layer_shapes
+
+    profile = profile_from_config(CONFIGS / "Qwen--Qwen3-Next-80B-A3B-Instruct" / "config.json")
+    shapes = layer_shapes(profile)
+    assert profile.num_layers * shapes.attention_score_dim == pytest.approx(12 * 256)
+    assert profile.num_layers * shapes.kv_elements_per_token == pytest.approx(12 * 2 * 2 * 256)
+
+
 def test_hf_repo_flag_wins_and_an_unknown_architecture_names_what_it_lacks(tmp_path, capsys) -> None:
     source = CONFIGS / "Qwen--Qwen3-8B" / "config.json"
     assert profile_from_config(source, hf_repo="me/my-qwen").hf_repo == "me/my-qwen"
