@@ -257,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "schema", "simulator.cli.schema:schema_command",
                  "print the JSON Schema of a scenario, a profile or a run's summary.json")  # fmt: skip
     p.add_argument("kind", choices=("scenario", "hardware", "model", "stack", "summary"), help="which document")
+    p.add_argument("--json", action="store_true", help="accepted for uniformity: the schema is JSON either way")
 
     p = _command(sub, "compile", "simulator.cli.compiling:compile_command",
                  "compile the engine's hot modules to C with mypyc (same results, faster runs)")  # fmt: skip

@@ -111,9 +111,25 @@ def rows(run: ImportedRun, deployment: Deployment, run_id: str) -> list[dict[str
             "layout": deployment.layout, "burstiness": _cell(load.cv2), "statistic": statistic,
         }  # fmt: skip
         row |= {c: _cell(stats.values.get(c)) for c in STAT_COLUMNS}
-        row["flag"] = "; ".join(run.flags)
+        row["flag"] = "; ".join(flag for flag in run.flags if metric in _flagged_metrics(flag, metric))
         out.append(row)
     return out
+
+
+#: The rows a flag concerns, by the figure it names first (:func:`~simulator.importers.checks.floor_flags`,
+#: :func:`~simulator.importers.common.throughput_flag`): a stated throughput that disagrees with its
+#: tokens and duration says nothing of the run's latencies.
+FLAGGED_METRICS = {
+    "output_throughput": ("aggregate_output_tok_s",),
+    "mean TTFT": ("ttft_s", "e2e_s"),
+    "TPOT": ("tpot_s", "itl_s", "per_user_output_tok_s", "e2e_s"),
+    "per-user speed": ("per_user_output_tok_s", "tpot_s", "itl_s", "e2e_s"),
+}
+
+
+def _flagged_metrics(flag: str, metric: str) -> tuple[str, ...]:
+    """The metrics ``flag`` concerns (every metric for a flag of another kind)."""
+    return next((metrics for figure, metrics in FLAGGED_METRICS.items() if flag.startswith(figure)), (metric,))
 
 
 def arrival_times(run: ImportedRun, seed: int) -> FloatArray:
