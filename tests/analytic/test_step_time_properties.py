@@ -52,7 +52,7 @@ def test_scaling_rates_by_k_and_latencies_by_1_over_k_scales_time_by_1_over_k(ki
     q, c = batch
     base = StepCostModel(BASE[kind]).pass_time(q, c).total_s
     scaled = StepCostModel(_scaled(BASE[kind], k, 1.0 / k)).pass_time(q, c).total_s
-    assert scaled == pytest.approx(base / k, rel=1e-12)
+    assert scaled == pytest.approx(base / k, rel=1e-9)  # (m^p + c^p)^(1/p) rounds at p = 3
 
 
 @pytest.mark.parametrize("kind", BASE)
