@@ -33,10 +33,19 @@ caching, as the whole context: the most calls/s any of the task's calls gets). T
 is the engine's step-time model at its best batch; the margin covers the engine finding a better
 schedule than the closed form's steady state. Classes without such a target add no demand.
 
-Every pruned candidate is one the exhaustive search (every count vector simulated) would have
-found missing or costlier, so the answer is the exhaustive search's whenever the assumptions hold
-(``tests/engine/test_plan_search.py`` compares them on three cases). Not done: stopping a
-simulation early once its SLO is decided, and split (prefill/decode) fleets as candidates.
+**Runs stopped once a miss is settled** (:class:`SettledMiss`): a run whose ``pQ task_time_s``
+target of closed-loop agents already misses, whatever its unfinished tasks do, stops there (from
+the end of ``run.duration``, when no task can start any more: at least ``need(F + R)`` of the
+``F`` finished tasks over the bound, ``R`` the agents that may still be running one). A proof,
+not an estimate: such a run misses exactly when the full run does; a candidate it stopped lists
+only the targets settled (the others were not measured to the end), with the numbers so far.
+Nothing else stops early: a *meets* is never settled before the end (a running task may still
+end late), nor a target on other metrics.
+
+Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
+would have found missing or costlier, so the answer is the exhaustive search's whenever the
+assumptions hold (``tests/engine/test_plan_search.py`` compares them on three cases). Not done:
+split (prefill/decode) fleets as candidates.
 
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
 beaten on both cost and ``worst``; each rejected candidate lists the targets it misses. Every
@@ -331,8 +340,8 @@ def miss_tasks_needed(percent: int, tasks: int) -> int:
 
 #: Checks of :class:`SettledMiss` per task-time bound of simulated time (every 6 s under a 10-minute bound).
 SETTLE_CHECKS_PER_BOUND = 100
-_START, _END, _FAILED, _PARENT, _CLASS = (
-    TASK_COLUMNS.index(c) for c in ("start_s", "end_s", "failed", "parent", "class")
+_START, _END, _FAILED, _PARENT, _CLASS, _AGENT = (
+    TASK_COLUMNS.index(c) for c in ("start_s", "end_s", "failed", "parent", "class", "agent")
 )
 
 
@@ -348,6 +357,7 @@ class _TaskTimeTarget:
     bound_s: float
     measured: int = 0  # tasks that count (top level, started after the warm-up, not failed), finished
     over: int = 0  # of those, the ones that took longer than the bound
+    done: set[int] = field(default_factory=set)  # agents whose last task ended (one ended after run.duration)
 
 
 @dataclass
@@ -358,11 +368,12 @@ class SettledMiss:
     of closed-loop agents (``agents: N``), in a run with a ``run.duration``; checked every
     :data:`SETTLE_CHECKS_PER_BOUND`-th of the tightest bound of simulated time from the end of
     ``run.duration`` on. From then no task starts (agents start one only before it), so the tasks
-    the summary will count are the ``F`` finished so far that count, plus at most the ``N`` still
-    running (one per agent; a failed task or one cut by ``run.horizon`` does not count). Of the
-    ``F``, ``a`` took longer than ``T``. Whatever the running tasks do, the final count is
-    ``F + c`` (``c <= N``) with at least ``a`` above ``T``; since :func:`miss_tasks_needed` never
-    falls with the count, ``a >= need(F + N)`` settles ``pQ > T``: the run misses, exactly when the
+    the summary will count are the ``F`` finished so far that count, plus at most one still
+    running per agent ``R = N - D``, ``D`` the agents with a top-level task ended after the
+    duration's end (their last; a failed task or one cut by ``run.horizon`` does not count). Of
+    the ``F``, ``a`` took longer than ``T``. Whatever the running tasks do, the final count is
+    ``F + c`` (``c <= R``) with at least ``a`` above ``T``; since :func:`miss_tasks_needed` never
+    falls with the count, ``a >= need(F + R)`` settles ``pQ > T``: the run misses, exactly when the
     full run does (no confidence level: a proof, not an estimate). Nothing is decided before the
     arrivals end (the count of tasks still to start is unbounded), nor a *meets* (a running task may
     still end above ``T``), nor targets on other metrics or stats. A time counts as above only when
@@ -401,15 +412,19 @@ class SettledMiss:
         tasks, width = recorder.tasks, len(TASK_COLUMNS)
         for row in range(self.read, len(tasks), width):
             start_s, end_s = tasks[row + _START], tasks[row + _END]
-            if tasks[row + _FAILED] or tasks[row + _PARENT] != -1 or start_s < self.warmup_s:
+            if tasks[row + _PARENT] != -1:
                 continue
             for t in self.targets:
-                if t.klass == tasks[row + _CLASS]:
+                if t.klass != tasks[row + _CLASS]:
+                    continue
+                if end_s >= self.from_s:
+                    t.done.add(int(tasks[row + _AGENT]))
+                if not tasks[row + _FAILED] and start_s >= self.warmup_s:
                     t.measured += 1
                     t.over += end_s - start_s > t.bound_s * (1 + 1e-9)
         self.read = len(tasks)
         for t in self.targets:
-            most = t.measured + t.agents
+            most = t.measured + t.agents - len(t.done)
             if t.over >= miss_tasks_needed(t.percent, most):
                 self.settled.append(
                     {"class": t.name, "target": t.target, "over": t.over, "of_at_most": most, "at_s": now_s}

@@ -172,7 +172,7 @@ def test_a_run_stopped_once_settled_misses_exactly_when_the_full_run_does_in_les
 ) -> None:
     """Candidate fleets of the agents case under three bounds, run to the end and with the stop rule:
     the same verdict; stopped only when the full run misses (a miss by a little may not be settled
-    before the end), then at the end of the arrivals, before the full run's end; else the same run."""
+    before the end), and then before the full run's end; else the very same run."""
     s = _agents_task_time(bound_s)
     target = s.slo.targets[0]
     planner = Planner(s, CATALOG)
@@ -188,8 +188,7 @@ def test_a_run_stopped_once_settled_misses_exactly_when_the_full_run_does_in_les
         assert (early.summary.tasks.task_time_s.p95 > target.bound) == misses, f"{counts}: {rule.settled}"
         if early.stopped:
             stopped += 1
-            assert misses and run.run.duration is not None
-            assert early.records.end_s <= run.run.duration < full.records.end_s
+            assert misses and early.records.end_s < full.records.end_s
         else:  # never stopped: the very same run
             assert json.dumps(early.summary.to_dict()) == json.dumps(full.summary.to_dict())
     assert stopped, "some fleet misses"
