@@ -33,10 +33,19 @@ caching, as the whole context: the most calls/s any of the task's calls gets). T
 is the engine's step-time model at its best batch; the margin covers the engine finding a better
 schedule than the closed form's steady state. Classes without such a target add no demand.
 
-Every pruned candidate is one the exhaustive search (every count vector simulated) would have
-found missing or costlier, so the answer is the exhaustive search's whenever the assumptions hold
-(``tests/engine/test_plan_search.py`` compares them on three cases). Not done: stopping a
-simulation early once its SLO is decided, and split (prefill/decode) fleets as candidates.
+**Runs stopped once a miss is settled** (:class:`SettledMiss`): a run whose ``pQ task_time_s``
+target of closed-loop agents already misses, whatever its unfinished tasks do, stops there (from
+the end of ``run.duration``, when no task can start any more: at least ``need(F + R)`` of the
+``F`` finished tasks over the bound, ``R`` the agents that may still be running one). A proof,
+not an estimate: such a run misses exactly when the full run does; a candidate it stopped lists
+only the targets settled (the others were not measured to the end), with the numbers so far.
+Nothing else stops early: a *meets* is never settled before the end (a running task may still
+end late), nor a target on other metrics.
+
+Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
+would have found missing or costlier, so the answer is the exhaustive search's whenever the
+assumptions hold (``tests/engine/test_plan_search.py`` compares them on three cases). Not done:
+split (prefill/decode) fleets as candidates.
 
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
 beaten on both cost and ``worst``; each rejected candidate lists the targets it misses. Every
@@ -64,6 +73,7 @@ single-architecture searches, then the mixed prefixes still cheaper than the bes
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import itertools
 import math
@@ -77,9 +87,12 @@ from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import RequestLengths, Scenario, SLOTarget, WorkloadClass
 from simulator.config.workload import AgentsLoad
+from simulator.engine.build import StopWhen
+from simulator.engine.recorder import Recorder
 from simulator.errors import InfersimError
 from simulator.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
 from simulator.limits import Limits, check_runs
+from simulator.records import TASK_COLUMNS
 from simulator.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
@@ -204,8 +217,16 @@ class Miss:
     bound: float
     ratio: float  # > 1: missed by that factor (inf: nothing measured)
     upper: bool
+    settled: dict[str, Any] | None = None  # the run stopped once this missed (SettledMiss.settled)
 
     def describe(self) -> str:
+        if self.settled is not None:
+            s = self.settled
+            return (
+                f"{self.klass}: {self.target}: {s['over']:,} of at most {s['of_at_most']:,} tasks over, a miss "
+                f"whatever the rest of the run (stopped at {s['at_s']:,.0f} s of simulated time; got "
+                f"{self.achieved:.4g} so far)"
+            )
         if not math.isfinite(self.achieved):
             return f"{self.klass}: {self.target}: nothing measured (no completed requests or tasks in the window)"
         if self.bound == 0:
@@ -305,10 +326,122 @@ def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Mis
     return found
 
 
-def summary_run(scenario_json: str, profiles: Profiles, limits: Limits | None) -> dict[str, Any]:
-    """Simulate one resolved scenario (on any executor): its summary document."""
-    summary = simulate(Scenario.model_validate_json(scenario_json), catalog_of(profiles), limits=limits).summary
-    return summary.to_dict()
+def miss_tasks_needed(percent: int, tasks: int) -> int:
+    """The fewest of ``tasks`` task times above a bound that put their ``p<percent>`` above it.
+
+    The percentile interpolates (:func:`numpy.percentile`, linear) between order statistics
+    ``x_lo`` and ``x_lo+1``, ``lo = floor(h)``, ``h = percent / 100 x (tasks - 1)``; it is above the
+    bound when ``x_lo`` is, that is when ``tasks - lo`` times are. Taken at ``lo = ceil(h) - 1``
+    (one lower when ``h`` is whole, so a rounding of ``h`` in floating point cannot matter; 0 when
+    ``h`` is 0). It never falls as ``tasks`` grows, and grows by at most 1 a task."""
+    lo = max(-(-percent * (tasks - 1) // 100) - 1, 0)
+    return tasks - lo
+
+
+#: Checks of :class:`SettledMiss` per task-time bound of simulated time (every 6 s under a 10-minute bound).
+SETTLE_CHECKS_PER_BOUND = 100
+_START, _END, _FAILED, _PARENT, _CLASS, _AGENT = (
+    TASK_COLUMNS.index(c) for c in ("start_s", "end_s", "failed", "parent", "class", "agent")
+)
+
+
+@dataclass
+class _TaskTimeTarget:
+    """One ``pQ task_time_s <= T`` target of a class of closed-loop agents, and its tasks so far."""
+
+    klass: int
+    name: str
+    target: str
+    agents: int
+    percent: int
+    bound_s: float
+    measured: int = 0  # tasks that count (top level, started after the warm-up, not failed), finished
+    over: int = 0  # of those, the ones that took longer than the bound
+    done: set[int] = field(default_factory=set)  # agents whose last task ended (one ended after run.duration)
+
+
+@dataclass
+class SettledMiss:
+    """Stop a plan's run once a task-time target provably misses, whatever the rest of the run does.
+
+    Applies to ``max`` targets on a percentile (``p50`` ... ``p99``) of ``task_time_s`` of a class
+    of closed-loop agents (``agents: N``), in a run with a ``run.duration``; checked every
+    :data:`SETTLE_CHECKS_PER_BOUND`-th of the tightest bound of simulated time from the end of
+    ``run.duration`` on. From then no task starts (agents start one only before it), so the tasks
+    the summary will count are the ``F`` finished so far that count, plus at most one still
+    running per agent ``R = N - D``, ``D`` the agents with a top-level task ended after the
+    duration's end (their last; a failed task or one cut by ``run.horizon`` does not count). Of
+    the ``F``, ``a`` took longer than ``T``. Whatever the running tasks do, the final count is
+    ``F + c`` (``c <= R``) with at least ``a`` above ``T``; since :func:`miss_tasks_needed` never
+    falls with the count, ``a >= need(F + R)`` settles ``pQ > T``: the run misses, exactly when the
+    full run does (no confidence level: a proof, not an estimate). Nothing is decided before the
+    arrivals end (the count of tasks still to start is unbounded), nor a *meets* (a running task may
+    still end above ``T``), nor targets on other metrics or stats. A time counts as above only when
+    over ``T (1 + 1e-9)``, so the summary's own division cannot round it back to the bound.
+
+    ``settled`` (after a stop) names the targets decided, with ``over`` of ``at most`` tasks.
+    """
+
+    targets: list[_TaskTimeTarget]
+    warmup_s: float
+    from_s: float  # the end of run.duration
+    read: int = 0  # floats of the recorder's flat task records read so far
+    settled: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, scenario: Scenario) -> SettledMiss | None:
+        """The stop condition for a run of ``scenario``; None when no target qualifies."""
+        if scenario.run.duration is None:
+            return None
+        targets = [
+            _TaskTimeTarget(k, klass.name, t.describe(), klass.load.agents, int(t.stat[1:]), t.bound)
+            for k, klass in enumerate(scenario.workload_classes)
+            if isinstance(klass.load, AgentsLoad) and klass.load.agents is not None
+            for t in klass.slo.targets
+            if t.metric == "task_time_s" and t.upper and t.stat.startswith("p") and t.bound > 0
+        ]  # fmt: skip
+        if not targets:
+            return None
+        return cls(targets, scenario.run.warmup, scenario.run.duration)
+
+    def when(self) -> StopWhen:
+        """The engine's stop condition: this rule, asked from ``from_s`` on."""
+        return StopWhen(self.from_s, min(t.bound_s for t in self.targets) / SETTLE_CHECKS_PER_BOUND, self)
+
+    def __call__(self, recorder: Recorder, now_s: float) -> bool:
+        tasks, width = recorder.tasks, len(TASK_COLUMNS)
+        for row in range(self.read, len(tasks), width):
+            start_s, end_s = tasks[row + _START], tasks[row + _END]
+            if tasks[row + _PARENT] != -1:
+                continue
+            for t in self.targets:
+                if t.klass != tasks[row + _CLASS]:
+                    continue
+                if end_s >= self.from_s:
+                    t.done.add(int(tasks[row + _AGENT]))
+                if not tasks[row + _FAILED] and start_s >= self.warmup_s:
+                    t.measured += 1
+                    t.over += end_s - start_s > t.bound_s * (1 + 1e-9)
+        self.read = len(tasks)
+        for t in self.targets:
+            most = t.measured + t.agents - len(t.done)
+            if t.over >= miss_tasks_needed(t.percent, most):
+                self.settled.append(
+                    {"class": t.name, "target": t.target, "over": t.over, "of_at_most": most, "at_s": now_s}
+                )
+        return bool(self.settled)
+
+
+def summary_run(
+    scenario_json: str, profiles: Profiles, limits: Limits | None, stop_early: bool = True
+) -> dict[str, Any]:
+    """Simulate one resolved scenario (on any executor): its summary document, and the targets a
+    :class:`SettledMiss` stopped it on (``settled``: empty when it ran to its end; ``stop_early``
+    False: never stopped)."""
+    scenario = Scenario.model_validate_json(scenario_json)
+    rule = SettledMiss.of(scenario) if stop_early else None
+    result = simulate(scenario, catalog_of(profiles), limits=limits, stop=rule.when() if rule else None)
+    return {"summary": result.summary.to_dict(), "settled": rule.settled if rule and result.stopped else []}
 
 
 @dataclass(frozen=True)
@@ -345,7 +478,7 @@ class Planner:
         self.progress = progress or (lambda _: None)
         self.checkpoint = checkpoint or (lambda _: None)
         self.runs = runs or Runs(Executor(), summary_run, (catalog, run_limits), None)
-        self.inputs = inputs_digest(scenario, "summary")
+        self.inputs = inputs_digest(scenario, ["summary", "stopped once a miss is settled"])
         self.started = time.monotonic()
         self.fleet = scenario.fleet
         self.names = tuple(b.name for b in self.fleet)
@@ -429,8 +562,13 @@ class Planner:
         misses: dict[tuple[str, str], Miss] = {}
         worst, api_spend = 0.0, 0.0
         for document in self.runs.wait(keys).values():
-            summary = RunSummary.model_validate(document)
+            summary = RunSummary.model_validate(document["summary"])
+            settled = {(s["class"], s["target"]): s for s in document["settled"]}
             for miss in target_ratios(summary, self.classes):
+                if settled:  # stopped once these targets missed: the others were not measured to the end
+                    if (miss.klass, miss.target) not in settled:
+                        continue
+                    miss = dataclasses.replace(miss, settled=settled[(miss.klass, miss.target)])
                 worst = max(worst, miss.ratio)
                 known = misses.get((miss.klass, miss.target))
                 if miss.ratio > 1.0 and (known is None or miss.ratio > known.ratio):

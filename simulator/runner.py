@@ -11,7 +11,7 @@ from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_d
 from simulator.config.paths import set_path
 from simulator.config.scenario import Scenario
 from simulator.config.workload import TraceLoad
-from simulator.engine.build import build
+from simulator.engine.build import StopWhen, build
 from simulator.limits import Limits
 from simulator.limits import check as check_size
 from simulator.records import RunRecords
@@ -25,6 +25,7 @@ class RunResult:
     scenario: Scenario  # as it ran: every profile it names written in
     records: RunRecords
     summary: RunSummary
+    stopped: bool = False  # stopped early by a StopWhen: records and summary cover only the run so far
 
 
 def load_scenario_data(path: Path) -> dict[str, object]:
@@ -71,21 +72,25 @@ def simulate(
     catalog: Catalog,
     progress: Callable[[float], None] | None = None,
     limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
+    stop: StopWhen | None = None,
 ) -> RunResult:
     """Resolve, build, run (``progress`` gets the fraction done), freeze and summarise one scenario.
 
     A scenario already resolved runs as its plans say (a plan may be replaced, e.g. its cost
     model by a test double). ``limits``: the size a run may reach before it needs
-    ``limits=None`` (:mod:`simulator.limits`).
+    ``limits=None`` (:mod:`simulator.limits`). ``stop``: ends the run as soon as it says the
+    outcome is settled (:class:`~simulator.engine.build.StopWhen`; the result says ``stopped``);
+    without it the run is the ordinary one.
     """
     resolved = scenario if isinstance(scenario, ResolvedScenario) else resolve(scenario, catalog)
     if limits is not None:
         check_size(resolved.size, limits)
     simulation = build(resolved)
-    end_s = simulation.run(progress)
+    end_s = simulation.run(progress, stop)
     records = simulation.records(end_s)
     ran = resolved.scenario  # self-contained: the profiles it ran with written in
-    return RunResult(ran, records, summarize(records, ran.slo, ran.workload_classes, ran.cost))
+    summary = summarize(records, ran.slo, ran.workload_classes, ran.cost)
+    return RunResult(ran, records, summary, simulation.stopped)
 
 
 #: Exit status of ``run`` and ``compare`` when a run measured nothing: no request arrived, or none

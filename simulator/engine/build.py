@@ -40,6 +40,18 @@ from simulator.records import REQUEST_ROWS_KEPT, BackendRecord, RunRecords
 from simulator.resolve import BackendPlan, ResolvedScenario
 
 
+@dataclass(frozen=True)
+class StopWhen:
+    """Stop a run once ``settled(recorder, now_s)`` says its outcome is decided: asked at simulated times
+    ``from_s``, ``from_s + every_s``, ... (before the run's own end), each time after every event
+    up to that time has run. The run stops at its last event so far; nothing is scheduled for the
+    checks, so a run never stopped is the same run as without them."""
+
+    from_s: float
+    every_s: float
+    settled: Callable[[Recorder, float], bool]
+
+
 @dataclass
 class Simulation:
     """A built, not yet run, simulation: everything wired, processes started."""
@@ -52,9 +64,11 @@ class Simulation:
     factory: RequestFactory
     handoffs: list[KVHandoff] = field(default_factory=list)
     tiers: dict[int, KVTiers] = field(default_factory=dict)  # replica index -> its KV tiers
+    stopped: bool = False  # stopped by a StopWhen before its end
 
-    def run(self, progress: Callable[[float], None] | None = None) -> float:
-        """Run to the end the scenario asks for; returns the simulated end time (s).
+    def run(self, progress: Callable[[float], None] | None = None, stop: StopWhen | None = None) -> float:
+        """Run to the end the scenario asks for, or until ``stop`` settles it (then ``stopped`` is
+        True); returns the simulated end time (s).
 
         ``progress`` is called with the fraction of the arrivals made (of ``run.duration`` or
         ``run.max_requests``), in steps of 1 / ``clients.PROGRESS_TICKS``, and with 1.0 at the end; it
@@ -65,10 +79,27 @@ class Simulation:
         if not run.drain:
             until = min(x for x in (run.horizon, run.duration) if x is not None)
         self.factory.progress = progress
+        if stop is not None and self._settled(stop, math.inf if until is None else until):
+            self.stopped = True
+            return float(self.env.now)
         self.env.run(until=until)
         if progress is not None:
             progress(1.0)
         return float(self.env.now)
+
+    def _settled(self, stop: StopWhen, until: float) -> bool:
+        """Step the events up to each check time before ``until`` (never past the last event, so
+        the run can go on as if unchecked) and ask ``stop``; True once it says settled."""
+        env, at = self.env, stop.from_s
+        while at < until:
+            while env.peek() <= at:
+                env.step()
+            if env.peek() == math.inf:
+                return False  # nothing left to run: the run ends as it would unchecked
+            if stop.settled(self.recorder, env.now):
+                return True
+            at += stop.every_s
+        return False
 
     def records(self, end_s: float) -> RunRecords:
         """What the run recorded, frozen (call once, after :meth:`run`)."""

@@ -2,20 +2,26 @@
 
 The exhaustive search simulates every candidate (each backend alone at 1..max replicas, every
 mixed count vector) and takes the cheapest that meets; the planner prunes by cost, by the
-capacity bound and by known misses, and bisects. Both read the same runs (one ``Runs``), so each
-fleet is simulated once. The cases are small (8B model, 60-90 s runs) so each takes seconds.
+capacity bound and by known misses, and bisects, on runs stopped as soon as a task-time target
+provably misses (:class:`~simulator.planning.SettledMiss`); the exhaustive search runs every
+candidate to its end. The cases are small (8B model, 60-90 s runs) so each takes seconds.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
+import numpy as np
 import pytest
 
 from simulator.config.scenario import Scenario
-from simulator.planning import Evaluation, Planner, agent_call_demand
+from simulator.execution import Executor, Runs
+from simulator.limits import Limits
+from simulator.planning import Evaluation, Planner, SettledMiss, agent_call_demand, miss_tasks_needed, summary_run
 from simulator.resolve import ScenarioError
+from simulator.runner import simulate
 from tests.engine.conftest import CATALOG, scenario
 
 H100_8B = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1}
@@ -48,14 +54,14 @@ def _two_gpus_open() -> Scenario:
     )  # fmt: skip
 
 
-def _agents_task_time() -> Scenario:
+def _agents_task_time(bound: str = "14 s") -> Scenario:
     """Closed-loop agents with a p95 task-time target: the capacity bound applies."""
     return scenario(
         backends=[{"name": "h100", "deployment": H100_8B, "scheduler": CAPPED},
                   {"name": "a100", "deployment": A100_8B, "scheduler": CAPPED}],
         router={"policy": "least-outstanding-tokens"},
         load={"kind": "agents", "workload": SMALL_AGENT, "agents": 24}, requests=None,
-        slo={"targets": [{"metric": "task_time_s", "stat": "p95", "max": "14 s"}]},
+        slo={"targets": [{"metric": "task_time_s", "stat": "p95", "max": bound}]},
         plan={"max_replicas": {"h100": 4, "a100": 4}, "replications": 1},
         run={"seed": 5, "duration": "60 s", "warmup": "0 s", "drain": True},
     )  # fmt: skip
@@ -101,10 +107,10 @@ def exhaustive(planner: Planner) -> tuple[Evaluation | None, list[Evaluation]]:
 @pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _routed_classes])
 def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(make: Any) -> None:
     s = make()
-    everything = Planner(s, CATALOG)
-    answer, evaluated = exhaustive(everything)
+    everything = Planner(s, CATALOG, runs=Runs(Executor(), summary_run, (CATALOG, Limits(), False), None))
+    answer, evaluated = exhaustive(everything)  # every run to its end
     tallies: list[tuple[int, int, int, int]] = []
-    pruned = Planner(s, CATALOG, runs=everything.runs)  # the same runs: nothing simulated twice
+    pruned = Planner(s, CATALOG)  # its own runs, stopped once a miss is settled
     pruned.progress = lambda _: tallies.append(pruned.tally())
     result = pruned.search()
     assert answer is not None, "each case has a feasible fleet"
@@ -146,3 +152,43 @@ def test_plan_ranks_every_fleet_on_one_cost_basis() -> None:
     fleet = [b.model_copy(update={"cost_basis": basis}) for b, basis in zip(auto.fleet, bases, strict=True)]
     with pytest.raises(ScenarioError, match="one cost basis"):
         Planner(auto.model_copy(update={"backends": fleet}), CATALOG)
+
+
+@pytest.mark.parametrize("percent", [50, 90, 95, 99])
+def test_miss_tasks_needed_put_the_percentile_over_the_bound(percent: int) -> None:
+    """``need(n)`` times over the bound among ``n`` put numpy's percentile over it; need never
+    falls as ``n`` grows and grows by at most 1 a task (what SettledMiss's proof uses)."""
+    needs = [miss_tasks_needed(percent, n) for n in range(1, 300)]
+    assert all(b - a in (0, 1) for a, b in itertools.pairwise(needs))
+    for n, need in enumerate(needs, start=1):
+        assert 1 <= need <= n
+        times = np.array([0.0] * (n - need) + [10.0 + 1e-9] * need)
+        assert np.percentile(times, percent) > 10.0
+
+
+@pytest.mark.parametrize("bound_s", ["14 s", "9 s", "30 s"])
+def test_a_run_stopped_once_settled_misses_exactly_when_the_full_run_does_in_less_simulated_time(
+    bound_s: str,
+) -> None:
+    """Candidate fleets of the agents case under three bounds, run to the end and with the stop rule:
+    the same verdict; stopped only when the full run misses (a miss by a little may not be settled
+    before the end), and then before the full run's end; else the very same run."""
+    s = _agents_task_time(bound_s)
+    target = s.slo.targets[0]
+    planner = Planner(s, CATALOG)
+    stopped = 0
+    for counts in [(1, 0), (2, 0), (3, 0), (4, 0), (0, 1), (0, 2), (0, 4), (1, 1), (2, 2)]:
+        run = Scenario.model_validate_json(planner._run_keys(counts, "mixed")[0][1])
+        full = simulate(run, CATALOG)
+        rule = SettledMiss.of(run)
+        assert rule is not None
+        early = simulate(run, CATALOG, stop=rule.when())
+        assert full.summary.tasks is not None and early.summary.tasks is not None
+        misses = full.summary.tasks.task_time_s.p95 > target.bound
+        assert (early.summary.tasks.task_time_s.p95 > target.bound) == misses, f"{counts}: {rule.settled}"
+        if early.stopped:
+            stopped += 1
+            assert misses and early.records.end_s < full.records.end_s
+        else:  # never stopped: the very same run
+            assert json.dumps(early.summary.to_dict()) == json.dumps(full.summary.to_dict())
+    assert stopped, "some fleet misses"
