@@ -42,7 +42,9 @@ def test_estimate_shows_and_explains_its_sources() -> None:
     args = ("estimate", "--hardware", "nvidia-b200", "--model", "gpt-oss-120b", "--weights", "mxfp4")
     text = run_cli(*args)
     assert text.returncode == 0, text.stderr
-    assert "numbers it rests on" in text.stdout and "matmul efficiency 0.324 (assumed: trtllm-gptoss)" in text.stdout
+    mxfp4 = deploy("nvidia-b200", "gpt-oss-120b", weights="mxfp4").hardware.compute.weight_only["mxfp4"].efficiency
+    assert "numbers it rests on" in text.stdout
+    assert f"matmul efficiency {mxfp4.value:.3g} ({mxfp4.confidence}: {mxfp4.source})" in text.stdout, text.stdout
     as_json = json.loads(run_cli(*args, "--json", "--explain").stdout)
     assert {n["confidence"] for n in as_json["sources"]} <= {"datasheet", "measured", "vendor-claim", "derived",
                                                              "assumed"}  # fmt: skip
