@@ -75,6 +75,7 @@ STACK_FITTABLE: dict[str, tuple[float, float]] = {
     "layer_latency": (0.0, 1e-3),
     "expert_latency": (0.0, 1e-4),
     "step_overhead": (0.0, 0.05),
+    "matmul_share": (0.05, 1.0),
 }
 
 #: Stopping tolerances of the fit: relative change of the parameters (1e-5) and of the sum of

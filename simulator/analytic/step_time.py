@@ -22,6 +22,11 @@ in its KV cache (``c``). Assumptions:
   compute-bound grouped GEMMs reach 460-540 of the dense 770 TFLOP/s), and each hit expert's
   rows are padded up to the kernel's M tile (``tile * E[ceil(X / tile)]``, ``X ~ Binomial(T k,
   1/E)``). Without ``grouped_gemm`` (SRAM machines) experts run as dense matmuls.
+- **A serving step reaches a share of the kernel rate.** ``compute.efficiency`` is a GEMM
+  benchmark's (the H200's measured cuBLAS 8192^3); between its GEMMs a served step runs norms,
+  activations, rotary, sampling and mixed prefill-decode batches of uneven shapes, so its matmuls
+  run at ``rate * eff * s`` with the serving stack's ``matmul_share`` ``s`` (1 when the stack
+  states none: the SRAM machines' stacks, whose efficiencies are fitted on served rows).
 - **A kernel launched alone** (the measured kernel tables) adds the hardware's ``kernel_latency``;
   in a served step the launches are the stack's per-layer latency (CUDA graphs), not added again.
 - **Data-parallel attention** (``attention_dp`` ranks): each rank runs attention, dense layers
@@ -372,6 +377,11 @@ class MatmulRates:
         return cls(read_rate, flops, read_rate * grouped.streaming(weights, path.precision),
                    flops * grouped.compute(weights, path.precision), grouped.m_tile.value)  # fmt: skip
 
+    def compute_scaled(self, share: float) -> MatmulRates:
+        """Rates with ``share`` of the FLOP rates (a serving stack's :attr:`matmul_share`), reads as they are."""
+        return MatmulRates(self.read, self.flops * share, self.grouped_read, self.grouped_flops * share,
+                           self.m_tile)  # fmt: skip
+
     def scaled(self, share: float) -> MatmulRates:
         """Rates of ``share`` of the chip (a layer's region on a layer-pipelined machine)."""
         return MatmulRates(self.read * share, self.flops * share, self.grouped_read * share,
@@ -498,7 +508,9 @@ class StepCostModel:
 
     def _rates(self, group: TensorGroup) -> MatmulRates:
         d = self.deployment
-        return MatmulRates.of(d.hardware, d.read_rate(group), d.precision[group], d.activations).scaled(self.share)
+        rates = MatmulRates.of(d.hardware, d.read_rate(group), d.precision[group], d.activations)
+        stack_share = d.stack.matmul_share.value if d.stack.matmul_share is not None else 1.0
+        return rates.compute_scaled(stack_share).scaled(self.share)
 
     # -- terms ---------------------------------------------------------------------------------
     def _fabric_per_layer(self) -> tuple[float, float]:

@@ -131,6 +131,12 @@ class StackProfile(Profile):
         description="share of the expert-parallel dispatch and combine hidden behind compute (two-batch "
         "overlap) once each attention rank holds enough tokens"
     )
+    matmul_share: Sourced[Annotated[float, Field(gt=0.0, le=1.0)]] | None = Field(
+        None,
+        description="share of the hardware's kernel matmul rate (compute.efficiency, a GEMM benchmark's) that "
+        "a serving step reaches between its other operators (norms, activations, rotary, sampling, mixed "
+        "prefill-decode batches); none: 1",
+    )
     speculation: StackSpeculation | None = Field(
         None, description="documented speculative decoding (validate runs rows marked yes or unknown with it)"
     )

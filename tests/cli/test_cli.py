@@ -47,22 +47,21 @@ def test_estimate_text_shows_each_groups_precision_and_weight_only_paths(capsys:
 #: (MoE kernel truth, stack KV defaults, API time, speculation placement), rounded up, so that no
 #: change makes them worse; the issue's targets (median <= 10 %, and its cross-validated ones)
 #: replace them as those mechanisms land.
-PLAIN_BOUNDS = {"median": 0.13, "p90": 0.75, "wafer-scale": 0.60, "lpu": 0.10, "dataflow": 0.25, "gpu": 0.13,
+PLAIN_BOUNDS = {"median": 0.12, "p90": 0.45, "wafer-scale": 0.45, "lpu": 0.10, "dataflow": 0.25, "gpu": 0.11,
                 "moe": 0.27}  # fmt: skip
 
 
 def test_validate_meets_the_error_targets_on_the_bundled_table(capsys: pytest.CaptureFixture[str]) -> None:
     """Median and p90 |error| over every row, the median on each architecture (wafer-scale, LPU,
-    dataflow, GPU) and on the MoE rows within :data:`PLAIN_BOUNDS`; every row but the one whose
-    draft cannot be placed is predicted; every grouping conserves the rows: each row is counted
-    once per grouping."""
+    dataflow, GPU) and on the MoE rows within :data:`PLAIN_BOUNDS`; every row is predicted; every
+    grouping conserves the rows: each row is counted once per grouping."""
     assert main(["validate", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["rows"]) == 127 and all(
         {"id", "predicted", "measured", "rel_error"} <= r.keys() for r in out["rows"]
     )
     summary = out["summary"]
-    assert {item["id"] for item in summary["unpredicted"]} <= {"M006"}
+    assert not summary["unpredicted"], summary["unpredicted"]  # a speculative draft has chips of its own
     overall = summary["overall"]
     assert overall["median_abs_rel_error"] <= PLAIN_BOUNDS["median"]
     assert overall["p90_abs_rel_error"] <= PLAIN_BOUNDS["p90"]
