@@ -356,3 +356,17 @@ def nothing_lands_in_the_repository() -> Iterator[None]:
     before = _strays()
     yield
     assert _strays() <= before, f"written into the repository: {sorted(_strays() - before)}"
+
+
+@pytest.fixture(scope="session")
+def results_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A complete results folder of the tiny scenario (copied, then damaged or planted, by each case)."""
+    root = tmp_path_factory.mktemp("results")
+    (root / "s.yaml").write_text(SCENARIO)
+    previous = Path.cwd()
+    os.chdir(root)
+    try:
+        assert invoke(root, "run", "s.yaml", "-o", "res").code == 0
+    finally:
+        os.chdir(previous)
+    return root / "res"

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli.output import LOCK, MARKER
-from tests.fuzz.conftest import ERROR, INTERNAL, SCENARIO, TRACEBACK, invoke
+from tests.fuzz.conftest import ERROR, INTERNAL, SCENARIO, TRACEBACK
 
 VICTIM = b"the user's own file, outside the results folder\n"
 PICTURE = b"the user's own picture\n"
@@ -67,25 +67,11 @@ def assert_one_error(done: subprocess.CompletedProcess[str], code: int, *expecte
         assert text in done.stderr, f"expected {text!r} in the message\n{report}"
 
 
-@pytest.fixture(scope="session")
-def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A complete results folder of the tiny scenario (copied, then planted, by each case)."""
-    root = tmp_path_factory.mktemp("hostile")
-    (root / "s.yaml").write_text(SCENARIO)
-    previous = Path.cwd()
-    os.chdir(root)
-    try:
-        assert invoke(root, "run", "s.yaml", "-o", "res").code == 0
-    finally:
-        os.chdir(previous)
-    return root / "res"
-
-
 @pytest.fixture
-def sandbox(tmp_path: Path, run_folder: Path) -> Path:
+def sandbox(tmp_path: Path, results_folder: Path) -> Path:
     """``res`` (a run's results), ``s.yaml``, ``victim.txt`` beside ``res`` and ``elsewhere/`` with
     the user's files."""
-    shutil.copytree(run_folder, tmp_path / "res", symlinks=True)
+    shutil.copytree(results_folder, tmp_path / "res", symlinks=True)
     (tmp_path / "s.yaml").write_text(SCENARIO)
     (tmp_path / "victim.txt").write_bytes(VICTIM)
     (tmp_path / "elsewhere").mkdir()

@@ -50,7 +50,6 @@ from tests.fuzz.conftest import (
     bundled_edit,
     edit,
     edit_bytes,
-    invoke,
     trace_scenario,
 )
 
@@ -994,20 +993,6 @@ def test_a_successful_run_writes_only_its_results_folder(sandbox: Sandbox) -> No
 
 
 # -- report ---------------------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def results_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A complete results folder of the tiny scenario (copied, then damaged, by each report case)."""
-    root = tmp_path_factory.mktemp("results")
-    (root / "s.yaml").write_text(SCENARIO)
-    previous = Path.cwd()
-    os.chdir(root)
-    try:
-        assert invoke(root, "run", "s.yaml", "-o", "res").code == 0
-    finally:
-        os.chdir(previous)
-    return root / "res"
-
-
 def damaged(name: str, contents: str | bytes) -> Files:
     return {f"res/{name}": contents}
 
