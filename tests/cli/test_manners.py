@@ -80,6 +80,16 @@ def test_every_command_takes_json() -> None:
             assert any("--json" in a.option_strings for a in parser._actions), name
 
 
+def _first_requests(path: Path, requests: int) -> None:
+    """A real vLLM bench file (Llama 3.3 70B on 8 x A100, 4 req/s) cut to its first ``requests``."""
+    data = json.loads((FIXTURES / "measured" / "vllm-llama70b-a100-qps04.json").read_text())
+    for key in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
+        data[key] = data[key][:requests]
+    data |= {"num_prompts": requests, "completed": requests, "total_input_tokens": sum(data["input_lens"]),
+             "total_output_tokens": sum(data["output_lens"])}  # fmt: skip
+    path.write_text(json.dumps(data))
+
+
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> object:
     assert main(argv) == 0
     captured = capsys.readouterr()
@@ -102,12 +112,7 @@ def test_the_commands_without_json_before_print_one_document(
     model = _json(capsys, ["models", "import", str(config), "--name", "m", "-o", str(tmp_path / "m"), "--json"])
     assert model["profile"]["id"] == "m" and model["active_params"] < model["total_params"]  # type: ignore[index]
 
-    data = json.loads((FIXTURES / "measured" / "vllm-llama70b-a100-qps04.json").read_text())
-    for key in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
-        data[key] = data[key][:6]
-    data |= {"num_prompts": 6, "completed": 6, "total_input_tokens": sum(data["input_lens"]),
-             "total_output_tokens": sum(data["output_lens"])}  # fmt: skip
-    (tmp_path / "vllm.json").write_text(json.dumps(data))
+    _first_requests(tmp_path / "vllm.json", 6)
     folder = tmp_path / "import"
     imported = _json(capsys, ["import", str(tmp_path / "vllm.json"), "--hardware", "nvidia-a100-sxm", "--chips", "8",
                               "--layout", "TP8", "--stack", "vllm", "-o", str(folder), "--json"])  # fmt: skip
@@ -177,12 +182,7 @@ def test_calibrate_moves_the_parameters_of_an_imported_vllm_run(
     """The rows of an imported run are simulated, and a simulated time jitters at small parameter
     steps: the fit's differences over :data:`~simulator.calibration.ENGINE_STEP` follow the trend,
     so the fit moves from its start and lowers the error (it once returned the starting values)."""
-    data = json.loads((FIXTURES / "measured" / "vllm-llama70b-a100-qps04.json").read_text())
-    for key in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
-        data[key] = data[key][:40]
-    data |= {"num_prompts": 40, "completed": 40, "total_input_tokens": sum(data["input_lens"]),
-             "total_output_tokens": sum(data["output_lens"])}  # fmt: skip
-    (tmp_path / "vllm.json").write_text(json.dumps(data))
+    _first_requests(tmp_path / "vllm.json", 40)
     folder = tmp_path / "import"
     assert main(["import", str(tmp_path / "vllm.json"), "--hardware", "nvidia-a100-sxm", "--chips", "8", "--layout",
                  "TP8", "--stack", "vllm", "-o", str(folder)]) == 0  # fmt: skip

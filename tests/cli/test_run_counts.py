@@ -26,6 +26,7 @@ from simulator.cli.common import Countdown, progress_text
 from simulator.cli.parser import EXIT_STATUS
 from simulator.limits import Limits
 from simulator.runner import EXIT_NOTHING_MEASURED
+from tests.fuzz.conftest import POISSON as OPEN_POISSON
 
 #: 20 requests of 64 + 8 tokens from 2 closed-loop users on one H100 (~30 ms to simulate).
 TINY = """\
@@ -39,19 +40,13 @@ run: {seed: 1, max_requests: 20}
 """
 
 #: Poisson arrivals for 2 s, with SLO targets and a plan of at most 2 replicas.
-POISSON = """\
-name: poisson
-deployment: {hardware: nvidia-h100-sxm, model: llama-3.1-8b, chips: 1}
-load:
-  kind: open
-  arrivals: {process: poisson, rate_per_s: 10}
-requests:
-  input_tokens: {dist: constant, value: 64}
-  output_tokens: {dist: constant, value: 8}
-run: {seed: 1, duration: 2 s}
+POISSON = (
+    OPEN_POISSON
+    + """\
 slo: {targets: [{metric: ttft_s, stat: p99, max: 1 s}]}
 plan: {default_max_replicas: 2, replications: 1}
 """
+)
 
 #: Requests arrive (2,000/s for 5 ms) but none can finish 1,000 tokens before the run stops.
 NOTHING_COMPLETES = ["--set", "run.duration=5 ms", "--set", "run.drain=false", "--set",
