@@ -24,8 +24,9 @@ passes ``int``\\ s), has no ``__dict__``, does not pickle, and is final unless o
   compiled engine gives two copies of its classes; the test configuration keeps these files
   out of doctest collection for that reason (they have no doctests).
 
-Code outside the package may subclass :class:`~simulator.engine.scheduler.PagedBatching` and
-:class:`~simulator.engine.scheduler.ContinuousBatchingPolicy` (batching policies) and
+Code outside the package may subclass :class:`~simulator.engine.batching.paged.PagedBatching`,
+:class:`~simulator.engine.batching.continuous.ContinuousBatchingPolicy` and
+:class:`~simulator.engine.batching.static.StaticBatchingPolicy` (batching policies) and
 :class:`~simulator.analytic.step_time.StepCostModel` (compiled with
 ``allow_interpreted_subclasses``); the other compiled classes are final, so the engine calls
 their methods directly, and a patch of one of their methods goes unseen by compiled callers.
@@ -58,8 +59,13 @@ MODULES = (
     "simulator.series",
     "simulator.analytic.step_time",
     "simulator.analytic.step_fast",
-    "simulator.engine.kv",
-    "simulator.engine.scheduler",
+    "simulator.engine.kv.blocks",
+    "simulator.engine.batching.protocol",
+    "simulator.engine.batching.queue",
+    "simulator.engine.batching.slots",
+    "simulator.engine.batching.paged",
+    "simulator.engine.batching.continuous",
+    "simulator.engine.batching.static",
     "simulator.engine.recorder",
     "simulator.engine.replica",
     "simulator.engine.fleet",

@@ -197,7 +197,7 @@ class KVTransferRecords:
 
 @dataclass(frozen=True)
 class KVTierRecords:
-    """One replica's KV tiers over the whole run (:mod:`simulator.engine.kv_tiers`), fastest first."""
+    """One replica's KV tiers over the whole run (:mod:`simulator.engine.kv.tiers`), fastest first."""
 
     backend: str
     replica: int

@@ -70,12 +70,14 @@ class ScenarioError(InfersimError):
 
 @dataclass(frozen=True)
 class TierPlan:
-    """One KV tier below a replica's serving tier: how many KV blocks it holds, how fast one moves up."""
+    """One KV tier below a replica's serving tier: how many KV blocks it holds, how fast one moves
+    (the engine's tier of the kind its ``spec`` registered times the moves: :mod:`simulator.engine.kv.tiers`)."""
 
     name: str
     blocks: int  # per replica
     s_per_block: float  # to the serving tier: block tokens x KV bytes per token / bandwidth
-    latency_s: float  # fixed time of one load
+    latency_s: float  # fixed time of one transfer
+    spec: KVTierSpec  # what the scenario asked for (its class chooses the engine's kind of tier)
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class BackendPlan:
     kv_block_tokens: int
     kv_blocks: int  # per replica
     max_tokens: int  # prompt + output one request may hold (KV or context)
-    swap_s_per_block: float  # seconds to move one KV block to the next slower tier (0: no swapping)
+    swap_tier: TierPlan | None  # where swap preemption moves KV (None: the scheduler does not swap)
     one_way_s: float  # half the network round trip (the scenario's plus a hosted API's)
     pricing: Pricing
     prefix_caching: bool
@@ -216,11 +218,11 @@ class ResolvedScenario:
 
 
 # -- backends ---------------------------------------------------------------------------------
-def swap_bandwidth(deployment: Deployment) -> float:
-    """Bytes/s a replica moves KV to and from the next tier slower than its serving tier.
-
-    Every chip moves its own shard in parallel: ``chips * bandwidth * efficiency``.
-    """
+def _swap_tier(backend: str, deployment: Deployment, tiers: tuple[TierPlan, ...], block_bytes: float) -> TierPlan:
+    """Where swap preemption moves a replica's KV: its first KV tier, else the profile's next memory
+    tier slower than the serving tier (every chip moving its own shard: ``chips * bandwidth * efficiency``)."""
+    if tiers:
+        return tiers[0]
     serving = deployment.weights_tier.bandwidth.value
     slower = [t for t in deployment.hardware.memory if t.bandwidth.value < serving]
     if not slower:
@@ -228,8 +230,7 @@ def swap_bandwidth(deployment: Deployment) -> float:
             f"swap preemption needs a memory tier slower than {deployment.weights_tier.name} on "
             f"{deployment.hardware.id}, and the profile has none; use preemption: recompute"
         )
-    tier = slower[0]
-    return deployment.chips * tier.bandwidth.value * tier.efficiency.value
+    return _tier_plan(backend, 0, KVTierSpec(name=slower[0].name), deployment, block_bytes)
 
 
 def layout_question(scenario: Scenario, catalog: Catalog) -> Question:
@@ -263,9 +264,6 @@ def backend_plan(
         raise PlacementError(f"{where}.{exc}") from None  # the message starts with the field
     sched = spec.scheduler or scenario.scheduler
     kv_blocks = int(deployment.kv_budget_bytes // (sched.kv_block_tokens * deployment.kv_bytes_per_token))
-    swap_s_per_block = 0.0
-    if sched.swaps:
-        swap_s_per_block = sched.kv_block_tokens * deployment.kv_bytes_per_token / swap_bandwidth(deployment)
     try:
         pricing = resolve_pricing(deployment.hardware, deployment.model.id, spec.cost_basis or scenario.cost.basis,
                                   assumptions_of(scenario.cost))  # fmt: skip
@@ -280,6 +278,7 @@ def backend_plan(
             raise ScenarioError(f"backend {spec.name}: scheduler.kv_tiers: tier {lower.name} is faster than "
                                 f"{upper.name}"
                                 " above it; list the tiers fastest first")  # fmt: skip
+    swaps_to = _swap_tier(spec.name, deployment, tiers, block_bytes) if sched.swaps else None
     return BackendPlan(
         index=index,
         name=spec.name,
@@ -291,7 +290,7 @@ def backend_plan(
         kv_block_tokens=sched.kv_block_tokens,
         kv_blocks=kv_blocks,
         max_tokens=min(kv_blocks * sched.kv_block_tokens, deployment.model.max_context_tokens),
-        swap_s_per_block=swap_s_per_block,
+        swap_tier=swaps_to,
         one_way_s=(spec.network_rtt + (api.round_trip.value if api else 0.0)) / 2.0,
         front_end_s=api.front_end.value if api else 0.0,
         pricing=pricing,
@@ -326,7 +325,7 @@ def _tier_plan(backend: str, index: int, tier: KVTierSpec, deployment: Deploymen
         capacity = available if capacity is None else capacity
         bandwidth = bandwidth or deployment.chips * profile.bandwidth.value * profile.efficiency.value
     assert capacity is not None and bandwidth is not None
-    return TierPlan(tier.name, int(capacity // block_bytes), block_bytes / bandwidth, tier.latency)
+    return TierPlan(tier.name, int(capacity // block_bytes), block_bytes / bandwidth, tier.latency, tier)
 
 
 def _paired(backends: tuple[BackendPlan, ...], fleet: list[BackendSpec]) -> tuple[BackendPlan, ...]:

@@ -18,7 +18,8 @@ class KVTierSpec(Spec):
 
     Named after a tier of the hardware profile (``host``, ``ddr``), it takes that tier's
     capacity and bandwidth times the replica's chips unless given; any other name (``ssd``,
-    ``remote``) must give both (figures in :mod:`simulator.engine.kv_tiers`).
+    ``remote``) must give both (figures in :mod:`simulator.engine.kv.tiers`, whose ``kv_tier`` registry
+    builds a tier of the kind its config class registered).
     """
 
     name: str = Field(description="a memory tier of the hardware profile, or a name of your own (ssd, remote)")
@@ -59,7 +60,7 @@ class BatchingSpec(Spec):
     """What every batching policy is given: caps per iteration and the KV block size.
 
     A policy is tagged by ``policy``; the engine builds it from its config class
-    (``simulator.engine.scheduler.batch_policy``, one registered builder per policy). Every cap
+    (``simulator.engine.batching.registry.batch_policy``, one registered builder per policy). Every cap
     left empty takes the deployment's serving stack's value (``stack_profiles/``).
     """
 

@@ -1,8 +1,10 @@
 """Elaboration: wire a resolved scenario's plans into processes, then run.
 
 Everything a run needs was resolved before (:func:`simulator.resolve.resolve`): placements,
-prices, KV budgets, trace rows. Here each backend's replicas get the batching policy its
-scheduler's config class registered (:func:`~simulator.engine.scheduler.batch_policy`) and
+prices, KV budgets, trace rows. Here each backend's replicas get their KV blocks, the KV tiers
+below them (each of the kind its config class registered, :func:`~simulator.engine.kv.tiers.kv_tier`),
+the batching policy its scheduler's config class registered
+(:func:`~simulator.engine.batching.registry.batch_policy`), and
 each class's load the processes its config class registered
 (:func:`~simulator.engine.clients.start_load`); nothing is dispatched by hand.
 
@@ -29,13 +31,14 @@ from simulator.analytic.step_fast import engine_cost
 
 # The bundled loads' modules register their processes with start_load when imported.
 from simulator.engine import agents, load, replay  # noqa: F401
+from simulator.engine.batching.registry import batch_policy
 from simulator.engine.clients import RequestFactory, TaskCounter, start_class
 from simulator.engine.disaggregated import KVHandoff, couple
 from simulator.engine.fleet import Backend, Router
-from simulator.engine.kv_tiers import KVTiers
+from simulator.engine.kv.blocks import paged_kv
+from simulator.engine.kv.tiers import KVTiers, replica_tiers
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
-from simulator.engine.scheduler import PagedBatching, batch_policy
 from simulator.records import REQUEST_ROWS_KEPT, BackendRecord, RunRecords
 from simulator.resolve import BackendPlan, ResolvedScenario
 
@@ -153,17 +156,18 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
     factory = RequestFactory(env, scenario.run, router, replica_backend, recorder)
     backends: list[Backend] = []
     replicas: list[Replica] = []
+    kept_tiers: dict[int, KVTiers] = {}  # replica index -> the KV tiers below its serving tier
     for plan in resolved.backends:
         backend = Backend(plan, [])
         cost = engine_cost(plan.cost)
         for _ in range(plan.replicas):
             rng = np.random.default_rng(replica_seeds[len(replicas)])
-            policy = batch_policy(plan.scheduler, plan)
-            if plan.kv_tiers and isinstance(policy, PagedBatching):
-                block_bytes = plan.kv_block_tokens * plan.deployment.kv_bytes_per_token
-                factory.tiers[len(replicas)] = KVTiers(plan.kv_tiers, policy.kv, plan.cost, plan.window, block_bytes)
-            replica = Replica(env, len(replicas), cost, policy, recorder, rng, factory.complete,
-                              plan.swap_s_per_block)  # fmt: skip
+            blocks = paged_kv(plan)
+            tiers = replica_tiers(plan, blocks)
+            if tiers is not None and plan.kv_tiers:
+                kept_tiers[len(replicas)] = tiers
+            policy = batch_policy(plan.scheduler, plan, blocks)
+            replica = Replica(env, len(replicas), cost, policy, recorder, rng, factory.complete, tiers)
             replicas.append(replica)
             backend.replicas.append(replica)
             replica_backend.append(backend)
@@ -176,4 +180,4 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
     counter = TaskCounter(itertools.count(), itertools.count())
     for plan_of_class, seeds in zip(resolved.classes, class_seeds, strict=True):
         start_class(env, plan_of_class, factory, recorder, counter, stop_s, seeds)
-    return Simulation(resolved, backends, env, recorder, replicas, factory, handoffs, factory.tiers)
+    return Simulation(resolved, backends, env, recorder, replicas, factory, handoffs, kept_tiers)

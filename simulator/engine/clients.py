@@ -29,9 +29,7 @@ from simulator.config.distributions import Distribution
 from simulator.config.scenario import RunSpec
 from simulator.engine.disaggregated import KVHandoff
 from simulator.engine.fleet import Backend, Router
-from simulator.engine.kv_tiers import KVTiers
 from simulator.engine.recorder import Recorder
-from simulator.engine.replica import Replica
 from simulator.engine.request import Request, SessionKeys
 from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, RequestRecord
 from simulator.resolve import ClassPlan
@@ -90,7 +88,6 @@ class RequestFactory:
         self.progress: Callable[[float], None] | None = None
         self._next_tick = 1
         self.handoffs: dict[int, KVHandoff] = {}  # prefill replica index -> its backend's handoff
-        self.tiers: dict[int, KVTiers] = {}  # replica index -> the KV tiers below its serving tier
         self.session_keys = SessionKeys()
 
     @property
@@ -132,23 +129,8 @@ class RequestFactory:
         self.recorder.arrival(now)
         if replica.index in self.handoffs:
             self.handoffs[replica.index].admit(request)  # prefill here, decode on the paired backend
-        tiers = self.tiers.get(replica.index)
-        load_s = tiers.fetch(request, now) if tiers is not None else 0.0  # its prefix, from below
-        if request.one_way_s > 0:
-            replica.reserve(request)  # load-aware routers see it while it crosses the network
-        delay_s = request.one_way_s + backend.front_end_s + load_s
-        if delay_s > 0:
-            self.env.timeout(delay_s).callbacks.append(lambda _: self._reach(replica, request))
-        else:
-            replica.submit(request)
+        replica.arrive(request, request.one_way_s + backend.front_end_s)
         return request
-
-    def _reach(self, replica: Replica, request: Request) -> None:
-        """The request reaches its replica (after the network and any KV loaded from lower tiers)."""
-        tiers = self.tiers.get(replica.index)
-        if tiers is not None:
-            tiers.land(request, self.env.now)
-        replica.submit(request)
 
     def _tick(self, progress: Callable[[float], None], now: float) -> None:
         done = max(now / self.duration_s, self.count / self.max_requests)

@@ -1,7 +1,7 @@
-"""One serving replica: a SimPy process that keeps time while its batching policy forms batches.
+r"""One serving replica: a SimPy process that keeps time while its batching policy forms batches.
 
 Each iteration costs the cost model's time for its batch (``iteration``, micro-batch pipelining
-included), plus the swap transfers the plan charged and, with speculative decoding, the
+included), plus the time its KV tiers give the swap transfers the plan carries and, with speculative decoding, the
 draft's ``gamma`` passes over the decoding sequences (the cost model's ``draft_s``). A batch of pure
 decodes that nothing can join (no prefill pending, nobody admissible) *jumps*: the per-step
 times of the next ``k`` steps are computed at once (``decode_jump``) and the replica waits
@@ -15,6 +15,11 @@ so a cut costs one event, and the jump's own end fires later with nobody waiting
 Speculative decoding: each decoding sequence of a verify pass emits ``1 + j`` tokens, ``j`` the
 drafts accepted before the first rejection (position ``i`` accepted with the cost model's
 ``accepted[i]``; :func:`~simulator.analytic.speculation.draw_emitted`).
+
+Arrival hooks: a request routed here :meth:`~Replica.arrive`\ s; its prefix blocks found in the
+KV tiers below start their load then (:meth:`~simulator.engine.kv.tiers.KVTiers.fetch`), and it
+reaches the queue after the network, a hosted API's front end and that load, when the loaded
+blocks land in the serving tier (:meth:`~simulator.engine.kv.tiers.KVTiers.land`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from itertools import accumulate
+from math import ceil
 
 import numpy as np
 import simpy
@@ -29,13 +35,15 @@ import simpy
 from simulator.analytic.speculation import draw_emitted, tokens_per_verify
 from simulator.analytic.step_fast import EngineCost
 from simulator.engine import ProcessGenerator
+from simulator.engine.batching.protocol import BatchPolicy, Plan
+from simulator.engine.kv.tiers import KVTiers
 from simulator.engine.recorder import Recorder
 from simulator.engine.request import Request
-from simulator.engine.scheduler import BatchPolicy, Plan
 
 
 class Replica:
-    """Runs iterations of ``policy``'s batches for ``cost`` seconds each, and records them."""
+    """Runs iterations of ``policy``'s batches for ``cost`` seconds each, and records them;
+    ``tiers`` (if any) hold KV below the serving tier and time the moves to and from them."""
 
     def __init__(
         self,
@@ -46,12 +54,12 @@ class Replica:
         recorder: Recorder,
         rng: np.random.Generator,
         on_complete: Callable[[Request], None],
-        swap_s_per_block: float = 0.0,
+        tiers: KVTiers | None = None,
     ) -> None:
         self.env, self.index, self.cost, self.policy, self.recorder = env, index, cost, policy, recorder
         self.rng = rng
         self.on_complete = on_complete
-        self.swap_s_per_block = swap_s_per_block
+        self.tiers = tiers
         self._wake: simpy.Event | None = None  # what an arrival triggers while the replica sleeps
         self._cuttable: Jump | None = None  # the jump in progress, until it ends or an arrival cuts it
         self.in_transit, self.in_transit_tokens, self.in_transit_blocks = 0, 0.0, 0.0
@@ -67,21 +75,39 @@ class Replica:
         return self.policy.block_tokens
 
     def blocks_for(self, tokens: float) -> float:
-        """KV blocks ``tokens`` of context take here."""
-        return self.policy.blocks_for(tokens)
+        """KV blocks ``tokens`` of context take here: ``ceil(tokens / block_tokens)``."""
+        return float(ceil(tokens / self.policy.block_tokens))
 
-    def reserve(self, request: Request) -> None:
+    def arrive(self, request: Request, delay_s: float) -> None:
+        """A request routed here reaches the queue ``delay_s`` from now (the network, a hosted API's
+        front end) plus the load of its prefix blocks found in the KV tiers below, if any."""
+        load_s = self.tiers.fetch(request, self.env.now) if self.tiers is not None else 0.0
+        if request.one_way_s > 0:
+            self._reserve(request)  # load-aware routers see it while it crosses the network
+        delay_s += load_s
+        if delay_s > 0:
+            self.env.timeout(delay_s).callbacks.append(lambda _: self._land(request))
+        else:
+            self.submit(request)
+
+    def _land(self, request: Request) -> None:
+        """The request reaches the queue, its prefix blocks loaded from below (if any) landed."""
+        if self.tiers is not None:
+            self.tiers.land(request, self.env.now)
+        self.submit(request)
+
+    def _reserve(self, request: Request) -> None:
         """A request routed here that is still crossing the network (counted by the load views)."""
         self.in_transit += 1
         self.in_transit_tokens += request.input_tokens + request.output_tokens
-        self.in_transit_blocks += self.policy.blocks_for(request.input_tokens)
+        self.in_transit_blocks += self.blocks_for(request.input_tokens)
         self._load_changed()
 
     def submit(self, request: Request) -> None:
         if request.one_way_s > 0:  # it was reserved when routed
             self.in_transit -= 1
             self.in_transit_tokens -= request.input_tokens + request.output_tokens
-            self.in_transit_blocks -= self.policy.blocks_for(request.input_tokens)
+            self.in_transit_blocks -= self.blocks_for(request.input_tokens)
         request.replica = self.index
         self.policy.enqueue(request)
         self._load_changed()
@@ -138,12 +164,7 @@ class Replica:
 
     def _unchanged_steps(self, plan: Plan) -> int:
         """Steps the planned batch runs as it is: 1 unless it only decodes and nothing can join."""
-        if (
-            self.cost.accepted
-            or plan.swapped_blocks
-            or not plan.all_decoding
-            or self.policy.can_admit(plan.budget_left)
-        ):
+        if self.cost.accepted or plan.swapped_blocks or not plan.all_decoding:
             return 1
         return self.policy.unchanged_steps(plan)
 
@@ -153,7 +174,8 @@ class Replica:
 
     def _iterate(self, plan: Plan, start: float) -> ProcessGenerator:
         duration, flops, bytes_moved = self.cost.iteration(plan.shape)
-        duration += plan.swapped_blocks * self.swap_s_per_block
+        if plan.swapped_blocks and self.tiers is not None:
+            duration += self.tiers.swap_s(plan.swapped_blocks)
         accepted, decodes = self.cost.accepted, plan.decodes
         if accepted and decodes:
             duration += self.cost.draft_s(plan.decode_context)

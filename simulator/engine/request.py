@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import simpy
 
-    from simulator.engine.scheduler import PrefixHit
+    from simulator.engine.kv.blocks import PrefixHit
 
 
 class Request:
@@ -96,7 +96,7 @@ class Request:
 
         A session's block i is the integer ``key_base + i`` (:class:`SessionKeys`: bases 2^32
         apart, so sessions never share a block); its keys come as a ``range``, which the prefix
-        cache keeps as runs (:class:`~simulator.engine.kv.BlockManager`).
+        cache keeps as runs (:class:`~simulator.engine.kv.blocks.BlockManager`).
         """
         if self.block_hashes is None:
             base = self.key_base

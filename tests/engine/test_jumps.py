@@ -11,11 +11,13 @@ from simulator.analytic.layouts import deploy
 from simulator.analytic.step_fast import engine_cost
 from simulator.analytic.step_time import StepCostModel
 from simulator.config.deployment import DeploymentSpec
-from simulator.engine.kv import BlockManager
+from simulator.engine.batching.continuous import ContinuousBatchingPolicy
+from simulator.engine.batching.protocol import Plan
+from simulator.engine.batching.slots import Slots
+from simulator.engine.kv.blocks import BlockManager
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.request import Request
-from simulator.engine.scheduler import ContinuousBatchingPolicy, Plan, Slots
 from tests.engine.conftest import CATALOG, SMALL
 
 COST = engine_cost(StepCostModel(deploy(CATALOG, DeploymentSpec(**SMALL))))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from simulator.engine.kv import BlockManager, extended
+from simulator.engine.kv.blocks import BlockManager, extended
 from simulator.engine.request import SessionKeys
 
 

@@ -14,8 +14,12 @@ import pytest
 from simulator.analytic.step_time import BatchAggregates, PassTimes
 from simulator.config.batching import BatchingSpec
 from simulator.config.scenario import ArrivalProcess
+from simulator.engine.batching.paged import PagedBatching
+from simulator.engine.batching.protocol import BatchPolicy, Plan
+from simulator.engine.batching.registry import batch_policy
+from simulator.engine.batching.slots import Slots
+from simulator.engine.kv.blocks import BlockManager
 from simulator.engine.load import arrival_times
-from simulator.engine.scheduler import BatchPolicy, PagedBatching, Plan, Slots, batch_policy, paged_kv
 from simulator.resolve import BackendPlan, resolve
 from simulator.runner import simulate
 from tests.engine.conftest import CATALOG, scenario, service_time_s
@@ -41,12 +45,12 @@ class OneAtATimePolicy(PagedBatching):
                 s.table[s.admit(head)].blocks = need
                 head.admitted_s = now
         running = s.prefilling + s.decoding
-        return self._planned({slot: s.table[slot].prompt_left or 1.0 for slot in running})
+        return self.planned({slot: s.table[slot].prompt_left or 1.0 for slot in running})
 
 
 @batch_policy.register
-def _one_at_a_time(spec: OneAtATime, backend: BackendPlan) -> BatchPolicy:
-    return OneAtATimePolicy(Slots(1), paged_kv(backend), backend.max_batched_tokens, 1.0, backend.window)
+def _one_at_a_time(spec: OneAtATime, backend: BackendPlan, blocks: BlockManager) -> BatchPolicy:
+    return OneAtATimePolicy(Slots(1), blocks, backend.max_batched_tokens, 1.0, backend.window)
 
 
 def _lengths() -> dict[str, object]:

@@ -1,5 +1,5 @@
 """KV per layer kind in the engine: a sequence's windowed layers hold at most the window, its
-full-attention layers the whole context (simulator/engine/kv.py), and every block comes back."""
+full-attention layers the whole context (simulator/engine/kv/blocks.py), and every block comes back."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import pytest
 
 from simulator.analytic.layouts import deploy
 from simulator.config.deployment import DeploymentSpec
-from simulator.engine.kv import BlockManager
+from simulator.engine.batching.continuous import ContinuousBatchingPolicy
+from simulator.engine.batching.slots import Slots
+from simulator.engine.kv.blocks import BlockManager, paged_kv
 from simulator.engine.request import Request
-from simulator.engine.scheduler import ContinuousBatchingPolicy, Slots, paged_kv
 from simulator.resolve import resolve
 from tests.engine.conftest import CATALOG, scenario
 

@@ -33,6 +33,9 @@ import bisect
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
+from typing import NamedTuple
+
+from simulator.resolve import BackendPlan
 
 BlockKey = Hashable
 SESSION_BITS = 32  # a session's keys are base + i, bases 2^32 apart
@@ -453,6 +456,32 @@ class BlockManager:
         self.idle -= 1
         if not push:
             del self._lru[push.stamp]
+
+
+class PrefixHit(NamedTuple):
+    """The leading prompt blocks of a request already resident, and how many of them are idle
+    (cached, referenced by no running sequence: reusing one takes it out of the reclaimable pool)."""
+
+    keys: Sequence[Hashable]  # a range for a session's keys (:class:`BlockManager`)
+    idle: int
+
+
+NO_HIT = PrefixHit([], 0)
+
+
+def paged_kv(backend: BackendPlan) -> BlockManager:
+    """One replica's KV blocks, with the prefix cache when the scenario asks for it; with
+    sliding-window layers a block holds the full-attention layers' KV (the module docstring)."""
+    model = backend.deployment.model
+    windowed = model.attention.sliding_window_layers
+    full = model.num_layers - windowed
+    if not windowed or not full or model.attention.sliding_window is None:
+        return BlockManager(backend.kv_blocks, backend.kv_block_tokens, caching=backend.prefix_caching)
+    share = full / model.num_layers
+    block_bytes = backend.kv_block_tokens * backend.deployment.kv_bytes_per_token * share
+    return BlockManager(int(backend.deployment.kv_budget_bytes // block_bytes), backend.kv_block_tokens,
+                        caching=backend.prefix_caching, window_tokens=model.attention.sliding_window,
+                        window_blocks_per_block=windowed / full, full_share=share)  # fmt: skip
 
 
 def extended(shared: Sequence[BlockKey], published: Sequence[BlockKey]) -> Sequence[BlockKey]:
