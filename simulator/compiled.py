@@ -7,8 +7,10 @@ float (``-ffp-contract=off``: no fused multiply-adds), so a run gives byte-ident
 files either way (``tests/engine/test_compiled.py`` checks it). Compiled, a simulation takes
 about a third of the CPU. What changes for code outside: a compiled class holds its declared
 types (a :class:`~simulator.engine.request.Request`'s token counts are Python ``int``\\ s, and a
-numpy integer raises ``TypeError``; a custom load passing lengths to ``ClassSource.submit``
-passes ``int``\\ s), has no ``__dict__``, does not pickle, and is final unless opened below.
+numpy integer given to it directly raises ``TypeError``), has no ``__dict__``, does not pickle, and
+is final unless opened below. Where a load hands values in, the engine accepts and refuses the
+same either way: ``ClassSource.submit`` turns any integer (numpy's too) into an ``int`` and
+refuses a float with ``TypeError``, compiled or not (``tests/engine/test_compiled.py``).
 
 - ``infersim compile`` (run by ``make``) builds them into :data:`BUILD_DIR` (``build/compiled/``
   beside the package): one shared library for the group and a small extension module per

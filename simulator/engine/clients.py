@@ -19,8 +19,10 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import SupportsIndex
 
 import numpy as np
 import simpy
@@ -172,7 +174,7 @@ class ClassSource:
     def submit(
         self,
         user: int,
-        lengths: tuple[int, int] | None = None,
+        lengths: tuple[SupportsIndex, SupportsIndex] | None = None,
         session: Hashable | None = None,
         task: int = -1,
         block_hashes: tuple[int, ...] | None = None,
@@ -181,16 +183,21 @@ class ClassSource:
     ) -> Request | None:
         """A request now: lengths drawn for ``user`` unless given; a session sticks to one replica.
 
+        Given ``lengths`` may be any integers (numpy's too: they become ``int``); anything else
+        (a float) raises ``TypeError``, compiled or not (:mod:`simulator.compiled`).
+
         ``block_hashes`` (traces) name the prompt's KV blocks of ``hash_block_tokens`` each. A
         request that is ``awaited`` gets a ``done`` event (None when it was refused); an open-loop
         arrival nobody waits on gets none (no event scheduled at its completion).
         """
         if lengths is None:
             input_sampler, output_sampler = self.samplers.get(user, self.samplers[-1])
-            lengths = (input_sampler.draw(), output_sampler.draw())
+            tokens = (input_sampler.draw(), output_sampler.draw())
+        else:
+            tokens = (operator.index(lengths[0]), operator.index(lengths[1]))
         session_key = None if session is None else (self.klass, session)
         return self.factory.make(
-            self.klass, self.priority, user, lengths, session_key, task, block_hashes, hash_block_tokens, awaited
+            self.klass, self.priority, user, tokens, session_key, task, block_hashes, hash_block_tokens, awaited
         )
 
 

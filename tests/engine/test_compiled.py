@@ -152,3 +152,22 @@ def test_the_compiled_engine_writes_the_same_bytes_as_the_sources(name: str, tmp
     _run(tmp_path / "compiled", pure=False, arguments=RUNS[name])
     for file in ("requests.csv", "levels.csv", "summary.json"):
         assert (tmp_path / "compiled" / file).read_bytes() == (tmp_path / "pure" / file).read_bytes(), file
+
+
+@pytest.mark.parametrize("integer", [int, np.int64, np.int32, np.uint16])
+def test_a_load_passes_lengths_as_any_integer_and_never_a_float_compiled_or_not(integer: type) -> None:
+    """ClassSource.submit makes a numpy integer a Python int and refuses a float with TypeError, in
+    the compiled engine as in the sources (where the compiled Request alone would refuse numpy's)."""
+    from simulator.engine.build import build
+    from simulator.engine.clients import ClassSource
+    from simulator.resolve import resolve
+    from tests.engine.conftest import CATALOG, scenario
+
+    simulation = build(resolve(scenario(), CATALOG))
+    source = ClassSource(simulation.factory, 0, 0, {})
+    request = source.submit(0, (integer(64), integer(16)))
+    assert request is not None
+    assert (type(request.input_tokens), type(request.output_tokens)) == (int, int)
+    assert (request.input_tokens, request.output_tokens) == (64, 16)
+    with pytest.raises(TypeError):
+        source.submit(0, (64.0, 16))  # type: ignore[arg-type]
