@@ -95,7 +95,8 @@ class ContinuousBatching(BatchingSpec):
     preemption: Literal["recompute", "swap"] = Field(
         "recompute",
         description="when KV runs out the latest-admitted sequence is evicted: recompute re-prefills it later; "
-        "swap moves its KV to the next slower memory tier and back",
+        "swap moves its KV to the first of kv_tiers (else the next slower memory tier) and back, at that tier's "
+        "bandwidth and latency",
     )
 
     @property

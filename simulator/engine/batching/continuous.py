@@ -4,8 +4,8 @@ Each iteration fills a token budget. *decode-first*: every running decode takes 
 (``gamma + 1`` with speculation), then unfinished prefills and new admissions (FCFS) fill the
 budget with chunks (Sarathi-Serve); a decode that finds no free block preempts the latest
 admitted sequence. *prefill-first*: if any prefill can run, the iteration holds only prefill
-chunks and decodes wait (vLLM V0). Admission, chunking and preemption are
-:class:`~simulator.engine.batching.paged.PagedBatching`'s.
+chunks and decodes wait (vLLM V0: :class:`PrefillFirstBatchingPolicy`). Admission, chunking and
+preemption are :class:`~simulator.engine.batching.paged.PagedBatching`'s.
 """
 
 from __future__ import annotations
@@ -23,23 +23,11 @@ from simulator.resolve import BackendPlan
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a variant outside the package may build on it
 class ContinuousBatchingPolicy(PagedBatching):
-    """Decode-first iterations with chunked prefills, or prefill-first (``prefill_first``)."""
+    """Decode-first: running decodes take their tokens first, prefill chunks fill the budget left."""
 
-    def __init__(
-        self,
-        slots: Slots,
-        blocks: BlockManager,
-        max_batched_tokens: int,
-        decode_step_tokens: float,
-        window: int | None,
-        swap: bool = False,
-        chunked: bool = True,
-        reserve_full: bool = False,
-        prefill_first: bool = False,
-    ) -> None:
-        super().__init__(slots, blocks, max_batched_tokens, decode_step_tokens, window, swap, chunked, reserve_full)
-        #: While any prefill can run, iterations hold only prefill chunks (vLLM V0); else decode-first.
-        self.prefill_first = prefill_first
+    def _prefills_only(self) -> bool:
+        """Whether the next iteration holds only prefill chunks (never, decode-first)."""
+        return False
 
     def _schedule_decodes(self, q: dict[int, float], budget: int) -> int:
         s = self.slots
@@ -56,20 +44,32 @@ class ContinuousBatchingPolicy(PagedBatching):
     def plan(self, now: float) -> Plan:
         q: dict[int, float] = {}
         budget = self.max_batched_tokens
-        if not (self.prefill_first and self.prefill_pending()):
+        if not self._prefills_only():
             budget = self._schedule_decodes(q, budget)
         self.schedule_prefills(q, budget, now)
         return self.planned(q)
 
 
-@batch_policy.register
+@mypyc_attr(allow_interpreted_subclasses=True)  # a variant outside the package may build on it
+class PrefillFirstBatchingPolicy(ContinuousBatchingPolicy):
+    """Prefill-first (vLLM V0): while any prefill can run, iterations hold only prefill chunks."""
+
+    def _prefills_only(self) -> bool:
+        return self.prefill_pending()
+
+
 def _continuous(spec: ContinuousBatching, backend: BackendPlan, blocks: BlockManager) -> BatchPolicy:
     """Continuous batching; what the config leaves empty is the deployment's serving stack's."""
     stack = backend.deployment.stack
     priority = spec.priority or stack.priority
     chunked = stack.chunked_prefill if spec.chunked_prefill is None else spec.chunked_prefill
     reserve_full = (spec.admission or stack.admission) == "reserve-full"
-    return ContinuousBatchingPolicy(
+    policy = PrefillFirstBatchingPolicy if priority == "prefill-first" else ContinuousBatchingPolicy
+    return policy(
         Slots(backend.batch_cap), blocks, backend.max_batched_tokens, backend.decode_step_tokens, backend.window,
-        swap=spec.swaps, chunked=chunked, reserve_full=reserve_full, prefill_first=priority == "prefill-first",
+        swap=spec.swaps, chunked=chunked, reserve_full=reserve_full,
     )  # fmt: skip
+
+
+# registered by a call, not ``@batch_policy.register``: mypyc cannot compile that decorator in this module
+batch_policy.register(ContinuousBatching, _continuous)

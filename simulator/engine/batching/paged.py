@@ -202,21 +202,30 @@ class PagedBatching:
         if prefilled:
             s.tokens_left -= prefilled_tokens
             self._publish_prefilled(prefilled)
-        for slot in finished:
+        self._first_tokens(finished, now)
+        s.tokens_left -= tokens
+        allocated = self.kv.allocate(int(grown))
+        assert allocated, "an iteration's blocks are sized to those available when it is planned"
+        return Applied(decode_emitted, tokens, self._complete(plan))
+
+    def _first_tokens(self, slots: list[int], now: float) -> None:
+        """These slots' prompts are all in KV: they decode from now on, their first token out at ``now``."""
+        s = self.slots
+        for slot in slots:
             s.prefilled(slot)
             request = s.table[slot].request
             if request is not None and math.isnan(request.first_token_s):
                 request.first_token_s = now
-        s.tokens_left -= tokens
-        allocated = self.kv.allocate(int(grown))
-        assert allocated, "an iteration's blocks are sized to those available when it is planned"
+
+    def _complete(self, plan: Plan) -> list[Request]:
+        """Release the planned slots that emitted their last token; their requests, in slot order."""
         completed = []
         for slot, state in zip(plan.ids, plan.states):
             if state.out_left <= 0:
                 request = self._release(slot)
                 request.generated = request.output_tokens
                 completed.append(request)
-        return Applied(decode_emitted, tokens, completed)
+        return completed
 
     # -- for the policies built on it, and their helpers ---------------------------------------------
     def grow(self, slot_ids: Sequence[int], new_tokens: float) -> bool:

@@ -51,6 +51,9 @@ class StaticBatchingPolicy(PagedBatching):
         return self.planned(q)
 
 
-@batch_policy.register
 def _static(spec: StaticBatching, backend: BackendPlan, blocks: BlockManager) -> BatchPolicy:
     return StaticBatchingPolicy(Slots(backend.batch_cap), blocks, backend.max_batched_tokens, 1.0, backend.window)
+
+
+# registered by a call, not ``@batch_policy.register``: mypyc cannot compile that decorator in this module
+batch_policy.register(StaticBatching, _static)
