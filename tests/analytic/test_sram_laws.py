@@ -27,7 +27,7 @@ def test_a_wafer_reads_each_layer_at_its_regions_share_of_the_sram_bandwidth(cat
 
 
 @pytest.mark.parametrize("hardware_id", SRAM)
-@pytest.mark.parametrize("model_id", ("llama-3.1-8b", "llama-3.1-70b"))
+@pytest.mark.parametrize("model_id", ["llama-3.1-8b", "llama-3.1-70b"])
 def test_a_longer_prompt_takes_at_least_its_extra_flops_at_the_chips_peak(
     catalog: Catalog, hardware_id: str, model_id: str
 ) -> None:
