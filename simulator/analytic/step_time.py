@@ -21,7 +21,10 @@ in its KV cache (``c``). Assumptions:
   2.6-3.2 TB/s where a dense read gets 4.2, FP8 experts 1.5-1.7x BF16 when weight-bound, not 2x;
   compute-bound grouped GEMMs reach 460-540 of the dense 770 TFLOP/s), and each hit expert's
   rows are padded up to the kernel's M tile (``tile * E[ceil(X / tile)]``, ``X ~ Binomial(T k,
-  1/E)``). Without ``grouped_gemm`` (SRAM machines) experts run as dense matmuls.
+  1/E)``). A dequantising expert kernel (weight-only MXFP4 on Hopper, Marlin on Ampere: the
+  ``weight_only`` path's ``expert_tile``) picks its tile from the mean rows per expert, the power
+  of two at or above ``T k / E`` within its range, so a decode pads to 8-16 rows, not 64.
+  Without ``grouped_gemm`` (SRAM machines) experts run as dense matmuls.
 - **A serving step reaches a share of the kernel rate.** ``compute.efficiency`` is a GEMM
   benchmark's (the H200's measured cuBLAS 8192^3); between its GEMMs a served step runs norms,
   activations, rotary, sampling and mixed prefill-decode batches of uneven shapes, so its matmuls
@@ -356,7 +359,8 @@ class MatmulRates:
     """Achievable rates of one tensor group's matmuls on one chip (B/s and FLOP/s), dense and grouped.
 
     ``grouped_*`` are the expert kernel's (the hardware's ``grouped_gemm`` fractions of the dense
-    rates, looked up by weight precision), ``m_tile`` its rows per expert tile; without a
+    rates, looked up by weight precision); ``m_tile`` and ``m_tile_max`` the M tiles it pads each
+    expert's rows to (:meth:`expert_tile`: one fixed tile when they are equal); without a
     ``grouped_gemm`` they equal the dense rates, tile 1.
     """
 
@@ -365,27 +369,44 @@ class MatmulRates:
     grouped_read: float
     grouped_flops: float
     m_tile: int
+    m_tile_max: int
 
     @classmethod
     def of(cls, hardware: HardwareProfile, read_rate: float, weights: Precision, activations: Precision) -> MatmulRates:
-        """Rates of ``weights`` on ``hardware`` read at ``read_rate`` (its matmul path: :func:`compute_path`)."""
+        """Rates of ``weights`` on ``hardware`` read at ``read_rate`` (its matmul path: :func:`compute_path`);
+        a dequantising path with its own ``expert_tile`` chooses its tile, others take ``grouped_gemm.m_tile``."""
+        compute = hardware.compute
         path = compute_path(hardware, weights, activations)
         flops = path.flops(hardware)
-        grouped = hardware.compute.grouped_gemm
+        grouped = compute.grouped_gemm
         if grouped is None:
-            return cls(read_rate, flops, read_rate, flops, 1)
+            return cls(read_rate, flops, read_rate, flops, 1, 1)
+        smallest = largest = grouped.m_tile.value
+        dequantised = compute.weight_only.get(weights) if not path.native else None
+        adaptive = dequantised.expert_tile if dequantised is not None else None
+        if adaptive is not None:
+            smallest, largest = adaptive.smallest.value, adaptive.largest.value
         return cls(read_rate, flops, read_rate * grouped.streaming(weights, path.precision),
-                   flops * grouped.compute(weights, path.precision), grouped.m_tile.value)  # fmt: skip
+                   flops * grouped.compute(weights, path.precision), smallest, largest)  # fmt: skip
+
+    def expert_tile(self, rows_per_expert: float) -> int:
+        """The M tile at ``rows_per_expert`` mean rows per expert: the power of two at or above it,
+        clamped to ``[m_tile, m_tile_max]`` (triton_kernels' ``opt_flags`` and vLLM's Marlin MoE choose
+        their block M so); ``m_tile`` when the two are equal."""
+        if self.m_tile == self.m_tile_max:
+            return self.m_tile
+        wanted = 1 << max(0, math.ceil(math.log2(max(rows_per_expert, 1.0))))
+        return min(max(wanted, self.m_tile), self.m_tile_max)
 
     def compute_scaled(self, share: float) -> MatmulRates:
         """Rates with ``share`` of the FLOP rates (a serving stack's :attr:`matmul_share`), reads as they are."""
         return MatmulRates(self.read, self.flops * share, self.grouped_read, self.grouped_flops * share,
-                           self.m_tile)  # fmt: skip
+                           self.m_tile, self.m_tile_max)  # fmt: skip
 
     def scaled(self, share: float) -> MatmulRates:
         """Rates of ``share`` of the chip (a layer's region on a layer-pipelined machine)."""
         return MatmulRates(self.read * share, self.flops * share, self.grouped_read * share,
-                           self.grouped_flops * share, self.m_tile)  # fmt: skip
+                           self.grouped_flops * share, self.m_tile, self.m_tile_max)  # fmt: skip
 
 
 def gemm_terms(rates: MatmulRates, weight_bytes: float, flops: float) -> tuple[float, float]:
@@ -413,7 +434,8 @@ def grouped_experts_s(rates: MatmulRates, tokens: int, experts: int, experts_per
     tokens routed uniformly: ``E (1 - (1 - k/E)^T)`` distinct experts read, ``E`` experts' padded
     rows (:func:`padded_rows_per_expert`) computed, through the soft knee."""
     hit = float(distinct_experts(experts, experts_per_token, tokens))
-    rows = experts * padded_rows_per_expert(tokens, experts, experts_per_token, rates.m_tile)
+    tile = rates.expert_tile(tokens * experts_per_token / experts)
+    rows = experts * padded_rows_per_expert(tokens, experts, experts_per_token, tile)
     weight_s, compute_s = routed_experts_terms(rates, hit, rows, expert_bytes, flops_per_row)
     return roofline_s(weight_s, compute_s, exponent)[0]
 
@@ -571,9 +593,10 @@ class StepCostModel:
         hit = busiest_rank_experts(e, k, ep, routed)  # distinct routed experts the chip runs
         pairs = busiest_rank_pairs_hot(k, ep, self.hot_rank, routed)
         rates = self.rates["experts"]
-        if rates.m_tile > 1 and routed > 0:  # each hit expert's rows rounded up to the tile
+        tile = rates.expert_tile(routed * k / e)
+        if tile > 1 and routed > 0:  # each hit expert's rows rounded up to the tile
             hit_all = float(distinct_experts(e, k, routed))
-            pairs += hit * (e * padded_rows_per_expert(routed, e, k, rates.m_tile) - routed * k) / hit_all
+            pairs += hit * (e * padded_rows_per_expert(routed, e, k, tile) - routed * k) / hit_all
         experts, rows = hit / self.expert_tp, pairs / self.expert_tp
         weight_s, compute_s = routed_experts_terms(rates, experts, rows, self.expert_bytes, self.flops_per_expert_token)
         shared = moe.num_shared_experts / d.tensor_parallel

@@ -31,11 +31,28 @@ NonNegativeSeconds = Annotated[Seconds, Field(ge=0.0, le=MAX_LATENCY_S)]
 MAX_ROOFLINE_EXPONENT = 16.0
 
 
+class AdaptiveTile(Spec):
+    """M tiles a grouped expert kernel chooses from by the mean rows per expert (the power of two at or
+    above it, clamped to ``[smallest, largest]``) instead of one fixed tile."""
+
+    smallest: Sourced[PositiveInt] = Field(description="the tile at few rows per expert (decode)")
+    largest: Sourced[PositiveInt] = Field(description="the tile at many rows per expert (prefill)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AdaptiveTile:
+        if self.largest.value < self.smallest.value:
+            raise ValueError(f"largest: {self.largest.value} is below smallest ({self.smallest.value})")
+        return self
+
+
 class WeightOnlyPath(Spec):
     """A weight format the matrix engine does not run natively: dequantised on the fly to ``compute``."""
 
     compute: Precision = Field(description="precision the matmul runs in (a key of compute.peak)")
     efficiency: Sourced[Fraction] = Field(description="achievable / peak of the compute precision on this path")
+    expert_tile: AdaptiveTile | None = Field(
+        None, description="the M tiles of this format's grouped expert kernel; empty: grouped_gemm.m_tile"
+    )
 
 
 class GroupedGemmSpec(Spec):
