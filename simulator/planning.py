@@ -245,10 +245,16 @@ class Evaluation:
     worst: float
     misses: tuple[Miss, ...]
     kind: str  # "single" or "mixed"
+    split: tuple[str, ...] = ()  # "p -> d": prefill backend p hands its prompts' KV to decode pool d
 
     @property
     def meets(self) -> bool:
         return not self.misses
+
+    @property
+    def label(self) -> str:
+        """The kind as shown: ``mixed, split h100 -> wafer`` when a prefill pool and its decode pool both serve."""
+        return f"{self.kind}, split {'; '.join(self.split)}" if self.split else self.kind
 
     @property
     def fleet(self) -> str:
@@ -258,6 +264,7 @@ class Evaluation:
         return {
             "fleet": dict(zip(self.names, self.counts, strict=True)),
             "kind": self.kind,
+            "split": list(self.split),
             "usd_per_hour": self.usd_per_hour,
             "fixed_usd_per_hour": self.fixed_usd_per_hour,
             "meets": self.meets,
@@ -340,8 +347,8 @@ def miss_tasks_needed(percent: int, tasks: int) -> int:
 
 #: Checks of :class:`SettledMiss` per task-time bound of simulated time (every 6 s under a 10-minute bound).
 SETTLE_CHECKS_PER_BOUND = 100
-_START, _END, _FAILED, _PARENT, _CLASS, _AGENT = (
-    TASK_COLUMNS.index(c) for c in ("start_s", "end_s", "failed", "parent", "class", "agent")
+_START, _END, _FAILED, _PARENT, _CLASS = (
+    TASK_COLUMNS.index(c) for c in ("start_s", "end_s", "failed", "parent", "class")
 )
 
 
@@ -352,12 +359,10 @@ class _TaskTimeTarget:
     klass: int
     name: str
     target: str
-    agents: int
     percent: int
     bound_s: float
     measured: int = 0  # tasks that count (top level, started after the warm-up, not failed), finished
     over: int = 0  # of those, the ones that took longer than the bound
-    done: set[int] = field(default_factory=set)  # agents whose last task ended (one ended after run.duration)
 
 
 @dataclass
@@ -368,16 +373,20 @@ class SettledMiss:
     of closed-loop agents (``agents: N``), in a run with a ``run.duration``; checked every
     :data:`SETTLE_CHECKS_PER_BOUND`-th of the tightest bound of simulated time from the end of
     ``run.duration`` on. From then no task starts (agents start one only before it), so the tasks
-    the summary will count are the ``F`` finished so far that count, plus at most one still
-    running per agent ``R = N - D``, ``D`` the agents with a top-level task ended after the
-    duration's end (their last; a failed task or one cut by ``run.horizon`` does not count). Of
-    the ``F``, ``a`` took longer than ``T``. Whatever the running tasks do, the final count is
-    ``F + c`` (``c <= R``) with at least ``a`` above ``T``; since :func:`miss_tasks_needed` never
-    falls with the count, ``a >= need(F + R)`` settles ``pQ > T``: the run misses, exactly when the
-    full run does (no confidence level: a proof, not an estimate). Nothing is decided before the
-    arrivals end (the count of tasks still to start is unbounded), nor a *meets* (a running task may
-    still end above ``T``), nor targets on other metrics or stats. A time counts as above only when
-    over ``T (1 + 1e-9)``, so the summary's own division cannot round it back to the bound.
+    the summary will count are the ``F`` finished so far that count, plus at most the ``R``
+    top-level tasks still running that started after the warm-up (the recorder's
+    :attr:`~simulator.engine.recorder.Recorder.running`, each task's start). Of the ``F``, ``a``
+    took longer than ``T``; of the ``R``, ``l`` have run longer than ``T`` already. Whatever the
+    running tasks do, the final count is at most ``F + R`` with at least ``a`` above ``T``, and
+    when nothing can drop a running task from the count (no ``router.budget_usd_per_hour`` to
+    refuse a call, no ``run.horizon`` to cut it) exactly ``F + R`` with at least ``a + l`` above
+    ``T``. Since :func:`miss_tasks_needed` never falls with the count, ``a (+ l) >= need(F + R)``
+    settles ``pQ > T``: the run misses, exactly when the full run does (no confidence level: a
+    proof, not an estimate). A fleet so slow that no task has ended by then is settled at the end
+    of ``run.duration`` by its running tasks alone. Nothing is decided before the arrivals end (the
+    count of tasks still to start is unbounded), nor a *meets* (a running task may still end above
+    ``T``), nor targets on other metrics or stats. A time counts as above only when over
+    ``T (1 + 1e-9)``, so the summary's own division cannot round it back to the bound.
 
     ``settled`` (after a stop) names the targets decided, with ``over`` of ``at most`` tasks.
     """
@@ -385,6 +394,7 @@ class SettledMiss:
     targets: list[_TaskTimeTarget]
     warmup_s: float
     from_s: float  # the end of run.duration
+    running_count: bool  # whether every running task is sure to be counted (no budget, no horizon)
     read: int = 0  # floats of the recorder's flat task records read so far
     settled: list[dict[str, Any]] = field(default_factory=list)
 
@@ -394,7 +404,7 @@ class SettledMiss:
         if scenario.run.duration is None:
             return None
         targets = [
-            _TaskTimeTarget(k, klass.name, t.describe(), klass.load.agents, int(t.stat[1:]), t.bound)
+            _TaskTimeTarget(k, klass.name, t.describe(), int(t.stat[1:]), t.bound)
             for k, klass in enumerate(scenario.workload_classes)
             if isinstance(klass.load, AgentsLoad) and klass.load.agents is not None
             for t in klass.slo.targets
@@ -402,7 +412,8 @@ class SettledMiss:
         ]  # fmt: skip
         if not targets:
             return None
-        return cls(targets, scenario.run.warmup, scenario.run.duration)
+        counted = scenario.router.budget_usd_per_hour is None and scenario.run.horizon is None
+        return cls(targets, scenario.run.warmup, scenario.run.duration, counted)
 
     def when(self) -> StopWhen:
         """The engine's stop condition: this rule, asked from ``from_s`` on."""
@@ -411,23 +422,21 @@ class SettledMiss:
     def __call__(self, recorder: Recorder, now_s: float) -> bool:
         tasks, width = recorder.tasks, len(TASK_COLUMNS)
         for row in range(self.read, len(tasks), width):
-            start_s, end_s = tasks[row + _START], tasks[row + _END]
-            if tasks[row + _PARENT] != -1:
+            if tasks[row + _PARENT] != -1 or tasks[row + _FAILED] or tasks[row + _START] < self.warmup_s:
                 continue
             for t in self.targets:
-                if t.klass != tasks[row + _CLASS]:
-                    continue
-                if end_s >= self.from_s:
-                    t.done.add(int(tasks[row + _AGENT]))
-                if not tasks[row + _FAILED] and start_s >= self.warmup_s:
+                if t.klass == tasks[row + _CLASS]:
                     t.measured += 1
-                    t.over += end_s - start_s > t.bound_s * (1 + 1e-9)
+                    t.over += tasks[row + _END] - tasks[row + _START] > t.bound_s * (1 + 1e-9)
         self.read = len(tasks)
+        running = [(start_s, klass) for start_s, klass in recorder.running.values() if start_s >= self.warmup_s]
         for t in self.targets:
-            most = t.measured + t.agents - len(t.done)
-            if t.over >= miss_tasks_needed(t.percent, most):
+            ages = [now_s - start_s for start_s, klass in running if klass == t.klass]
+            late = sum(age > t.bound_s * (1 + 1e-9) for age in ages) if self.running_count else 0
+            most = t.measured + len(ages)
+            if t.over + late >= miss_tasks_needed(t.percent, most):
                 self.settled.append(
-                    {"class": t.name, "target": t.target, "over": t.over, "of_at_most": most, "at_s": now_s}
+                    {"class": t.name, "target": t.target, "over": t.over + late, "of_at_most": most, "at_s": now_s}
                 )
         return bool(self.settled)
 
@@ -473,7 +482,7 @@ class Planner:
         runs: Runs | None = None,
         checkpoint: Callable[[list[Evaluation]], None] | None = None,
     ) -> None:
-        scenario, plans, self.cost_basis = on_one_basis(scenario, catalog)
+        scenario, plans, basis = on_one_basis(scenario, catalog)
         self.scenario, self.catalog, self.run_limits = scenario, catalog, run_limits
         self.progress = progress or (lambda _: None)
         self.checkpoint = checkpoint or (lambda _: None)
@@ -490,6 +499,8 @@ class Planner:
             )
         self.usd_per_replica_hour: tuple[float, ...] = tuple(p.usd_per_replica_hour for p in plans)
         self.metered: tuple[bool, ...] = tuple(p.pricing.token_price is not None for p in plans)
+        self.cost_basis = basis if basis == "api" or not any(self.metered) else f"{basis} + API per-token spend"
+        self.splits = tuple((i, self.names.index(b.decode_on)) for i, b in enumerate(self.fleet) if b.decode_on)
         self.replica_shapes = {name: _shape(p) for name, p in zip(self.names, plans, strict=True)}
         self.demand_calls_per_s = agent_call_demand(self.classes, catalog)
         self.replica_calls_per_s: tuple[float, ...] = tuple(
@@ -511,9 +522,18 @@ class Planner:
         self._mixed_left = self._most_candidates() - self._singles_left
         self._pruned = 0
 
+    def split_of(self, counts: Counts) -> tuple[str, ...]:
+        """The prefill -> decode pairs of the fleet that serve split (both pools with replicas)."""
+        return tuple(f"{self.names[p]} -> {self.names[d]}" for p, d in self.splits if counts[p] and counts[d])
+
     def could_meet(self, counts: Counts) -> bool:
         """Whether the fleet passes the capacity bound (:func:`agent_call_demand`): its replicas'
-        calls/s, each :data:`CAPACITY_MARGIN` x the closed form's, reach the agents' least demand."""
+        calls/s, each :data:`CAPACITY_MARGIN` x the closed form's, reach the agents' least demand.
+        A split fleet always passes: a prefill pool and a decode pool each doing the part it is
+        fast at may serve more calls/s than the sum of their whole-call rates, so that sum bounds
+        nothing there."""
+        if self.split_of(counts):
+            return True
         capacity = sum(n * c for n, c in zip(counts, self.replica_calls_per_s, strict=True) if n)
         return capacity >= self.demand_calls_per_s
 
@@ -578,7 +598,8 @@ class Planner:
                 if metered
             ) / self.scenario.plan.replications  # fmt: skip
         fixed = self.fixed_cost(counts)
-        evaluation = Evaluation(counts, self.names, fixed, fixed + api_spend, worst, tuple(misses.values()), kind)
+        evaluation = Evaluation(counts, self.names, fixed, fixed + api_spend, worst, tuple(misses.values()), kind,
+                                self.split_of(counts))  # fmt: skip
         self._memo[key] = evaluation
         return evaluation
 
@@ -662,8 +683,10 @@ class Planner:
         return [i for i in searched if i != last], last
 
     def _single_candidates(self) -> int:
-        """An upper bound on the candidates the single-architecture searches evaluate."""
-        return sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i, m in enumerate(self.metered) if not m)
+        """An upper bound on the candidates the single-architecture searches evaluate (and the API
+        backends alone, when there are any)."""
+        steps = sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i, m in enumerate(self.metered) if not m)
+        return steps + any(self.metered)
 
     @staticmethod
     def _bisection_steps(most: int) -> int:
@@ -711,6 +734,10 @@ class Planner:
         least = {i: self._fewest_passing(i, {}, 1) for i in searched}
         order = sorted(searched, key=lambda i: (self.fixed_cost(self._vector({i: least[i]})), i))
         found: dict[int, Evaluation] = {}
+        if any(self.metered):  # the API backends alone: every searched backend at 0
+            alone = yield Ask(self._vector({}), "single")
+            if alone.meets:
+                found[-1] = alone
         for position, index in enumerate(order):
             self._singles_left = sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in order[position:])
             best = min(found.values(), key=lambda e: e.usd_per_hour, default=None)
@@ -864,7 +891,7 @@ def plan_text(result: PlanResult) -> str:
     headers = ["fleet", "kind", usd, "worst", "meets"]
 
     def rows(evaluations: list[Evaluation]) -> list[list[object]]:
-        return [[e.fleet, e.kind, f"{e.usd_per_hour:,.2f}", f"{e.worst:.3g}", "yes" if e.meets else "no"]
+        return [[e.fleet, e.label, f"{e.usd_per_hour:,.2f}", f"{e.worst:.3g}", "yes" if e.meets else "no"]
                 for e in evaluations]  # fmt: skip
 
     lines = [f"plan: {result.explanation}"]
@@ -887,6 +914,6 @@ def plan_text(result: PlanResult) -> str:
         lines += ["", "rejected:"]
         lines.append(format_table(
             ["fleet", "kind", usd, "misses"],
-            [[e.fleet, e.kind, f"{e.usd_per_hour:,.2f}", "; ".join(m.describe() for m in e.misses)] for e in rejected],
+            [[e.fleet, e.label, f"{e.usd_per_hour:,.2f}", "; ".join(m.describe() for m in e.misses)] for e in rejected],
         ))  # fmt: skip
     return "\n".join(lines)

@@ -26,7 +26,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from pydantic import ValidationError
 
-from simulator import plots
+from simulator import plan_figure, plots
 from simulator.analytic.estimate import estimate
 from simulator.analytic.layouts import deploy
 from simulator.capacity import LIMITED_MARK, Capacity, of_run
@@ -659,7 +659,10 @@ def _plan_sections(folder: Path) -> list[Section]:
     return [Section("Plan", text=read_text(folder / "plan.txt"),
                     caption=_captioned("The cheapest fleet meeting every target, the cost-vs-SLO frontier and every "
                                        "rejected fleet with the target it misses.", a),
-                    takeaway=str(plan.get("explanation", "")), headline=True)]  # fmt: skip
+                    takeaway=str(plan.get("explanation", "")), headline=True),
+            Section("Cost vs SLO", figure=plan_figure.cost_vs_slo(plan),
+                    caption=_captioned(plan_figure.what(plan), a),
+                    takeaway=plan_figure.frontier_takeaway(plan))]  # fmt: skip
 
 
 def collect(folder: Path) -> list[Section]:

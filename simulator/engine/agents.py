@@ -95,6 +95,8 @@ def run_task(
     """One task from its first call to its answer; records the task when it ends; True if it failed."""
     env = rt.env
     tally = TaskTally(next(rt.counter.tasks), agent, env.now, parent=parent, klass=rt.klass)
+    if parent == -1:
+        rt.recorder.task_started(tally.task_id, env.now, rt.klass)
     session = next(rt.counter.sessions)
     steps = _tokens(spec.steps, rng)
     context = _tokens(spec.system_prompt_tokens, rng) + _tokens(spec.first_input_tokens, rng)

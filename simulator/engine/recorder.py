@@ -50,6 +50,7 @@ class Recorder:
         self._itl_durations, self._itl_weights = array("d"), array("d")
         self.tokens = [TokenCounter(marks=marks, points=points) for _ in range(replicas)]
         self.tasks = array("d")  # one TaskRecord per finished task, flat
+        self.running: dict[int, tuple[float, int]] = {}  # top-level tasks under way: id -> (start_s, class)
         self._in_system = 0
 
     def arrival(self, t: float) -> None:
@@ -64,8 +65,13 @@ class Recorder:
     def dropped(self, record: RequestRecord) -> None:
         self.requests.extend(record)
 
+    def task_started(self, task: int, start_s: float, klass: int) -> None:
+        """A top-level task began (seen by a run's stop rule until :meth:`task` records its end)."""
+        self.running[task] = (start_s, klass)
+
     def task(self, record: TaskRecord) -> None:
         self.tasks.extend(record)
+        self.running.pop(int(record.task), None)
 
     @property
     def request_count(self) -> int:

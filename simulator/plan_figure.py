@@ -1,0 +1,83 @@
+"""The plan's cost-vs-SLO frontier as a figure, and its takeaway, from ``plan.json``.
+
+Each simulated fleet is a point: its ``$/h`` on the plan's one cost basis (x) against its worst
+target ratio (y): the largest ``achieved / bound`` over its targets and replications (``bound /
+achieved`` for a lower bound), so ``<= 1`` meets every target. A run stopped once its miss was
+settled (:class:`~simulator.planning.SettledMiss`) has the ratio measured when it stopped. The
+frontier (:attr:`~simulator.planning.PlanResult.frontier`: no fleet is both cheaper and closer to
+its targets) is drawn as a staircase; along it a dearer fleet always has a smaller worst ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from matplotlib.axes import Axes
+
+from simulator.plots import _axes, _legend, _plain_log
+
+
+def _fleet(entry: Mapping[str, Any]) -> str:
+    return " + ".join(f"{n} x {name}" for name, n in entry["fleet"].items() if n) or "(empty)"
+
+
+def _points(entries: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[float]]:
+    shown = [e for e in entries if math.isfinite(e["worst_ratio"]) and e["usd_per_hour"] > 0]
+    return [e["usd_per_hour"] for e in shown], [e["worst_ratio"] for e in shown]
+
+
+def cost_vs_slo(plan: Mapping[str, Any], ax: Axes | None = None) -> Axes:
+    """Every fleet of ``plan`` (a ``plan.json`` document) simulated: ``$/h`` against the worst target
+    ratio, the frontier as a staircase, the answer starred, the line where every target is met."""
+    ax = _axes(ax)
+    basis = plan.get("cost_basis") or "one"
+    rejected, frontier = plan.get("rejected", []), plan.get("frontier", [])
+    xs, ys = _points(rejected)
+    ax.plot(xs, ys, "x", color="tab:red", label="misses a target")
+    met = [e for e in frontier if e["meets"]]
+    xs, ys = _points(met)
+    ax.plot(xs, ys, "o", color="tab:green", label="meets every target")
+    xs, ys = _points(frontier)
+    ax.step(xs, ys, where="post", color="black", linewidth=1.0, label="frontier (nothing cheaper is closer)")
+    answer = plan.get("answer")
+    if answer is not None and math.isfinite(answer["worst_ratio"]):
+        ax.plot([answer["usd_per_hour"]], [answer["worst_ratio"]], "*", markersize=16, color="gold",
+                markeredgecolor="black", label=f"answer: {_fleet(answer)}")  # fmt: skip
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1.0, label="every target met at or below")
+    _plain_log(ax, "x")
+    _plain_log(ax, "y")
+    ax.set_xlabel(f"fleet cost ($/h, {basis} basis)")
+    ax.set_ylabel("worst target ratio (achieved / bound)")
+    ax.set_title("Cost vs SLO: every fleet simulated")
+    _legend(ax)
+    return ax
+
+
+def what(plan: Mapping[str, Any]) -> str:
+    """What :func:`cost_vs_slo` shows, for its caption (the report adds what was simulated: the load)."""
+    return (
+        f"Each simulated fleet's $/h ({plan.get('cost_basis') or 'one'} basis) against its worst target ratio "
+        "(<= 1 meets every target); the staircase is the cost-vs-SLO frontier."
+    )
+
+
+def frontier_takeaway(plan: Mapping[str, Any]) -> str:
+    """One sentence read off the frontier: the answer and the dearest fleet that still misses."""
+    basis = plan.get("cost_basis") or "one"
+    answer = plan.get("answer")
+    misses = [e for e in plan.get("frontier", []) if not e["meets"]]
+    dearest = max(misses, key=lambda e: e["usd_per_hour"], default=None)
+    below = (
+        f"; the dearest fleet on the frontier that misses, {_fleet(dearest)} at ${dearest['usd_per_hour']:,.2f}/h, "
+        f"reaches {dearest['worst_ratio']:.3g} x its bound"
+        if dearest is not None
+        else ""
+    )
+    if answer is None:
+        return f"No simulated fleet meets every target ($/h on the {basis} basis){below}."
+    return (
+        f"Cheapest fleet meeting every target: {_fleet(answer)} at ${answer['usd_per_hour']:,.2f}/h on the {basis} "
+        f"basis{below}."
+    )
