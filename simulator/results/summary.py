@@ -223,6 +223,20 @@ class KVTiersSummary(Record):
     undefined: Reasons | None = None
 
 
+class FailureSummary(Record):
+    """Failures of the run (:func:`simulator.results.metrics.failure_summary`): the replicas' observed
+    share of the window up, and what failed over the whole run."""
+
+    availability: Number  # mean over the replicas of the share of the window each was up
+    expected_availability: Number  # mean MTBF / (MTBF + MTTR) of the replicas that fail at random (NaN: none)
+    failures: int  # replica failures over the run (drawn and planned)
+    requests_retried: int  # lost to a failure and sent to another replica
+    requests_failed: int  # answered with an error: lost and not retried, or arrived with no replica up
+    stragglers: int  # replicas slowed for the run
+    replica_availability: list[Number]  # per replica, in replica order
+    undefined: Reasons | None = None
+
+
 class LatencyStats(Record):
     """The request latency distributions (fields shared by the run and each class)."""
 
@@ -289,6 +303,7 @@ class RunSummary(LatencyStats):
     backends: dict[str, BackendSummary]
     kv_transfers: dict[str, KVTransferSummary] | None = None  # per disaggregated (prefill) backend
     kv_tiers: dict[str, KVTiersSummary] | None = None  # per backend with KV tiers
+    failures: FailureSummary | None = None  # with failures in the scenario
     cost: FleetCost
     capacity_requests_per_s: Number
     offered_requests_per_s: Number | None
