@@ -26,7 +26,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from pydantic import ValidationError
 
-from simulator import plots
+from simulator import failure_figures, plots
 from simulator.analytic.estimate import estimate
 from simulator.analytic.layouts import deploy
 from simulator.capacity import LIMITED_MARK, Capacity, of_run
@@ -241,6 +241,9 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
                      f"{format_seconds(summary.ttft_s.p50)} and 99 % within {format_seconds(summary.ttft_s.p99)}"
                      + (f" ({limit})" if limit else "") + ".",
         ))  # fmt: skip
+    if summary.failures is not None:
+        parts = failure_figures.run_parts(label, summary.failures)
+        sections += [Section(**{**p, "caption": _captioned(p["caption"], a)}) for p in parts]
     return sections
 
 
@@ -659,7 +662,10 @@ def _plan_sections(folder: Path) -> list[Section]:
     return [Section("Plan", text=read_text(folder / "plan.txt"),
                     caption=_captioned("The cheapest fleet meeting every target, the cost-vs-SLO frontier and every "
                                        "rejected fleet with the target it misses.", a),
-                    takeaway=str(plan.get("explanation", "")), headline=True)]  # fmt: skip
+                    takeaway=str(plan.get("explanation", "")), headline=True)] + [
+        Section(**{**p, "caption": _captioned(p["caption"], a)})
+        for p in (failure_figures.plan_parts(plan["availability"]) if "availability" in plan else [])
+    ]  # fmt: skip
 
 
 def collect(folder: Path) -> list[Section]:
