@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 
-from simulator.analytic.availability import at_most_down
+from simulator.analytic.availability import more_than_down
 from simulator.plots import _axes, _legend
 from simulator.results.summary import FailureSummary
 from simulator.tolerance import HOURS_PER_YEAR
@@ -39,8 +39,8 @@ def tolerance(availabilities: Sequence[float], tolerated: int, ax: Axes | None =
     """P(at most k replicas down) for every k, with the tolerated k marked: the share of time the
     fleet still meets its targets by the planner's test, and what one more tolerated failure buys."""
     ax = _axes(ax)
-    ks = list(range(min(len(availabilities), tolerated + 3) + 1))
-    missing = [max(1.0 - at_most_down(availabilities, k), 1e-18) for k in ks]
+    ks = list(range(min(len(availabilities), tolerated + 3)))  # more than n - 1 down: never more than n
+    missing = [more_than_down(availabilities, k) for k in ks]
     ax.semilogy(ks, [m * HOURS_PER_YEAR for m in missing], "o-", color="C0", label="hours a year with more than k down")
     ax.axvline(tolerated, color="C3", linestyle="--", label=f"tolerated: {tolerated}")
     ax.set_xticks(ks, [str(k) for k in ks])
@@ -104,7 +104,8 @@ def plan_parts(found: Mapping[str, Any]) -> list[dict[str, Any]]:
     k, p = int(found["tolerate_failures"]), float(found["p_at_most_k_down"])
     takeaway = (
         f"The planned fleet meets its targets with {k} replica{'s' if k != 1 else ''} down; at most {k} "
-        f"{'is' if k == 1 else 'are'} down {p:.6%} of the time ({(1.0 - p) * HOURS_PER_YEAR:.3g} h a year beyond)."
+        f"{'is' if k == 1 else 'are'} down {p:.6%} of the time ({found['hours_per_year_more_down']:.3g} h a year "
+        "beyond)."
     )
     return [
         {"title": "Plan: availability", "table": (headers, rows), "takeaway": takeaway, "headline": True,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from simulator.analytic.availability import at_most_down, replica_reliability
+from simulator.analytic.availability import at_most_down, more_than_down, replica_reliability
 from simulator.config.failures import FailureSpec, Outage
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
@@ -81,6 +81,7 @@ def answer_availability(answer: Scenario, catalog: Catalog) -> dict[str, Any] | 
     if not each:
         return None
     return {"tolerate_failures": k, "backends": backends, "p_at_most_k_down": at_most_down(each, k),
+            "hours_per_year_more_down": more_than_down(each, k) * HOURS_PER_YEAR,
             "expected_replicas_up": sum(each)}  # fmt: skip
 
 
@@ -89,7 +90,7 @@ def availability_text(found: dict[str, Any]) -> str:
     parts = [f"{name}: each replica up {b['replica_availability']:.4%} (MTBF {b['replica_mtbf_h']:,.0f} h, "
              f"MTTR {b['mttr_s'] / 60:,.1f} min)" for name, b in found["backends"].items()]  # fmt: skip
     k, total = found["tolerate_failures"], sum(b["replicas"] for b in found["backends"].values())
-    beyond_h = (1.0 - found["p_at_most_k_down"]) * HOURS_PER_YEAR
+    beyond_h = found["hours_per_year_more_down"]
     evaluated = (
         f" (every fleet above was simulated with its {k} largest replica{'s' if k > 1 else ''} down)" if k else ""
     )

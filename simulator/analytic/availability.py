@@ -78,13 +78,23 @@ def replica_reliability(deployment: Deployment) -> ReplicaReliability | None:
     return ReplicaReliability(units, rate, spec.restart.value, reload_s(deployment))
 
 
-def at_most_down(availabilities: Sequence[float], k: int) -> float:
-    """P(at most ``k`` of independent replicas are down), replica ``i`` up with probability ``A_i``."""
-    down = [1.0]  # down[j]: P(exactly j down) among the replicas so far
+def down_distribution(availabilities: Sequence[float]) -> list[float]:
+    """P(exactly j of independent replicas are down), j = 0..n, replica ``i`` up with probability ``A_i``."""
+    down = [1.0]
     for a in availabilities:
         nxt = [0.0] * (len(down) + 1)
         for j, p in enumerate(down):
             nxt[j] += p * a
             nxt[j + 1] += p * (1.0 - a)
         down = nxt
-    return math.fsum(down[: k + 1])
+    return down
+
+
+def at_most_down(availabilities: Sequence[float], k: int) -> float:
+    """P(at most ``k`` of independent replicas are down)."""
+    return math.fsum(down_distribution(availabilities)[: k + 1])
+
+
+def more_than_down(availabilities: Sequence[float], k: int) -> float:
+    """P(more than ``k`` down), summed from its own terms (``1 - at_most_down`` loses them to rounding)."""
+    return math.fsum(down_distribution(availabilities)[k + 1 :])

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from simulator.analytic.availability import at_most_down, replica_reliability
+from simulator.analytic.availability import at_most_down, more_than_down, replica_reliability
 from simulator.config.hardware import HardwareProfile
 from simulator.resolve import resolve
 from simulator.runner import simulate
@@ -117,3 +117,9 @@ def test_at_most_k_down_is_the_binomial_sum() -> None:
     assert at_most_down([a] * 3, 0) == pytest.approx(a**3)
     assert at_most_down([a] * 3, 1) == pytest.approx(a**3 + 3 * a**2 * (1 - a))
     assert at_most_down([a] * 3, 3) == pytest.approx(1.0)
+
+
+def test_more_than_k_down_is_the_tail_kept_to_its_last_digits() -> None:
+    a = 0.9
+    assert more_than_down([a] * 3, 1) == pytest.approx(1.0 - at_most_down([a] * 3, 1))
+    assert more_than_down([1.0 - 1e-9] * 2, 1) == pytest.approx(1e-18)  # 1 - P would round to 0
