@@ -279,7 +279,12 @@ def _check_pools(fleet: list[BackendSpec], names: list[str]) -> None:
 
 
 def _check_failures(scenario: Scenario) -> None:
-    """Outages name a backend and one of its replicas; drawn failures need an end to draw up to."""
+    """Outages name a backend and one of its replicas; drawn failures need an end to draw up to; the
+    failures a plan tolerates are the whole fleet's (the scenario's slo), not a class's."""
+    for i, klass in enumerate(scenario.classes or []):
+        if klass.slo.tolerate_failures:
+            raise ValueError(f"classes.{i}.slo.tolerate_failures: failures are the fleet's; give slo.tolerate_failures "
+                             "on the scenario")  # fmt: skip
     failures = scenario.failures
     if failures is None:
         return

@@ -13,7 +13,9 @@ adds one, increments it; ``schema`` names it (``infersim-summary/<version>``), a
 ``infersim schema summary`` prints the JSON Schema of these records (``null`` allowed wherever a
 number may be undefined). Version 2 added ``std``, ``min``, ``max`` and ``p99_9`` to every
 distribution and ``requests_failed``, ``mean_concurrency``, ``peak_concurrency`` and
-``peak_output_tok_s`` to the run; a version-1 document reads with those NaN.
+``peak_output_tok_s`` to the run; a version-1 document reads with those NaN. Parts that only some
+runs have (``kv_transfers``, ``kv_tiers``, ``failures``) are left out where they do not apply and
+need no new version.
 """
 
 from __future__ import annotations

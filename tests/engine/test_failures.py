@@ -123,3 +123,9 @@ def test_more_than_k_down_is_the_tail_kept_to_its_last_digits() -> None:
     a = 0.9
     assert more_than_down([a] * 3, 1) == pytest.approx(1.0 - at_most_down([a] * 3, 1))
     assert more_than_down([1.0 - 1e-9] * 2, 1) == pytest.approx(1e-18)  # 1 - P would round to 0
+
+
+def test_an_outage_of_a_replica_the_backend_lacks_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"failures.outages.0.replica: gpu has 2 replica\(s\)"):
+        _fleet("nvidia-h100-sxm", 2, 1.0, {"seed": 1, "duration": "10 s"}, random=False,
+               outages=[{"backend": "gpu", "replica": 2, "at": "1 s"}])  # fmt: skip
