@@ -97,6 +97,7 @@ from simulator.resolve import BackendPlan, ScenarioError, backend_plan, layout_q
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
 from simulator.tables import format_table
+from simulator.tolerance import tolerating_failures
 
 Counts = tuple[int, ...]
 
@@ -557,6 +558,7 @@ class Planner:
             variant = self.scenario.model_copy(
                 update={"backends": backends, "deployment": None, "router": router, "run": run}
             )
+            variant = tolerating_failures(variant, self.usd_per_replica_hour, self.metered)  # N+k: the k largest down
             text = write_in(variant, self.catalog).model_dump_json(by_alias=True)
             found.append((run_key(text, self.inputs), text))
         return found

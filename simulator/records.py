@@ -100,6 +100,9 @@ TASK_COLUMNS = columns(TaskRecord)
 DROPPED_TOO_LONG = 1
 #: ``RequestRecord.dropped``: only over-budget (API) backends could serve it.
 DROPPED_OVER_BUDGET = 2
+#: ``RequestRecord.dropped``: its replica failed and it was not sent to another (``failures.on_failure:
+#: fail``, or no replica was up to take it), or it arrived while every replica that could serve it was down.
+DROPPED_REPLICA_FAILED = 3
 
 
 class RequestRows:
@@ -220,6 +223,28 @@ class KVTierRecords:
 
 
 @dataclass(frozen=True)
+class FailureRecords:
+    """What failed in a run (:mod:`simulator.engine.failures`): each replica's spans down, and the requests hit."""
+
+    down: dict[int, list[tuple[float, float]]]  # replica index -> its (failed at, back at) spans, in time order
+    failures: int  # replicas that failed (drawn failures and outages), over the whole run
+    retried: int  # requests a failure lost that were sent to another replica
+    failed: int  # requests a failure lost that were answered with an error (not retried, or no replica up)
+    expected_availability: dict[int, float]  # replica index -> MTBF / (MTBF + MTTR) (drawn failures only)
+    stragglers: tuple[int, ...]  # replicas slowed for the run
+
+    def up_fraction(self, replica: int, t0: float, t1: float) -> float:
+        """Share of ``[t0, t1]`` the replica was up (its spans down may overlap; their union counts)."""
+        down, reach = 0.0, t0
+        for start, end in self.down.get(replica, []):
+            lo, hi = max(start, reach), min(end, t1)
+            if hi > lo:
+                down += hi - lo
+            reach = max(reach, min(end, t1))
+        return 1.0 - down / (t1 - t0) if t1 > t0 else 1.0
+
+
+@dataclass(frozen=True)
 class RunRecords:
     requests: dict[str, FloatArray]  # one array per column of REQUEST_COLUMNS
     tasks: dict[str, FloatArray]  # one array per column of TASK_COLUMNS (agent runs)
@@ -239,6 +264,7 @@ class RunRecords:
     kv_transfers: tuple[KVTransferRecords, ...] = ()  # one per disaggregated backend
     kv_tiers: tuple[KVTierRecords, ...] = ()  # one per replica with KV tiers
     streamed: RequestRows | None = None  # every request row, when there were too many to keep (``requests`` empty)
+    failures: FailureRecords | None = None  # with ``failures`` in the scenario
 
     def tokens_in_window(self, t0: float, t1: float, replicas: list[int] | None = None) -> tuple[float, float]:
         """(output, input) tokens the replicas (default: all) processed over ``[t0, t1]``."""

@@ -26,7 +26,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from pydantic import ValidationError
 
-from simulator import plan_figure, plots
+from simulator import failure_figures, plan_figure, plots
 from simulator.analytic.estimate import estimate
 from simulator.analytic.layouts import deploy
 from simulator.capacity import LIMITED_MARK, Capacity, of_run
@@ -241,6 +241,9 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
                      f"{format_seconds(summary.ttft_s.p50)} and 99 % within {format_seconds(summary.ttft_s.p99)}"
                      + (f" ({limit})" if limit else "") + ".",
         ))  # fmt: skip
+    if summary.failures is not None:
+        parts = failure_figures.run_parts(label, summary.failures)
+        sections += [Section(**{**p, "caption": _captioned(p["caption"], a)}) for p in parts]
     return sections
 
 
@@ -662,7 +665,10 @@ def _plan_sections(folder: Path) -> list[Section]:
                     takeaway=str(plan.get("explanation", "")), headline=True),
             Section("Cost vs SLO", figure=plan_figure.cost_vs_slo(plan),
                     caption=_captioned(plan_figure.what(plan), a),
-                    takeaway=plan_figure.frontier_takeaway(plan))]  # fmt: skip
+                    takeaway=plan_figure.frontier_takeaway(plan))] + [
+        Section(**{**p, "caption": _captioned(p["caption"], a)})
+        for p in (failure_figures.plan_parts(plan["availability"]) if "availability" in plan else [])
+    ]  # fmt: skip
 
 
 def collect(folder: Path) -> list[Section]:

@@ -56,6 +56,7 @@ from simulator.resolve import resolve
 from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, nothing_measured, requests_arrived, scenario_from, simulate
 from simulator.sources import SourcedNumber, every_number
+from simulator.tolerance import answer_availability, availability_text
 
 EXIT_NO_PLAN = 3  # `plan` answered: no fleet within the limits meets the targets (not bad input)
 
@@ -215,8 +216,11 @@ def plan(args: argparse.Namespace) -> int:
                 exc.kept = folder.kept()  # type: ignore[union-attr]
             raise
         planner.runs.close()
-    payload = result.to_dict()
-    files = {"plan.json": json_text(payload), "plan.txt": plan_text(result) + "\n", "scenario.resolved.yaml": resolved}
+    payload, text = result.to_dict(), plan_text(result)
+    found = answer_availability(answer_scenario(scenario, result.answer), cat) if result.answer else None
+    if found is not None:  # the answer's replica availability and P(at most tolerate_failures down)
+        payload["availability"], text = found, f"{text}\n{availability_text(found)}"
+    files = {"plan.json": json_text(payload), "plan.txt": text + "\n", "scenario.resolved.yaml": resolved}
     if result.answer is not None:
         files["answer.yaml"] = scenario_yaml(write_in(answer_scenario(scenario, result.answer), cat))
     folder.finish(files)
@@ -224,7 +228,7 @@ def plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json_text(payload), end="")
     else:
-        print(plan_text(result))
+        print(text)
         print(f"\nwrote {out.path}")
     if result.answer is None:
         print(f"infersim: error: {result.explanation} (the full search is in {out.path})", file=sys.stderr)

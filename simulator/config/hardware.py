@@ -203,6 +203,38 @@ class ExecutionSpec(Spec):
     )
 
 
+#: Longest mean time between failures a unit may state: a century of hours (a typo beyond it).
+MAX_MTBF_HOURS = 876_000.0
+#: A repair or restart: positive, at most a year (a repair may wait weeks for a part).
+RepairSeconds = Annotated[Seconds, Field(gt=0.0)]
+
+
+class ReliabilitySpec(Spec):
+    """How a system of this hardware fails and comes back (:mod:`simulator.analytic.availability`).
+
+    A *failure unit* is the smallest part whose fault stops every replica on it: a ``chip`` (one GPU
+    whose fault is isolated to it), a ``node`` (a host of ``unit_chips`` chips that fails and is
+    drained as one), or a ``system`` (a wafer-scale system, a rack sold as a unit). Each unit fails
+    at the constant rate ``1 / mtbf_hours`` (exponential times between failures; wear-in and
+    wear-out are not modelled), and is back ``restart`` after a failure (detection, drain, a spare
+    swapped in or the unit rebooted) before its replica reloads its weights.
+    """
+
+    unit: Literal["chip", "node", "system"] = Field(description="the part whose fault stops its replicas")
+    unit_chips: Sourced[PositiveInt] = Field(description="chips in one failure unit (1 for a chip)")
+    mtbf_hours: Sourced[Annotated[float, Field(gt=0.0, le=MAX_MTBF_HOURS)]] = Field(
+        description="mean time between failures of one unit, in hours (unplanned interruptions of any cause)"
+    )
+    restart: Sourced[RepairSeconds] = Field(
+        description="from a unit's failure until its replica can load weights again (repair, swap or reboot)"
+    )
+    reload_bandwidth: Sourced[PositiveBandwidth] | None = Field(
+        None,
+        description="per chip, the rate weights reach it after a restart (host or storage link); empty: the "
+        "slowest memory tier's bandwidth (the host link of a GPU)",
+    )
+
+
 class PowerSpec(Spec):
     chip: Sourced[Annotated[Watts, Field(gt=0.0)]] = Field(description="power per chip")
 
@@ -248,6 +280,9 @@ class HardwareProfile(Profile):
     execution: ExecutionSpec
     power: PowerSpec
     price: PriceSpec
+    reliability: ReliabilitySpec | None = Field(
+        None, description="failure unit, MTBF and restart time (empty: failures cannot be simulated on it)"
+    )
     notes: str = ""
 
     @model_validator(mode="after")

@@ -11,6 +11,7 @@ from simulator.config.base import Spec
 from simulator.config.batching import ContinuousBatching, Scheduler
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.distributions import Constant, Distribution, TokenCounts
+from simulator.config.failures import FailureSpec
 from simulator.config.fleet import BackendSpec, CostSpec, RouterSpec
 from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.units import Seconds, parse_quantity
@@ -210,6 +211,11 @@ class SLOSpec(Spec):
     ttft: NonNegativeSeconds | None = Field(None, description="a request meets its SLO when TTFT <= this")
     tpot: NonNegativeSeconds | None = Field(None, description="... and TPOT <= this")
     targets: list[SLOTarget] = Field(default_factory=list, description="what `infersim plan` must meet")
+    tolerate_failures: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="`infersim plan`: the targets must hold with this many of the largest replicas down "
+        "(the scenario's slo; N+k sizing)",
+    )
 
     def request_bounds(self) -> tuple[float | None, float | None]:
         """(TTFT, TPOT) a single request should meet: the explicit bounds, else the targets'."""
@@ -272,6 +278,28 @@ def _check_pools(fleet: list[BackendSpec], names: list[str]) -> None:
         raise ValueError(f"decode_on: each decode pool serves one prefill backend, got {decoders}")
 
 
+def _check_failures(scenario: Scenario) -> None:
+    """Outages name a backend and one of its replicas; drawn failures need an end to draw up to; the
+    failures a plan tolerates are the whole fleet's (the scenario's slo), not a class's."""
+    for i, klass in enumerate(scenario.classes or []):
+        if klass.slo.tolerate_failures:
+            raise ValueError(f"classes.{i}.slo.tolerate_failures: failures are the fleet's; give slo.tolerate_failures "
+                             "on the scenario")  # fmt: skip
+    failures = scenario.failures
+    if failures is None:
+        return
+    replicas = {b.name: b.replicas for b in scenario.fleet}
+    for i, outage in enumerate(failures.outages):
+        if outage.backend not in replicas:
+            raise ValueError(f"failures.outages.{i}.backend: no backend named {outage.backend!r} "
+                             f"(backends: {list(replicas)})")  # fmt: skip
+        if outage.replica >= replicas[outage.backend]:
+            raise ValueError(f"failures.outages.{i}.replica: {outage.backend} has {replicas[outage.backend]} "
+                             f"replica(s), numbered from 0; got {outage.replica}")  # fmt: skip
+    if failures.random and scenario.run.duration is None and scenario.run.horizon is None:
+        raise ValueError("failures.random: failures are drawn up to run.duration (or run.horizon): give one")
+
+
 class WorkloadClass(Spec):
     """One class of traffic: its load, its lengths, its priority in the queue, its SLOs."""
 
@@ -318,6 +346,7 @@ class Scenario(Spec):
     cost: CostSpec = Field(default_factory=CostSpec)
     router: RouterSpec = Field(default_factory=RouterSpec)
     plan: PlanSpec = Field(default_factory=PlanSpec)
+    failures: FailureSpec | None = Field(None, description="replicas that fail and return, or run slow (empty: none)")
     provenance: dict[str, str | int] | None = Field(
         None, description="written into resolved scenarios (version, seed); not read by the simulation"
     )
@@ -354,6 +383,7 @@ class Scenario(Spec):
         for name in self.plan.max_replicas:
             if name not in names:
                 raise ValueError(f"plan.max_replicas.{name}: no backend named {name!r} (backends: {names})")
+        _check_failures(self)
         return self
 
     @property

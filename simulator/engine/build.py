@@ -12,7 +12,8 @@ Randomness: ``SeedSequence(run.seed)`` is spawned into independent streams for t
 speculative draws (one each), the router, and each class; a class spawns its own for its
 arrival process, its request lengths and each closed-loop user or agent (think times and
 lengths), so adding a user or a replica does not perturb the others (common random numbers
-for what-if comparisons).
+for what-if comparisons). Failures (:mod:`simulator.engine.failures`) take one more stream,
+spawned after all of these.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from simulator.engine import agents, load, replay  # noqa: F401
 from simulator.engine.batching.registry import batch_policy
 from simulator.engine.clients import RequestFactory, TaskCounter, start_class
 from simulator.engine.disaggregated import KVHandoff, couple
+from simulator.engine.failures import Failures
 from simulator.engine.fleet import Backend, Router
 from simulator.engine.kv.blocks import paged_kv
 from simulator.engine.kv.tiers import KVTiers, replica_tiers
@@ -67,6 +69,7 @@ class Simulation:
     factory: RequestFactory
     handoffs: list[KVHandoff] = field(default_factory=list)
     tiers: dict[int, KVTiers] = field(default_factory=dict)  # replica index -> its KV tiers
+    failures: Failures | None = None  # with ``failures`` in the scenario
     stopped: bool = False  # stopped by a StopWhen before its end
 
     def run(self, progress: Callable[[float], None] | None = None, stop: StopWhen | None = None) -> float:
@@ -113,7 +116,9 @@ class Simulation:
             resolved.offered_requests_per_s,
         )  # fmt: skip
         tiers = tuple(t.freeze(self.factory.replica_backend[i].name, i) for i, t in self.tiers.items())
-        return dataclasses.replace(records, kv_transfers=tuple(h.freeze() for h in self.handoffs), kv_tiers=tiers)
+        failures = self.failures.freeze() if self.failures is not None else None
+        return dataclasses.replace(records, kv_transfers=tuple(h.freeze() for h in self.handoffs), kv_tiers=tiers,
+                                   failures=failures)  # fmt: skip
 
 
 def _record(backend: Backend) -> BackendRecord:
@@ -180,4 +185,9 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
     counter = TaskCounter(itertools.count(), itertools.count())
     for plan_of_class, seeds in zip(resolved.classes, class_seeds, strict=True):
         start_class(env, plan_of_class, factory, recorder, counter, stop_s, seeds)
-    return Simulation(resolved, backends, env, recorder, replicas, factory, handoffs, kept_tiers)
+    failures = None
+    if scenario.failures is not None:  # its stream spawned after every other: they draw as without it
+        failures = Failures(env, scenario.failures, router, factory, recorder, backends)
+        until = min(x for x in (scenario.run.duration, scenario.run.horizon, math.inf) if x is not None)
+        failures.start(backends, root.spawn(1)[0], until)
+    return Simulation(resolved, backends, env, recorder, replicas, factory, handoffs, kept_tiers, failures)

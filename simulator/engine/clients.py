@@ -33,7 +33,7 @@ from simulator.engine.disaggregated import KVHandoff
 from simulator.engine.fleet import Backend, Router
 from simulator.engine.recorder import Recorder
 from simulator.engine.request import Request, SessionKeys
-from simulator.records import DROPPED_OVER_BUDGET, DROPPED_TOO_LONG, RequestRecord
+from simulator.records import DROPPED_OVER_BUDGET, DROPPED_REPLICA_FAILED, DROPPED_TOO_LONG, RequestRecord
 from simulator.resolve import ClassPlan
 
 LENGTH_CHUNK = 1024
@@ -119,7 +119,10 @@ class RequestFactory:
         replica = self.router.route(request, now) if fits else None
         if replica is None:
             self.dropped += 1
-            self.recorder.dropped(request_record(request, dropped=DROPPED_OVER_BUDGET if fits else DROPPED_TOO_LONG))
+            why = (
+                DROPPED_TOO_LONG if not fits else DROPPED_REPLICA_FAILED if self.router.none_up else DROPPED_OVER_BUDGET
+            )
+            self.recorder.dropped(request_record(request, dropped=why))
             return None
         block_tokens = replica.block_tokens
         if block_hashes is not None:

@@ -28,6 +28,11 @@ API price for metered ones); the first predicted to meet the class's TTFT and TP
 wins, so load spills to the next cheapest when the cheapest saturates; when none is
 predicted to meet them the fastest predicted TTFT wins.
 
+Failures (:mod:`simulator.engine.failures`): a failed replica leaves its backend's ``up``
+replicas, the only ones the choices see, and returns to them at the first routing at or after its
+``up_at`` (no event marks a return: a run without requests waits for none). A backend with no
+replica up is not a candidate; a session pinned to a replica that is down is routed afresh.
+
 Budget: a bucket refilled at ``budget_usd_per_hour`` holds at most ``budget_window`` of it; a
 metered backend is a candidate while the bucket holds the request's predicted price, which
 is reserved when the request is routed and settled at its actual price on completion.
@@ -35,6 +40,7 @@ is reserved when the request is routed and settled at its actual price on comple
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable, Hashable
@@ -58,6 +64,7 @@ class Backend:
 
     plan: BackendPlan
     replicas: list[Replica]
+    up: list[Replica] = field(default_factory=list)  # the replicas the router may choose now (failures)
     _estimates: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
 
     @property
@@ -143,13 +150,25 @@ class LeastLoaded:
         self.changed: set[int] = set(self.replicas)
         self.stamps = dict.fromkeys(self.replicas, 0)
         self.heap: list[tuple[float, int, int]] = []
+        self.down: set[int] = set()  # failed replicas: never pushed until they return
         for replica in replicas:
             replica.watchers.append(self.changed)
 
+    def take_down(self, index: int) -> None:
+        """A replica failed: its entries go stale and it is not pushed again until :meth:`bring_up`."""
+        self.down.add(index)
+        self.stamps[index] += 1
+
+    def bring_up(self, index: int) -> None:
+        self.down.discard(index)
+        self.changed.add(index)
+
     def least(self) -> tuple[float, Replica]:
-        """(load, replica) of the least-loaded replica now."""
+        """(load, replica) of the least-loaded replica now (one is up)."""
         heap, stamps = self.heap, self.stamps
         for index in self.changed:
+            if index in self.down:
+                continue
             stamps[index] += 1
             heapq.heappush(heap, (self.load(self.replicas[index]), index, stamps[index]))
         self.changed.clear()
@@ -177,11 +196,38 @@ class Router:
         self.bucket_usd = self._bucket_cap
         self._bucket_t = 0.0
         self._least: dict[tuple[int, Load], LeastLoaded] = {}  # per backend and load measure
+        self._down: list[tuple[float, int]] = []  # heap of (up_at, replica index) of failed replicas
+        self.none_up = False  # the last refusal: every backend that could serve it was down
 
     def bind(self, backends: list[Backend], allowed: list[tuple[int, ...]]) -> None:
         """Connect the built backends; ``allowed`` holds the backend indices each class may use."""
         self._backend_of = {r.index: b for b in backends for r in b.replicas}
         self.allowed = [[backends[i] for i in indices] for indices in allowed]
+        for backend in backends:
+            backend.up = list(backend.replicas)
+
+    def take_down(self, replica: Replica) -> None:
+        """A replica failed: the choices stop seeing it until its ``up_at``."""
+        backend = self._backend_of[replica.index]
+        if replica in backend.up:
+            backend.up.remove(replica)
+            for (index, _), least in self._least.items():
+                if index == backend.index:
+                    least.take_down(replica.index)
+        heapq.heappush(self._down, (replica.up_at, replica.index))
+
+    def _bring_up(self, now: float) -> None:
+        """Return every failed replica whose ``up_at`` has come (and that has not failed again)."""
+        while self._down and self._down[0][0] <= now:
+            up_at, index = heapq.heappop(self._down)
+            backend = self._backend_of[index]
+            replica = next(r for r in backend.replicas if r.index == index)
+            if replica.up_at != up_at or replica in backend.up:
+                continue
+            bisect.insort(backend.up, replica, key=lambda r: r.index)
+            for (b, _), least in self._least.items():
+                if b == backend.index:
+                    least.bring_up(index)
 
     @property
     def _bucket_cap(self) -> float:
@@ -203,6 +249,8 @@ class Router:
         tokens = request.input_tokens + request.output_tokens
         output = round(klass.mean_output_tokens or request.output_tokens)
         self._refill(now)
+        if self._down:
+            self._bring_up(now)
 
         def usable(b: Backend) -> bool:
             return tokens <= b.max_tokens and (
@@ -211,10 +259,12 @@ class Router:
 
         sticky = self.spec.affinity and request.session is not None
         pinned = self._affinity.get(request.session) if sticky else None
-        if pinned is not None and usable(self._backend_of[pinned.index]):
+        if pinned is not None and pinned.up_at <= now and usable(self._backend_of[pinned.index]):
             replica = pinned
         else:
             candidates = [b for b in self.allowed[request.klass] if usable(b)]
+            self.none_up = bool(candidates) and not any(b.up for b in candidates)
+            candidates = [b for b in candidates if b.up]
             if not candidates:
                 return None
             choice = BACKEND_CHOICES[self.spec.backend_choice]
@@ -244,8 +294,8 @@ class Router:
             self._bucket_t = now
 
     def _choose(self, backends: list[Backend]) -> Replica:
-        if len(backends) == 1 and len(backends[0].replicas) == 1:
-            return backends[0].replicas[0]
+        if len(backends) == 1 and len(backends[0].up) == 1:
+            return backends[0].up[0]
         return REPLICA_CHOICES[self.spec.policy](self, backends)
 
     def least_loaded(self, backends: list[Backend], load: Load) -> Replica:
@@ -255,6 +305,9 @@ class Router:
             key = (backend.index, load)
             if key not in self._least:
                 self._least[key] = LeastLoaded(backend.replicas, load)
+                for replica in backend.replicas:
+                    if replica not in backend.up:
+                        self._least[key].take_down(replica.index)
             value, replica = self._least[key].least()
             if best is None or value < best_load:
                 best, best_load = replica, value
@@ -339,7 +392,7 @@ def _kv_used(replica: Replica) -> float:
 
 
 def _flat(backends: list[Backend]) -> list[Replica]:
-    return [r for b in backends for r in b.replicas]
+    return [r for b in backends for r in b.up]
 
 
 @replica_choice("round-robin")

@@ -20,6 +20,12 @@ Arrival hooks: a request routed here :meth:`~Replica.arrive`\ s; its prefix bloc
 KV tiers below start their load then (:meth:`~simulator.engine.kv.tiers.KVTiers.fetch`), and it
 reaches the queue after the network, a hosted API's front end and that load, when the loaded
 blocks land in the serving tier (:meth:`~simulator.engine.kv.tiers.KVTiers.land`).
+
+Failures (:mod:`simulator.engine.failures`): :meth:`Replica.fail` hands back every request the
+replica held and gives it an empty policy (its KV is gone); the iteration or jump in progress
+ends at its step boundary without applying (its ``epoch`` moved on), and the replica is down
+until ``up_at``: a request reaching it meanwhile is handed to ``on_lost`` as well. A straggler's
+steps take ``slowdown`` times as long.
 """
 
 from __future__ import annotations
@@ -64,6 +70,11 @@ class Replica:
         self._cuttable: Jump | None = None  # the jump in progress, until it ends or an arrival cuts it
         self.in_transit, self.in_transit_tokens, self.in_transit_blocks = 0, 0.0, 0.0
         self.watchers: list[set[int]] = []  # routers' sets of replicas whose load may have changed
+        self.up_at = 0.0  # down before this time (failures)
+        self.epoch = 0  # failures so far: a step begun in an earlier epoch is void
+        self.slowdown = 1.0  # step time multiplier (a straggler's > 1)
+        self.stepping = False  # an iteration or jump is in progress
+        self.on_lost: Callable[[Request], None] | None = None  # takes the requests a failure loses
 
     def _load_changed(self) -> None:
         for changed in self.watchers:
@@ -108,6 +119,10 @@ class Replica:
             self.in_transit -= 1
             self.in_transit_tokens -= request.input_tokens + request.output_tokens
             self.in_transit_blocks -= self.blocks_for(request.input_tokens)
+        if self.env.now < self.up_at and self.on_lost is not None:  # it failed while the request was on its way
+            self._load_changed()
+            self.on_lost(request)
+            return
         request.replica = self.index
         self.policy.enqueue(request)
         self._load_changed()
@@ -142,8 +157,8 @@ class Replica:
 
     # -- the process ---------------------------------------------------------------------------
     def run(self) -> ProcessGenerator:
-        policy = self.policy
         while True:
+            policy = self.policy  # a new one after a failure
             self._load_changed()  # the iteration that ended (or a preemption) changed it
             if policy.running == 0 and policy.queued == 0:
                 yield from self._sleep()
@@ -179,12 +194,18 @@ class Replica:
         accepted, decodes = self.cost.accepted, plan.decodes
         if accepted and decodes:
             duration += self.cost.draft_s(plan.decode_context)
+        if self.slowdown != 1.0:
+            duration *= self.slowdown
         self.recorder.batch[self.index].record(start, float(plan.running))
         self.recorder.iteration(self.index, duration, flops, bytes_moved)
         per_decode = tokens_per_verify(accepted) if accepted else 1.0
         expected_output = plan.first_tokens + float(decodes) * per_decode
         self.recorder.tokens[self.index].span(start, start + duration, expected_output, plan.prefill_tokens)
+        epoch, self.stepping = self.epoch, True
         yield self.env.timeout(duration)
+        self.stepping = False
+        if self.epoch != epoch:  # the replica failed during the iteration: nothing it did stands
+            return
         now = self.env.now
         if accepted and decodes:
             applied = self.policy.apply(plan, now, draw_emitted(self.rng, accepted, decodes).tolist())
@@ -200,30 +221,53 @@ class Replica:
     def _jump(self, plan: Plan, steps: int, start: float) -> ProcessGenerator:
         env = self.env
         times = self.cost.decode_jump(plan.context, steps, plan.window)
-        durations = times.total_s
+        durations = times.total_s if self.slowdown == 1.0 else [d * self.slowdown for d in times.total_s]
         cumulative = list(accumulate(durations))
         self.recorder.batch[self.index].record(start, float(plan.running))
         batch = float(plan.decodes)
         self.recorder.tokens[self.index].span(start, start + cumulative[-1], steps * batch, 0.0)
         end = env.timeout(cumulative[-1])
+        epoch, self.stepping = self.epoch, True
         # Any arrival might join at the next step boundary (a higher priority may jump the queue),
         # so an arrival cuts the jump (submit) whenever a slot and some KV are free, exactly as
         # stepping would.
         if self.policy.has_room():
             jump = self._cuttable = Jump(start, cumulative, end)
             yield end  # or the end of the step an arrival came in
+            self.stepping = False
+            if self.epoch != epoch:  # the replica failed during the jump: nothing it did stands
+                return
             self._cuttable = None
             done = jump.done
             if done < steps:
                 self.recorder.tokens[self.index].amend(start + cumulative[done - 1], done * batch)
         else:
             yield end
+            self.stepping = False
+            if self.epoch != epoch:
+                return
             done = steps
         now = env.now
         applied = self.policy.apply(plan, now, [float(done)] * plan.decodes)
         self.recorder.iterations(self.index, durations[:done], times.flops[:done], times.bytes_moved[:done])
         self.recorder.inter_token(durations[:done], batch)
         self._complete(applied.completed, now)
+
+    def fail(self, policy: BatchPolicy, up_at: float) -> list[Request]:
+        """Fail now, down until ``up_at`` with the empty ``policy``: the requests it held (queued
+        first, then running), its KV gone; the step in progress ends at its boundary, void."""
+        now = self.env.now
+        held = held_requests(self.policy)
+        self.policy, self.up_at, self.epoch = policy, up_at, self.epoch + 1
+        if self._cuttable is not None:  # end the jump with the step in progress
+            self._cuttable.cut_at(self.env, now)
+            self._cuttable = None
+        if self.stepping:  # its tokens were never delivered
+            self.recorder.tokens[self.index].amend(now, 0.0)
+        self._record_queue(now)
+        self.recorder.batch[self.index].record(now, 0.0)
+        self._load_changed()
+        return held
 
     def _complete(self, completed: list[Request], now: float) -> None:
         for request in completed:
@@ -246,6 +290,15 @@ class Jump:
         self.done = min(bisect_left(self.cumulative, now - self.start) + 1, len(self.cumulative))
         boundary = env.timeout(max(self.start + self.cumulative[self.done - 1] - now, 0.0))
         boundary.callbacks, self.end.callbacks = self.end.callbacks, []
+
+
+def held_requests(policy: BatchPolicy) -> list[Request]:
+    """Every request a paged policy holds: its waiting queue, then its running slots."""
+    waiting = getattr(policy, "waiting", None)
+    slots = getattr(policy, "slots", None)
+    if waiting is None or slots is None:
+        raise TypeError(f"{type(policy).__name__} does not expose its waiting queue and slots; failures need them")
+    return [*waiting, *(slot.request for slot in slots.table if slot.request is not None)]
 
 
 def _trigger(event: simpy.Event) -> None:

@@ -17,7 +17,8 @@ Every distribution states count, mean, std (ddof 0, as vLLM), min, max and p50/p
 p99.9 (``p99_9``). Run-level counts and peaks (the fields vLLM bench, GuideLLM and AIPerf state):
 
 - ``requests_failed = requests_dropped + requests_rejected_over_budget`` (vLLM's ``failed``: no
-  answer); ``requests_in_flight`` is GuideLLM's ``incomplete`` (arrived, unanswered at the end);
+  answer), plus, with failures, the requests answered with an error because of them;
+  ``requests_in_flight`` is GuideLLM's ``incomplete`` (arrived, unanswered at the end);
 - ``mean_concurrency = (1 / (t1 - t0)) * integral over [t0, t1] of N(t) dt`` and
   ``peak_concurrency = max_t N(t)``, with ``N(t)`` the requests arrived and not yet answered (the
   client's count: vLLM's ``max_concurrent_requests``, AIPerf's ``effective_concurrency``); the
@@ -72,6 +73,7 @@ from simulator.config.scenario import SLOSpec, WorkloadClass
 from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.records import (
     DROPPED_OVER_BUDGET,
+    DROPPED_REPLICA_FAILED,
     DROPPED_TOO_LONG,
     REQUEST_ROWS_KEPT,
     BackendRecord,
@@ -97,6 +99,7 @@ from simulator.results.summary import (
     ClassCost,
     ClassSummary,
     DistributionStats,
+    FailureSummary,
     FleetCost,
     KVTiersSummary,
     KVTierSummary,
@@ -281,7 +284,8 @@ def summarize(
         requests_dropped=requests.dropped(DROPPED_TOO_LONG),
         requests_rejected_over_budget=requests.dropped(DROPPED_OVER_BUDGET),
         requests_in_flight=records.in_flight,
-        requests_failed=requests.dropped(DROPPED_TOO_LONG) + requests.dropped(DROPPED_OVER_BUDGET),
+        requests_failed=sum(requests.dropped(code) for code in (DROPPED_TOO_LONG, DROPPED_OVER_BUDGET,
+                                                                 DROPPED_REPLICA_FAILED)),
         mean_concurrency=records.in_system.time_mean(t0, t1),
         peak_concurrency=records.in_system.maximum(),
         peak_output_tok_s=peak_tokens,
@@ -314,6 +318,7 @@ def summarize(
         backends={b.name: backend_summary(records, requests, b, cost_spec) for b in records.backends},
         kv_transfers={k.prefill_backend: kv_transfer_summary(records, k) for k in records.kv_transfers} or None,
         kv_tiers=kv_tier_summaries(records.kv_tiers) or None,
+        failures=failure_summary(records, requests) if records.failures is not None else None,
         cost=_fleet_cost(functools.reduce(RunCost.plus, parts), basis, per_class, split),
         capacity_requests_per_s=capacity,
         offered_requests_per_s=offered,
@@ -321,6 +326,27 @@ def summarize(
         statistics=statistics(records, requests),
         undefined={"peak_output_tok_s": SHORT_WINDOW} if math.isnan(peak_tokens) else None,
     )  # fmt: skip
+
+
+def failure_summary(records: RunRecords, requests: Requests) -> FailureSummary:
+    """Failures of a run: each replica's share of the window ``[t0, t1]`` up, ``1 - |union of its spans
+    down within the window| / (t1 - t0)``, their mean (``availability``) beside the closed form's mean
+    ``MTBF / (MTBF + MTTR)`` over the replicas that fail at random; counts over the whole run."""
+    failures = records.failures
+    assert failures is not None
+    t0, t1 = records.warmup_s, records.end_s
+    up = [failures.up_fraction(i, t0, t1) for i in range(len(records.totals))]
+    expected = list(failures.expected_availability.values())
+    return FailureSummary(
+        availability=float(np.mean(up)),
+        expected_availability=float(np.mean(expected)) if expected else math.nan,
+        failures=failures.failures,
+        requests_retried=failures.retried,
+        requests_failed=requests.dropped(DROPPED_REPLICA_FAILED),
+        stragglers=len(failures.stragglers),
+        replica_availability=up,
+        undefined={"expected_availability": "no replica fails at random"} if not expected else None,
+    )
 
 
 ITL_BINS = f"mean and percentiles at bin midpoints; {BIN_WIDTH}"

@@ -13,7 +13,9 @@ adds one, increments it; ``schema`` names it (``infersim-summary/<version>``), a
 ``infersim schema summary`` prints the JSON Schema of these records (``null`` allowed wherever a
 number may be undefined). Version 2 added ``std``, ``min``, ``max`` and ``p99_9`` to every
 distribution and ``requests_failed``, ``mean_concurrency``, ``peak_concurrency`` and
-``peak_output_tok_s`` to the run; a version-1 document reads with those NaN.
+``peak_output_tok_s`` to the run; a version-1 document reads with those NaN. Parts that only some
+runs have (``kv_transfers``, ``kv_tiers``, ``failures``) are left out where they do not apply and
+need no new version.
 """
 
 from __future__ import annotations
@@ -223,6 +225,20 @@ class KVTiersSummary(Record):
     undefined: Reasons | None = None
 
 
+class FailureSummary(Record):
+    """Failures of the run (:func:`simulator.results.metrics.failure_summary`): the replicas' observed
+    share of the window up, and what failed over the whole run."""
+
+    availability: Number  # mean over the replicas of the share of the window each was up
+    expected_availability: Number  # mean MTBF / (MTBF + MTTR) of the replicas that fail at random (NaN: none)
+    failures: int  # replica failures over the run (drawn and planned)
+    requests_retried: int  # lost to a failure and sent to another replica
+    requests_failed: int  # answered with an error: lost and not retried, or arrived with no replica up
+    stragglers: int  # replicas slowed for the run
+    replica_availability: list[Number]  # per replica, in replica order
+    undefined: Reasons | None = None
+
+
 class LatencyStats(Record):
     """The request latency distributions (fields shared by the run and each class)."""
 
@@ -289,6 +305,7 @@ class RunSummary(LatencyStats):
     backends: dict[str, BackendSummary]
     kv_transfers: dict[str, KVTransferSummary] | None = None  # per disaggregated (prefill) backend
     kv_tiers: dict[str, KVTiersSummary] | None = None  # per backend with KV tiers
+    failures: FailureSummary | None = None  # with failures in the scenario
     cost: FleetCost
     capacity_requests_per_s: Number
     offered_requests_per_s: Number | None
