@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simulator.analytic.economics import Pricing
+from simulator.analytic.power import ChipPower
 from simulator.config.hardware import HardwareProfile
 from simulator.series import LevelMonitor as LevelMonitor  # re-exported: part of the records' contract
 from simulator.series import TokenCounter as TokenCounter
@@ -173,6 +174,7 @@ class BackendRecord:
     peak_flops_per_chip: float
     peak_bandwidth_per_chip: float
     pricing: Pricing
+    power: ChipPower | None = None  # its chips' draw under a power cap (None: uncapped)
 
 
 #: Columns of a KV handoff (:mod:`simulator.engine.disaggregated`): the request, when it was

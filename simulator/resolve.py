@@ -48,6 +48,7 @@ from simulator.analytic.economics import CostError, Pricing, assumptions_of, res
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.layouts import Question, deploy
 from simulator.analytic.placement import Deployment, PlacementError
+from simulator.analytic.power import ChipPower, PowerCapError, chip_power
 from simulator.analytic.step_time import CostModel, StepCostModel
 from simulator.config.batching import BatchingSpec, KVTierSpec
 from simulator.config.deployment import DeploymentSpec
@@ -102,6 +103,7 @@ class BackendPlan:
     decodes_for: int | None = None  # a decode pool: the backend it decodes for (routed no requests)
     kv_tiers: tuple[TierPlan, ...] = ()  # below the serving tier, fastest first
     front_end_s: float = 0.0  # a hosted API's time before a replica sees a request (StackProfile.api)
+    power: ChipPower | None = None  # the deployment's power cap: its chips' draw and step stretch
 
     @property
     def window(self) -> int | None:
@@ -275,6 +277,13 @@ def backend_plan(
     tiers = tuple(_tier_plan(spec.name, i, t, deployment, block_bytes) for i, t in enumerate(sched.kv_tiers.tiers)) \
         if sched.kv_tiers else ()  # fmt: skip
     api = deployment.stack.api  # a hosted API: its round trip and front end (StackProfile.api)
+    power = None
+    if spec.deployment.power_cap is not None:
+        where = "deployment" if scenario.backends is None else f"backends.{spec.name}.deployment"
+        try:
+            power = chip_power(deployment.hardware, spec.deployment.power_cap, f"{where}.power_cap")
+        except PowerCapError as exc:
+            raise ScenarioError(str(exc)) from None
     for upper, lower in itertools.pairwise(tiers):
         if lower.s_per_block < upper.s_per_block:
             raise ScenarioError(f"backend {spec.name}: scheduler.kv_tiers: tier {lower.name} is faster than "
@@ -294,6 +303,7 @@ def backend_plan(
         swap_s_per_block=swap_s_per_block,
         one_way_s=(spec.network_rtt + (api.round_trip.value if api else 0.0)) / 2.0,
         front_end_s=api.front_end.value if api else 0.0,
+        power=power,
         pricing=pricing,
         prefix_caching=scenario.prefix_caching,
         cost=StepCostModel(deployment),

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from simulator.analytic.power import CappedCost
 from simulator.analytic.precision import matmul_precision
 from simulator.analytic.step_fast import engine_cost
 
@@ -128,6 +129,7 @@ def _record(backend: Backend) -> BackendRecord:
         peak_flops_per_chip=hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value,
         peak_bandwidth_per_chip=d.weights_tier.bandwidth.value,
         pricing=plan.pricing,
+        power=plan.power,
     )
 
 
@@ -156,6 +158,8 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
     for plan in resolved.backends:
         backend = Backend(plan, [])
         cost = engine_cost(plan.cost)
+        if plan.power is not None and plan.power.stretch != 1.0:
+            cost = CappedCost(cost, plan.power.stretch)  # the chips' power cap slows every step
         for _ in range(plan.replicas):
             rng = np.random.default_rng(replica_seeds[len(replicas)])
             policy = batch_policy(plan.scheduler, plan)

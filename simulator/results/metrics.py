@@ -81,6 +81,7 @@ from simulator.records import (
     RunRecords,
 )
 from simulator.results.attribution import ATTRIBUTION, ClassCosts, attribute
+from simulator.results.power import power_summaries
 from simulator.results.requests import (
     BIN_WIDTH,
     LATENCIES,
@@ -314,6 +315,7 @@ def summarize(
         backends={b.name: backend_summary(records, requests, b, cost_spec) for b in records.backends},
         kv_transfers={k.prefill_backend: kv_transfer_summary(records, k) for k in records.kv_transfers} or None,
         kv_tiers=kv_tier_summaries(records.kv_tiers) or None,
+        power=power_summaries(records) or None,
         cost=_fleet_cost(functools.reduce(RunCost.plus, parts), basis, per_class, split),
         capacity_requests_per_s=capacity,
         offered_requests_per_s=offered,

@@ -223,6 +223,21 @@ class KVTiersSummary(Record):
     undefined: Reasons | None = None
 
 
+class BackendPower(Record):
+    """A power-capped backend over the whole run (:func:`simulator.results.power.power_summaries`)."""
+
+    cap_w: float  # per chip
+    busy_w: float  # per chip, while its replica runs an iteration
+    idle_w: float  # per chip, otherwise
+    throughput_share: float  # of the uncapped throughput (the hardware's power.cap_curve)
+    chips: int
+    energy_j: Number  # integral of the chips' power over [0, end]
+    mean_power_w: Number  # energy_j / run time, all chips
+    joules_per_output_token: Number
+    output_tok_s_per_kw: Number  # output tok/s over the run per kW of cap (chips x cap_w)
+    undefined: Reasons | None = None
+
+
 class LatencyStats(Record):
     """The request latency distributions (fields shared by the run and each class)."""
 
@@ -289,6 +304,7 @@ class RunSummary(LatencyStats):
     backends: dict[str, BackendSummary]
     kv_transfers: dict[str, KVTransferSummary] | None = None  # per disaggregated (prefill) backend
     kv_tiers: dict[str, KVTiersSummary] | None = None  # per backend with KV tiers
+    power: dict[str, BackendPower] | None = None  # per power-capped backend
     cost: FleetCost
     capacity_requests_per_s: Number
     offered_requests_per_s: Number | None
