@@ -101,6 +101,8 @@ TASK_COLUMNS = columns(TaskRecord)
 DROPPED_TOO_LONG = 1
 #: ``RequestRecord.dropped``: only over-budget (API) backends could serve it.
 DROPPED_OVER_BUDGET = 2
+#: ``RequestRecord.dropped``: an API refused it (429) until the client's retries ran out.
+DROPPED_THROTTLED = 3
 
 
 class RequestRows:
@@ -184,6 +186,23 @@ KV_TRANSFER_COLUMNS = ("request", "routed_s", "prefill_end_s", "wire_end_s", "ar
 
 
 @dataclass(frozen=True)
+class ApiRecords:
+    """What one rate-limited API backend saw (:mod:`simulator.engine.api_gate`): each accepted request's
+    send time and tokens, each 429's time, and the client's retries, failures and spills."""
+
+    backend: str
+    accepted_s: FloatArray
+    accepted_tokens: FloatArray
+    refused_s: FloatArray
+    retries: int
+    failed: int
+    spilled: int  # requests the router sent elsewhere because these limits would have refused them
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    concurrent_requests: int | None
+
+
+@dataclass(frozen=True)
 class KVTransferRecords:
     """The handoffs from one prefill backend to its decode backend, one row per delivered handoff."""
 
@@ -240,6 +259,7 @@ class RunRecords:
     offered_requests_per_s: float | None
     kv_transfers: tuple[KVTransferRecords, ...] = ()  # one per disaggregated backend
     kv_tiers: tuple[KVTierRecords, ...] = ()  # one per replica with KV tiers
+    api: tuple[ApiRecords, ...] = ()  # one per backend with an api section
     streamed: RequestRows | None = None  # every request row, when there were too many to keep (``requests`` empty)
 
     def tokens_in_window(self, t0: float, t1: float, replicas: list[int] | None = None) -> tuple[float, float]:

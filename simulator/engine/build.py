@@ -27,9 +27,11 @@ import simpy
 from simulator.analytic.power import CappedCost
 from simulator.analytic.precision import matmul_precision
 from simulator.analytic.step_fast import engine_cost
+from simulator.config.scenario import Scenario
 
 # The bundled loads' modules register their processes with start_load when imported.
 from simulator.engine import agents, load, replay  # noqa: F401
+from simulator.engine.api_gate import ApiGate
 from simulator.engine.clients import RequestFactory, TaskCounter, start_class
 from simulator.engine.disaggregated import KVHandoff, couple
 from simulator.engine.fleet import Backend, Router
@@ -111,7 +113,9 @@ class Simulation:
             resolved.offered_requests_per_s,
         )  # fmt: skip
         tiers = tuple(t.freeze(self.factory.replica_backend[i].name, i) for i, t in self.tiers.items())
-        return dataclasses.replace(records, kv_transfers=tuple(h.freeze() for h in self.handoffs), kv_tiers=tiers)
+        api = tuple(b.gate.freeze() for b in self.backends if b.gate is not None)
+        return dataclasses.replace(records, kv_transfers=tuple(h.freeze() for h in self.handoffs), kv_tiers=tiers,
+                                   api=api)  # fmt: skip
 
 
 def _record(backend: Backend) -> BackendRecord:
@@ -131,6 +135,19 @@ def _record(backend: Backend) -> BackendRecord:
         pricing=plan.pricing,
         power=plan.power,
     )
+
+
+def _gate_apis(backends: list[Backend], scenario: Scenario, root: np.random.SeedSequence) -> None:
+    """Give each backend with an ``api`` section its gate (:mod:`simulator.engine.api_gate`), each with a
+    stream of its own, spawned after every other stream (so a run without gates draws as before)."""
+    gated = [b for b in backends if b.plan.api is not None]
+    if not gated:
+        return
+    network_rtt = {spec.name: spec.network_rtt for spec in scenario.fleet}
+    for backend, seed in zip(gated, root.spawn(1)[0].spawn(len(gated)), strict=True):
+        assert backend.plan.api is not None
+        backend.gate = ApiGate(backend.name, backend.plan.api, network_rtt.get(backend.name, 0.0) / 2.0,
+                               np.random.default_rng(seed))  # fmt: skip
 
 
 def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT, points: int | None = None,
@@ -173,6 +190,7 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
             replica_backend.append(backend)
             env.process(replica.run())
         backends.append(backend)
+    _gate_apis(backends, scenario, root)
     router.bind(backends, [c.backends for c in resolved.classes])
     handoffs = couple(env, backends)
     factory.handoffs = {r.index: h for h in handoffs for r in h.prefill.replicas}

@@ -64,6 +64,12 @@ class Recorder:
     def dropped(self, record: RequestRecord) -> None:
         self.requests.extend(record)
 
+    def gave_up(self, t: float, record: RequestRecord) -> None:
+        """A request that arrived and leaves unanswered (an API refused it until its retries ran out)."""
+        self._in_system -= 1
+        self.in_system.record(t, self._in_system)
+        self.requests.extend(record)
+
     def task(self, record: TaskRecord) -> None:
         self.tasks.extend(record)
 

@@ -16,8 +16,9 @@ Per request r with arrival a, admission s, first token f, completion c and n out
 Every distribution states count, mean, std (ddof 0, as vLLM), min, max and p50/p90/p95/p99/
 p99.9 (``p99_9``). Run-level counts and peaks (the fields vLLM bench, GuideLLM and AIPerf state):
 
-- ``requests_failed = requests_dropped + requests_rejected_over_budget`` (vLLM's ``failed``: no
-  answer); ``requests_in_flight`` is GuideLLM's ``incomplete`` (arrived, unanswered at the end);
+- ``requests_failed = requests_dropped + requests_rejected_over_budget`` plus the requests an API
+  refused until their retries ran out (vLLM's ``failed``: no answer); ``requests_in_flight`` is
+  GuideLLM's ``incomplete`` (arrived, unanswered at the end);
 - ``mean_concurrency = (1 / (t1 - t0)) * integral over [t0, t1] of N(t) dt`` and
   ``peak_concurrency = max_t N(t)``, with ``N(t)`` the requests arrived and not yet answered (the
   client's count: vLLM's ``max_concurrent_requests``, AIPerf's ``effective_concurrency``); the
@@ -72,6 +73,7 @@ from simulator.config.scenario import SLOSpec, WorkloadClass
 from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.records import (
     DROPPED_OVER_BUDGET,
+    DROPPED_THROTTLED,
     DROPPED_TOO_LONG,
     REQUEST_ROWS_KEPT,
     BackendRecord,
@@ -80,6 +82,7 @@ from simulator.records import (
     KVTransferRecords,
     RunRecords,
 )
+from simulator.results.api_limits import api_summary
 from simulator.results.attribution import ATTRIBUTION, ClassCosts, attribute
 from simulator.results.power import power_summaries
 from simulator.results.requests import (
@@ -282,7 +285,8 @@ def summarize(
         requests_dropped=requests.dropped(DROPPED_TOO_LONG),
         requests_rejected_over_budget=requests.dropped(DROPPED_OVER_BUDGET),
         requests_in_flight=records.in_flight,
-        requests_failed=requests.dropped(DROPPED_TOO_LONG) + requests.dropped(DROPPED_OVER_BUDGET),
+        requests_failed=requests.dropped(DROPPED_TOO_LONG) + requests.dropped(DROPPED_OVER_BUDGET)
+        + requests.dropped(DROPPED_THROTTLED),
         mean_concurrency=records.in_system.time_mean(t0, t1),
         peak_concurrency=records.in_system.maximum(),
         peak_output_tok_s=peak_tokens,
@@ -316,6 +320,7 @@ def summarize(
         kv_transfers={k.prefill_backend: kv_transfer_summary(records, k) for k in records.kv_transfers} or None,
         kv_tiers=kv_tier_summaries(records.kv_tiers) or None,
         power=power_summaries(records) or None,
+        api={a.backend: api_summary(a) for a in records.api} or None,
         cost=_fleet_cost(functools.reduce(RunCost.plus, parts), basis, per_class, split),
         capacity_requests_per_s=capacity,
         offered_requests_per_s=offered,

@@ -238,6 +238,22 @@ class BackendPower(Record):
     undefined: Reasons | None = None
 
 
+class ApiSummary(Record):
+    """A hosted API backend with an ``api`` section over the whole run
+    (:func:`simulator.results.api_limits.api_summaries`)."""
+
+    requests_per_minute: int | None = None  # its limits (none: not limited)
+    tokens_per_minute: int | None = None
+    concurrent_requests: int | None = None
+    accepted: int  # requests the provider accepted
+    refused: int  # 429 answers
+    retries: int  # requests sent again after a 429
+    failed: int  # requests whose retries ran out
+    spilled: int  # requests the router sent elsewhere because these limits would have refused them
+    peak_requests_per_minute: int  # most accepted in any trailing minute
+    peak_tokens_per_minute: float  # most tokens accepted in any trailing minute
+
+
 class LatencyStats(Record):
     """The request latency distributions (fields shared by the run and each class)."""
 
@@ -305,6 +321,7 @@ class RunSummary(LatencyStats):
     kv_transfers: dict[str, KVTransferSummary] | None = None  # per disaggregated (prefill) backend
     kv_tiers: dict[str, KVTiersSummary] | None = None  # per backend with KV tiers
     power: dict[str, BackendPower] | None = None  # per power-capped backend
+    api: dict[str, ApiSummary] | None = None  # per backend with an api section
     cost: FleetCost
     capacity_requests_per_s: Number
     offered_requests_per_s: Number | None
