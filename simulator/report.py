@@ -26,7 +26,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from pydantic import ValidationError
 
-from simulator import plots
+from simulator import fleet_report, plots
 from simulator.analytic.estimate import estimate
 from simulator.analytic.layouts import deploy
 from simulator.capacity import LIMITED_MARK, Capacity, of_run
@@ -241,6 +241,7 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
                      f"{format_seconds(summary.ttft_s.p50)} and 99 % within {format_seconds(summary.ttft_s.p99)}"
                      + (f" ({limit})" if limit else "") + ".",
         ))  # fmt: skip
+    sections += fleet_report.run_sections(label, summary, lambda what: _captioned(what, a))  # APIs, power
     return sections
 
 
@@ -440,6 +441,7 @@ def _sweep_sections(folder: Path) -> list[Section]:
                            + " of each run." + varied, a),
         takeaway=trend("$ per 1M output tokens", "$", *line(costs), name) + along + ".",
     ))  # fmt: skip
+    sections += fleet_report.sweep_sections(labels, summaries, lambda what: _captioned(what, a))  # APIs, power
     return sections
 
 
