@@ -92,6 +92,7 @@ from simulator.engine.recorder import Recorder
 from simulator.errors import InfersimError
 from simulator.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
 from simulator.limits import Limits, check_runs
+from simulator.power_budget import power_limits, replica_kw, within_budget
 from simulator.records import TASK_COLUMNS
 from simulator.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
@@ -513,6 +514,8 @@ class Planner:
             else (0, scenario.plan.max_replicas.get(b.name, scenario.plan.default_max_replicas))
             for b, metered in zip(self.fleet, self.metered, strict=True)
         )  # fmt: skip
+        self.replica_kw = tuple(replica_kw(p, scenario.cost.pue) for p in plans)  # plan.budget_kw
+        self.limits = power_limits(self.limits, self.replica_kw, scenario.plan.budget_kw)
         self._memo: dict[tuple[Counts, str], Evaluation] = {}
         self._keys: dict[tuple[Counts, str], list[tuple[str, str]]] = {}
         self.most_runs = self._most_candidates() * scenario.plan.replications  # counted, none built
@@ -539,6 +542,8 @@ class Planner:
         return capacity >= self.demand_calls_per_s
 
     def fixed_cost(self, counts: Counts) -> float:
+        if not within_budget(counts, self.replica_kw, self.scenario.plan.budget_kw):
+            return math.inf  # over the site's power: never cheaper than a fleet that fits
         return sum(n * usd for n, usd in zip(counts, self.usd_per_replica_hour, strict=True))
 
     def _run_keys(self, counts: Counts, kind: str) -> list[tuple[str, str]]:

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simulator.analytic.economics import Pricing
+from simulator.analytic.power import ChipPower
 from simulator.config.hardware import HardwareProfile
 from simulator.series import LevelMonitor as LevelMonitor  # re-exported: part of the records' contract
 from simulator.series import TokenCounter as TokenCounter
@@ -103,6 +104,8 @@ DROPPED_OVER_BUDGET = 2
 #: ``RequestRecord.dropped``: its replica failed and it was not sent to another (``failures.on_failure:
 #: fail``, or no replica was up to take it), or it arrived while every replica that could serve it was down.
 DROPPED_REPLICA_FAILED = 3
+#: ``RequestRecord.dropped``: an API refused it (429) until the client's retries ran out.
+DROPPED_THROTTLED = 4
 
 
 class RequestRows:
@@ -176,12 +179,30 @@ class BackendRecord:
     peak_flops_per_chip: float
     peak_bandwidth_per_chip: float
     pricing: Pricing
+    power: ChipPower | None = None  # its chips' draw under a power cap (None: uncapped)
 
 
 #: Columns of a KV handoff (:mod:`simulator.engine.disaggregated`): the request, when it was
 #: routed to the prefill pool, when its prefill ended, when its last byte left, when it
 #: reached the decode pool, the bytes moved, the decode replica.
 KV_TRANSFER_COLUMNS = ("request", "routed_s", "prefill_end_s", "wire_end_s", "arrival_s", "bytes", "decode_replica")
+
+
+@dataclass(frozen=True)
+class ApiRecords:
+    """What one rate-limited API backend saw (:mod:`simulator.engine.api_gate`): each accepted request's
+    send time and tokens, each 429's time, and the client's retries, failures and spills."""
+
+    backend: str
+    accepted_s: FloatArray
+    accepted_tokens: FloatArray
+    refused_s: FloatArray
+    retries: int
+    failed: int
+    spilled: int  # requests the router sent elsewhere because these limits would have refused them
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    concurrent_requests: int | None
 
 
 @dataclass(frozen=True)
@@ -263,6 +284,7 @@ class RunRecords:
     offered_requests_per_s: float | None
     kv_transfers: tuple[KVTransferRecords, ...] = ()  # one per disaggregated backend
     kv_tiers: tuple[KVTierRecords, ...] = ()  # one per replica with KV tiers
+    api: tuple[ApiRecords, ...] = ()  # one per backend with an api section
     streamed: RequestRows | None = None  # every request row, when there were too many to keep (``requests`` empty)
     failures: FailureRecords | None = None  # with ``failures`` in the scenario
 

@@ -26,7 +26,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from pydantic import ValidationError
 
-from simulator import failure_figures, plan_figure, plots
+from simulator import failure_figures, fleet_report, plan_figure, plots
 from simulator.analytic.estimate import estimate
 from simulator.analytic.layouts import deploy
 from simulator.capacity import LIMITED_MARK, Capacity, of_run
@@ -244,6 +244,7 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
     if summary.failures is not None:
         parts = failure_figures.run_parts(label, summary.failures)
         sections += [Section(**{**p, "caption": _captioned(p["caption"], a)}) for p in parts]
+    sections += fleet_report.run_sections(label, summary, lambda what: _captioned(what, a))  # APIs, power
     return sections
 
 
@@ -443,6 +444,7 @@ def _sweep_sections(folder: Path) -> list[Section]:
                            + " of each run." + varied, a),
         takeaway=trend("$ per 1M output tokens", "$", *line(costs), name) + along + ".",
     ))  # fmt: skip
+    sections += fleet_report.sweep_sections(labels, summaries, lambda what: _captioned(what, a))  # APIs, power
     return sections
 
 

@@ -48,7 +48,9 @@ from simulator.analytic.economics import CostError, Pricing, assumptions_of, res
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.layouts import Question, deploy
 from simulator.analytic.placement import Deployment, PlacementError
+from simulator.analytic.power import ChipPower, PowerCapError, chip_power
 from simulator.analytic.step_time import CostModel, StepCostModel
+from simulator.config.api_limits import ApiBehaviour
 from simulator.config.batching import BatchingSpec, KVTierSpec
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.distributions import Constant
@@ -56,6 +58,7 @@ from simulator.config.fleet import BackendSpec, KVLinkSpec
 from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import ClosedLoop, Load, OpenLoop, RequestLengths, Scenario, WorkloadClass
+from simulator.config.stack import ApiTime
 from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
 from simulator.errors import InfersimError, naming
 from simulator.limits import RunSize, fastest_call_s
@@ -104,6 +107,8 @@ class BackendPlan:
     decodes_for: int | None = None  # a decode pool: the backend it decodes for (routed no requests)
     kv_tiers: tuple[TierPlan, ...] = ()  # below the serving tier, fastest first
     front_end_s: float = 0.0  # a hosted API's time before a replica sees a request (StackProfile.api)
+    power: ChipPower | None = None  # the deployment's power cap: its chips' draw and step stretch
+    api: ApiBehaviour | None = None  # a hosted API's per-request times, rate limits and retries
 
     @property
     def window(self) -> int | None:
@@ -250,6 +255,20 @@ def layout_question(scenario: Scenario, catalog: Catalog) -> Question:
     return Question(max(1, round(prompt)), max(1, round(answer)), users)
 
 
+def api_round_trip_s(stack: ApiTime | None, behaviour: ApiBehaviour | None) -> float:
+    """A hosted API's mean round trip: the backend's drawn one's mean, else the stack's constant, else 0."""
+    if behaviour is not None and behaviour.round_trip is not None:
+        return behaviour.round_trip.mean
+    return stack.round_trip.value if stack is not None else 0.0
+
+
+def api_front_end_s(stack: ApiTime | None, behaviour: ApiBehaviour | None) -> float:
+    """A hosted API's mean front-end time: the backend's drawn one's mean, else the stack's constant, else 0."""
+    if behaviour is not None and behaviour.front_end is not None:
+        return behaviour.front_end.mean
+    return stack.front_end.value if stack is not None else 0.0
+
+
 def backend_plan(
     index: int, spec: BackendSpec, scenario: Scenario, catalog: Catalog, question: Question
 ) -> BackendPlan:
@@ -273,6 +292,13 @@ def backend_plan(
     tiers = tuple(_tier_plan(spec.name, i, t, deployment, block_bytes) for i, t in enumerate(sched.kv_tiers.tiers)) \
         if sched.kv_tiers else ()  # fmt: skip
     api = deployment.stack.api  # a hosted API: its round trip and front end (StackProfile.api)
+    power = None
+    if spec.deployment.power_cap is not None:
+        where = "deployment" if scenario.backends is None else f"backends.{spec.name}.deployment"
+        try:
+            power = chip_power(deployment.hardware, spec.deployment.power_cap, f"{where}.power_cap")
+        except PowerCapError as exc:
+            raise ScenarioError(str(exc)) from None
     for upper, lower in itertools.pairwise(tiers):
         if lower.s_per_block < upper.s_per_block:
             raise ScenarioError(f"backend {spec.name}: scheduler.kv_tiers: tier {lower.name} is faster than "
@@ -291,8 +317,10 @@ def backend_plan(
         kv_blocks=kv_blocks,
         max_tokens=min(kv_blocks * sched.kv_block_tokens, deployment.model.max_context_tokens),
         swap_tier=swaps_to,
-        one_way_s=(spec.network_rtt + (api.round_trip.value if api else 0.0)) / 2.0,
-        front_end_s=api.front_end.value if api else 0.0,
+        one_way_s=(spec.network_rtt + api_round_trip_s(api, spec.api)) / 2.0,
+        front_end_s=api_front_end_s(api, spec.api),
+        power=power,
+        api=spec.api,
         pricing=pricing,
         prefix_caching=scenario.prefix_caching,
         cost=StepCostModel(deployment),

@@ -45,6 +45,9 @@ class SourcedNumber:
                 "source": self.source, "citation": self.citation, "note": self.note}  # fmt: skip
 
 
+POWER_FIELDS = ("chip", "idle")  # a hardware profile's power numbers, in W
+
+
 def shown(field: str, value: object) -> str:
     """A profile number with the unit its field name implies (bandwidth, FLOP/s, bytes, time, $, W).
 
@@ -65,7 +68,7 @@ def shown(field: str, value: object) -> str:
         return format_seconds(value)
     prefixes = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
     unit = ("B/s" if "bandwidth" in name else "FLOP/s" if path.startswith("peak") or ".peak." in path
-            else "B" if name == "capacity" else "W" if name == "chip" and "power" in path else None)  # fmt: skip
+            else "B" if name == "capacity" else "W" if name in POWER_FIELDS and "power" in path else None)  # fmt: skip
     if unit is None:
         return significant(value)
     scale, prefix = next(((s, p) for s, p in prefixes if abs(value) >= s), (1.0, ""))

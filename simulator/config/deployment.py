@@ -16,6 +16,7 @@ from simulator.config.hardware import HardwareRef
 from simulator.config.model import ModelRef, TensorGroup
 from simulator.config.speculation import SpeculativeSpec
 from simulator.config.stack import StackRef
+from simulator.units import Watts
 
 PositiveInt = Annotated[int, Field(ge=1)]
 #: Tokens of KV the automatic placement reserves beside the weights unless told otherwise
@@ -61,6 +62,11 @@ class DeploymentSpec(Spec):
     context_tokens: PositiveInt | None = Field(
         None,
         description="context window the stack serves (RoPE scaling, e.g. vLLM --max-model-len); empty: the model's own",
+    )
+    power_cap: Annotated[Watts, Field(gt=0.0)] | None = Field(
+        None,
+        description="per-chip power limit (nvidia-smi -pl), e.g. '500 W': steps stretch by the hardware's "
+        "power.cap_curve; empty: uncapped",
     )
 
     @property

@@ -11,6 +11,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from simulator.config.api_limits import ApiBehaviour
 from simulator.config.base import Spec
 from simulator.config.batching import Scheduler
 from simulator.config.deployment import DeploymentSpec
@@ -67,6 +68,11 @@ class BackendSpec(Spec):
         "replicas; either alone serves whole requests)",
     )
     kv_link: KVLinkSpec | None = Field(None, description="the link to decode_on (needed with it)")
+    api: ApiBehaviour | None = Field(
+        None,
+        description="a hosted API as clients meet it: per-request round trip and front end, rate limits (429) "
+        "and client retries (simulator.config.api_limits)",
+    )
 
     @model_validator(mode="after")
     def _link_with_decode_pool(self) -> BackendSpec:

@@ -234,9 +234,34 @@ class ReliabilitySpec(Spec):
         "slowest memory tier's bandwidth (the host link of a GPU)",
     )
 
+class PowerCapCurve(Spec):
+    """Throughput against a chip's power limit (DVFS): at ``caps[i]`` the chip keeps ``throughput[i]``
+    of its uncapped throughput; linear between points (:mod:`simulator.analytic.power`)."""
+
+    caps: list[Annotated[Watts, Field(gt=0.0)]] = Field(min_length=2, description="power limits, ascending")
+    throughput: list[Annotated[float, Field(gt=0.0, le=1.0)]] = Field(
+        min_length=2, description="share of the uncapped throughput at each cap, non-decreasing"
+    )
+
+    @model_validator(mode="after")
+    def _monotone(self) -> PowerCapCurve:
+        if len(self.caps) != len(self.throughput):
+            raise ValueError(f"caps ({len(self.caps)}) and throughput ({len(self.throughput)}) differ in length")
+        if any(b <= a for a, b in zip(self.caps, self.caps[1:], strict=False)):
+            raise ValueError("caps must be strictly ascending")
+        if any(b < a for a, b in zip(self.throughput, self.throughput[1:], strict=False)):
+            raise ValueError("throughput must not fall as the cap rises")
+        return self
+
 
 class PowerSpec(Spec):
     chip: Sourced[Annotated[Watts, Field(gt=0.0)]] = Field(description="power per chip")
+    idle: Sourced[Annotated[Watts, Field(gt=0.0)]] | None = Field(
+        None, description="power per chip while it serves nothing (a power cap's energy figures need it)"
+    )
+    cap_curve: Sourced[PowerCapCurve] | None = Field(
+        None, description="throughput against the chip's power limit (a deployment's power_cap needs it)"
+    )
 
 
 #: A price in US dollars: a millionth of a dollar to a billion (a chip-hour, a chip, a million tokens).

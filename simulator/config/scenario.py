@@ -325,6 +325,9 @@ class PlanSpec(Spec):
     default_max_replicas: Annotated[int, Field(ge=1)] = 8
     replications: PositiveInt = Field(2, description="seeds per candidate; a candidate must meet its SLOs in all")
     max_usd_per_hour: Annotated[float, Field(gt=0.0)] | None = Field(None, description="budget cap on a fleet")
+    budget_kw: Annotated[float, Field(gt=0.0)] | None = Field(
+        None, description="site power budget: a fleet's full-load draw (chips x power or cap x PUE) at most this"
+    )
 
 
 class Scenario(Spec):

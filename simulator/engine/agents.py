@@ -116,6 +116,9 @@ def run_task(
                 tally.failed = True
                 break
             yield request.done
+            if request.failed:  # an API refused it until the client's retries ran out
+                tally.failed = True
+                break
             tally.call(request, env.now)
         if tally.failed:
             break

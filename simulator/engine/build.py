@@ -27,11 +27,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from simulator.analytic.power import CappedCost
 from simulator.analytic.precision import matmul_precision
 from simulator.analytic.step_fast import engine_cost
+from simulator.config.scenario import Scenario
 
 # The bundled loads' modules register their processes with start_load when imported.
 from simulator.engine import agents, load, replay  # noqa: F401
+from simulator.engine.api_gate import ApiGate
 from simulator.engine.batching.registry import batch_policy
 from simulator.engine.clients import RequestFactory, TaskCounter, start_class
 from simulator.engine.disaggregated import KVHandoff, couple
@@ -117,8 +120,9 @@ class Simulation:
         )  # fmt: skip
         tiers = tuple(t.freeze(self.factory.replica_backend[i].name, i) for i, t in self.tiers.items())
         failures = self.failures.freeze() if self.failures is not None else None
+        api = tuple(b.gate.freeze() for b in self.backends if b.gate is not None)
         return dataclasses.replace(records, kv_transfers=tuple(h.freeze() for h in self.handoffs), kv_tiers=tiers,
-                                   failures=failures)  # fmt: skip
+                                   failures=failures, api=api)  # fmt: skip
 
 
 def _record(backend: Backend) -> BackendRecord:
@@ -136,7 +140,21 @@ def _record(backend: Backend) -> BackendRecord:
         peak_flops_per_chip=hw.compute.peak[matmul_precision(hw, d.weights, d.activations)].value,
         peak_bandwidth_per_chip=d.weights_tier.bandwidth.value,
         pricing=plan.pricing,
+        power=plan.power,
     )
+
+
+def _gate_apis(backends: list[Backend], scenario: Scenario, root: np.random.SeedSequence) -> None:
+    """Give each backend with an ``api`` section its gate (:mod:`simulator.engine.api_gate`), each with a
+    stream of its own, spawned after every other stream (so a run without gates draws as before)."""
+    gated = [b for b in backends if b.plan.api is not None]
+    if not gated:
+        return
+    network_rtt = {spec.name: spec.network_rtt for spec in scenario.fleet}
+    for backend, seed in zip(gated, root.spawn(1)[0].spawn(len(gated)), strict=True):
+        assert backend.plan.api is not None
+        backend.gate = ApiGate(backend.name, backend.plan.api, network_rtt.get(backend.name, 0.0) / 2.0,
+                               np.random.default_rng(seed))  # fmt: skip
 
 
 def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT, points: int | None = None,
@@ -165,6 +183,8 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
     for plan in resolved.backends:
         backend = Backend(plan, [])
         cost = engine_cost(plan.cost)
+        if plan.power is not None and plan.power.stretch != 1.0:
+            cost = CappedCost(cost, plan.power.stretch)  # the chips' power cap slows every step
         for _ in range(plan.replicas):
             rng = np.random.default_rng(replica_seeds[len(replicas)])
             blocks = paged_kv(plan)
@@ -178,6 +198,7 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
             replica_backend.append(backend)
             env.process(replica.run())
         backends.append(backend)
+    _gate_apis(backends, scenario, root)
     router.bind(backends, [c.backends for c in resolved.classes])
     handoffs = couple(env, backends)
     factory.handoffs = {r.index: h for h in handoffs for r in h.prefill.replicas}

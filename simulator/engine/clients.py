@@ -29,11 +29,19 @@ import simpy
 
 from simulator.config.distributions import Distribution
 from simulator.config.scenario import RunSpec
+from simulator.engine.api_gate import ApiGate
 from simulator.engine.disaggregated import KVHandoff
 from simulator.engine.fleet import Backend, Router
 from simulator.engine.recorder import Recorder
+from simulator.engine.replica import Replica
 from simulator.engine.request import Request, SessionKeys
-from simulator.records import DROPPED_OVER_BUDGET, DROPPED_REPLICA_FAILED, DROPPED_TOO_LONG, RequestRecord
+from simulator.records import (
+    DROPPED_OVER_BUDGET,
+    DROPPED_REPLICA_FAILED,
+    DROPPED_THROTTLED,
+    DROPPED_TOO_LONG,
+    RequestRecord,
+)
 from simulator.resolve import ClassPlan
 
 LENGTH_CHUNK = 1024
@@ -71,7 +79,9 @@ class RequestFactory:
     rejected (``dropped = 2``) when only over-budget backends could serve it. It reaches its
     replica half a network round trip after it is sent (plus a hosted API's front-end time), and
     the client sees its first and last token half a round trip after the replica emits them: an
-    API adds exactly its ``round_trip + front_end`` to TTFT and E2E, one timer per request.
+    API adds exactly its ``round_trip + front_end`` to TTFT and E2E, one timer per request. A
+    backend with an ``api`` section draws those per request and may answer 429: the client backs
+    off and sends again, routed afresh, until its retries run out (``dropped = 3``).
     """
 
     def __init__(
@@ -91,6 +101,7 @@ class RequestFactory:
         self._next_tick = 1
         self.handoffs: dict[int, KVHandoff] = {}  # prefill replica index -> its backend's handoff
         self.session_keys = SessionKeys()
+        self.gated: dict[int, ApiGate] = {}  # request id -> the API gate that accepted it, until delivered
 
     @property
     def exhausted(self) -> bool:
@@ -124,18 +135,58 @@ class RequestFactory:
             )
             self.recorder.dropped(request_record(request, dropped=why))
             return None
-        block_tokens = replica.block_tokens
-        if block_hashes is not None:
-            request.hash_ratio = max(1, hash_block_tokens // block_tokens)
-        backend = self.replica_backend[replica.index]
-        request.one_way_s = backend.one_way_s
         if awaited:  # an event only when somebody waits on it
             request.done = self.env.event()
         self.recorder.arrival(now)
+        self._send(replica, request, block_hashes is not None, hash_block_tokens)
+        return request
+
+    def _send(self, replica: Replica, request: Request, hashed: bool, hash_block_tokens: int, retries: int = 0,
+              ) -> None:  # fmt: skip
+        """Send ``request`` to ``replica`` now: through its API's gate (a 429 backs off, :meth:`_refused`),
+        then across the network to the replica."""
+        now = self.env.now
+        backend = self.replica_backend[replica.index]
+        gate = backend.gate
+        if gate is not None and not gate.try_send(now, request.input_tokens + request.output_tokens):
+            self._refused(gate, request, hashed, hash_block_tokens, retries)
+            return
+        block_tokens = replica.block_tokens
+        if hashed:
+            request.hash_ratio = max(1, hash_block_tokens // block_tokens)
+        request.one_way_s = backend.one_way_s if gate is None else gate.one_way_s(backend.one_way_s)
+        front_end_s = backend.front_end_s if gate is None else gate.front_end_s(backend.front_end_s)
+        if gate is not None:
+            self.gated[request.id] = gate
         if replica.index in self.handoffs:
             self.handoffs[replica.index].admit(request)  # prefill here, decode on the paired backend
-        replica.arrive(request, request.one_way_s + backend.front_end_s)
-        return request
+        replica.arrive(request, request.one_way_s + front_end_s)
+
+    def _refused(self, gate: ApiGate, request: Request, hashed: bool, hash_block_tokens: int, retries: int) -> None:
+        """A 429: the client waits its backoff and sends again (routed afresh), or, its retries spent,
+        the request fails."""
+        self.router.refund(request)
+        if gate.gives_up(retries, request.input_tokens + request.output_tokens):
+            gate.failed += 1
+            self._fail(request, DROPPED_THROTTLED)
+            return
+        gate.retries += 1
+
+        def retry(_: simpy.Event) -> None:
+            replica = self.router.route(request, self.env.now)
+            if replica is None:  # only over-budget backends are left
+                self._fail(request, DROPPED_OVER_BUDGET)
+            else:
+                self._send(replica, request, hashed, hash_block_tokens, retries + 1)
+
+        self.env.timeout(gate.backoff_s(retries)).callbacks.append(retry)
+
+    def _fail(self, request: Request, code: int) -> None:
+        """The request leaves unanswered; whoever waits on it is woken (``request.failed``)."""
+        request.failed = True
+        self.recorder.gave_up(self.env.now, request_record(request, dropped=code))
+        if request.done is not None:
+            request.done.succeed()
 
     def _tick(self, progress: Callable[[float], None], now: float) -> None:
         done = max(now / self.duration_s, self.count / self.max_requests)
@@ -150,8 +201,11 @@ class RequestFactory:
             self._deliver(request)
 
     def _deliver(self, request: Request) -> None:
-        """The last token reaches the client."""
+        """The last token reaches the client (and frees its API concurrency slot)."""
         now = self.env.now
+        gate = self.gated.pop(request.id, None) if self.gated else None
+        if gate is not None:
+            gate.release()
         self.recorder.departure(now, request_record(request, dropped=0, done_s=now))
         self.router.charge(self.replica_backend[request.replica], request, now)
         if request.done is not None:

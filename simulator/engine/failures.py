@@ -32,13 +32,13 @@ import simpy
 from simulator.analytic.availability import replica_reliability
 from simulator.config.failures import FailureSpec, Outage
 from simulator.engine import ProcessGenerator
+from simulator.engine.batching.registry import batch_policy
 from simulator.engine.clients import RequestFactory, request_record
 from simulator.engine.fleet import Backend, Router
+from simulator.engine.kv.blocks import paged_kv
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.request import Request
-from simulator.engine.batching.registry import batch_policy
-from simulator.engine.kv.blocks import paged_kv
 from simulator.records import DROPPED_REPLICA_FAILED, FailureRecords
 from simulator.resolve import ScenarioError
 

@@ -33,6 +33,11 @@ replicas, the only ones the choices see, and returns to them at the first routin
 ``up_at`` (no event marks a return: a run without requests waits for none). A backend with no
 replica up is not a candidate; a session pinned to a replica that is down is routed afresh.
 
+Rate limits: a hosted API backend with ``api.limits`` and ``on_limit: spill`` is left out while
+its limits would refuse the request now (the client reads its remaining quota from the provider's
+headers) when another usable backend remains; each request so kept off counts a spill
+(:mod:`simulator.engine.api_gate`).
+
 Budget: a bucket refilled at ``budget_usd_per_hour`` holds at most ``budget_window`` of it; a
 metered backend is a candidate while the bucket holds the request's predicted price, which
 is reserved when the request is routed and settled at its actual price on completion.
@@ -53,6 +58,7 @@ from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment
 from simulator.config.fleet import RouterSpec
 from simulator.config.hardware import TokenPrice
+from simulator.engine.api_gate import ApiGate
 from simulator.engine.replica import Replica
 from simulator.engine.request import Request
 from simulator.resolve import BackendPlan, ClassRouting
@@ -66,6 +72,7 @@ class Backend:
     replicas: list[Replica]
     up: list[Replica] = field(default_factory=list)  # the replicas the router may choose now (failures)
     _estimates: dict[tuple[int, int, int], tuple[float, float]] = field(default_factory=dict)
+    gate: ApiGate | None = None  # a hosted API's per-request times, rate limits and retries
 
     @property
     def index(self) -> int:
@@ -257,9 +264,13 @@ class Router:
                 not b.metered or b.price_usd(request.input_tokens, output) <= self.bucket_usd
             )
 
+        def open_now(b: Backend) -> bool:  # an API whose limits would refuse it now, read from its headers
+            return b.gate is None or not b.gate.spills or b.gate.admits(now, tokens)
+
         sticky = self.spec.affinity and request.session is not None
         pinned = self._affinity.get(request.session) if sticky else None
-        if pinned is not None and pinned.up_at <= now and usable(self._backend_of[pinned.index]):
+        if (pinned is not None and pinned.up_at <= now and usable(self._backend_of[pinned.index])
+                and open_now(self._backend_of[pinned.index])):
             replica = pinned
         else:
             candidates = [b for b in self.allowed[request.klass] if usable(b)]
@@ -267,6 +278,7 @@ class Router:
             candidates = [b for b in candidates if b.up]
             if not candidates:
                 return None
+            candidates = _spill(candidates, open_now)
             choice = BACKEND_CHOICES[self.spec.backend_choice]
             candidates = choice(self, candidates, klass, request.input_tokens, output)
             replica = self._choose(candidates)
@@ -286,6 +298,11 @@ class Router:
                 self.bucket_usd + request.reserved_usd - backend.price_usd(request.input_tokens, request.output_tokens)
             )
             self.bucket_usd = min(self._bucket_cap, settled)
+
+    def refund(self, request: Request) -> None:
+        """A request an API refused (429) gives back the budget reserved for it when routed."""
+        self.bucket_usd = min(self._bucket_cap, self.bucket_usd + request.reserved_usd)
+        request.reserved_usd = 0.0
 
     def _refill(self, now: float) -> None:
         if self.spec.budget_usd_per_hour is not None:
@@ -313,6 +330,18 @@ class Router:
                 best, best_load = replica, value
         assert best is not None
         return best
+
+
+def _spill(candidates: list[Backend], open_now: Callable[[Backend], bool]) -> list[Backend]:
+    """The candidates an API's limits would not refuse now, when any is (each one left out counts a
+    spill); all of them when every one would refuse (the request then meets the 429)."""
+    opened = [b for b in candidates if open_now(b)]
+    if not opened or len(opened) == len(candidates):
+        return candidates
+    for b in candidates:
+        if b.gate is not None and not open_now(b):
+            b.gate.spilled += 1
+    return opened
 
 
 def _predict(router: Router, backend: Backend, prompt: int, output: int) -> tuple[float, float]:

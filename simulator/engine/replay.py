@@ -144,6 +144,9 @@ def _run_session(
             tally.failed = True
             break
         yield request.done
+        if request.failed:  # an API refused it until the client's retries ran out
+            tally.failed = True
+            break
         tally.call(request, env.now)
     tally.record(recorder, env.now)
 
@@ -182,6 +185,9 @@ def _run_graph(
             tally.failed = True
             return
         yield request.done
+        if request.failed:
+            tally.failed = True
+            return
         tally.call(request, env.now)
         if step.tool_s > 0:
             tally.tool_s += step.tool_s

@@ -25,6 +25,7 @@ class Request:
         "block_hashes",
         "cached_tokens",
         "done",
+        "failed",
         "first_token_s",
         "generated",
         "hash_ratio",
@@ -82,6 +83,7 @@ class Request:
         self.priority = 0  # higher is admitted first
         self.published_upto = 0  # leading blocks of this request that are shared prefix KV
         self.one_way_s = 0.0  # half the network round trip to its backend
+        self.failed = False  # an API refused it (429) until the client's retries ran out
         self.reserved_usd = 0.0  # API budget reserved for it when routed
         self.hit: tuple[int, int, PrefixHit] | None = None  # (cache version, generated, prefix hit) last found
 

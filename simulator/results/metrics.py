@@ -74,6 +74,7 @@ from simulator.config.workload import AgentsLoad, TraceLoad
 from simulator.records import (
     DROPPED_OVER_BUDGET,
     DROPPED_REPLICA_FAILED,
+    DROPPED_THROTTLED,
     DROPPED_TOO_LONG,
     REQUEST_ROWS_KEPT,
     BackendRecord,
@@ -82,7 +83,9 @@ from simulator.records import (
     KVTransferRecords,
     RunRecords,
 )
+from simulator.results.api_limits import api_summary
 from simulator.results.attribution import ATTRIBUTION, ClassCosts, attribute
+from simulator.results.power import power_summaries
 from simulator.results.requests import (
     BIN_WIDTH,
     LATENCIES,
@@ -285,7 +288,7 @@ def summarize(
         requests_rejected_over_budget=requests.dropped(DROPPED_OVER_BUDGET),
         requests_in_flight=records.in_flight,
         requests_failed=sum(requests.dropped(code) for code in (DROPPED_TOO_LONG, DROPPED_OVER_BUDGET,
-                                                                 DROPPED_REPLICA_FAILED)),
+                                                                 DROPPED_REPLICA_FAILED, DROPPED_THROTTLED)),
         mean_concurrency=records.in_system.time_mean(t0, t1),
         peak_concurrency=records.in_system.maximum(),
         peak_output_tok_s=peak_tokens,
@@ -319,6 +322,8 @@ def summarize(
         kv_transfers={k.prefill_backend: kv_transfer_summary(records, k) for k in records.kv_transfers} or None,
         kv_tiers=kv_tier_summaries(records.kv_tiers) or None,
         failures=failure_summary(records, requests) if records.failures is not None else None,
+        power=power_summaries(records) or None,
+        api={a.backend: api_summary(a) for a in records.api} or None,
         cost=_fleet_cost(functools.reduce(RunCost.plus, parts), basis, per_class, split),
         capacity_requests_per_s=capacity,
         offered_requests_per_s=offered,

@@ -29,6 +29,7 @@ from simulator.config.scenario import SLOSpec
 from simulator.records import (
     DROPPED_OVER_BUDGET,
     DROPPED_REPLICA_FAILED,
+    DROPPED_THROTTLED,
     DROPPED_TOO_LONG,
     FloatArray,
     LevelMonitor,
@@ -292,7 +293,7 @@ class RequestDigest:
         self.measured, self.inputs, self.outputs, self.cached = (np.zeros(size) for _ in range(4))
         self.seat_s, self.tokens = np.zeros(size), np.zeros(size)
         self.ok = np.zeros((len(self.slos), *size))
-        self.drops = {DROPPED_TOO_LONG: 0, DROPPED_OVER_BUDGET: 0, DROPPED_REPLICA_FAILED: 0}
+        self.drops = {DROPPED_TOO_LONG: 0, DROPPED_OVER_BUDGET: 0, DROPPED_REPLICA_FAILED: 0, DROPPED_THROTTLED: 0}
         self.preempted = 0
         t0, t1 = records.warmup_s, records.end_s
         for r in records.request_chunks():

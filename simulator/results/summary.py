@@ -239,6 +239,37 @@ class FailureSummary(Record):
     undefined: Reasons | None = None
 
 
+class BackendPower(Record):
+    """A power-capped backend over the whole run (:func:`simulator.results.power.power_summaries`)."""
+
+    cap_w: float  # per chip
+    busy_w: float  # per chip, while its replica runs an iteration
+    idle_w: float  # per chip, otherwise
+    throughput_share: float  # of the uncapped throughput (the hardware's power.cap_curve)
+    chips: int
+    energy_j: Number  # integral of the chips' power over [0, end]
+    mean_power_w: Number  # energy_j / run time, all chips
+    joules_per_output_token: Number
+    output_tok_s_per_kw: Number  # output tok/s over the run per kW of cap (chips x cap_w)
+    undefined: Reasons | None = None
+
+
+class ApiSummary(Record):
+    """A hosted API backend with an ``api`` section over the whole run
+    (:func:`simulator.results.api_limits.api_summaries`)."""
+
+    requests_per_minute: int | None = None  # its limits (none: not limited)
+    tokens_per_minute: int | None = None
+    concurrent_requests: int | None = None
+    accepted: int  # requests the provider accepted
+    refused: int  # 429 answers
+    retries: int  # requests sent again after a 429
+    failed: int  # requests whose retries ran out
+    spilled: int  # requests the router sent elsewhere because these limits would have refused them
+    peak_requests_per_minute: int  # most accepted in any trailing minute
+    peak_tokens_per_minute: float  # most tokens accepted in any trailing minute
+
+
 class LatencyStats(Record):
     """The request latency distributions (fields shared by the run and each class)."""
 
@@ -306,6 +337,8 @@ class RunSummary(LatencyStats):
     kv_transfers: dict[str, KVTransferSummary] | None = None  # per disaggregated (prefill) backend
     kv_tiers: dict[str, KVTiersSummary] | None = None  # per backend with KV tiers
     failures: FailureSummary | None = None  # with failures in the scenario
+    power: dict[str, BackendPower] | None = None  # per power-capped backend
+    api: dict[str, ApiSummary] | None = None  # per backend with an api section
     cost: FleetCost
     capacity_requests_per_s: Number
     offered_requests_per_s: Number | None
