@@ -23,6 +23,9 @@ the pooled mean of the lists is exact, while the spread within a request is not 
   ``max_concurrent_requests`` vLLM's sweep over the completed requests' ``[start, start +
   latency)``. The load: ``request_rate`` (``"inf"`` for a closed loop or a trace),
   ``burstiness`` (vLLM's gamma shape, 1 / CV^2) and ``max_concurrency`` (the closed loop's users).
+  With speculative decoding, vLLM's ``spec_decode_*`` keys (acceptance rate in percent, acceptance
+  length, drafts, drafted and accepted tokens, per-position rates) come from the summary's
+  ``speculation``, as vLLM bench reads them off the server's counters over the run.
 - ``guidellm``: GuideLLM's ``benchmarks.json`` as GuideLLM 0.8's ``GenerativeBenchmarksReport``
   loads it (one benchmark; its strategy, ``synchronous``, ``concurrent``, ``constant`` or
   ``poisson``, under ``config`` as 0.4+ hold it and under ``args`` as 0.3 did), with
@@ -31,10 +34,12 @@ the pooled mean of the lists is exact, while the spread within a request is not 
   total_sum, percentiles p001..p999): per request for latencies and lengths, per second of the
   run for the rates and the concurrency. GuideLLM's ``inter_token_latency_ms`` is infersim's
   TPOT, its ``time_per_output_token_ms`` ``e2e / n``; a streamed chunk is one token. Metrics
-  of what is not simulated (websocket round trips, images, audio, tool calls) are empty.
+  of what is not simulated (websocket round trips, images, audio, tool calls) are empty. Its
+  report has no field for a time to second token or a speculative acceptance.
 - ``aiperf``: AIPerf's ``profile_export_aiperf.json`` as AIPerf 0.8 writes it (export schema
   1.2): each metric ``{unit, avg, std, min, max, count, sum, p1..p99}``, AIPerf's
-  ``inter_token_latency`` being infersim's TPOT, and the load under ``input_config.loadgen``
+  ``inter_token_latency`` being infersim's TPOT, its ``time_to_second_token`` each request's time
+  from its first token to its second (infersim's ``ttst_s``), and the load under ``input_config.loadgen``
   (``concurrency`` or ``request_rate``). AIPerf 0.13's ``JsonExportData`` accepts every metric;
   its ``input_config`` states the load as phases instead, which this export does not write.
 
@@ -75,6 +80,7 @@ class Prompts:
     input_tokens: FloatArray
     output_tokens: FloatArray
     dropped: FloatArray  # 0 completed, else the failure code
+    second_s: FloatArray | None = None  # the second token (None: a results folder from before it was kept)
 
     @property
     def ok(self) -> npt.NDArray[np.bool_]:
@@ -102,6 +108,11 @@ class Prompts:
         return out
 
     @property
+    def ttst_s(self) -> FloatArray | None:
+        """Per completed request, second token - first (NaN for 1-token answers); None when not kept."""
+        return None if self.second_s is None else self.completed(self.second_s - self.first_s)
+
+    @property
     def duration_s(self) -> float:
         done = self.completed(self.done_s)
         return float(done.max() - self.arrival_s.min()) if done.size else math.nan
@@ -113,11 +124,12 @@ def prompts_of(requests: dict[str, FloatArray], warmup_s: float) -> Prompts:
     keep = (arrival >= warmup_s) & ((dropped != 0) | np.isfinite(done))
     order = np.argsort(arrival[keep], kind="stable")
     pick = {name: requests[name][keep][order] for name in
-            ("arrival_s", "first_token_s", "done_s", "input_tokens", "output_tokens", "dropped")}  # fmt: skip
+            ("arrival_s", "first_token_s", "second_token_s", "done_s", "input_tokens", "output_tokens", "dropped")
+            if name in requests}  # fmt: skip
     if not (pick["dropped"] == 0).any():
         raise ConfigError("requests.csv: no request completed after the warm-up: nothing to export")
     return Prompts(pick["arrival_s"], pick["first_token_s"], pick["done_s"], pick["input_tokens"],
-                   pick["output_tokens"], pick["dropped"])  # fmt: skip
+                   pick["output_tokens"], pick["dropped"], pick.get("second_token_s"))  # fmt: skip
 
 
 def _finite(values: FloatArray) -> FloatArray:
@@ -142,6 +154,20 @@ def _itl_stats(summary: dict[str, Any]) -> dict[str, float]:
     names = {"mean": "mean", "p50": "median", "std": "std", "p90": "p90", "p95": "p95", "p99": "p99",
              "p99_9": "p99.9"}  # fmt: skip
     return {f"{name}_itl_ms": float(itl[k]) * MS_PER_S for k, name in names.items() if itl.get(k) is not None}
+
+
+def _spec_decode_fields(summary: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's ``spec_decode_*`` keys from the summary's ``speculation`` (none without speculation;
+    the acceptance rate in percent, the per-position rates as fractions, as vLLM writes them)."""
+    spec = summary.get("speculation")
+    if not spec:
+        return {}
+    rate = spec.get("acceptance_rate")
+    return {"spec_decode_acceptance_rate": None if rate is None else float(rate) * 100.0,
+            "spec_decode_acceptance_length": spec.get("acceptance_length"),
+            "spec_decode_num_drafts": int(spec["verify_passes"]), "spec_decode_draft_tokens": int(spec["draft_tokens"]),
+            "spec_decode_accepted_tokens": int(spec["accepted_tokens"]),
+            "spec_decode_per_position_acceptance_rates": list(spec.get("per_position_acceptance") or [])}  # fmt: skip
 
 
 def _load_fields(load: dict[str, Any]) -> dict[str, Any]:
@@ -238,7 +264,7 @@ def vllm_bench(requests: dict[str, FloatArray], summary: dict[str, Any], scenari
         "rtfx": 0.0,  # vLLM's audio real-time factor: no audio input
     }  # fmt: skip
     out |= _vllm_stats("ttft", p.ttft_s) | _vllm_stats("tpot", p.tpot_s) | _itl_stats(summary)
-    return out | _vllm_stats("e2el", p.e2e_s)
+    return out | _vllm_stats("e2el", p.e2e_s) | _spec_decode_fields(summary)
 
 
 def _refuse(load: dict[str, Any], peer: str) -> ConfigError:
@@ -405,13 +431,15 @@ def aiperf(requests: dict[str, FloatArray], summary: dict[str, Any], scenario: d
     with np.errstate(divide="ignore"):
         per_user = np.where(tpot > 0, 1.0 / tpot, math.nan)
     model = model_id_of(scenario)
+    ttst = p.ttst_s
+    second = {} if ttst is None else {"time_to_second_token": _aiperf_metric("ms", ttst * MS_PER_S)}
     return {
         "schema_version": "1.2", "aiperf_version": None, "infersim_version": version,  # the 0.8 export's shape
         "request_throughput": {"unit": "requests/sec", "avg": completed / duration},
         "request_latency": _aiperf_metric("ms", p.e2e_s * MS_PER_S),
         "request_count": {"unit": "requests", "avg": float(completed)},
         "error_request_count": {"unit": "requests", "avg": float(p.ok.size - completed)},
-        "time_to_first_token": _aiperf_metric("ms", p.ttft_s * MS_PER_S),
+        "time_to_first_token": _aiperf_metric("ms", p.ttft_s * MS_PER_S), **second,
         "inter_token_latency": _aiperf_metric("ms", tpot * MS_PER_S),
         "output_token_throughput": {"unit": "tokens/sec", "avg": float(n_out.sum()) / duration},
         "output_token_throughput_per_user": _aiperf_metric("tokens/sec/user", per_user),

@@ -4,7 +4,7 @@ The contract between :mod:`simulator.engine` (which fills these while it runs) a
 :mod:`simulator.results` (which derives metrics from them afterwards): neither imports the other.
 
 - A request is one :class:`RequestRecord` and an agent task one :class:`TaskRecord`: named
-  fields, stored flat as float64 (112 bytes a request); times are seconds of simulated time,
+  fields, stored flat as float64 (120 bytes a request); times are seconds of simulated time,
   NaN where an event never happened (a dropped request has no first token). Past
   :data:`REQUEST_ROWS_KEPT` requests the rows stream to a temporary file (:class:`RequestRows`)
   and the metrics digest them chunk by chunk (:mod:`simulator.results.requests`).
@@ -24,7 +24,7 @@ import tempfile
 import weakref
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, NamedTuple
 
 import numpy as np
@@ -58,6 +58,7 @@ class RequestRecord(NamedTuple):
     arrival_s: float
     admitted_s: float
     first_token_s: float
+    second_token_s: float  # NaN for a 1-token answer
     done_s: float
     input_tokens: float
     output_tokens: float
@@ -285,6 +286,8 @@ class RunRecords:
     kv_transfers: tuple[KVTransferRecords, ...] = ()  # one per disaggregated backend
     kv_tiers: tuple[KVTierRecords, ...] = ()  # one per replica with KV tiers
     api: tuple[ApiRecords, ...] = ()  # one per backend with an api section
+    # drafts per verify -> speculative verify passes ended after the warm-up, by drafts accepted (0..drafts)
+    verifications: dict[int, FloatArray] = field(default_factory=dict)
     streamed: RequestRows | None = None  # every request row, when there were too many to keep (``requests`` empty)
     failures: FailureRecords | None = None  # with ``failures`` in the scenario
 

@@ -160,8 +160,10 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
     limit = limit_note(summary, capacity)
     mark = LIMITED_MARK if limit else ""
     speed = summary.per_user_output_tok_s.p50
+    ttst = summary.ttst_s
     rows: list[list[object]] = [
         ["TTFT p50 / p99", f"{format_seconds(summary.ttft_s.p50)} / {format_seconds(summary.ttft_s.p99)}{mark}"],
+        ["TTST p50 / p99", f"{format_seconds(ttst.p50)} / {format_seconds(ttst.p99)}" if ttst else "-"],
         ["TPOT mean", format_seconds(summary.tpot_s.mean)],
         ["per-user output p50 (tok/s)", format_number(speed, ",.0f") + mark],
         ["output (tok/s)", format_number(summary.output_tok_s, ",.0f")],
@@ -171,6 +173,9 @@ def _run_sections(folder: Path, label: str) -> list[Section]:
         ["$/1M output tokens", format_number(summary.cost.usd_per_million_output_tokens, ".3g")],
         ["J/output token", format_number(summary.cost.joules_per_output_token, ".3g")],
     ]  # fmt: skip
+    if summary.speculation is not None:
+        rows.append(["speculative acceptance length (tokens/verify)",
+                     format_number(summary.speculation.acceptance_length, ".2f")])  # fmt: skip
     rows.append(
         [
             "capacity",

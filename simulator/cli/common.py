@@ -203,7 +203,7 @@ def maybe_report(args: argparse.Namespace, folder: ResultsFolder) -> None:
 
 # -- run summary tables -------------------------------------------------------------------------
 SUMMARY_HEADERS = [
-    "run", "requests", "TTFT p50", "TTFT p99", "TPOT", "ITL p99", "tok/s/user p50",
+    "run", "requests", "TTFT p50", "TTFT p99", "TTST p50", "TPOT", "ITL p99", "tok/s/user p50",
     "output tok/s", "req/s", "batch", "cache hit", "$/1M out", "capacity",
 ]  # fmt: skip
 
@@ -218,12 +218,23 @@ def summary_row(label: str, s: RunSummary, capacity: Capacity | None = None) -> 
     capacity = capacity or Capacity(None, None, s.preemptions)
     return [
         label, s.requests_completed, capacity.marked(format_seconds(s.ttft_s.p50)),
-        capacity.marked(format_seconds(s.ttft_s.p99)), format_seconds(s.tpot_s.mean), format_seconds(s.itl_s.p99),
+        capacity.marked(format_seconds(s.ttft_s.p99)), format_seconds(s.ttst_s.p50 if s.ttst_s else math.nan),
+        format_seconds(s.tpot_s.mean), format_seconds(s.itl_s.p99),
         capacity.marked(format_number(s.per_user_output_tok_s.p50, ",.0f")), format_number(s.output_tok_s, ",.0f"),
         format_number(s.requests_per_s, ".3g"), format_number(s.mean_batch_size, ".1f"),
         format_number(s.prefix_cache_hit_rate, ".0%"), format_number(s.cost.usd_per_million_output_tokens, ".3g"),
         capacity.note() or "ok",
     ]  # fmt: skip
+
+
+def speculation_text(label: str, s: RunSummary) -> str:
+    """One line on a run's speculative decoding ('' when it does not speculate)."""
+    spec = s.speculation
+    if spec is None:
+        return ""
+    return (f"{label + ': ' if label else ''}speculative decoding: {format_number(spec.acceptance_length, '.2f')} "
+            f"tokens per verify pass (acceptance length; {format_number(spec.acceptance_rate, '.0%')} of "
+            f"{spec.draft_tokens:,} drafted tokens accepted over {spec.verify_passes:,} passes)")  # fmt: skip
 
 
 KV_HEADERS = ["run", "backend", "KV", "prefill", "transfer", "first decode", "GB moved", "hit tokens",

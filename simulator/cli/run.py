@@ -38,6 +38,7 @@ from simulator.cli.common import (
     run_files,
     run_index,
     set_label,
+    speculation_text,
     summary_row,
     sweep_values,
     task_row,
@@ -123,6 +124,9 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(format_table(KV_HEADERS, motion))
     for label, summary in zip(labels, summaries, strict=True):
+        speculation = speculation_text(label if len(results) > 1 else "", summary)
+        if speculation:
+            print(f"\n{speculation}")
         breakdown = breakdown_text(label if len(results) > 1 else "", summary)
         if breakdown:
             print(f"\n{breakdown}")

@@ -259,11 +259,12 @@ class ClassSource:
 
 
 def request_record(request: Request, dropped: int, done_s: float = math.nan) -> RequestRecord:
-    """The request's record; the first token is stamped when the client sees it."""
+    """The request's record; the first and second tokens are stamped when the client sees them."""
     return RequestRecord(
         request.id, request.replica, request.user, request.arrival_s, request.admitted_s,
-        request.first_token_s + request.one_way_s, done_s, request.input_tokens, request.output_tokens,
-        request.preemptions, float(dropped), request.cached_tokens, request.task, request.klass,
+        request.first_token_s + request.one_way_s, request.second_token_s + request.one_way_s, done_s,
+        request.input_tokens, request.output_tokens, request.preemptions, float(dropped), request.cached_tokens,
+        request.task, request.klass,
     )  # fmt: skip
 
 

@@ -1,5 +1,5 @@
 """The recorder: append-only records of a run while it runs (requests, tasks, levels, tokens,
-inter-token gaps), frozen into :class:`~simulator.records.RunRecords` when it ends.
+inter-token gaps, speculative verify passes), frozen into :class:`~simulator.records.RunRecords` when it ends.
 
 Nothing here computes metrics; :mod:`simulator.results` derives them from the frozen records.
 """
@@ -18,6 +18,7 @@ from simulator.records import (
     REQUEST_ROWS_KEPT,
     TASK_COLUMNS,
     BackendRecord,
+    FloatArray,
     LevelMonitor,
     ReplicaTotals,
     RequestRecord,
@@ -51,6 +52,8 @@ class Recorder:
         self.tokens = [TokenCounter(marks=marks, points=points) for _ in range(replicas)]
         self.tasks = array("d")  # one TaskRecord per finished task, flat
         self.running: dict[int, tuple[float, int]] = {}  # top-level tasks under way: id -> (start_s, class)
+        self.warmup_s = warmup_s
+        self.verifications: dict[int, FloatArray] = {}  # drafts per verify -> verify passes by drafts accepted
         self._in_system = 0
 
     def arrival(self, t: float) -> None:
@@ -103,6 +106,14 @@ class Recorder:
         self._itl_weights.append(count)
         if len(self._itl_durations) >= ITL_BUFFER:
             self.flush_inter_tokens()
+
+    def verified(self, drafts: int, emitted: FloatArray) -> None:
+        """Speculative verify passes of ``drafts`` drafted tokens each, one per sequence, that
+        emitted ``emitted`` tokens (1 + the drafts accepted before the first rejection, as drawn)."""
+        counts = self.verifications.get(drafts)
+        if counts is None:
+            counts = self.verifications[drafts] = np.zeros(drafts + 1)
+        counts += np.bincount(emitted.astype(np.int64) - 1, minlength=drafts + 1)
 
     def flush_inter_tokens(self) -> None:
         if self._itl_durations:
@@ -162,5 +173,6 @@ class Recorder:
             in_flight=in_flight,
             capacity_requests_per_s=capacity_requests_per_s,
             offered_requests_per_s=offered_requests_per_s,
+            verifications={drafts: counts.copy() for drafts, counts in self.verifications.items()},
             streamed=rows if rows.streamed else None,
         )

@@ -14,7 +14,8 @@ so a cut costs one event, and the jump's own end fires later with nobody waiting
 
 Speculative decoding: each decoding sequence of a verify pass emits ``1 + j`` tokens, ``j`` the
 drafts accepted before the first rejection (position ``i`` accepted with the cost model's
-``accepted[i]``; :func:`~simulator.analytic.speculation.draw_emitted`).
+``accepted[i]``; :func:`~simulator.analytic.speculation.draw_emitted`); the recorder counts the
+draws of the verify passes that end after the warm-up (:meth:`Recorder.verified`).
 
 Arrival hooks: a request routed here :meth:`~Replica.arrive`\ s; its prefix blocks found in the
 KV tiers below start their load then (:meth:`~simulator.engine.kv.tiers.KVTiers.fetch`), and it
@@ -26,6 +27,12 @@ replica held and gives it an empty policy (its KV is gone); the iteration or jum
 ends at its step boundary without applying (its ``epoch`` moved on), and the replica is down
 until ``up_at``: a request reaching it meanwhile is handed to ``on_lost`` as well. A straggler's
 steps take ``slowdown`` times as long.
+
+The second token: a request whose first token came (its prompt's last chunk ran) waits for its
+second; it gets it at the end of the next iteration that emits for it (its first decode step,
+or the end of a re-run prompt after a preemption), or at the end of the first step of a jump.
+Only the iterations that finish a prompt, or run while some request waits for its second token,
+look at their sequences for it, so the engine keeps one timestamp per request, none per token.
 """
 
 from __future__ import annotations
@@ -75,6 +82,7 @@ class Replica:
         self.slowdown = 1.0  # step time multiplier (a straggler's > 1)
         self.stepping = False  # an iteration or jump is in progress
         self.on_lost: Callable[[Request], None] | None = None  # takes the requests a failure loses
+        self._awaiting: set[Request] = set()  # requests with a first token here and no second yet
 
     def _load_changed(self) -> None:
         for changed in self.watchers:
@@ -207,8 +215,12 @@ class Replica:
         if self.epoch != epoch:  # the replica failed during the iteration: nothing it did stands
             return
         now = self.env.now
+        firsts, seconds = self._emitting(plan) if self._awaiting or not plan.all_decoding else ([], [])
         if accepted and decodes:
-            applied = self.policy.apply(plan, now, draw_emitted(self.rng, accepted, decodes).tolist())
+            drawn = draw_emitted(self.rng, accepted, decodes)
+            if now >= self.recorder.warmup_s:
+                self.recorder.verified(len(accepted), drawn)
+            applied = self.policy.apply(plan, now, drawn.tolist())
             emitted = applied.decode_tokens
             self.recorder.inter_token([duration / tokens for tokens in emitted], emitted)
         else:  # one token per decode: as many gaps of the iteration's duration
@@ -216,7 +228,35 @@ class Replica:
             if decodes:
                 self.recorder.inter_token_gaps(duration, float(decodes))
         self.recorder.tokens[self.index].amend(now, applied.tokens)
+        self._stamp(firsts, seconds, now)
         self._complete(applied.completed, now)
+
+    def _emitting(self, plan: Plan) -> tuple[list[Request], list[Request]]:
+        """The planned iteration's requests that will emit their first token (their prompt's last
+        chunk runs) and those that will emit their second (waiting for it, and decoding or
+        finishing a re-run prompt)."""
+        awaiting = self._awaiting
+        firsts: list[Request] = []
+        seconds: list[Request] = []
+        for state, new, decoding in zip(plan.states, plan.new, plan.decoding, strict=True):
+            request = state.request
+            if request is None:
+                continue
+            if request in awaiting:
+                if decoding or state.prompt_left <= new:
+                    seconds.append(request)
+            elif not decoding and state.prompt_left <= new:
+                firsts.append(request)
+        return firsts, seconds
+
+    def _stamp(self, firsts: list[Request], seconds: list[Request], now: float) -> None:
+        """Second tokens emitted at ``now``; first tokens emitted at ``now`` wait for their second."""
+        for request in seconds:
+            request.second_token_s = now
+            self._awaiting.discard(request)
+        for request in firsts:
+            if request.output_tokens > 1 and request.first_token_s == now:
+                self._awaiting.add(request)
 
     def _jump(self, plan: Plan, steps: int, start: float) -> ProcessGenerator:
         env = self.env
@@ -248,6 +288,8 @@ class Replica:
                 return
             done = steps
         now = env.now
+        if self._awaiting:  # their second token came at the end of the jump's first step
+            self._stamp([], self._emitting(plan)[1], start + cumulative[0])
         applied = self.policy.apply(plan, now, [float(done)] * plan.decodes)
         self.recorder.iterations(self.index, durations[:done], times.flops[:done], times.bytes_moved[:done])
         self.recorder.inter_token(durations[:done], batch)
@@ -258,6 +300,7 @@ class Replica:
         first, then running), its KV gone; the step in progress ends at its boundary, void."""
         now = self.env.now
         held = held_requests(self.policy)
+        self._awaiting.clear()  # their second tokens will come from another replica, if any
         self.policy, self.up_at, self.epoch = policy, up_at, self.epoch + 1
         if self._cuttable is not None:  # end the jump with the step in progress
             self._cuttable.cut_at(self.env, now)

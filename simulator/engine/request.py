@@ -41,6 +41,7 @@ class Request:
         "published_upto",
         "replica",
         "reserved_usd",
+        "second_token_s",
         "session",
         "shared",
         "swapped",
@@ -68,6 +69,7 @@ class Request:
         self.generated = 0
         self.admitted_s = math.nan
         self.first_token_s = math.nan
+        self.second_token_s = math.nan  # its next token after the first (:mod:`simulator.engine.replica`)
         self.preemptions = 0
         self.replica = -1
         self.done: simpy.Event | None = None  # when somebody waits on the request

@@ -4,6 +4,8 @@ inference-perf, so simulated and measured runs compare directly).
 Per request r with arrival a, admission s, first token f, completion c and n output tokens:
 
 - ``ttft_s = f - a`` (time to first token, queueing included);
+- ``ttst_s = f2 - f`` (time to second token, AIPerf's: from the first token to the second, at
+  ``f2``; n > 1 only);
 - ``e2e_s = c - a`` (end-to-end latency);
 - ``tpot_s = (c - f) / (n - 1)`` (time per output token after the first; n > 1 only);
 - ``per_user_output_tok_s = (n - 1) / (c - f) = 1 / tpot`` (decode speed one user sees);
@@ -27,6 +29,15 @@ p99.9 (``p99_9``). Run-level counts and peaks (the fields vLLM bench, GuideLLM a
   with ``O`` the fleet's cumulative output tokens (vLLM's ``max_output_tokens_per_s``, whose
   1-second buckets start at the first request; here at the warm-up's end). An iteration's tokens
   are spread evenly over it, and a compacted token series interpolates within its buckets.
+
+Speculative decoding (runs that speculate; ``speculation`` is absent otherwise), over the verify
+passes that ended in the window, one per decoding sequence, each of ``k`` drafted tokens of
+which the first ``j`` were accepted (:mod:`simulator.analytic.speculation`; the draws, before an
+answer's last tokens cut them short), vLLM bench's ``spec_decode_*`` keys:
+``acceptance_length = 1 + sum(j) / passes`` (tokens per verify pass, 1 to ``k + 1``; for a
+constant per-token acceptance ``a`` its expectation is ``(1 - a^(k+1)) / (1 - a)``),
+``acceptance_rate = sum(j) / sum(k)`` and ``per_position_acceptance[i]``, the passes that
+accepted draft ``i`` over those that drafted it.
 
 Agent tasks (when the run has them), per task t started at ``s_t`` and ended at ``e_t``:
 ``task_time_s = e_t - s_t`` split into ``model_s`` (admission to last token of each call),
@@ -109,6 +120,7 @@ from simulator.results.summary import (
     KVTransferSummary,
     ReplicaSummary,
     RunSummary,
+    SpeculationSummary,
     Statistics,
     TaskParts,
     TaskSummary,
@@ -121,6 +133,7 @@ TASK_PARTS = ("model", "queue", "tool", "subagent", "network")
 
 
 NO_TASKS = "no task started after the warm-up finished in the window"
+NO_VERIFY = "no speculative verify pass ended in the window"
 
 
 def histogram_stats(counts: FloatArray, edges: FloatArray) -> DistributionStats:
@@ -155,6 +168,34 @@ def peak_output_tok_s(records: RunRecords) -> float:
         times = np.frombuffer(counter.times, dtype=np.float64)
         cumulative += np.interp(grid, times, np.frombuffer(counter.output, dtype=np.float64))
     return float(np.diff(cumulative).max())
+
+
+def speculation_summary(records: RunRecords) -> SpeculationSummary | None:
+    """The speculative verify passes of the window (module docstring); None when nothing speculated."""
+    if not records.verifications:
+        return None
+    longest = max(records.verifications)
+    passes = accepted = drafted = 0.0
+    at = np.zeros(longest)  # passes that accepted draft i
+    of = np.zeros(longest)  # passes that drafted it
+    for drafts, counts in records.verifications.items():
+        accepts = np.arange(drafts + 1, dtype=np.float64)
+        passes += float(counts.sum())
+        accepted += float(accepts @ counts)
+        drafted += drafts * float(counts.sum())
+        at[:drafts] += np.cumsum(counts[::-1])[::-1][1:]  # passes with more than i accepted
+        of[:drafts] += counts.sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_position = np.where(of > 0, at / of, math.nan)
+    return SpeculationSummary(
+        verify_passes=round(passes),
+        draft_tokens=round(drafted),
+        accepted_tokens=round(accepted),
+        acceptance_length=1.0 + accepted / passes if passes else math.nan,
+        acceptance_rate=accepted / drafted if drafted else math.nan,
+        per_position_acceptance=per_position.tolist(),
+        undefined=None if passes else {"acceptance_length": NO_VERIFY, "acceptance_rate": NO_VERIFY},
+    )
 
 
 def class_summary(records: RunRecords, requests: Requests, klass: int, spec: WorkloadClass,
@@ -292,6 +333,7 @@ def summarize(
         mean_concurrency=records.in_system.time_mean(t0, t1),
         peak_concurrency=records.in_system.maximum(),
         peak_output_tok_s=peak_tokens,
+        speculation=speculation_summary(records),
         window_s=window,
         requests_per_s=completed / window,
         output_tok_s=output_tokens / window,

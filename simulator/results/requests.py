@@ -40,7 +40,7 @@ from simulator.results.summary import DistributionStats
 PERCENTILES = (50, 90, 95, 99)
 #: Every percentile a summary states, by its key (``p99_9`` is the 99.9th: a dot would split a dotted path).
 QUANTILES = {**{f"p{p}": float(p) for p in PERCENTILES}, "p99_9": 99.9}
-LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "per_user_output_tok_s", "normalized_tpot_s", "queueing_delay_s")
+LATENCIES = ("ttft_s", "ttst_s", "tpot_s", "e2e_s", "per_user_output_tok_s", "normalized_tpot_s", "queueing_delay_s")
 
 #: Why a latency statistic is undefined, written beside it in summary.json.
 NO_REQUESTS = "no request completed in the measurement window"
@@ -66,11 +66,13 @@ def measured_rows(r: dict[str, FloatArray], warmup_s: float) -> Mask:
 def row_metrics(r: dict[str, FloatArray], measured: Mask) -> dict[str, FloatArray]:
     """Each measured row's latencies and token counts (definitions: :mod:`simulator.results.metrics`)."""
     a, s, f, c, n = (r[k][measured] for k in ("arrival_s", "admitted_s", "first_token_s", "done_s", "output_tokens"))
+    second = r["second_token_s"][measured]
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(n > 1, (c - f) / (n - 1), np.nan)
         per_user = np.where((n > 1) & (c > f), (n - 1) / (c - f), np.nan)
     return {
         "ttft_s": f - a,
+        "ttst_s": second - f,
         "e2e_s": c - a,
         "tpot_s": tpot,
         "per_user_output_tok_s": per_user,
@@ -115,7 +117,7 @@ def distribution_stats(values: FloatArray, empty_reason: str = NO_REQUESTS) -> D
 
 
 def empty_reason(name: str, completed: bool) -> str:
-    per_token = name in ("tpot_s", "per_user_output_tok_s")
+    per_token = name in ("ttst_s", "tpot_s", "per_user_output_tok_s")
     return ONE_TOKEN_ANSWERS if completed and per_token else NO_REQUESTS
 
 

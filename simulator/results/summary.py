@@ -13,9 +13,11 @@ adds one, increments it; ``schema`` names it (``infersim-summary/<version>``), a
 ``infersim schema summary`` prints the JSON Schema of these records (``null`` allowed wherever a
 number may be undefined). Version 2 added ``std``, ``min``, ``max`` and ``p99_9`` to every
 distribution and ``requests_failed``, ``mean_concurrency``, ``peak_concurrency`` and
-``peak_output_tok_s`` to the run; a version-1 document reads with those NaN. Parts that only some
-runs have (``kv_transfers``, ``kv_tiers``, ``failures``) are left out where they do not apply and
-need no new version.
+``peak_output_tok_s`` to the run; a version-1 document reads with those NaN. Version 3 added
+``ttst_s`` (time to second token) to the run and each class, and ``speculation`` (verify passes
+and acceptance length) to a run that speculates; an older document reads without them. Parts that
+only some runs have (``kv_transfers``, ``kv_tiers``, ``failures``, ``power``, ``api``) are left out
+where they do not apply and need no new version.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ Number = Annotated[
     BeforeValidator(lambda value: math.nan if value is None else value),
     WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "null"}]}),
 ]
-SCHEMA_VERSION: Literal[2] = 2
+SCHEMA_VERSION: Literal[3] = 3
 SUMMARY_SCHEMA = f"infersim-summary/{SCHEMA_VERSION}"
 Reasons = dict[str, str]
 
@@ -274,11 +276,25 @@ class LatencyStats(Record):
     """The request latency distributions (fields shared by the run and each class)."""
 
     ttft_s: DistributionStats
+    ttst_s: DistributionStats | None = None  # schema 3 on
     tpot_s: DistributionStats
     e2e_s: DistributionStats
     per_user_output_tok_s: DistributionStats
     normalized_tpot_s: DistributionStats
     queueing_delay_s: DistributionStats
+
+
+class SpeculationSummary(Record):
+    """Speculative verify passes of the window and how many drafted tokens they accepted
+    (:mod:`simulator.results.metrics`: vLLM bench's ``spec_decode_*`` figures)."""
+
+    verify_passes: int  # one per decoding sequence per verify (vLLM's num_drafts)
+    draft_tokens: int
+    accepted_tokens: int
+    acceptance_length: Number  # tokens per verify pass: 1 + accepted / passes
+    acceptance_rate: Number  # accepted / drafted
+    per_position_acceptance: list[float]  # draft i: passes accepting it / passes drafting it
+    undefined: Reasons | None = None
 
 
 class Statistics(Record):
@@ -309,7 +325,7 @@ class RunSummary(LatencyStats):
     model_config = ConfigDict(populate_by_name=True)
 
     document_schema: str = Field(SUMMARY_SCHEMA, alias="schema")
-    schema_version: Literal[1, 2] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3] = SCHEMA_VERSION
     itl_s: DistributionStats
     requests_completed: int
     requests_dropped: int
@@ -319,6 +335,7 @@ class RunSummary(LatencyStats):
     mean_concurrency: Number = math.nan
     peak_concurrency: Number = math.nan
     peak_output_tok_s: Number = math.nan
+    speculation: SpeculationSummary | None = None  # runs that speculate (schema 3 on)
     window_s: Number
     requests_per_s: Number
     output_tok_s: Number

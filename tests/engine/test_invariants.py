@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,47 @@ def test_no_first_token_comes_sooner_than_its_prompt_alone(case: tuple[str, RunR
     alone = np.array([cost.iteration_times(BatchAggregates.of([q], [c], window)).step().total_s
                       for q, c in zip(uncached, cached, strict=True)])  # fmt: skip
     assert np.all(ttft >= alone * (1 - 1e-9))
+
+
+def test_second_token_comes_one_step_or_more_after_the_first(case: tuple[str, RunResult]) -> None:
+    """TTST >= the decode step floor, one token of one sequence on an empty context (a batch, a
+    context, a draft's passes or a re-run prompt after a preemption only add; on a pipelined
+    machine a sequence alone is not a floor, its micro-batches split a batch), and the second
+    token comes no later than the last: TTST <= E2E - TTFT. 1-token answers have none."""
+    name, result = case
+    cost = StepCostModel(deploy(CATALOG, DeploymentSpec(**CASES[name].get("deployment", SMALL))))
+    window = cost.deployment.model.attention.sliding_window
+    r = result.records.requests
+    ok = r["dropped"] == 0
+    n, f, f2, c = (r[k][ok] for k in ("output_tokens", "first_token_s", "second_token_s", "done_s"))
+    assert np.all(np.isnan(f2[n == 1]))
+    many = n > 1
+    ttst = (f2 - f)[many]
+    floor = cost.iteration_times(BatchAggregates.of([1.0], [0.0], window)).step().total_s
+    assert np.all(ttst >= floor * (1 - 1e-9))
+    assert np.all(ttst <= (c - f)[many] * (1 + 1e-12))
+    assert result.summary.ttst_s is not None and result.summary.ttst_s.count == int(many.sum())
+
+
+def test_acceptance_length_is_the_closed_form_within_sampling_error(case: tuple[str, RunResult]) -> None:
+    """Tokens per verify pass: between 1 and k + 1, ``1 + sum`` of the per-position acceptances,
+    and for a constant per-token acceptance a, ``(1 - a^(k+1)) / (1 - a)`` within four standard
+    errors of the passes' mean. A run that does not speculate states no speculation."""
+    name, result = case
+    spec = result.summary.speculation
+    if "speculative" not in CASES[name].get("deployment", {}):
+        assert spec is None
+        return
+    assert spec is not None
+    k, a = DRAFT["tokens_proposed"], DRAFT["acceptance_rate"]
+    assert 1.0 <= spec.acceptance_length <= k + 1
+    assert spec.acceptance_length == pytest.approx(1.0 + sum(spec.per_position_acceptance), rel=1e-12)
+    (counts,) = result.records.verifications.values()
+    emitted = np.arange(1.0, k + 2.0)
+    mean = float(emitted @ counts / counts.sum())
+    error = math.sqrt(float((emitted - mean) ** 2 @ counts) / counts.sum() / counts.sum())
+    assert spec.acceptance_length == pytest.approx(mean, rel=1e-12)
+    assert abs(spec.acceptance_length - (1 - a ** (k + 1)) / (1 - a)) <= 4 * error
 
 
 def test_kv_and_batch_stay_within_their_budgets(case: tuple[str, RunResult]) -> None:
