@@ -2,8 +2,9 @@
 
 A *candidate* is a replica count per backend of the scenario's fleet. Its cost is the fleet's
 ``$/h`` (rented or owned replicas, ``n_b * chips_b * $/chip-h``) plus the measured API spend
-of per-token backends, which keep their given replica counts in every candidate (they are
-not searched). A candidate *meets* the SLOs when every class's targets (``slo.targets``) hold in each of
+of per-token backends (``cost_basis: api``, a service reached through its API), which keep their
+given replica counts in every candidate (they are not searched) and are also tried alone. A
+candidate *meets* the SLOs when every class's targets (``slo.targets``) hold in each of
 ``plan.replications`` runs with seeds ``run.seed + r``: the conservative reading of a few
 replications. ``worst`` is the largest normalised miss over targets and replications,
 ``achieved / bound`` for an upper bound and ``bound / achieved`` for a lower one (> 1 misses).
@@ -12,11 +13,12 @@ Search, assuming more replicas never make an SLO worse (*monotone feasibility*: 
 replica to any backend of a fleet that meets keeps it meeting; ``tests/engine/test_plan_search.py``
 checks it on every candidate of its cases):
 
-1. **Single-architecture fleets**: each searched backend alone (every class on it, the
-   scenario's routing rules dropped), in order of its cheapest possible fleet (the fewest
-   replicas passing the capacity bound x its price): bisect the fewest replicas that meet among
-   those that pass the bound and whose fixed cost is not over the best fleet so far (API spend
-   is never negative, so such a fleet cannot be cheaper). The best, ties to the backend listed first.
+1. **Single-architecture fleets**: the API backends alone (when there are any), then each
+   searched backend alone (every class on it, the scenario's routing rules dropped), in order
+   of its cheapest possible fleet (the fewest replicas passing the capacity bound x its price):
+   bisect the fewest replicas that meet among those that pass the bound and whose fixed cost is
+   not over the best fleet so far (API spend is never negative, so such a fleet cannot be
+   cheaper). The best, ties to the API backends alone, then to the backend listed first.
 2. **Mixed fleets** (two or more searched backends in use, the scenario's router and rules):
    for each count vector of all searched backends but one (:meth:`Planner._mixed_axes`: the one
    with the most replicas allowed, then the cheapest), cheapest first while cheaper
@@ -24,6 +26,13 @@ checks it on every candidate of its cases):
    fleet cheaper, pass the capacity bound, leave no class without a backend its rules allow,
    and lie above every evaluated miss with at least these counts of the others (by monotone
    feasibility every fleet below a miss misses).
+
+**Split fleets**: a backend with ``decode_on`` prefills and hands each prompt's KV to the named
+backend, which decodes (:mod:`simulator.engine.disaggregated`), in every candidate where both
+have replicas (either alone serves whole requests). So the mixed search's candidates include the
+split fleets of every pair the scenario declares, labelled ``split p -> d`` in every table; the
+capacity bound never prunes one (a prefill pool and a decode pool each doing what it is fast at
+may serve more calls/s than the sum of their whole-call rates).
 
 **Capacity bound** (:func:`agent_call_demand`): closed-loop agents with a task-time target
 need at least ``Q N S / (T + theta)`` calls/s; a fleet meets only if its replicas' calls/s
@@ -36,7 +45,7 @@ schedule than the closed form's steady state. Classes without such a target add 
 **Runs stopped once a miss is settled** (:class:`SettledMiss`): a run whose ``pQ task_time_s``
 target of closed-loop agents already misses, whatever its unfinished tasks do, stops there (from
 the end of ``run.duration``, when no task can start any more: at least ``need(F + R)`` of the
-``F`` finished tasks over the bound, ``R`` the agents that may still be running one). A proof,
+``F`` finished tasks, and of the ``R`` still running those already past the bound, over it). A proof,
 not an estimate: such a run misses exactly when the full run does; a candidate it stopped lists
 only the targets settled (the others were not measured to the end), with the numbers so far.
 Nothing else stops early: a *meets* is never settled before the end (a running task may still
@@ -44,12 +53,15 @@ end late), nor a target on other metrics.
 
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
-assumptions hold (``tests/engine/test_plan_search.py`` compares them on three cases). Not done:
-split (prefill/decode) fleets as candidates.
+assumptions hold (``tests/engine/test_plan_search.py`` compares them on four cases, one with a
+split pair). With API backends the bisection's *fewest* replicas is taken as a prefix's cheapest,
+which holds while one more replica does not cut the API spend by more than its own price.
 
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
-beaten on both cost and ``worst``; each rejected candidate lists the targets it misses. Every
-``$/h`` is on one cost basis (:func:`on_one_basis`).
+beaten on both cost and ``worst`` (the report draws it: :mod:`simulator.plan_figure`); each
+rejected candidate lists the targets it misses. Every ``$/h`` is on one cost basis
+(:func:`on_one_basis`), named in every table header and the explanation: ``rental`` or
+``ownership``, ``+ API per-token spend`` where API backends serve, ``api`` when only they do.
 
 Execution (:mod:`simulator.execution`): each step asks for all its replications at once, so a
 local pool or a Dask cluster simulates them in parallel; a bisection also names the candidates

@@ -63,7 +63,7 @@ def test_compare_runs_every_hardware_at_every_load(tmp_path: Path) -> None:
 
 def test_plan_writes_a_rerunnable_answer(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = run_cli("plan", str(_write(tmp_path, FLEET)), "-o", str(out))
+    result = run_cli("plan", str(_write(tmp_path, FLEET)), "-o", str(out), "--report")
     assert result.returncode == 0, result.stderr
     assert "plan:" in result.stdout and "frontier" in result.stdout
     plan = json.loads((out / "plan.json").read_text())
@@ -75,6 +75,13 @@ def test_plan_writes_a_rerunnable_answer(tmp_path: Path) -> None:
     assert answer["provenance"]["seed"] == 1
     rerun = run_cli("run", str(out / "answer.yaml"), "-o", str(tmp_path / "rerun"), "--json")
     assert rerun.returncode == 0, rerun.stderr
+    # the report draws the cost-vs-SLO frontier, captioned with the load, the basis and the answer
+    page = (out / "report.html").read_text()
+    figure = page[page.index("<img", page.index("Cost vs SLO")) :]
+    caption = figure[figure.index("<figcaption>") : figure.index("</figcaption>")]
+    basis = plan["cost_basis"]
+    assert f"$/h ({basis} basis)" in caption and "load: poisson arrivals, 3 req/s" in caption
+    assert f"Cheapest fleet meeting every target: {plan['answer']['fleet']['gpu']} x gpu" in caption
 
 
 @pytest.mark.parametrize(

@@ -16,10 +16,20 @@ from typing import Any
 import numpy as np
 import pytest
 
+from simulator import plan_figure
 from simulator.config.scenario import Scenario
 from simulator.execution import Executor, Runs
 from simulator.limits import Limits
-from simulator.planning import Evaluation, Planner, SettledMiss, agent_call_demand, miss_tasks_needed, summary_run
+from simulator.planning import (
+    Evaluation,
+    Planner,
+    PlanResult,
+    SettledMiss,
+    agent_call_demand,
+    miss_tasks_needed,
+    plan_text,
+    summary_run,
+)
 from simulator.resolve import ScenarioError
 from simulator.runner import simulate
 from tests.engine.conftest import CATALOG, scenario
@@ -54,13 +64,13 @@ def _two_gpus_open() -> Scenario:
     )  # fmt: skip
 
 
-def _agents_task_time(bound: str = "14 s") -> Scenario:
+def _agents_task_time(bound: str = "14 s", workload: dict[str, Any] = SMALL_AGENT) -> Scenario:
     """Closed-loop agents with a p95 task-time target: the capacity bound applies."""
     return scenario(
         backends=[{"name": "h100", "deployment": H100_8B, "scheduler": CAPPED},
                   {"name": "a100", "deployment": A100_8B, "scheduler": CAPPED}],
         router={"policy": "least-outstanding-tokens"},
-        load={"kind": "agents", "workload": SMALL_AGENT, "agents": 24}, requests=None,
+        load={"kind": "agents", "workload": workload, "agents": 24}, requests=None,
         slo={"targets": [{"metric": "task_time_s", "stat": "p95", "max": bound}]},
         plan={"max_replicas": {"h100": 4, "a100": 4}, "replications": 1},
         run={"seed": 5, "duration": "60 s", "warmup": "0 s", "drain": True},
@@ -85,11 +95,26 @@ def _routed_classes() -> Scenario:
     )  # fmt: skip
 
 
+def _split_pools() -> Scenario:
+    """H100s prefill and hand their prompts' KV to A100s that decode (while both have replicas)."""
+    return scenario(
+        backends=[{"name": "h100", "deployment": H100_8B, "scheduler": CAPPED, "decode_on": "a100",
+                   "kv_link": {"bandwidth": "50 GB/s", "latency": "5 us"}},
+                  {"name": "a100", "deployment": A100_8B, "scheduler": CAPPED | {"preemption": "recompute"}}],
+        router={"policy": "join-shortest-queue"}, requests=CONSTANT,
+        load={"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": 3.0}},
+        slo={"targets": [{"metric": "ttft_s", "stat": "p99", "max": "2 s"}]},
+        plan={"max_replicas": {"h100": 3, "a100": 3}, "replications": 1}, run=RUN,
+    )  # fmt: skip
+
+
 def exhaustive(planner: Planner) -> tuple[Evaluation | None, list[Evaluation]]:
     """Every candidate simulated; the cheapest that meets (a mixed fleet only when strictly cheaper)."""
     searched = [i for i, metered in enumerate(planner.metered) if not metered]
     singles = [planner.evaluate(planner._vector({i: n}), "single")
                for i in searched for n in range(1, planner.limits[i][1] + 1)]  # fmt: skip
+    if any(planner.metered):  # the API backends alone
+        singles.insert(0, planner.evaluate(planner._vector({}), "single"))
     best = min((e for e in singles if e.meets), key=lambda e: e.usd_per_hour, default=None)
     mixed = []
     for counts in itertools.product(*(range(planner.limits[i][1] + 1) for i in searched)):
@@ -104,7 +129,7 @@ def exhaustive(planner: Planner) -> tuple[Evaluation | None, list[Evaluation]]:
     return best, singles + mixed
 
 
-@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _routed_classes])
+@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _routed_classes, _split_pools])
 def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(make: Any) -> None:
     s = make()
     everything = Planner(s, CATALOG, runs=Runs(Executor(), summary_run, (CATALOG, Limits(), False), None))
@@ -131,6 +156,17 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
                 assert met[more], f"{counts} meets but {more[0]} misses"
     # the capacity bound is a true bound: no candidate it rejects meets
     assert all(not e.meets for e in evaluated if not pruned.could_meet(e.counts))
+    # the frontier of every candidate: each dearer fleet on it is strictly closer to its targets
+    front = PlanResult(answer, None, evaluated).frontier
+    assert front and front[-1].worst == min(e.worst for e in evaluated)
+    for cheaper, dearer in itertools.pairwise(front):
+        assert cheaper.usd_per_hour <= dearer.usd_per_hour and cheaper.worst > dearer.worst
+    assert not any(e.usd_per_hour <= f.usd_per_hour and e.worst < f.worst for f in front for e in evaluated)
+    # the report's figure draws the search's own frontier as a staircase that only falls with cost
+    stair = next(line for line in plan_figure.cost_vs_slo(result.to_dict()).get_lines()
+                 if str(line.get_label()).startswith("frontier"))  # fmt: skip
+    heights = [float(y) for y in stair.get_ydata()]
+    assert heights == sorted(heights, reverse=True) and len(heights) == len(result.frontier)
 
 
 def test_the_capacity_bound_prunes_agents_fleets_and_counts_their_demand() -> None:
@@ -192,3 +228,53 @@ def test_a_run_stopped_once_settled_misses_exactly_when_the_full_run_does_in_les
         else:  # never stopped: the very same run
             assert json.dumps(early.summary.to_dict()) == json.dumps(full.summary.to_dict())
     assert stopped, "some fleet misses"
+
+
+def test_split_fleets_are_candidates_labelled_and_never_pruned_by_the_whole_call_bound() -> None:
+    """With a prefill pool and its decode pool both serving, a fleet is split: the plan lists it as
+    such, and the capacity bound (a sum of whole-call rates) does not prune it."""
+    planner = Planner(_split_pools(), CATALOG)
+    assert planner.split_of((1, 1)) == ("h100 -> a100",) and planner.split_of((2, 0)) == ()
+    assert planner.could_meet((1, 1))
+    evaluation = planner.evaluate((1, 1), "mixed")
+    assert evaluation.split == ("h100 -> a100",) and evaluation.label == "mixed, split h100 -> a100"
+    assert evaluation.to_dict()["split"] == ["h100 -> a100"]
+
+
+def test_an_api_backend_alone_is_a_candidate_and_its_spend_is_on_the_stated_basis() -> None:
+    """A per-token backend keeps its replicas in every fleet; the plan also tries it alone (every
+    searched backend at 0), and says its $/h add the measured API spend to the replicas' rent."""
+    s = _two_gpus_open()
+    cloud = {"name": "cloud", "deployment": CS3_8B, "cost_basis": "api"}
+    s = scenario(**(s.model_dump(exclude_none=True, by_alias=True) | {"backends": [*s.model_dump(
+        by_alias=True)["backends"], cloud]}))  # fmt: skip
+    planner = Planner(s, CATALOG)
+    assert planner.cost_basis == "rental + API per-token spend"
+    asked: list[str] = []
+    planner.progress = asked.append
+    result = planner.search()
+    assert "single 1 x cloud (1 run)" in asked[1], asked[:2]
+    alone = next(e for e in result.evaluations if e.counts == (0, 0, 1))
+    assert alone.fixed_usd_per_hour == 0 and alone.usd_per_hour > 0
+    assert f"$/h ({planner.cost_basis})" in plan_text(result)
+
+
+def test_a_fleet_whose_tasks_all_outlast_the_bound_stops_at_the_end_of_the_arrivals() -> None:
+    """Tasks of 80 s of tool time under a 30 s bound, arrivals for 60 s: no task has ended when the
+    arrivals end, yet every task then running is already over the bound, so the rule (which sees
+    the running tasks' starts) settles the miss at its first check, at the last event before the
+    arrivals' end, and the full run misses."""
+    slow = SMALL_AGENT | {
+        "task": SMALL_AGENT["task"]
+        | {"tool": {"kind": "code-execution", "latency_s": {"dist": "constant", "value": 20.0}}}
+    }
+    planner = Planner(_agents_task_time("30 s", slow), CATALOG)
+    run = Scenario.model_validate_json(planner._run_keys((4, 4), "mixed")[0][1])
+    rule = SettledMiss.of(run)
+    assert rule is not None and run.run.duration is not None
+    early = simulate(run, CATALOG, stop=rule.when())
+    full = simulate(run, CATALOG)
+    assert early.stopped and len(rule.settled) == 1 and rule.settled[0]["at_s"] <= run.run.duration  # its first check
+    assert rule.settled[0]["over"] == rule.settled[0]["of_at_most"] == 24  # every agent's first task, running
+    assert full.summary.tasks is not None and full.summary.tasks.task_time_s.p95 > 30.0
+    assert early.records.end_s < full.records.end_s
