@@ -1,8 +1,9 @@
 r"""One serving replica: a SimPy process that keeps time while its batching policy forms batches.
 
 Each iteration costs the cost model's time for its batch (``iteration``, micro-batch pipelining
-included), plus the time its KV tiers give the swap transfers the plan carries and, with speculative decoding, the
-draft's ``gamma`` passes over the decoding sequences (the cost model's ``draft_s``). A batch of pure
+included), plus the time its KV tiers give the swaps the plan carries
+(:meth:`~simulator.engine.kv.tiers.KVTiers.swap_s`) and, with speculative decoding, the draft's
+``gamma`` passes over the decoding sequences (the cost model's ``draft_s``). A batch of pure
 decodes that nothing can join (no prefill pending, nobody admissible) *jumps*: the per-step
 times of the next ``k`` steps are computed at once (``decode_jump``) and the replica waits
 once, on one event, where ``k`` runs to the first completion or the first block shortage (the
