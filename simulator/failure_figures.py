@@ -101,16 +101,16 @@ def run_parts(label: str, f: FailureSummary) -> list[dict[str, Any]]:
 def plan_parts(found: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The report's blocks of a plan's availability (``plan.json`` ``availability``)."""
     headers, rows, each = plan_availability_rows(found)
-    k, p = int(found["tolerate_failures"]), float(found["p_at_most_k_down"])
+    k = int(found["tolerate_failures"])
     takeaway = (
-        f"The planned fleet meets its targets with {k} replica{'s' if k != 1 else ''} down; at most {k} "
-        f"{'is' if k == 1 else 'are'} down {p:.6%} of the time ({found['hours_per_year_more_down']:.3g} h a year "
-        "beyond)."
+        f"The planned fleet meets its targets with {k} replica{'s' if k != 1 else ''} down; more than {k} "
+        f"{'is' if k == 1 else 'are'} down {found['hours_per_year_more_down']:.3g} h a year (independent failures)."
     )
     return [
         {"title": "Plan: availability", "table": (headers, rows), "takeaway": takeaway, "headline": True,
          "caption": f"Each backend's replica availability MTBF / (MTBF + MTTR) and the fleet's chance of having at "
-                    f"most {k} replicas down at once (independent failures; slo.tolerate_failures = {k})."},
+                    f"most {k} replica{'s' if k != 1 else ''} down at once (independent failures; "
+                    f"slo.tolerate_failures = {k})."},
         {"title": "Plan: what tolerating failures buys", "figure": tolerance(each, k), "takeaway": takeaway,
          "caption": "Hours a year the planned fleet has more than k replicas down, for each k (log scale): the "
                     "planner's answer meets its targets with the tolerated k down (dashed)."},

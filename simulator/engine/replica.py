@@ -342,7 +342,7 @@ def held_requests(policy: BatchPolicy) -> list[Request]:
     slots = getattr(policy, "slots", None)
     if waiting is None or slots is None:
         raise TypeError(f"{type(policy).__name__} does not expose its waiting queue and slots; failures need them")
-    return [*waiting, *(slot.request for slot in slots.table if slot.request is not None)]
+    return [*waiting, *[slot.request for slot in slots.table if slot.request is not None]]
 
 
 def _trigger(event: simpy.Event) -> None:
