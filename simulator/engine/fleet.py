@@ -31,7 +31,9 @@ predicted to meet them the fastest predicted TTFT wins.
 Rate limits: a hosted API backend with ``api.limits`` and ``on_limit: spill`` is left out while
 its limits would refuse the request now (the client reads its remaining quota from the provider's
 headers) when another usable backend remains; each request so kept off counts a spill
-(:mod:`simulator.engine.api_gate`). Budget: a bucket refilled at ``budget_usd_per_hour`` holds at most ``budget_window`` of it; a
+(:mod:`simulator.engine.api_gate`).
+
+Budget: a bucket refilled at ``budget_usd_per_hour`` holds at most ``budget_window`` of it; a
 metered backend is a candidate while the bucket holds the request's predicted price, which
 is reserved when the request is routed and settled at its actual price on completion.
 """
