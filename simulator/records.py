@@ -192,11 +192,12 @@ KV_TRANSFER_COLUMNS = ("request", "routed_s", "prefill_end_s", "wire_end_s", "ar
 @dataclass(frozen=True)
 class ApiRecords:
     """What one rate-limited API backend saw (:mod:`simulator.engine.api_gate`): each accepted request's
-    send time and tokens, each 429's time, and the client's retries, failures and spills."""
+    send time, tokens and id, each 429's time, and the client's retries, failures and spills."""
 
     backend: str
     accepted_s: FloatArray
     accepted_tokens: FloatArray
+    accepted_ids: FloatArray  # the request each acceptance is of
     refused_s: FloatArray
     retries: int
     failed: int

@@ -160,11 +160,15 @@ def run_cost(
     assumptions: CostAssumptions,
     pricing: Pricing | None = None,
     api_usd: float = 0.0,
+    joules: float | None = None,
 ) -> RunCost:
-    """Cost and energy of identical replicas over a window (``api_usd``: the metered bill)."""
+    """Cost and energy of identical replicas over a window (``api_usd``: the metered bill; ``joules``:
+    the energy when known otherwise, e.g. under a power cap, else :func:`energy_joules`)."""
     if pricing is None:
         pricing = Pricing(assumptions.basis, usd_per_chip_hour(hardware, assumptions), None)
-    joules = sum(energy_joules(hardware, chips_per_replica, busy, window_s, assumptions) for busy in busy_s_per_replica)
+    if joules is None:
+        joules = sum(energy_joules(hardware, chips_per_replica, busy, window_s, assumptions)
+                     for busy in busy_s_per_replica)  # fmt: skip
     if pricing.basis == "api":
         per_hour = api_usd / window_s * SECONDS_PER_HOUR if window_s > 0 else 0.0
         return RunCost(per_hour, api_usd, joules, output_tokens, tasks)

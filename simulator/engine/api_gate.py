@@ -61,6 +61,7 @@ class ApiGate:
         self.network_one_way_s = network_one_way_s  # half the scenario's network_rtt
         self.window = RateWindow(spec.limits) if spec.limits is not None else None
         self.accepted_s, self.accepted_tokens, self.refused_s = array("d"), array("d"), array("d")
+        self.accepted_ids = array("d")  # request ids, beside accepted_s
         self.retries = self.failed = self.spilled = 0
 
     @property
@@ -71,7 +72,7 @@ class ApiGate:
     def admits(self, now: float, tokens: int) -> bool:
         return self.window is None or self.window.admits(now, tokens)
 
-    def try_send(self, now: float, tokens: int) -> bool:
+    def try_send(self, now: float, tokens: int, request_id: int) -> bool:
         """The provider's answer to a request sent now: True accepted (counted), False 429."""
         window = self.window
         if window is not None:
@@ -81,6 +82,7 @@ class ApiGate:
             window.accept(now, tokens)
         self.accepted_s.append(now)
         self.accepted_tokens.append(float(tokens))
+        self.accepted_ids.append(float(request_id))
         return True
 
     def gives_up(self, retries_done: int, tokens: int) -> bool:
@@ -115,6 +117,7 @@ class ApiGate:
             backend=self.name,
             accepted_s=np.frombuffer(self.accepted_s, dtype=np.float64).copy(),
             accepted_tokens=np.frombuffer(self.accepted_tokens, dtype=np.float64).copy(),
+            accepted_ids=np.frombuffer(self.accepted_ids, dtype=np.float64).copy(),
             refused_s=np.frombuffer(self.refused_s, dtype=np.float64).copy(),
             retries=self.retries, failed=self.failed, spilled=self.spilled,
             requests_per_minute=limits.requests_per_minute if limits else None,

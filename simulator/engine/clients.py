@@ -148,7 +148,7 @@ class RequestFactory:
         now = self.env.now
         backend = self.replica_backend[replica.index]
         gate = backend.gate
-        if gate is not None and not gate.try_send(now, request.input_tokens + request.output_tokens):
+        if gate is not None and not gate.try_send(now, request.input_tokens + request.output_tokens, request.id):
             self._refused(gate, request, hashed, hash_block_tokens, retries)
             return
         block_tokens = replica.block_tokens

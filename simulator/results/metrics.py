@@ -79,6 +79,7 @@ from typing import TypeVar
 import numpy as np
 
 from simulator.analytic.economics import RunCost, api_usd, assumptions_of, run_cost
+from simulator.analytic.power import replica_energy_j
 from simulator.config.fleet import CostSpec
 from simulator.config.scenario import SLOSpec, WorkloadClass
 from simulator.config.workload import AgentsLoad, TraceLoad
@@ -238,9 +239,13 @@ def backend_cost(records: RunRecords, requests: Requests, backend: BackendRecord
     bill = api_usd(backend.pricing.token_price, billed_input, billed_output)
     if backend.pricing.token_price is not None:
         output_tokens = billed_output  # $/1M of an API backend: its bill over the same requests' tokens
+    joules = None
+    if backend.power is not None:  # a power cap: its chips' capped and idle draw (simulator.results.power)
+        joules = assumptions.pue * sum(replica_energy_j(backend.power, backend.chips_per_replica, b, t1 - t0)
+                                       for b in busy)  # fmt: skip
     return run_cost(
         backend.hardware, backend.chips_per_replica, busy, t1 - t0, output_tokens, tasks, assumptions,
-        backend.pricing, bill,
+        backend.pricing, bill, joules,
     )  # fmt: skip
 
 

@@ -8,8 +8,10 @@ otherwise (:mod:`simulator.analytic.power`), so over the whole run ``[0, T]``
 with ``B_r`` replica ``r``'s busy seconds (the sum of its iterations' durations). Figures per
 token and per kW use the output tokens of the same span: ``J/token = energy_j / tokens`` and
 ``tok/s per kW = (tokens / T) / (chips * cap_w / 1000)``, the throughput the cap's provisioned
-power buys. These are chip energies; the fleet's ``cost.joules`` stays the facility estimate
-(PUE, ``cost.idle_power_fraction``) of :mod:`simulator.analytic.economics`.
+power buys. These are chip energies over the whole run; a capped backend's ``cost.joules`` is
+the same power over the measured window times the facility's PUE (an uncapped one's stays
+:func:`simulator.analytic.economics.energy_joules`: profile power while busy, ``idle_power_fraction``
+of it while idle).
 """
 
 from __future__ import annotations

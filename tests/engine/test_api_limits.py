@@ -58,6 +58,19 @@ def test_no_minute_exceeds_the_limits_and_retries_conserve_requests() -> None:
     assert np.isnan(requests["first_token_s"][failed]).all()  # a failed request saw no token
 
 
+def test_requests_in_flight_never_exceed_the_concurrency_limit() -> None:
+    """A request holds a slot from its acceptance to its last token reaching the client."""
+    result = _api_only({"limits": {"concurrent_requests": 3}, "on_limit": "retry"},
+                       load={"kind": "closed", "users": 8})  # fmt: skip
+    (api,) = result.records.api
+    assert api.refused_s.size > 0  # the limit binds
+    requests = result.records.requests
+    done = dict(zip(requests["id"].tolist(), requests["done_s"].tolist(), strict=True))
+    # A slot freed at an instant is free for a request sent then: at equal times, -1 sorts first.
+    events = sorted([(t, 1) for t in api.accepted_s] + [(done[i], -1) for i in api.accepted_ids.tolist()])
+    assert max(np.cumsum([step for _, step in events])) <= 3
+
+
 def test_the_run_is_deterministic_for_its_seed() -> None:
     api = {"limits": LIMITS, "on_limit": "retry", "round_trip": {"dist": "lognormal", "median": 0.087, "sigma": 0.2},
            "front_end": {"dist": "lognormal", "median": 0.095, "sigma": 0.52}}  # fmt: skip

@@ -44,6 +44,9 @@ def test_energy_is_the_hand_integral_of_power_over_the_iterations() -> None:
     assert power.energy_j == pytest.approx(by_hand, rel=1e-12)
     assert power.mean_power_w == pytest.approx(by_hand / records.end_s, rel=1e-12)
     assert chip.idle_w <= power.mean_power_w <= chip.busy_w * (1 + 1e-12)
+    # The fleet's cost counts the same energy at the facility (PUE 1.3), over the same tokens (no warm-up).
+    tokens, _ = records.tokens_in_window(0.0, records.end_s)
+    assert result.summary.cost.joules_per_output_token == pytest.approx(1.3 * by_hand / tokens, rel=1e-9)
 
 
 @pytest.mark.parametrize("cap", ["250 W", "450 W", "700 W"])
