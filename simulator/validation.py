@@ -16,6 +16,8 @@ Optional columns say how the measurement was taken, so the simulator runs the sa
   throughput benchmarks run them; the metric is over the whole run) or ``static`` (one
   static batch of ``concurrency`` requests, as latency benchmarks run them);
 - ``stack``: the serving stack the row was measured on (its batching limits and overheads);
+- ``kv_cache``: the KV-cache precision the source states (``fp8``, ``bf16``); empty: the stack's
+  default for the checkpoint;
 - ``layout``: the parallel layout the source states, in the words engines use: ``TP8``,
   ``TP4 PP2``, ``TP8 EP4`` (attention over 8 chips, experts in 4 groups of 2), ``DEP8``
   (attention data-parallel over 8 chips, experts over the same 8). Empty: the layout the
@@ -107,6 +109,7 @@ class MeasurementRow:
     burstiness: float | None = None  # CV^2 of a gamma load's gaps
     source: str = ""  # where the figure was published (the ``source`` column)
     flag: str = ""  # why an importer doubts the figure (the ``flag`` column): reported apart
+    kv_cache: Precision | None = None  # the KV-cache precision the source states (else the stack's default)
 
     @property
     def single_stream(self) -> bool:
@@ -201,6 +204,10 @@ def read_table(path: Path) -> list[MeasurementRow]:
         if load == "gamma" and not burstiness:
             raise ConfigError(f"{where}: burstiness: a gamma load needs it (CV^2 of the gaps)")
         statistic = (raw.get("statistic") or "").strip() or "mean"
+        kv_cache = (raw.get("kv_cache") or "").strip()
+        if kv_cache and kv_cache not in get_args(Precision):
+            expected = list(get_args(Precision))
+            raise ConfigError(f"{where}: kv_cache: expected one of {expected} or empty, got {kv_cache!r}")
         if statistic not in STATISTICS:
             raise ConfigError(f"{where}: statistic: expected one of {list(STATISTICS)} or empty, got {statistic!r}")
         if load == "offline" and requests is None:
@@ -230,6 +237,7 @@ def read_table(path: Path) -> list[MeasurementRow]:
                 burstiness=number(burstiness, where, "burstiness", positive=True) if burstiness else None,
                 source=(raw.get("source") or "").strip(),
                 flag=(raw.get("flag") or "").strip(),
+                kv_cache=kv_cache or None,  # type: ignore[arg-type]
             )
         )
     if not rows:
@@ -364,6 +372,8 @@ def row_deployment(row: MeasurementRow, catalog: Catalog | None = None) -> dict[
     enough for its requests (a row measured beyond the model's window was served with a longer one)."""
     fields: dict[str, object] = {"hardware": row.hardware, "model": row.model, "chips": row.chips,
                                  "weights": row.weights, "stack": row.stack, **row.layout}  # fmt: skip
+    if row.kv_cache is not None:
+        fields["kv_cache"] = row.kv_cache
     if catalog is None:
         return fields
     hardware, model = catalog.hardware(row.hardware), catalog.model(row.model)

@@ -41,9 +41,13 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
   tokens, the other ``C - 1`` users each prefill one prompt of ``n`` chunks. A
   decode-first stack puts a chunk into a decode iteration (the iteration then costs
   ``pass(decodes + chunk)``); a prefill-first stack runs it alone while decodes wait
-  (``pass(chunk)``). Either adds ``(C - 1) n / (O - 1)`` chunk costs to each decode step on
+  (``pass(chunk)``). Either adds ``r = (C - 1) n / (O - 1)`` chunks to each decode step on
   average, computed on whole iterations, never as fractional tokens inside the batch (which
-  would inflate an MoE layer's distinct experts).
+  would inflate an MoE layer's distinct experts): a decode-first iteration carries
+  ``floor(r)`` or ``floor(r) + 1`` chunks (in proportion ``1 - frac(r) : frac(r)``; at most
+  what the token budget holds, more in further such iterations), each iteration costed with
+  all it carries, since a step is not linear in its tokens (an MoE expert kernel's tile grows
+  with the rows per expert).
 - Speculative decoding (:mod:`simulator.analytic.speculation`): a step is ``gamma`` draft
   passes plus one verify pass of ``gamma + 1`` tokens per sequence, and emits
   ``1 + sum_i prod_{j<=i} a_i`` tokens (``(1 - a^(gamma+1)) / (1 - a)`` at constant ``a``).
@@ -62,6 +66,7 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Annotated, Literal
 
@@ -69,7 +74,7 @@ import numpy as np
 from pydantic import Field
 
 from simulator.analytic.placement import Deployment
-from simulator.analytic.step_time import BatchAggregates, StepCostModel, StepTime
+from simulator.analytic.step_time import BatchAggregates, FloatArray, StepCostModel, StepTime
 from simulator.config.base import Spec
 from simulator.errors import InfersimError
 
@@ -205,15 +210,35 @@ def loaded_decode_step(cost: StepCostModel, users: int, input_tokens: int, outpu
         for q, start in prefill_chunks(cost, input_tokens, users):
             if prefill_first:  # the chunk runs alone; the decodes wait for it
                 extra = cost.pass_time([q], [start])
-            else:  # the chunk rides in a decode iteration, which takes longer
-                with_chunk = BatchAggregates.of(np.append(decode_new, q), np.append(decode_ctx, start), window)
-                extra = (
-                    cost.iteration_times(with_chunk)
-                    .step()
-                    .plus(cost.iteration_times(BatchAggregates.of(decode_new, decode_ctx, window)).step().scaled(-1.0))
-                )
-            step = step.plus(extra.scaled(per_step))
+                step = step.plus(extra.scaled(per_step))
+            else:  # the chunk rides in decode iterations, floor(r) or floor(r) + 1 of them in each
+                step = step.plus(_riding_chunks_s(cost, decode_new, decode_ctx, q, start, per_step))
     return step
+
+
+def _riding_chunks_s(
+    cost: StepCostModel, decode_new: FloatArray, decode_ctx: FloatArray, q: float, start: float, per_step: float
+) -> StepTime:
+    """What ``per_step`` chunks of ``q`` tokens (from ``start``) add to a decode iteration on average:
+    ``(1 - f) d(n) + f d(n + 1)`` with ``n = floor(per_step)``, ``f`` its fraction and ``d(j)`` the
+    iteration with ``j`` such chunks less the iteration without (module docstring)."""
+    window = cost.deployment.model.attention.sliding_window
+    alone = cost.iteration_times(BatchAggregates.of(decode_new, decode_ctx, window)).step().scaled(-1.0)
+
+    def added(chunks: int) -> StepTime:
+        if chunks == 0:
+            return StepTime({k: 0.0 for k in alone.components_s})
+        batch = BatchAggregates.of(np.append(decode_new, np.full(chunks, q)),
+                                   np.append(decode_ctx, np.full(chunks, start)), window)  # fmt: skip
+        return cost.iteration_times(batch).step().plus(alone)
+
+    most = max(1, prefill_budget(cost, decode_new.size) // max(1, math.ceil(q)))  # chunks the budget holds
+    if per_step > most:  # iterations full of chunks, as many as it takes
+        return added(most).scaled(per_step / most)
+    whole = math.floor(per_step)
+    fraction = per_step - whole
+    low = added(whole).scaled(1.0 - fraction)
+    return low.plus(added(whole + 1).scaled(fraction)) if fraction > 0.0 else low
 
 
 def step_in_progress_s(cost: StepCostModel, users: int, input_tokens: int, output_tokens: int) -> float:
