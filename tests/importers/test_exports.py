@@ -161,3 +161,15 @@ def test_guidellms_per_second_rates_count_what_the_rows_hold(closed) -> None:
     in_flight = np.clip(np.minimum(done, edge) - start, 0.0, None).sum()  # request-seconds before the edge
     assert metrics["request_concurrency"]["successful"]["total_sum"] == pytest.approx(in_flight, rel=1e-9)
     assert metrics["request_concurrency"]["successful"]["max"] <= 3  # three users
+
+
+def test_aiperfs_time_to_second_token_is_the_summarys_and_vllm_states_no_speculation_without_it(closed) -> None:
+    """AIPerf's ``time_to_second_token`` (ms) is the summary's ``ttst_s`` over the same requests
+    (count, mean, p99); a run without speculative decoding writes none of vLLM's ``spec_decode_*``."""
+    run, summary = closed
+    ttst = _export(run, "aiperf")["time_to_second_token"]
+    assert ttst["count"] == summary["ttst_s"]["count"] > 0
+    assert ttst["avg"] == pytest.approx(summary["ttst_s"]["mean"] * 1e3, rel=1e-9)
+    assert ttst["p99"] == pytest.approx(summary["ttst_s"]["p99"] * 1e3, rel=1e-9)
+    assert "speculation" not in summary
+    assert not [key for key in _export(run, "vllm-bench") if key.startswith("spec_decode")]
