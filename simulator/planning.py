@@ -240,10 +240,10 @@ class Miss:
     def describe(self) -> str:
         if self.settled is not None:
             s = self.settled
+            got = f"got {self.achieved:.4g} so far" if math.isfinite(self.achieved) else "no task had ended"
             return (
                 f"{self.klass}: {self.target}: {s['over']:,} of at most {s['of_at_most']:,} tasks over, a miss "
-                f"whatever the rest of the run (stopped at {s['at_s']:,.0f} s of simulated time; got "
-                f"{self.achieved:.4g} so far)"
+                f"whatever the rest of the run (stopped at {s['at_s']:,.0f} s of simulated time; {got})"
             )
         if not math.isfinite(self.achieved):
             return f"{self.klass}: {self.target}: nothing measured (no completed requests or tasks in the window)"
