@@ -18,13 +18,24 @@ from matplotlib.axes import Axes
 
 from simulator.plots import _axes, _legend, _plain_log
 
+#: A fleet that measured nothing (no task or request ended before its run stopped) is drawn this
+#: many times above the largest measured ratio.
+UNMEASURED_ABOVE = 1.5
+
 
 def _fleet(entry: Mapping[str, Any]) -> str:
     return " + ".join(f"{n} x {name}" for name, n in entry["fleet"].items() if n) or "(empty)"
 
 
+def _drawn(entry: Mapping[str, Any]) -> bool:
+    """Whether a fleet has a point: a finite ratio (``plan.json`` writes nothing measured as null)
+    and a cost above 0 (the axes are logarithmic)."""
+    ratio = entry["worst_ratio"]
+    return isinstance(ratio, int | float) and math.isfinite(ratio) and entry["usd_per_hour"] > 0
+
+
 def _points(entries: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[float]]:
-    shown = [e for e in entries if math.isfinite(e["worst_ratio"]) and e["usd_per_hour"] > 0]
+    shown = [e for e in entries if _drawn(e)]
     return [e["usd_per_hour"] for e in shown], [e["worst_ratio"] for e in shown]
 
 
@@ -36,13 +47,19 @@ def cost_vs_slo(plan: Mapping[str, Any], ax: Axes | None = None) -> Axes:
     rejected, frontier = plan.get("rejected", []), plan.get("frontier", [])
     xs, ys = _points(rejected)
     ax.plot(xs, ys, "x", color="tab:red", label="misses a target")
+    unmeasured = [e["usd_per_hour"] for e in rejected if not _drawn(e) and e["usd_per_hour"] > 0]
+    if unmeasured:  # above every measured point: no task (or request) had ended when the run stopped
+        top = max([*ys, 1.0]) * UNMEASURED_ABOVE
+        ax.plot(
+            unmeasured, [top] * len(unmeasured), "^", color="tab:red", label="misses, nothing ended yet (drawn above)"
+        )
     met = [e for e in frontier if e["meets"]]
     xs, ys = _points(met)
     ax.plot(xs, ys, "o", color="tab:green", label="meets every target")
     xs, ys = _points(frontier)
     ax.step(xs, ys, where="post", color="black", linewidth=1.0, label="frontier (nothing cheaper is closer)")
     answer = plan.get("answer")
-    if answer is not None and math.isfinite(answer["worst_ratio"]):
+    if answer is not None and _drawn(answer):
         ax.plot([answer["usd_per_hour"]], [answer["worst_ratio"]], "*", markersize=16, color="gold",
                 markeredgecolor="black", label=f"answer: {_fleet(answer)}")  # fmt: skip
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1.0, label="every target met at or below")
@@ -67,7 +84,7 @@ def frontier_takeaway(plan: Mapping[str, Any]) -> str:
     """One sentence read off the frontier: the answer and the dearest fleet that still misses."""
     basis = plan.get("cost_basis") or "one"
     answer = plan.get("answer")
-    misses = [e for e in plan.get("frontier", []) if not e["meets"]]
+    misses = [e for e in plan.get("frontier", []) if not e["meets"] and _drawn(e)]
     dearest = max(misses, key=lambda e: e["usd_per_hour"], default=None)
     below = (
         f"; the dearest fleet on the frontier that misses, {_fleet(dearest)} at ${dearest['usd_per_hour']:,.2f}/h, "

@@ -115,6 +115,12 @@ from simulator.tolerance import tolerating_failures
 Counts = tuple[int, ...]
 
 
+#: A single-architecture bisection over at most this many replica counts asks the largest first
+#: (one run settles a backend that cannot meet); over more it starts in the middle, so the
+#: largest fleet, the dearest run, is simulated only when every smaller one misses.
+SHORT_RANGE = 3
+
+
 def fleet_text(counts: Counts, names: tuple[str, ...]) -> str:
     """``2 x wafer + 1 x gpu`` (backends at 0 left out)."""
     return " + ".join(f"{n} x {name}" for n, name in zip(counts, names, strict=True) if n) or "(empty)"
@@ -236,10 +242,10 @@ class Miss:
     def describe(self) -> str:
         if self.settled is not None:
             s = self.settled
+            got = f"got {self.achieved:.4g} so far" if math.isfinite(self.achieved) else "no task had ended"
             return (
                 f"{self.klass}: {self.target}: {s['over']:,} of at most {s['of_at_most']:,} tasks over, a miss "
-                f"whatever the rest of the run (stopped at {s['at_s']:,.0f} s of simulated time; got "
-                f"{self.achieved:.4g} so far)"
+                f"whatever the rest of the run (stopped at {s['at_s']:,.0f} s of simulated time; {got})"
             )
         if not math.isfinite(self.achieved):
             return f"{self.klass}: {self.target}: nothing measured (no completed requests or tasks in the window)"
@@ -722,14 +728,19 @@ class Planner:
     def _with_last(self, counts: dict[int, int], last: int, n: int) -> Counts:
         return self._vector(counts | {last: n})
 
-    def _fewest(self, make: Callable[[int], Counts], low: int, high: int, kind: str) -> Search:
+    def _fewest(self, make: Callable[[int], Counts], low: int, high: int, kind: str, top_first: bool = True) -> Search:
         """Bisect the fewest ``n`` in ``[low, high]`` whose ``make(n)`` meets (monotone in ``n``);
-        each step names the two candidates the next step may need as spare."""
+        each step names the two candidates the next step may need as spare. ``top_first`` asks
+        ``high`` first (a miss there settles the range in one run); else the bisection starts in
+        the middle and ``high`` (the largest fleet, the dearest to simulate) is simulated only
+        when every count below it misses. Either way at most ``1 + ceil(log2(high - low + 1))``
+        candidates, and the same answer."""
         if high < low:
             return None
-        top = yield Ask(make(high), kind, (make((low + high) // 2),) if low < high else ())
-        if not top.meets:
-            return None
+        if top_first:
+            top = yield Ask(make(high), kind, (make((low + high) // 2),) if low < high else ())
+            if not top.meets:
+                return None
         while low < high:
             mid = (low + high) // 2
             after = {(low + mid) // 2, (mid + 1 + high) // 2} - {mid, high}
@@ -737,7 +748,8 @@ class Planner:
                 high = mid
             else:
                 low = mid + 1
-        return (yield Ask(make(high), kind))
+        found = yield Ask(make(high), kind)
+        return found if found.meets else None
 
     def _fewest_passing(self, index: int, others: dict[int, int], low: int) -> int:
         """The fewest replicas ``n >= low`` of backend ``index`` with which the fleet (``others``
@@ -763,7 +775,8 @@ class Planner:
             low, high = least[index], self.limits[index][1]
             while high >= low and best is not None and self.fixed_cost(self._vector({index: high})) > best.usd_per_hour:
                 high -= 1  # API spend is never negative: a fleet whose fixed cost is over the best cannot win
-            result = yield from self._fewest(functools.partial(self._with_last, {}, index), low, high, "single")
+            make = functools.partial(self._with_last, {}, index)
+            result = yield from self._fewest(make, low, high, "single", high - low + 1 <= SHORT_RANGE)
             if result is not None:
                 found[index] = result
         self._singles_left = 0
