@@ -25,7 +25,7 @@ blocks land in the serving tier (:meth:`~simulator.engine.kv.tiers.KVTiers.land`
 
 Failures (:mod:`simulator.engine.failures`): :meth:`Replica.fail` hands back every request the
 replica held and gives it an empty policy (its KV is gone); the iteration or jump in progress
-ends at its step boundary without applying (its ``epoch`` moved on), and the replica is down
+ends at once without applying (its ``epoch`` moved on; one event), and the replica is down
 until ``up_at``: a request reaching it meanwhile is handed to ``on_lost`` as well. A straggler's
 steps take ``slowdown`` times as long.
 
@@ -82,6 +82,7 @@ class Replica:
         self.epoch = 0  # failures so far: a step begun in an earlier epoch is void
         self.slowdown = 1.0  # step time multiplier (a straggler's > 1)
         self.stepping = False  # an iteration or jump is in progress
+        self._step: simpy.Event | None = None  # what the process waits on while stepping (failures end it early)
         self.on_lost: Callable[[Request], None] | None = None  # takes the requests a failure loses
         self._awaiting: set[Request] = set()  # requests with a first token here and no second yet
 
@@ -140,7 +141,7 @@ class Replica:
         if self._wake is not None:
             _trigger(self._wake)
         elif self._cuttable is not None:  # the first arrival cuts it
-            self._cuttable.cut_at(self.env, now)
+            self._step = self._cuttable.cut_at(self.env, now)
             self._cuttable = None
 
     @property
@@ -211,7 +212,8 @@ class Replica:
         expected_output = plan.first_tokens + float(decodes) * per_decode
         self.recorder.tokens[self.index].span(start, start + duration, expected_output, plan.prefill_tokens)
         epoch, self.stepping = self.epoch, True
-        yield self.env.timeout(duration)
+        step = self._step = self.env.timeout(duration)
+        yield step
         self.stepping = False
         if self.epoch != epoch:  # the replica failed during the iteration: nothing it did stands
             return
@@ -267,7 +269,7 @@ class Replica:
         self.recorder.batch[self.index].record(start, float(plan.running))
         batch = float(plan.decodes)
         self.recorder.tokens[self.index].span(start, start + cumulative[-1], steps * batch, 0.0)
-        end = env.timeout(cumulative[-1])
+        end = self._step = env.timeout(cumulative[-1])
         epoch, self.stepping = self.epoch, True
         # Any arrival might join at the next step boundary (a higher priority may jump the queue),
         # so an arrival cuts the jump (submit) whenever a slot and some KV are free, exactly as
@@ -303,10 +305,10 @@ class Replica:
         held = held_requests(self.policy)
         self._awaiting.clear()  # their second tokens will come from another replica, if any
         self.policy, self.up_at, self.epoch = policy, up_at, self.epoch + 1
-        if self._cuttable is not None:  # end the jump with the step in progress
-            self._cuttable.cut_at(self.env, now)
-            self._cuttable = None
-        if self.stepping:  # its tokens were never delivered
+        self._cuttable = None
+        if self.stepping and self._step is not None:  # the step ends now, void; its tokens were never delivered
+            ended = self.env.timeout(0.0)
+            ended.callbacks, self._step.callbacks = self._step.callbacks, []
             self.recorder.tokens[self.index].amend(now, 0.0)
         self._record_queue(now)
         self.recorder.batch[self.index].record(now, 0.0)
@@ -328,12 +330,13 @@ class Jump:
         self.start, self.cumulative, self.end = start, cumulative, end
         self.done = len(cumulative)
 
-    def cut_at(self, env: simpy.Environment, now: float) -> None:
+    def cut_at(self, env: simpy.Environment, now: float) -> simpy.Timeout:
         """End the jump with the step in progress at ``now``: whoever waits on the jump's end is
-        moved to a timeout at that step's end (at once when it has just ended)."""
+        moved to a timeout at that step's end (at once when it has just ended), which is returned."""
         self.done = min(bisect_left(self.cumulative, now - self.start) + 1, len(self.cumulative))
         boundary = env.timeout(max(self.start + self.cumulative[self.done - 1] - now, 0.0))
         boundary.callbacks, self.end.callbacks = self.end.callbacks, []
+        return boundary
 
 
 def held_requests(policy: BatchPolicy) -> list[Request]:
