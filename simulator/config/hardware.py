@@ -60,8 +60,9 @@ class GroupedGemmSpec(Spec):
 
     Its rates are the dense matmul's times these fractions (measured kernels stream expert weights and
     multiply ragged groups well below a dense GEMM), and each hit expert's rows are padded up to the
-    kernel's M tile. An efficiency is looked up by the experts' weight precision, else the precision
-    their matmul runs in, else ``bf16``.
+    kernel's M tile (a ``weight_only`` format with its own ``expert_tile`` chooses its tile instead). An
+    efficiency is looked up by the experts' weight precision, else the precision their matmul runs in,
+    else ``bf16``.
     """
 
     m_tile: Sourced[PositiveInt] = Field(description="rows of one expert's tile: its rows are padded up to a multiple")

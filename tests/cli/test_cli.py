@@ -43,12 +43,12 @@ def test_estimate_text_shows_each_groups_precision_and_weight_only_paths(capsys:
     assert "attention bf16," in groups and "experts mxfp4 (weight-only: bf16 matmuls)" in groups
 
 
-#: Bounds on the bundled 127-row table's plain errors: the figures before issue 28's mechanisms
-#: (MoE kernel truth, stack KV defaults, API time, speculation placement), rounded up, so that no
-#: change makes them worse; the issue's targets (median <= 10 %, and its cross-validated ones)
-#: replace them as those mechanisms land.
-PLAIN_BOUNDS = {"median": 0.12, "p90": 0.45, "wafer-scale": 0.25, "lpu": 0.08, "dataflow": 0.18, "gpu": 0.11,
-                "moe": 0.27}  # fmt: skip
+#: Bounds on the bundled 127-row table's plain errors, rounded up from the figures so far, so that no
+#: change makes them worse: overall, GPU and MoE since the dequantising MXFP4 expert kernel and the
+#: rows' stated KV precision; wafer-scale, LPU and dataflow since the SRAM machines' mechanisms
+#: (the launch release's stack, unfitted fabric latencies, documented drafts, the served formats).
+PLAIN_BOUNDS = {"median": 0.09, "p90": 0.41, "wafer-scale": 0.25, "lpu": 0.08, "dataflow": 0.18, "gpu": 0.085,
+                "moe": 0.16}  # fmt: skip
 
 
 def test_validate_meets_the_error_targets_on_the_bundled_table(capsys: pytest.CaptureFixture[str]) -> None:
