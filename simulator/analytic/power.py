@@ -6,10 +6,11 @@ Assumptions (each number is the hardware profile's, sourced there):
   (DVFS). The profile's ``power.cap_curve`` gives the share ``f(cap)`` of the uncapped
   throughput kept at each cap (linear between its points); every step of a replica takes
   ``t / f(cap)``. A cap at or above the chip's full-load power changes nothing (``f = 1``); a
-  cap below the curve's lowest point is refused. The curve is for a chip at full load: a
-  memory-bound decode step that draws less than the cap is stretched all the same, so the
-  stretch is an upper bound for decode-heavy runs (H200 decode draws 137-300 W of 700 W,
-  arXiv:2605.11999).
+  cap below the curve's lowest point is refused, and so is any cap below full power on a chip
+  without a curve (``power.no_cap_reason`` says why, e.g. a wafer system without a user power
+  limit). The curve is for a chip at full load: a memory-bound decode step that draws less than
+  the cap is stretched all the same, so the stretch is an upper bound for decode-heavy runs
+  (H200 decode draws 137-300 W of 700 W, arXiv:2605.11999).
 - **Draw.** A chip draws ``busy_w = min(cap, full)`` while its replica runs an iteration and
   ``idle_w`` (the profile's ``power.idle``) otherwise. So one replica of ``n`` chips over
   ``[0, T]`` with ``B`` busy seconds uses ``E = n (busy_w B + idle_w (T - B))`` joules (the
@@ -62,7 +63,8 @@ def chip_power(hardware: HardwareProfile, cap_w: float, where: str = "power_cap"
     if cap_w >= full_w:
         return ChipPower(cap_w, full_w, power.idle.value, 1.0)
     if power.cap_curve is None:
-        raise PowerCapError(f"{where}: {hardware.id} has no power.cap_curve, so a cap below {full_w:g} W is unknown")
+        why = power.no_cap_reason or f"no power.cap_curve, so a cap below {full_w:g} W is unknown"
+        raise PowerCapError(f"{where}: {hardware.id} takes no cap below its full {full_w:g} W: {why}")
     curve = power.cap_curve.value
     if cap_w < curve.caps[0]:
         raise PowerCapError(f"{where}: {cap_w:g} W is below {hardware.id}'s power.cap_curve (from {curve.caps[0]:g} W)")

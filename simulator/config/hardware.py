@@ -235,6 +235,7 @@ class ReliabilitySpec(Spec):
         "slowest memory tier's bandwidth (the host link of a GPU)",
     )
 
+
 class PowerCapCurve(Spec):
     """Throughput against a chip's power limit (DVFS): at ``caps[i]`` the chip keeps ``throughput[i]``
     of its uncapped throughput; linear between points (:mod:`simulator.analytic.power`)."""
@@ -256,6 +257,11 @@ class PowerCapCurve(Spec):
 
 
 class PowerSpec(Spec):
+    """A chip's draw: at full load, at idle, and its throughput against a power limit (DVFS).
+
+    A curve ends at the full-load power with the whole throughput (1.0) and starts above the idle
+    power; a chip that takes no power limit says why in ``no_cap_reason`` instead of a curve."""
+
     chip: Sourced[Annotated[Watts, Field(gt=0.0)]] = Field(description="power per chip")
     idle: Sourced[Annotated[Watts, Field(gt=0.0)]] | None = Field(
         None, description="power per chip while it serves nothing (a power cap's energy figures need it)"
@@ -263,6 +269,26 @@ class PowerSpec(Spec):
     cap_curve: Sourced[PowerCapCurve] | None = Field(
         None, description="throughput against the chip's power limit (a deployment's power_cap needs it)"
     )
+    no_cap_reason: str | None = Field(
+        None, description="why this chip takes no power limit below its full power (no cap_curve then)"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PowerSpec:
+        full_w = self.chip.value
+        if self.idle is not None and self.idle.value >= full_w:
+            raise ValueError(f"idle ({self.idle.value:g} W) must be below chip ({full_w:g} W)")
+        if self.cap_curve is None:
+            return self
+        if self.no_cap_reason is not None:
+            raise ValueError("give cap_curve or no_cap_reason, not both")
+        curve = self.cap_curve.value
+        if curve.caps[-1] != full_w or curve.throughput[-1] != 1.0:
+            raise ValueError(f"cap_curve must end at the chip's full power ({full_w:g} W) with throughput 1.0, "
+                             f"not {curve.caps[-1]:g} W and {curve.throughput[-1]:g}")  # fmt: skip
+        if self.idle is not None and curve.caps[0] <= self.idle.value:
+            raise ValueError(f"cap_curve must start above idle ({self.idle.value:g} W), not at {curve.caps[0]:g} W")
+        return self
 
 
 #: A price in US dollars: a millionth of a dollar to a billion (a chip-hour, a chip, a million tokens).

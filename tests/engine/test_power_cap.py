@@ -3,12 +3,14 @@ cap stretches every step by its curve's throughput share; no cap, no change."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 import pytest
 
 from simulator.analytic.power import PowerCapError, chip_power, replicas_within
+from simulator.config.hardware import HardwareProfile, PowerSpec
 from simulator.resolve import ScenarioError
 from tests.engine.conftest import CATALOG, SMALL, run, scenario
 
@@ -89,9 +91,80 @@ def test_without_a_cap_the_run_is_the_same_and_reports_no_power() -> None:
 def test_a_cap_the_profile_cannot_model_is_a_clear_error() -> None:
     with pytest.raises(ScenarioError, match=r"deployment\.power_cap: 100 W is below nvidia-h100-sxm's power.cap_curve"):
         _capped("100 W")
-    with pytest.raises(PowerCapError, match=r"has no power\.idle"):
+    with pytest.raises(PowerCapError, match=r"below cerebras-cs3's idle power"):
         chip_power(CATALOG.hardware("cerebras-cs3"), 10_000.0)
+    no_idle = H100.model_copy(update={"power": H100.power.model_copy(update={"idle": None})})
+    with pytest.raises(PowerCapError, match=r"has no power\.idle"):
+        chip_power(no_idle, 500.0)
     scenario(deployment=SMALL | {"power_cap": "500 W"})  # validates
+
+
+HARDWARE = [CATALOG.hardware(hw_id) for hw_id in CATALOG.hardware_ids()]
+CURVED = [hw for hw in HARDWARE if hw.power.cap_curve is not None]
+
+
+@pytest.mark.parametrize("hw", HARDWARE, ids=lambda hw: hw.id)
+def test_every_profile_has_an_idle_power_and_a_curve_or_a_reason(hw: HardwareProfile) -> None:
+    """Idle below full power; a curve non-decreasing, from above idle to (full power, 1.0); a curve the
+    profile derives (source dvfs-cube) is the documented law ((cap - idle) / (full - idle))^(1/3),
+    to its three printed decimals; without a curve, a cap below full power is refused with the reason."""
+    power = hw.power
+    assert power.idle is not None and 0 < power.idle.value < power.chip.value
+    full_w, idle_w = power.chip.value, power.idle.value
+    assert chip_power(hw, full_w).throughput == chip_power(hw, 2 * full_w).throughput == 1.0
+    assert chip_power(hw, 2 * full_w).busy_w == full_w
+    if power.cap_curve is None:
+        assert power.no_cap_reason
+        with pytest.raises(PowerCapError, match=re.escape(power.no_cap_reason)):
+            chip_power(hw, (idle_w + full_w) / 2)
+        return
+    assert power.no_cap_reason is None
+    curve = power.cap_curve.value
+    assert idle_w < curve.caps[0] and curve.caps[-1] == full_w and curve.throughput[-1] == 1.0
+    assert np.all(np.diff(curve.throughput) >= 0)
+    if power.cap_curve.source == "dvfs-cube":
+        law = ((np.asarray(curve.caps) - idle_w) / (full_w - idle_w)) ** (1 / 3)
+        np.testing.assert_allclose(curve.throughput, law, atol=5e-4)
+
+
+@pytest.mark.parametrize(("field", "bad", "message"), [
+    ("idle", {"value": "700 W", "source": "x", "confidence": "assumed"}, "must be below chip"),
+    ("cap_curve", {"value": {"caps": ["200 W", "600 W"], "throughput": [0.5, 1.0]}, "source": "x",
+                   "confidence": "derived"}, "must end at the chip's full power"),
+    ("cap_curve", {"value": {"caps": ["50 W", "700 W"], "throughput": [0.5, 1.0]}, "source": "x",
+                   "confidence": "derived"}, "must start above idle"),
+    ("no_cap_reason", "no user limit", "not both"),
+])  # fmt: skip
+def test_an_inconsistent_power_block_is_refused(field: str, bad: Any, message: str) -> None:
+    data = H100.power.model_dump(mode="json") | {field: bad}
+    with pytest.raises(ValueError, match=message):
+        PowerSpec.model_validate(data)
+
+
+@pytest.mark.parametrize("hw", CURVED, ids=lambda hw: hw.id)
+def test_energy_per_token_at_a_cap_follows_the_formula(hw: HardwareProfile) -> None:
+    """One user with a fixed think time on each curved profile: at the profile's own full power the share
+    is 1; at a cap c inside the curve every busy second becomes 1 / f(c) seconds at c watts and every
+    idle second stays an idle second, so E(c) = n (c B / f(c) + idle (T - B)) from the full-power run's
+    busy time B and span T, over the same output tokens."""
+    curve = hw.power.cap_curve.value  # type: ignore[union-attr]
+    full_w, cap_w = hw.power.chip.value, (curve.caps[0] + curve.caps[1]) / 2  # between two points
+    one = {"load": {"kind": "closed", "users": 1, "think_time_s": {"dist": "constant", "value": 0.2}},
+           "run": {"seed": 3, "max_requests": 6}}  # fmt: skip
+    deployment = SMALL | {"hardware": hw.id}
+    full = run(deployment=deployment | {"power_cap": f"{full_w:g} W"}, **one)
+    capped = run(deployment=deployment | {"power_cap": f"{cap_w:g} W"}, **one)
+    at_full, at_cap = _power(full), _power(capped)
+    assert at_full.throughput_share == 1.0 and at_full.busy_w == full_w
+    share = chip_power(hw, cap_w).throughput
+    assert at_cap.throughput_share == share < 1.0
+    busy, span = full.records.totals[0].busy_s, full.records.end_s
+    assert capped.records.totals[0].busy_s == pytest.approx(busy / share, rel=1e-9)
+    assert capped.records.end_s - capped.records.totals[0].busy_s == pytest.approx(span - busy, rel=1e-9)
+    tokens = at_full.energy_j / at_full.joules_per_output_token
+    assert at_cap.energy_j / at_cap.joules_per_output_token == pytest.approx(tokens, rel=1e-12)
+    energy = at_full.chips * (cap_w * busy / share + at_cap.idle_w * (span - busy))
+    assert at_cap.joules_per_output_token == pytest.approx(energy / tokens, rel=1e-9)
 
 
 def test_replicas_within_a_budget() -> None:
