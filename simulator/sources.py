@@ -4,10 +4,12 @@ Every profile number is ``{value, source, confidence}`` (:class:`~simulator.conf
 An answer of ``estimate`` or ``compare`` rests on a few of them, the **deciding numbers** of a
 deployment (:func:`deciding`): the bandwidth of the tier the weights stream from and its achieved
 fraction, the peak FLOP/s of the matmul path and its efficiency, the per-layer latencies of the chip
-and the serving stack, the interconnect bandwidth when the deployment spans chips, and the price per
-chip. ``--explain`` lists every sourced number of the hardware profile and the stack
-(:func:`every_number`). The confidence is the profile's: ``datasheet``, ``measured``,
-``vendor-claim``, ``derived`` (fitted or computed from others) or ``assumed``.
+and the serving stack, the interconnect bandwidth when the deployment spans chips, the price per
+chip, and the chip's full-load power (every J/token rests on it) with its idle power when the profile
+gives one (a power-capped run's idle seconds draw it). ``--explain`` lists every sourced number of
+the hardware profile and the stack (:func:`every_number`). The confidence is the profile's:
+``datasheet``, ``measured``, ``vendor-claim``, ``derived`` (fitted or computed from others) or
+``assumed``.
 """
 
 from __future__ import annotations
@@ -102,6 +104,10 @@ def deciding(d: Deployment) -> list[SourcedNumber]:
     if d.chips > 1:
         link = hw.interconnect
         out.append(_number(hw, "interconnect bandwidth", "interconnect.bandwidth", link.bandwidth))
+    power = hw.power
+    out.append(_number(hw, "full power", "power.chip", power.chip))
+    if power.idle is not None:
+        out.append(_number(hw, "idle power", "power.idle", power.idle))
     price = hw.price
     if price.rental_usd_per_chip_hour is not None:
         out.append(_number(hw, "rental $/chip-hour", "price.rental_usd_per_chip_hour", price.rental_usd_per_chip_hour))

@@ -27,6 +27,10 @@ def test_the_deciding_numbers_are_the_profiles_own() -> None:
     efficiency = d.hardware.compute.weight_only["mxfp4"].efficiency  # mxfp4 weights run weight-only on fp8
     assert numbers["matmul efficiency"].confidence == efficiency.confidence == "assumed"
     assert {"peak fp8", "rental $/chip-hour"} <= numbers.keys()
+    for what, field in (("full power", "chip"), ("idle power", "idle")):  # the W behind every J/token
+        number = getattr(d.hardware.power, field)
+        assert numbers[what].value == shown(f"power.{field}", number.value) and numbers[what].value.endswith("W")
+        assert (numbers[what].confidence, numbers[what].source) == (number.confidence, number.source)
     assert all(n.citation for n in numbers.values())  # every source key names a citation
 
 
