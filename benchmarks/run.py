@@ -59,7 +59,7 @@ from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
 from simulator.engine.build import build
-from simulator.resolve import resolve
+from simulator.plan.resolve import resolve
 from simulator.results.metrics import summarize
 from simulator.tables import format_table
 

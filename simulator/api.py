@@ -14,19 +14,19 @@ from pydantic import BaseModel
 
 from simulator.analytic import layouts
 from simulator.analytic.placement import Deployment
-from simulator.compare import ComparisonRow, compare
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.hardware import HardwareProfile
 from simulator.config.loading import Catalog
 from simulator.config.model import ModelSpec
 from simulator.config.paths import with_values
 from simulator.config.scenario import Scenario
-from simulator.limits import Limits
-from simulator.planning import Planner, PlanResult
-from simulator.resolve import ResolvedScenario
-from simulator.resolve import resolve as resolve_with
+from simulator.plan.limits import Limits
+from simulator.plan.resolve import ResolvedScenario
+from simulator.plan.resolve import resolve as resolve_with
 from simulator.runner import RunResult, load_scenario_data, scenario_from
 from simulator.runner import simulate as simulate_with
+from simulator.studies.compare import ComparisonRow, compare
+from simulator.studies.planning import Planner, PlanResult
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -57,7 +57,7 @@ def load_scenario(
 
 
 def resolve(scenario: Scenario, catalog: Catalog | None = None) -> ResolvedScenario:
-    """Every lookup, placement, price and check of ``scenario`` (:func:`simulator.resolve.resolve`)."""
+    """Every lookup, placement, price and check of ``scenario`` (:func:`simulator.plan.resolve.resolve`)."""
     return resolve_with(scenario, catalog or Catalog())
 
 
@@ -68,7 +68,7 @@ def simulate(
 ) -> RunResult:
     """Run a scenario (or a resolved one, whose plans may have been replaced): records and summary.
 
-    ``limits``: the size a run may reach before it needs ``limits=None`` (:mod:`simulator.limits`).
+    ``limits``: the size a run may reach before it needs ``limits=None`` (:mod:`simulator.plan.limits`).
     """
     return simulate_with(scenario, catalog or Catalog(), limits=limits)
 

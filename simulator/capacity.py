@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from simulator.analytic.estimate import Estimate
     from simulator.config.loading import Catalog
     from simulator.config.scenario import Scenario
-    from simulator.resolve import ResolvedScenario
+    from simulator.plan.resolve import ResolvedScenario
 
 #: The mark on a capacity-limited figure (a report row holding one is highlighted).
 LIMITED_MARK = "⚠"
@@ -110,7 +110,7 @@ def of_run(scenario: Scenario, preemptions: int, catalog: Catalog | None = None)
     typical call; the preemptions still decide."""
     from simulator.config.loading import Catalog
     from simulator.errors import InfersimError
-    from simulator.resolve import resolve
+    from simulator.plan.resolve import resolve
 
     try:
         resolved = resolve(scenario, catalog or Catalog())

@@ -90,7 +90,7 @@ def _chips(chips: int) -> str:
 
 def run_assumptions(scenario: Scenario, summary: RunSummary | None = None) -> Assumptions:
     """The assumptions of one simulated run (its resolved scenario, and its summary for the window and basis)."""
-    from simulator.validation import hardware_label  # the validation module runs the engine: imported on use
+    from simulator.studies.validation import hardware_label  # the validation module runs the engine: imported on use
 
     fleet = scenario.fleet
     models = sorted({b.deployment.model_id for b in fleet})
@@ -116,7 +116,7 @@ def run_assumptions(scenario: Scenario, summary: RunSummary | None = None) -> As
 def closed_form_assumptions(model: str, hardware: Sequence[str], input_tokens: int, output_tokens: int,
                             users: Sequence[int]) -> Assumptions:  # fmt: skip
     """The assumptions of the closed-form estimate (no simulated window, no cost)."""
-    from simulator.validation import hardware_label
+    from simulator.studies.validation import hardware_label
 
     return Assumptions(
         model, f"{', '.join(map(hardware_label, hardware))} (each its smallest placement that fits)",

@@ -58,7 +58,7 @@ from types import ModuleType
 #: router, the loads and agents that submit requests), and the step-time model whose misses of the
 #: fast path's cache (new batch shapes: prompts of every length) it evaluates.
 MODULES = (
-    "simulator.series",
+    "simulator.records.series",
     "simulator.analytic.step_time",
     "simulator.analytic.step_fast",
     "simulator.engine.kv.blocks",

@@ -16,7 +16,7 @@ from matplotlib.axes import Axes
 from simulator.analytic.availability import more_than_down
 from simulator.plots import _axes, _legend
 from simulator.results.summary import FailureSummary
-from simulator.tolerance import HOURS_PER_YEAR
+from simulator.studies.tolerance import HOURS_PER_YEAR
 
 
 def replica_availability(observed: Sequence[float], expected: float, ax: Axes | None = None) -> Axes:

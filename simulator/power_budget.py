@@ -10,7 +10,7 @@ provisioned (nameplate) draw, not the mean, since a site's breakers must hold th
 from __future__ import annotations
 
 from simulator.analytic.power import replicas_within
-from simulator.resolve import BackendPlan
+from simulator.plan.resolve import BackendPlan
 
 
 def replica_kw(plan: BackendPlan, pue: float) -> float:

@@ -55,7 +55,7 @@ from simulator.results.views import (
     sweep_table,
 )
 from simulator.sources import SourcedNumber, confidence_counts, deciding
-from simulator.sweep import read_table_file, table_path
+from simulator.studies.sweep import read_table_file, table_path
 from simulator.tables import format_number
 from simulator.units import format_seconds
 from simulator.version import __version__
@@ -455,7 +455,7 @@ def _sweep_sections(folder: Path) -> list[Section]:
 
 def _compare_sections(folder: Path) -> list[Section]:
     rows = read_json(folder / "compare.json")
-    from simulator.compare import HEADERS, table_cells
+    from simulator.studies.compare import HEADERS, table_cells
 
     runs = sorted(p for p in folder.iterdir() if p.is_dir() and (p / "summary.json").exists())
     a = _assumptions(runs[0], read_summary(runs[0] / "summary.json")) if runs else None
@@ -525,7 +525,7 @@ def _sources_section(numbers: dict[str, list[SourcedNumber]], a: Assumptions | N
 def _run_numbers(folder: Path) -> dict[str, list[SourcedNumber]]:
     """The deciding numbers of each backend's deployment of a run folder's resolved scenario ({} when it
     cannot be resolved again here)."""
-    from simulator.resolve import resolve
+    from simulator.plan.resolve import resolve
 
     scenario = read_scenario(folder)
     if scenario is None:

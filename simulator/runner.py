@@ -12,10 +12,10 @@ from simulator.config.paths import set_path
 from simulator.config.scenario import Scenario
 from simulator.config.workload import TraceLoad
 from simulator.engine.build import StopWhen, build
-from simulator.limits import Limits
-from simulator.limits import check as check_size
-from simulator.records import RunRecords
-from simulator.resolve import ResolvedScenario, resolve
+from simulator.plan.limits import Limits
+from simulator.plan.limits import check as check_size
+from simulator.plan.resolve import ResolvedScenario, resolve
+from simulator.records.store import RunRecords
 from simulator.results.metrics import summarize
 from simulator.results.summary import RunSummary
 
@@ -78,7 +78,7 @@ def simulate(
 
     A scenario already resolved runs as its plans say (a plan may be replaced, e.g. its cost
     model by a test double). ``limits``: the size a run may reach before it needs
-    ``limits=None`` (:mod:`simulator.limits`). ``stop``: ends the run as soon as it says the
+    ``limits=None`` (:mod:`simulator.plan.limits`). ``stop``: ends the run as soon as it says the
     outcome is settled (:class:`~simulator.engine.build.StopWhen`; the result says ``stopped``);
     without it the run is the ordinary one.
     """

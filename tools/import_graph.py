@@ -31,7 +31,7 @@ FORBIDDEN = (
     ("simulator.analytic", "simulator.results"),
     ("simulator.engine", "simulator.results"),
     ("simulator.results", "simulator.engine"),
-    ("simulator.resolve", "simulator.engine"),
+    ("simulator.plan.resolve", "simulator.engine"),
 )
 
 

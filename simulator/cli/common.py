@@ -17,7 +17,7 @@ from simulator.cli.output import FileContents, ResultsFolder
 from simulator.config.loading import Catalog, parse_override
 from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError
-from simulator.limits import Limits
+from simulator.plan.limits import Limits
 from simulator.results.summary import RunSummary
 from simulator.results.views import BACKEND_HEADERS, CLASS_HEADERS, backend_rows, class_rows
 from simulator.runner import RunResult

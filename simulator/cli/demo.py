@@ -10,8 +10,9 @@ import yaml
 from simulator.cli.common import catalog, json_text, messages_aside, run_files
 from simulator.cli.output import ResultsFolder
 from simulator.cli.report import write_report
-from simulator.compare import comparison_table
-from simulator.demo import (
+from simulator.serialize import deployment_dict
+from simulator.studies.compare import comparison_table
+from simulator.studies.demo import (
     DEMO_INPUT_TOKENS,
     DEMO_LOADED_USERS,
     DEMO_MODELS,
@@ -23,7 +24,6 @@ from simulator.demo import (
     speed_gap_text,
     task_table,
 )
-from simulator.serialize import deployment_dict
 from simulator.version import __version__
 
 

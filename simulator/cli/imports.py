@@ -1,7 +1,7 @@
 """``infersim import``, ``infersim compare-measured`` and ``infersim models import``: measured runs in,
 simulated against measured out, model profiles from a Hugging Face ``config.json``.
 
-``import`` reads result files (:mod:`simulator.importers`), refuses the whole command (exit 2,
+``import`` reads result files (:mod:`simulator.io.importers`), refuses the whole command (exit 2,
 nothing written) when any run's load cannot be reproduced and it has no per-request data,
 and writes one folder: ``measurements.csv`` (rows ``validate`` and ``calibrate --table``
 read), ``traces/<run>.jsonl`` (task-graph traces ``infersim run`` replays),
@@ -11,7 +11,7 @@ the same requests at twice the rate) and ``import.json`` (every run: its source,
 statistics and deployment).
 
 ``compare-measured`` replays every trace of an import folder through the engine with the
-import's seed and compares request by request (:mod:`simulator.measured`).
+import's seed and compares request by request (:mod:`simulator.studies.measured`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from simulator.tables import format_table
 
 if TYPE_CHECKING:
     from simulator.config.hardware import HardwareProfile
-    from simulator.importers.common import PerRequest
+    from simulator.io.importers.common import PerRequest
 
 MANIFEST = "import.json"
 TABLE = "measurements.csv"
@@ -96,9 +96,9 @@ def _slug(text: str) -> str:
 
 
 def import_command(args: argparse.Namespace) -> int:
-    from simulator.importers import read_file
-    from simulator.importers.checks import cache_warning, floor_flags
-    from simulator.importers.rows import COLUMNS, Deployment, measured_csv, rows, trace_lines
+    from simulator.io.importers import read_file
+    from simulator.io.importers.checks import cache_warning, floor_flags
+    from simulator.io.importers.rows import COLUMNS, Deployment, measured_csv, rows, trace_lines
 
     if not 0 <= args.seed <= MAX_INTEGER:
         raise ConfigError(f"--seed: expected an integer from 0 to 2**63 - 1, got {args.seed}")
@@ -190,7 +190,7 @@ def _replay_yaml(entry: dict[str, object], per_request: PerRequest, folder: Path
     import numpy as np
 
     from simulator.cli.common import scenario_yaml
-    from simulator.measured import scenario
+    from simulator.studies.measured import scenario
 
     measured = {"input_tokens": np.asarray(per_request.input_tokens, dtype=float),
                 "output_tokens": np.asarray(per_request.output_tokens, dtype=float),
@@ -241,7 +241,7 @@ def compare_measured(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace, traced: list[dict[str, object]], folder: Path, cat: Catalog,
             files: dict[str, str | bytes], report: dict[str, object]) -> None:  # fmt: skip
     """Each traced run replayed and compared (its table printed; files and summary added)."""
-    from simulator.measured import compare_run, comparison_csv, summary_rows
+    from simulator.studies.measured import compare_run, comparison_csv, summary_rows
 
     for entry in traced:
         try:
@@ -255,7 +255,7 @@ def _replay(args: argparse.Namespace, traced: list[dict[str, object]], folder: P
                            summary_rows(comparison)))  # fmt: skip
         print()
         if args.report:
-            from simulator.measured import cdf_figure
+            from simulator.studies.measured import cdf_figure
 
             files[f"figures/{entry['id']}-cdf.png"] = cdf_figure(comparison)
 
@@ -275,7 +275,7 @@ def _html(report: dict[str, object], ids: list[str]) -> str:
 def models_import(args: argparse.Namespace) -> int:
     import yaml
 
-    from simulator.hf_config import profile_from_config
+    from simulator.io.hf_config import profile_from_config
 
     profile: ModelSpec = profile_from_config(args.config, args.name, args.hf_repo)
     out = ResultsFolder(args.out or Path("runs") / f"model-{profile.id}", "models-import", args.overwrite)
@@ -295,13 +295,13 @@ def models_import(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    """A run folder's results in a peer's format, written beside them (:mod:`simulator.exporters`)."""
+    """A run folder's results in a peer's format, written beside them (:mod:`simulator.io.exporters`)."""
     import datetime
 
     import numpy as np
 
-    from simulator import exporters
     from simulator.config.files import read_csv, read_yaml
+    from simulator.io import exporters
     from simulator.units import parse_quantity
     from simulator.version import __version__
 

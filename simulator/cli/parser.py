@@ -105,7 +105,7 @@ def _add_output(p: argparse.ArgumentParser, default_help: str) -> None:
 
 
 def _add_executor(p: argparse.ArgumentParser) -> None:
-    """Where the command's simulations run (:mod:`simulator.execution`)."""
+    """Where the command's simulations run (:mod:`simulator.studies.execution`)."""
     p.add_argument("--executor", choices=("local", "dask"), default="local", help="where runs execute")
     p.add_argument("--address", help="Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a loopback cluster)")
     p.add_argument("--jobs", type=jobs, default=min(os.cpu_count() or 1, MAX_JOBS),
@@ -275,8 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """``import``, ``compare-measured`` and ``models import`` (:mod:`simulator.cli.imports`)."""
-    from simulator.exporters import FORMATS as EXPORTS
-    from simulator.importers import FORMATS
+    from simulator.io.exporters import FORMATS as EXPORTS
+    from simulator.io.importers import FORMATS
 
     p = _command(sub, "import", "simulator.cli.imports:import_command",
                  "benchmark result files (vLLM, SGLang, inference-perf, AIPerf, GuideLLM) as measurement rows "

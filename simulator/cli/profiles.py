@@ -27,12 +27,12 @@ from simulator.config.model import TensorGroup
 from simulator.errors import ConfigError, InfersimWarning
 from simulator.serialize import estimate_dict, layout_dict, placement_note
 from simulator.sources import SourcedNumber, confidence_counts, deciding, every_number
+from simulator.studies.validation import BUNDLED_TABLE, MeasurementRow, hardware_label, read_table, summarize, validate
 from simulator.tables import format_number, format_table
 from simulator.units import format_seconds
-from simulator.validation import BUNDLED_TABLE, MeasurementRow, hardware_label, read_table, summarize, validate
 
 if TYPE_CHECKING:
-    from simulator.cross_validation import CrossValidation
+    from simulator.studies.cross_validation import CrossValidation
 
 GB = 1e9
 
@@ -200,7 +200,7 @@ def validate_command(args: argparse.Namespace) -> int:
     results = validate(rows, cat)
     cv = None
     if args.cv:
-        from simulator.cross_validation import cross_validate, with_cv
+        from simulator.studies.cross_validation import cross_validate, with_cv
 
         cv = cross_validate(rows, cat, results)
         results = with_cv(results, cv)
@@ -293,7 +293,7 @@ def _stat_cells_cv(stats: dict[str, float]) -> list[object]:
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
-    from simulator.calibration import (
+    from simulator.studies.calibration import (
         derived_paths,
         fit,
         fit_report,

@@ -1,7 +1,7 @@
 """The run command: simulate a scenario (or one run per ``--set`` value) and write a results folder.
 
 Several values are counted first, from the lengths of the comma lists, and refused past
-:attr:`~simulator.limits.Limits.max_runs` unless ``--allow-large-runs``; they run one after
+:attr:`~simulator.plan.limits.Limits.max_runs` unless ``--allow-large-runs``; they run one after
 another, each printed on stderr with an ETA and written into the folder as it finishes, beside
 ``runs.partial.json`` (:class:`~simulator.cli.common.PartialFolder`), so an interrupted command
 keeps what it finished. Kept apart from ``compare`` and ``plan`` (:mod:`simulator.cli.simulate`) so that a run
@@ -45,7 +45,7 @@ from simulator.cli.common import (
 )
 from simulator.cli.output import ResultsFolder
 from simulator.errors import naming
-from simulator.limits import check_runs
+from simulator.plan.limits import check_runs
 from simulator.results.metrics import overload_message
 from simulator.results.summary import RunSummary
 from simulator.runner import (

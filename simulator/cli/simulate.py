@@ -1,6 +1,6 @@
 """Commands that simulate many candidates: compare and plan.
 
-Both run their simulations on an executor of :mod:`simulator.execution` (``--jobs``,
+Both run their simulations on an executor of :mod:`simulator.studies.execution` (``--jobs``,
 ``--executor dask --address``) through the cache under ``DIR/cache``, print a line per step on
 stderr (which run or candidate, an ETA; ``plan`` also with ``--json``, whose JSON is on stdout) and
 write each finished run into the results folder as
@@ -10,7 +10,7 @@ full results. ``run`` is in :mod:`simulator.cli.run`, which imports none of this
 
 Both count their runs before building any (``compare``: hardware ids x ``--set`` combinations;
 ``plan``: an upper bound on candidates x replications) and refuse more than
-:attr:`~simulator.limits.Limits.max_runs` unless ``--allow-large-runs``. A compare case that
+:attr:`~simulator.plan.limits.Limits.max_runs` unless ``--allow-large-runs``. A compare case that
 measured nothing makes ``compare`` exit :data:`~simulator.runner.EXIT_NOTHING_MEASURED`, as ``run``.
 """
 
@@ -43,20 +43,20 @@ from simulator.cli.common import (
 )
 from simulator.cli.output import ResultsFolder
 from simulator.cli.run import measured_nothing
-from simulator.compare import ComparisonRow, check_one_deployment, comparison_table, on_hardware, sources_text
 from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError, naming
-from simulator.execution import Cache, Profiles, Runs, catalog_of, check_address, inputs_digest, run_key, start
-from simulator.limits import Limits, check_runs
-from simulator.limits import check as check_size
-from simulator.planning import Evaluation, Planner, answer_scenario, plan_text, summary_run
-from simulator.resolve import resolve
+from simulator.plan.limits import Limits, check_runs
+from simulator.plan.limits import check as check_size
+from simulator.plan.resolve import resolve
 from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, nothing_measured, requests_arrived, scenario_from, simulate
 from simulator.sources import SourcedNumber, every_number
-from simulator.tolerance import answer_availability, availability_text
+from simulator.studies.compare import ComparisonRow, check_one_deployment, comparison_table, on_hardware, sources_text
+from simulator.studies.execution import Cache, Profiles, Runs, catalog_of, check_address, inputs_digest, run_key, start
+from simulator.studies.planning import Evaluation, Planner, answer_scenario, plan_text, summary_run
+from simulator.studies.tolerance import answer_availability, availability_text
 
 EXIT_NO_PLAN = 3  # `plan` answered: no fleet within the limits meets the targets (not bad input)
 

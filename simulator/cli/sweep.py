@@ -22,9 +22,9 @@ from simulator.cli.common import (
 from simulator.cli.output import ResultsFolder
 from simulator.config.loading import parse_override
 from simulator.config.scenario import Scenario
-from simulator.execution import check_address
 from simulator.results.views import sweep_table
-from simulator.sweep import cached_runs, expand, load_sweep, run_sweep, summarize_rows, table_file
+from simulator.studies.execution import check_address
+from simulator.studies.sweep import cached_runs, expand, load_sweep, run_sweep, summarize_rows, table_file
 from simulator.tables import format_table
 from simulator.version import __version__
 

@@ -27,7 +27,7 @@ from simulator.engine import ProcessGenerator
 from simulator.engine.clients import REFUSED_BACKOFF_S, ClassRun, ClassSource, TaskCounter, start_load
 from simulator.engine.recorder import Recorder
 from simulator.engine.request import Request
-from simulator.records import TaskRecord
+from simulator.records.store import TaskRecord
 
 
 def _draw(spec: Distribution, rng: np.random.Generator, minimum: float = 0.0) -> float:

@@ -17,7 +17,7 @@ from collections import deque
 import numpy as np
 
 from simulator.config.api_limits import MINUTE_S, ApiBehaviour, RateLimits
-from simulator.records import ApiRecords
+from simulator.records.store import ApiRecords
 
 
 class RateWindow:

@@ -1,6 +1,6 @@
 """Elaboration: wire a resolved scenario's plans into processes, then run.
 
-Everything a run needs was resolved before (:func:`simulator.resolve.resolve`): placements,
+Everything a run needs was resolved before (:func:`simulator.plan.resolve.resolve`): placements,
 prices, KV budgets, trace rows. Here each backend's replicas get their KV blocks, the KV tiers
 below them (each of the kind its config class registered, :func:`~simulator.engine.kv.tiers.kv_tier`),
 the batching policy its scheduler's config class registered
@@ -44,8 +44,8 @@ from simulator.engine.kv.blocks import paged_kv
 from simulator.engine.kv.tiers import KVTiers, replica_tiers
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
-from simulator.records import REQUEST_ROWS_KEPT, BackendRecord, RunRecords
-from simulator.resolve import BackendPlan, ResolvedScenario
+from simulator.plan.resolve import BackendPlan, ResolvedScenario
+from simulator.records.store import REQUEST_ROWS_KEPT, BackendRecord, RunRecords
 
 
 @dataclass(frozen=True)
@@ -161,10 +161,10 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
           ) -> Simulation:  # fmt: skip
     """Construct every component, connect them, start the processes (nothing runs yet).
 
-    ``rows_kept``: request rows held in memory before they stream (:class:`~simulator.records.RequestRows`;
+    ``rows_kept``: request rows held in memory before they stream (:class:`~simulator.records.store.RequestRows`;
     None keeps all); a fleet with disaggregated backends keeps all (its KV handoffs join them by id).
-    ``points``: the buckets of each level and token series (:mod:`simulator.series`; default
-    :func:`~simulator.series.points_per_series`).
+    ``points``: the buckets of each level and token series (:mod:`simulator.records.series`; default
+    :func:`~simulator.records.series.points_per_series`).
     """
     scenario = resolved.scenario
     env = simpy.Environment()

@@ -35,14 +35,14 @@ from simulator.engine.fleet import Backend, Router
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.request import Request, SessionKeys
-from simulator.records import (
+from simulator.plan.resolve import ClassPlan
+from simulator.records.store import (
     DROPPED_OVER_BUDGET,
     DROPPED_REPLICA_FAILED,
     DROPPED_THROTTLED,
     DROPPED_TOO_LONG,
     RequestRecord,
 )
-from simulator.resolve import ClassPlan
 
 LENGTH_CHUNK = 1024
 PROGRESS_TICKS = 100

@@ -14,7 +14,7 @@ the decode pool's first iteration over it. So
 
     TTFT = (prefill queue + prefill) + transfer + (decode queue + first decode iteration),
 
-each part recorded per request (:class:`~simulator.records.KVTransferRecords`).
+each part recorded per request (:class:`~simulator.records.store.KVTransferRecords`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from simulator.analytic.kv_transfer import Handoff, arrival_s, handoff_kind, tra
 from simulator.engine.fleet import Backend
 from simulator.engine.replica import Replica
 from simulator.engine.request import Request
-from simulator.records import KV_TRANSFER_COLUMNS, KVTransferRecords, LevelMonitor
+from simulator.records.store import KV_TRANSFER_COLUMNS, KVTransferRecords, LevelMonitor
 
 
 class KVHandoff:

@@ -39,8 +39,8 @@ from simulator.engine.kv.blocks import paged_kv
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.request import Request
-from simulator.records import DROPPED_REPLICA_FAILED, FailureRecords
-from simulator.resolve import ScenarioError
+from simulator.plan.resolve import ScenarioError
+from simulator.records.store import DROPPED_REPLICA_FAILED, FailureRecords
 
 
 class Failures:

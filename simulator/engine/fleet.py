@@ -61,7 +61,7 @@ from simulator.config.hardware import TokenPrice
 from simulator.engine.api_gate import ApiGate
 from simulator.engine.replica import Replica
 from simulator.engine.request import Request
-from simulator.resolve import BackendPlan, ClassRouting
+from simulator.plan.resolve import BackendPlan, ClassRouting
 
 
 @dataclass

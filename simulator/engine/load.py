@@ -28,7 +28,7 @@ from simulator.config.scenario import (
 )
 from simulator.engine import ProcessGenerator
 from simulator.engine.clients import REFUSED_BACKOFF_S, ClassRun, ClassSource, LengthSampler, start_load
-from simulator.records import FloatArray
+from simulator.records.store import FloatArray
 
 CHUNK = 4096
 

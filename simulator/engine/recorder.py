@@ -1,5 +1,5 @@
 """The recorder: append-only records of a run while it runs (requests, tasks, levels, tokens,
-inter-token gaps, speculative verify passes), frozen into :class:`~simulator.records.RunRecords` when it ends.
+inter-token gaps, speculative verify passes), frozen into :class:`~simulator.records.store.RunRecords` when it ends.
 
 Nothing here computes metrics; :mod:`simulator.results` derives them from the frozen records.
 """
@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simulator.records import (
+from simulator.records.series import points_per_series
+from simulator.records.store import (
     ITL_BIN_EDGES_S,
     REQUEST_COLUMNS,
     REQUEST_ROWS_KEPT,
@@ -27,7 +28,6 @@ from simulator.records import (
     TaskRecord,
     TokenCounter,
 )
-from simulator.series import points_per_series
 
 ITL_BUFFER = 8192
 
@@ -39,7 +39,7 @@ class Recorder:
                  points: int | None = None) -> None:  # fmt: skip
         """``warmup_s``: where the levels and token counts stay exact however long the run;
         ``rows_kept``: the request rows held in memory before they stream (None: all);
-        ``points``: buckets per level and token series (default :func:`~simulator.series.points_per_series`)."""
+        ``points``: buckets per level and token series (default :func:`~simulator.records.series.points_per_series`)."""
         self.requests = RequestRows(len(REQUEST_COLUMNS), rows_kept)  # one RequestRecord per request
         marks, points = (warmup_s,), points or points_per_series(replicas)
         self.in_system = LevelMonitor(marks=marks, points=points)

@@ -1,6 +1,6 @@
 """Trace replay processes: recorded requests at their arrival times, agent sessions, task graphs.
 
-The trace was read when the scenario was resolved (:func:`simulator.resolve.load_plan`); here
+The trace was read when the scenario was resolved (:func:`simulator.plan.resolve.load_plan`); here
 its rows become processes, each format by its replay in :data:`REPLAYS`, after ``sample``
 keeps each row (or session, or graph) with its probability.
 
@@ -9,7 +9,7 @@ time with its lengths and, for Mooncake, its prompt block hashes, which drive pr
 Agent sessions (WEKA) are closed loop, one task per session: each call is sent
 ``think_time`` after the previous call's last token; sub-agents attached to a call run in
 parallel first and the call waits for the slowest (fan-out, then join). Task graphs
-(:mod:`simulator.taskgraph`) arrive at their recorded times; each step starts when the steps
+(:mod:`simulator.io.taskgraph`) arrive at their recorded times; each step starts when the steps
 it is after have finished.
 """
 
@@ -26,8 +26,8 @@ from simulator.engine import ProcessGenerator
 from simulator.engine.agents import TaskTally
 from simulator.engine.clients import ClassRun, ClassSource, TaskCounter, start_load
 from simulator.engine.recorder import Recorder
-from simulator.taskgraph import GraphStep, TaskGraph
-from simulator.traces import Session, TraceRequest, sample
+from simulator.io.taskgraph import GraphStep, TaskGraph
+from simulator.io.traces import Session, TraceRequest, sample
 
 
 def _replay_requests(load: TraceLoad, run: ClassRun, rng: np.random.Generator) -> None:

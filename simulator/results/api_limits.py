@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.config.api_limits import MINUTE_S
-from simulator.records import ApiRecords, FloatArray
+from simulator.records.store import ApiRecords, FloatArray
 from simulator.results.summary import ApiSummary
 
 

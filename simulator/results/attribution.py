@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.analytic.economics import RunCost, api_usd
-from simulator.records import BackendRecord
+from simulator.records.store import BackendRecord
 from simulator.results.requests import Requests
 
 ATTRIBUTION = (

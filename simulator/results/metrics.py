@@ -83,7 +83,7 @@ from simulator.analytic.power import replica_energy_j
 from simulator.config.fleet import CostSpec
 from simulator.config.scenario import SLOSpec, WorkloadClass
 from simulator.config.workload import AgentsLoad, TraceLoad
-from simulator.records import (
+from simulator.records.store import (
     DROPPED_OVER_BUDGET,
     DROPPED_REPLICA_FAILED,
     DROPPED_THROTTLED,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from simulator.analytic.power import replica_energy_j
-from simulator.records import BackendRecord, RunRecords
+from simulator.records.store import BackendRecord, RunRecords
 from simulator.results.summary import BackendPower
 
 

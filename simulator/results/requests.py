@@ -1,6 +1,6 @@
 """The measured requests of a run, as the metrics ask for them: from every row, or digested.
 
-A run that kept every request row (:data:`~simulator.records.REQUEST_ROWS_KEPT` or fewer) is
+A run that kept every request row (:data:`~simulator.records.store.REQUEST_ROWS_KEPT` or fewer) is
 read row by row (:class:`KeptRequests`): percentiles are exact order statistics. A run whose
 rows streamed is read once, chunk by chunk, into a :class:`RequestDigest`:
 
@@ -12,7 +12,7 @@ rows streamed is read once, chunk by chunk, into a :class:`RequestDigest`:
   maximum) and interpolated as :func:`numpy.percentile` does, so a binned percentile is within
   a factor ``sqrt(BIN_RATIO)`` (0.58 %) of the exact one;
 - class cost shares read seat-seconds off each replica's batch level, exact unless that level
-  was compacted (:mod:`simulator.series`), then at the level's bucket resolution.
+  was compacted (:mod:`simulator.records.series`), then at the level's bucket resolution.
 
 The metric definitions themselves are those of :mod:`simulator.results.metrics`.
 """
@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simulator.config.scenario import SLOSpec
-from simulator.records import (
+from simulator.records.store import (
     DROPPED_OVER_BUDGET,
     DROPPED_REPLICA_FAILED,
     DROPPED_THROTTLED,

@@ -16,8 +16,8 @@ from simulator.analytic.step_time import StepCostModel
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.speculation import SpeculativeSpec
-from simulator.resolve import resolve
-from simulator.validation import BUNDLED_TABLE, predict_row, read_table, row_deployment
+from simulator.plan.resolve import resolve
+from simulator.studies.validation import BUNDLED_TABLE, predict_row, read_table, row_deployment
 from tests.engine.conftest import scenario
 
 CATALOG = Catalog()

@@ -21,9 +21,9 @@ from distributed import LocalCluster
 from simulator.cli import main
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
-from simulator.execution import Runs, start
-from simulator.limits import Limits
-from simulator.planning import Planner, plan_fleet, summary_run
+from simulator.plan.limits import Limits
+from simulator.studies.execution import Runs, start
+from simulator.studies.planning import Planner, plan_fleet, summary_run
 from tests.cli.test_cli import run_cli
 
 # Interactive users need >= 150 tok/s (only the B200 gives it); bulk work at 30 req/s needs

@@ -180,7 +180,7 @@ def test_calibrate_moves_the_parameters_of_an_imported_vllm_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The rows of an imported run are simulated, and a simulated time jitters at small parameter
-    steps: the fit's differences over :data:`~simulator.calibration.ENGINE_STEP` follow the trend,
+    steps: the fit's differences over :data:`~simulator.studies.calibration.ENGINE_STEP` follow the trend,
     so the fit moves from its start and lowers the error (it once returned the starting values)."""
     _first_requests(tmp_path / "vllm.json", 40)
     folder = tmp_path / "import"

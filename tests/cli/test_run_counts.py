@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from simulator.cli import main
 from simulator.cli.common import Countdown, progress_text
 from simulator.cli.parser import EXIT_STATUS
-from simulator.limits import Limits
+from simulator.plan.limits import Limits
 from simulator.runner import EXIT_NOTHING_MEASURED
 from tests.fuzz.conftest import POISSON as OPEN_POISSON
 

@@ -13,7 +13,7 @@ import pytest
 
 from simulator.config.api_limits import ApiBehaviour
 from simulator.engine.api_gate import ApiGate
-from simulator.records import DROPPED_THROTTLED
+from simulator.records.store import DROPPED_THROTTLED
 from tests.engine.conftest import SMALL, run
 
 API = {"hardware": "cerebras-cs3", "model": "llama-3.1-8b", "stack": "cerebras-inference"}

@@ -49,7 +49,7 @@ def test_a_tpu_serves_llama_70b_under_load_no_faster_than_its_torus_pass() -> No
     user's inter-token time beats one batch-1 decode pass (to the ITL histogram's 0.5 % bins);
     aggregate throughput grows with users."""
     from simulator.analytic.step_time import StepCostModel
-    from simulator.records import ITL_BIN_EDGES_S
+    from simulator.records.store import ITL_BIN_EDGES_S
     from tests.conftest import deploy
     from tests.engine.conftest import CATALOG
 

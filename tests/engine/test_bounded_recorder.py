@@ -1,6 +1,6 @@
 """The recorder in bounded memory: what it stores stays bounded as a run grows, the integrals the
 metrics read stay exact, and a streamed run's binned percentiles sit within the documented bin
-width of the exact ones (:mod:`simulator.series`, :mod:`simulator.results.requests`)."""
+width of the exact ones (:mod:`simulator.records.series`, :mod:`simulator.results.requests`)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from simulator.engine.build import build
-from simulator.records import REQUEST_COLUMNS, RunRecords
-from simulator.resolve import resolve
+from simulator.plan.resolve import resolve
+from simulator.records.series import LevelMonitor, TokenCounter
+from simulator.records.store import REQUEST_COLUMNS, RunRecords
 from simulator.results.metrics import summarize
 from simulator.results.requests import BIN_RATIO, LATENCIES, PERCENTILES
 from simulator.results.summary import RunSummary
-from simulator.series import LevelMonitor, TokenCounter
 from tests.engine.conftest import CATALOG, scenario
 
 POINTS = 256

@@ -160,7 +160,7 @@ def test_a_load_passes_lengths_as_any_integer_and_never_a_float_compiled_or_not(
     the compiled engine as in the sources (where the compiled Request alone would refuse numpy's)."""
     from simulator.engine.build import build
     from simulator.engine.clients import ClassSource
-    from simulator.resolve import resolve
+    from simulator.plan.resolve import resolve
     from tests.engine.conftest import CATALOG, scenario
 
     simulation = build(resolve(scenario(), CATALOG))

@@ -14,8 +14,8 @@ import yaml
 from simulator.analytic.kv_transfer import TOKEN_ID_BYTES, wire_end_s
 from simulator.cli import main
 from simulator.config.fleet import KVLinkSpec
-from simulator.records import KVTransferRecords, LevelMonitor
-from simulator.resolve import resolve
+from simulator.plan.resolve import resolve
+from simulator.records.store import KVTransferRecords, LevelMonitor
 from simulator.runner import RunResult
 from tests.engine.conftest import CATALOG, run, scenario
 

@@ -11,8 +11,8 @@ import pytest
 
 from simulator.config.loading import bundled_dir
 from simulator.config.scenario import Scenario
-from simulator.limits import Limits, RunTooLargeError
-from simulator.resolve import resolve
+from simulator.plan.limits import Limits, RunTooLargeError
+from simulator.plan.resolve import resolve
 from simulator.runner import simulate
 from simulator.serialize import strict_json
 from tests.engine.conftest import CATALOG, scenario

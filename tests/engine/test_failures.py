@@ -12,7 +12,7 @@ import pytest
 
 from simulator.analytic.availability import at_most_down, more_than_down, replica_reliability
 from simulator.config.hardware import HardwareProfile
-from simulator.resolve import resolve
+from simulator.plan.resolve import resolve
 from simulator.runner import simulate
 from tests.engine.conftest import CATALOG, scenario
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from simulator.config.scenario import Scenario
-from simulator.planning import answer_scenario, plan_fleet
-from simulator.tolerance import answer_availability, largest_replicas
+from simulator.studies.planning import answer_scenario, plan_fleet
+from simulator.studies.tolerance import answer_availability, largest_replicas
 from tests.engine.conftest import CATALOG
 from tests.engine.test_planning import RUN, _capacity_per_replica, _gpu_pool, _meets
 

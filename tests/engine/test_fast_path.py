@@ -10,8 +10,8 @@ import pytest
 
 from simulator.analytic.step_fast import ArrayCost, FastStepCost, engine_cost
 from simulator.analytic.step_time import BatchAggregates, BatchShape, IterationCost, PassTimes, StepCostModel
-from simulator.records import REQUEST_COLUMNS
-from simulator.resolve import resolve
+from simulator.plan.resolve import resolve
+from simulator.records.store import REQUEST_COLUMNS
 from simulator.runner import RunResult, simulate
 from tests.conftest import deploy
 from tests.engine.conftest import CATALOG, scenario

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simulator.engine.build import build
-from simulator.resolve import resolve
+from simulator.plan.resolve import resolve
 from simulator.runner import RunResult
 from tests.engine.conftest import CATALOG, run, scenario
 

@@ -11,7 +11,7 @@ import pytest
 from simulator.analytic.layouts import deploy
 from simulator.analytic.step_time import BatchAggregates, StepCostModel
 from simulator.config.deployment import DeploymentSpec
-from simulator.resolve import ScenarioError
+from simulator.plan.resolve import ScenarioError
 from simulator.runner import RunResult
 from tests.engine.conftest import CATALOG, SMALL, run
 

@@ -13,7 +13,7 @@ import yaml
 
 import simulator
 from simulator.cli import main
-from simulator.records import KVTierRecords
+from simulator.records.store import KVTierRecords
 from simulator.runner import RunResult, simulate
 from tests.engine.conftest import CATALOG
 

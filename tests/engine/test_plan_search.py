@@ -3,7 +3,7 @@
 The exhaustive search simulates every candidate (each backend alone at 1..max replicas, every
 mixed count vector) and takes the cheapest that meets; the planner prunes by cost, by the
 capacity bound and by known misses, and bisects, on runs stopped as soon as a task-time target
-provably misses (:class:`~simulator.planning.SettledMiss`); the exhaustive search runs every
+provably misses (:class:`~simulator.studies.planning.SettledMiss`); the exhaustive search runs every
 candidate to its end. The cases are small (8B model, 60-90 s runs) so each takes seconds.
 """
 
@@ -18,9 +18,11 @@ import pytest
 
 from simulator import plan_figure
 from simulator.config.scenario import Scenario
-from simulator.execution import Executor, Runs
-from simulator.limits import Limits
-from simulator.planning import (
+from simulator.plan.limits import Limits
+from simulator.plan.resolve import ScenarioError
+from simulator.runner import simulate
+from simulator.studies.execution import Executor, Runs
+from simulator.studies.planning import (
     Evaluation,
     Planner,
     PlanResult,
@@ -30,8 +32,6 @@ from simulator.planning import (
     plan_text,
     summary_run,
 )
-from simulator.resolve import ScenarioError
-from simulator.runner import simulate
 from tests.engine.conftest import CATALOG, scenario
 
 H100_8B = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1}

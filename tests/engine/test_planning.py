@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from simulator.config.scenario import Scenario
-from simulator.planning import answer_scenario, plan_fleet, target_ratios
-from simulator.resolve import ScenarioError
+from simulator.plan.resolve import ScenarioError
 from simulator.runner import simulate
+from simulator.studies.planning import answer_scenario, plan_fleet, target_ratios
 from tests.engine.conftest import CATALOG, scenario
 
 H100_8B = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1}
@@ -93,7 +93,7 @@ def test_planning_without_targets_is_refused() -> None:
 
 
 def test_a_zero_bound_is_described_without_dividing_by_it() -> None:
-    from simulator.planning import Miss
+    from simulator.studies.planning import Miss
 
     miss = Miss("c", "p99 queueing_delay_s <= 0 s", 0.02, 0.0, float("inf"), True)
     assert miss.describe() == "c: p99 queueing_delay_s <= 0 s: got 0.02"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.planning import plan_fleet
+from simulator.plan.resolve import resolve
 from simulator.power_budget import replica_kw
-from simulator.resolve import resolve
+from simulator.studies.planning import plan_fleet
 from tests.engine.conftest import CATALOG
 from tests.engine.test_planning import _capacity_per_replica, _gpu_pool
 

@@ -11,7 +11,7 @@ import pytest
 
 from simulator.analytic.power import PowerCapError, chip_power, replicas_within
 from simulator.config.hardware import HardwareProfile, PowerSpec
-from simulator.resolve import ScenarioError
+from simulator.plan.resolve import ScenarioError
 from tests.engine.conftest import CATALOG, SMALL, run, scenario
 
 H100 = CATALOG.hardware("nvidia-h100-sxm")

@@ -20,7 +20,7 @@ from simulator.engine.batching.registry import batch_policy
 from simulator.engine.batching.slots import Slots
 from simulator.engine.kv.blocks import BlockManager
 from simulator.engine.load import arrival_times
-from simulator.resolve import BackendPlan, resolve
+from simulator.plan.resolve import BackendPlan, resolve
 from simulator.runner import simulate
 from tests.engine.conftest import CATALOG, scenario, service_time_s
 

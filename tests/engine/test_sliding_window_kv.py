@@ -13,7 +13,7 @@ from simulator.engine.batching.continuous import ContinuousBatchingPolicy
 from simulator.engine.batching.slots import Slots
 from simulator.engine.kv.blocks import BlockManager, paged_kv
 from simulator.engine.request import Request
-from simulator.resolve import resolve
+from simulator.plan.resolve import resolve
 from tests.engine.conftest import CATALOG, scenario
 
 BLOCK = 16

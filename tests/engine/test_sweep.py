@@ -16,7 +16,7 @@ from distributed import LocalCluster
 
 from simulator.config.loading import Catalog, ConfigError, bundled_dir
 from simulator.errors import InfersimWarning
-from simulator.sweep import (
+from simulator.studies.sweep import (
     SweepSpec,
     expand,
     factor_points,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from simulator.config.loading import Catalog, ConfigError
+from simulator.io.taskgraph import dump_task_graph, load_task_graphs
 from simulator.runner import scenario_from, simulate
-from simulator.taskgraph import dump_task_graph, load_task_graphs
 from tests.engine.conftest import service_time_s
 from tests.engine.test_queueing_laws import COST
 

@@ -28,7 +28,7 @@ from simulator.engine.kv.tiers import KVTier, KVTiers, kv_tier
 from simulator.engine.recorder import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.request import Request
-from simulator.resolve import TierPlan, resolve
+from simulator.plan.resolve import TierPlan, resolve
 from simulator.runner import simulate
 from tests.engine.conftest import CATALOG, SMALL, scenario
 from tests.engine.test_kv_tiers import SCENARIO, SMALL_HBM

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from simulator.config.loading import Catalog, ConfigError
+from simulator.io.traces import TraceRequest, infinite_cache_reuse, load_azure, load_mooncake, load_weka, window
 from simulator.runner import load_scenario_data, scenario_from, simulate
-from simulator.traces import TraceRequest, infinite_cache_reuse, load_azure, load_mooncake, load_weka, window
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "workloads" / "traces"

@@ -37,9 +37,9 @@ from simulator.config.scenario import Scenario
 from simulator.config.stack import StackProfile
 from simulator.config.workload import WorkloadSpec
 from simulator.errors import ConfigError
-from simulator.hf_config import profile_from_config
-from simulator.importers import read_file
-from simulator.importers.checks import PLAUSIBLE
+from simulator.io.hf_config import profile_from_config
+from simulator.io.importers import read_file
+from simulator.io.importers.checks import PLAUSIBLE
 from simulator.units import RANGES, Dimension, parse_quantity
 from tests.fuzz.conftest import (
     BASE_CHANGED,

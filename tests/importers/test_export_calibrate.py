@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from simulator.calibration import fit, load_point, parse_parameters
 from simulator.cli import main
 from simulator.config.loading import Catalog
 from simulator.errors import InfersimWarning
-from simulator.importers import read_file
-from simulator.validation import MeasurementRow
+from simulator.io.importers import read_file
+from simulator.studies.calibration import fit, load_point, parse_parameters
+from simulator.studies.validation import MeasurementRow
 
 SCENARIO = """\
 name: export-test

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from simulator.cli import main
-from simulator.importers import read_file
+from simulator.io.importers import read_file
 
 MEASURED = Path("/work/shared/measured-runs/vllm-bench")
 

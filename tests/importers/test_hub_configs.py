@@ -20,7 +20,7 @@ import pytest
 
 from simulator.analytic.architecture import kv_bytes_per_token, total_params
 from simulator.cli import main
-from simulator.hf_config import profile_from_config
+from simulator.io.hf_config import profile_from_config
 
 CONFIGS = Path(__file__).parent / "fixtures" / "hub_configs"
 B = 1e9

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from simulator.cli import main
-from simulator.importers import read_file
-from simulator.importers.rows import Deployment, arrival_times, rows
-from simulator.validation import read_table
+from simulator.io.importers import read_file
+from simulator.io.importers.rows import Deployment, arrival_times, rows
+from simulator.studies.validation import read_table
 
 FIXTURES = Path(__file__).parent / "fixtures" / "measured"
 SHARED = next((p for p in (Path("/work/shared/measured-runs"), Path(__file__).parents[3] / "shared" / "measured-runs")

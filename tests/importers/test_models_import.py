@@ -16,7 +16,7 @@ from simulator.analytic.layouts import Question, deploy
 from simulator.cli import main
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
-from simulator.hf_config import profile_from_config
+from simulator.io.hf_config import profile_from_config
 
 CONFIGS = Path(__file__).parent / "fixtures" / "hf_configs"
 MODELS = sorted(p.name for p in CONFIGS.iterdir())

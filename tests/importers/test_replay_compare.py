@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
-from simulator.validation import loaded_scenario, read_table
+from simulator.studies.validation import loaded_scenario, read_table
 
 FIXTURES = Path(__file__).parent / "fixtures" / "measured"
 REQUESTS = 24

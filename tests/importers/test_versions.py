@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from simulator.cli import main
-from simulator.importers import read_file
-from simulator.importers.rows import arrival_times
+from simulator.io.importers import read_file
+from simulator.io.importers.rows import arrival_times
 
 VERSIONS = Path(__file__).parent / "fixtures" / "versions"
 

@@ -108,9 +108,9 @@ def test_write_report_of_a_run_has_its_task_breakdown(tmp_path: Path) -> None:
 
 
 def test_the_demo_task_table_has_one_row_per_hardware_and_load() -> None:
-    from simulator.compare import compare
     from simulator.config.scenario import Scenario
-    from simulator.demo import task_table
+    from simulator.studies.compare import compare
+    from simulator.studies.demo import task_table
     from tests.engine.conftest import CATALOG
 
     base = Scenario.model_validate(yaml.safe_load(SCENARIO))

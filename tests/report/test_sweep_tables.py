@@ -8,7 +8,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.errors import ConfigError
-from simulator.sweep import read_table_file, table_path
+from simulator.studies.sweep import read_table_file, table_path
 
 BASE = (
     "name: b\ndeployment: {hardware: nvidia-h100-sxm, model: llama-3.1-8b}\n"

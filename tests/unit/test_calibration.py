@@ -6,13 +6,20 @@ import dataclasses
 
 import pytest
 
-from simulator.calibration import CalibrationError, calibrate, derived_paths, fit, parse_parameters, undetermined
 from simulator.config.base import Sourced
 from simulator.config.hardware import HardwareProfile
 from simulator.config.loading import Catalog
 from simulator.config.paths import get_path, with_values
 from simulator.errors import InfersimWarning
-from simulator.validation import MeasurementRow, predict_row
+from simulator.studies.calibration import (
+    CalibrationError,
+    calibrate,
+    derived_paths,
+    fit,
+    parse_parameters,
+    undetermined,
+)
+from simulator.studies.validation import MeasurementRow, predict_row
 
 CATALOG = Catalog()
 CASES = [("llama-3.1-8b", "bf16", 1000), ("llama-3.1-70b", "bf16", 1000), ("gpt-oss-120b", "mxfp4", 1000),

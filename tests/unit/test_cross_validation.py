@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from simulator.calibration import FIT
 from simulator.config.loading import Catalog
 from simulator.config.paths import with_values
-from simulator.cross_validation import cross_validate, fit_groups, source_key
-from simulator.validation import MeasurementRow, validate
+from simulator.studies.calibration import FIT
+from simulator.studies.cross_validation import cross_validate, fit_groups, source_key
+from simulator.studies.validation import MeasurementRow, validate
 
 CATALOG = Catalog()
 PATHS = ("fabric.hop_latency", "execution.layer_latency")
@@ -148,9 +148,9 @@ def test_hardware_without_a_measurement_row_is_marked_unvalidated_wherever_it_is
     from simulator.analytic.estimate import estimate
     from simulator.analytic.layouts import Question, deploy
     from simulator.cli.profiles import estimate_text
-    from simulator.compare import table_cells
     from simulator.config.deployment import DeploymentSpec
-    from simulator.validation import BUNDLED_TABLE, hardware_label, read_table, validated_hardware
+    from simulator.studies.compare import table_cells
+    from simulator.studies.validation import BUNDLED_TABLE, hardware_label, read_table, validated_hardware
 
     measured = {r.hardware for r in read_table(BUNDLED_TABLE)}
     assert validated_hardware() == measured
@@ -168,8 +168,8 @@ def test_the_first_order_refit_predicts_the_held_out_rows_as_calibrate_s_full_re
     same rows predict a's rows alike (the refit is the Gauss-Newton step of the same fit)."""
     import warnings
 
-    from simulator.calibration import fit, parse_parameters
     from simulator.errors import InfersimWarning
+    from simulator.studies.calibration import fit, parse_parameters
 
     catalog = _fitted_on(["T1", "T2", "T3", "T4", "T5"])
     sources = ["https://a.example/doc"] * 2 + ["https://b.example/doc"] * 3

@@ -9,7 +9,7 @@ import pytest
 from simulator.analytic.layouts import Question, deploy
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog, ConfigError
-from simulator.validation import read_table, row_deployment
+from simulator.studies.validation import read_table, row_deployment
 
 HEADER = (
     "id,hardware,chips,model,weights,spec_decoding,input_tokens,output_tokens,concurrency,metric,value,stack,kv_cache\n"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from simulator.engine.build import build
-from simulator.records import RunRecords
-from simulator.resolve import resolve
+from simulator.plan.resolve import resolve
+from simulator.records.store import RunRecords
 from simulator.results.metrics import summarize
 from simulator.results.requests import BIN_RATIO, QUANTILES, LogHistogram, distribution_stats, measured_rows
 from simulator.results.summary import SUMMARY_SCHEMA, RunSummary

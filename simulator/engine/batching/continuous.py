@@ -18,7 +18,7 @@ from simulator.engine.batching.protocol import BatchPolicy, Plan
 from simulator.engine.batching.registry import batch_policy
 from simulator.engine.batching.slots import Slots
 from simulator.engine.kv.blocks import BlockManager
-from simulator.resolve import BackendPlan
+from simulator.plan.resolve import BackendPlan
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a variant outside the package may build on it

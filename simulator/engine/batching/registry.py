@@ -11,7 +11,7 @@ import functools
 
 from simulator.engine.batching.protocol import BatchPolicy
 from simulator.engine.kv.blocks import BlockManager
-from simulator.resolve import BackendPlan
+from simulator.plan.resolve import BackendPlan
 
 
 @functools.singledispatch

@@ -35,7 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import NamedTuple
 
-from simulator.resolve import BackendPlan
+from simulator.plan.resolve import BackendPlan
 
 BlockKey = Hashable
 SESSION_BITS = 32  # a session's keys are base + i, bases 2^32 apart

@@ -7,7 +7,7 @@ Assumptions:
 
 - **The time of a move** is the tier's: ``transfer_s(blocks) = blocks x block_bytes / bandwidth
   + latency`` (:meth:`KVTier.transfer_s`), ``bandwidth`` the tier's to the serving tier (the
-  replica's chips in parallel, :func:`simulator.resolve._tier_plan`) and ``latency`` its fixed
+  replica's chips in parallel, :func:`simulator.plan.resolve._tier_plan`) and ``latency`` its fixed
   time a transfer. A new kind of tier (another eviction order, compression) is a
   :class:`~simulator.config.batching.KVTierSpec` subclass and one builder registered with
   ``@kv_tier.register``; it may time its moves its own way.
@@ -57,8 +57,8 @@ from simulator.analytic.step_time import BatchAggregates, CostModel
 from simulator.config.batching import KVTierSpec
 from simulator.engine.kv.blocks import BlockKey, BlockManager
 from simulator.engine.request import Request
-from simulator.records import KVTierRecords, LevelMonitor
-from simulator.resolve import BackendPlan, TierPlan
+from simulator.plan.resolve import BackendPlan, TierPlan
+from simulator.records.store import KVTierRecords, LevelMonitor
 
 
 class KVTier:

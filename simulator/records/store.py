@@ -12,7 +12,7 @@ The contract between :mod:`simulator.engine` (which fills these while it runs) a
   (:class:`LevelMonitor`), so time-weighted means are exact integrals.
 - Output and input token counts are cumulative per replica (:class:`TokenCounter`), linear
   within an iteration, so a window's tokens exclude the parts of iterations outside it.
-- Both keep every point up to a bound, then bucket the past (:mod:`simulator.series` states
+- Both keep every point up to a bound, then bucket the past (:mod:`simulator.records.series` states
   the resolution and what stays exact: the integrals and counts over ``[warmup, end]``).
 - Inter-token gaps are a histogram over :data:`ITL_BIN_EDGES_S` (200 log bins per decade).
 """
@@ -33,8 +33,8 @@ import numpy.typing as npt
 from simulator.analytic.economics import Pricing
 from simulator.analytic.power import ChipPower
 from simulator.config.hardware import HardwareProfile
-from simulator.series import LevelMonitor as LevelMonitor  # re-exported: part of the records' contract
-from simulator.series import TokenCounter as TokenCounter
+from simulator.records.series import LevelMonitor as LevelMonitor  # re-exported: part of the records' contract
+from simulator.records.series import TokenCounter as TokenCounter
 
 FloatArray = npt.NDArray[np.float64]
 

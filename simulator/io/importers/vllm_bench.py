@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from simulator.errors import ConfigError
-from simulator.importers.common import (
+from simulator.io.importers.common import (
     MS_PER_S,
     ImportedRun,
     Load,

@@ -24,7 +24,7 @@ from simulator.analytic.availability import at_most_down, more_than_down, replic
 from simulator.config.failures import FailureSpec, Outage
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
-from simulator.resolve import resolve
+from simulator.plan.resolve import resolve
 from simulator.units import SECONDS_PER_YEAR, SI_NUMBERS
 
 HOURS_PER_YEAR = SECONDS_PER_YEAR / 3600.0

@@ -30,9 +30,9 @@ from simulator.config.files import number, read_csv
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
 from simulator.errors import ConfigError
-from simulator.importers.common import FloatArray
+from simulator.io.importers.common import FloatArray
 from simulator.runner import simulate
-from simulator.validation import MeasurementRow, parse_layout, row_deployment
+from simulator.studies.validation import MeasurementRow, parse_layout, row_deployment
 
 COMPARED = ("ttft_s", "tpot_s", "e2e_s")
 

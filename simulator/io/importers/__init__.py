@@ -1,17 +1,17 @@
 """Import benchmark clients' result files: detect the format, read runs in SI units.
 
 One module per format (each documents the fields it reads, its units and its quirks):
-:mod:`~simulator.importers.vllm_bench`, :mod:`~simulator.importers.sglang_bench`,
-:mod:`~simulator.importers.inference_perf`, :mod:`~simulator.importers.aiperf` (also
-GenAI-Perf's export and AIPerf's per-request JSONL) and :mod:`~simulator.importers.guidellm`.
-The metric-name mapping between the tools is :data:`~simulator.importers.common.METRIC_NAMES`.
+:mod:`~simulator.io.importers.vllm_bench`, :mod:`~simulator.io.importers.sglang_bench`,
+:mod:`~simulator.io.importers.inference_perf`, :mod:`~simulator.io.importers.aiperf` (also
+GenAI-Perf's export and AIPerf's per-request JSONL) and :mod:`~simulator.io.importers.guidellm`.
+The metric-name mapping between the tools is :data:`~simulator.io.importers.common.METRIC_NAMES`.
 
 :func:`read_file` parses a file once (JSON, JSON lines, or YAML for a ``.yaml`` / ``.yml`` file:
 GuideLLM's ``benchmarks.yaml``; SGLang's bare ``Infinity`` is admitted), picks the format by the
 keys it carries (or checks the one named) and returns its
 runs. A file no format recognises, or a damaged one, is a ConfigError naming the file and
 the field; so is a run whose figures no server produces (negative, zero or 1000x-off statistics,
-TTFT after E2E: :func:`simulator.importers.checks.check_plausible`).
+TTFT after E2E: :func:`simulator.io.importers.checks.check_plausible`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from simulator.config.files import parse_json, parse_yaml, read_text
 from simulator.errors import ConfigError
-from simulator.importers import aiperf, guidellm, inference_perf, sglang_bench, vllm_bench
-from simulator.importers.common import ImportedRun
+from simulator.io.importers import aiperf, guidellm, inference_perf, sglang_bench, vllm_bench
+from simulator.io.importers.common import ImportedRun
 
 #: Single-document formats: name -> (detector, reader).
 _DOCUMENTS: dict[str, tuple[Callable[[object], bool], Callable[[object, str], list[ImportedRun]]]] = {
@@ -96,7 +96,7 @@ def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
         runs = aiperf.read_records(lines)
     else:
         runs = _DOCUMENTS[detected][1](document, source)
-    from simulator.importers.checks import check_plausible  # its physics needs pydantic: not at parser start-up
+    from simulator.io.importers.checks import check_plausible  # its physics needs pydantic: not at parser start-up
 
     for run in runs:
         check_plausible(run)

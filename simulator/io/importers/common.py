@@ -14,7 +14,7 @@ A benchmark client's result file holds one run (vLLM, inference-perf, AIPerf) or
   source of a replay trace and of the per-request comparison).
 - ``flags``: laws the run's figures break that do not make them unusable (a throughput that
   disagrees with the run's counts and duration; TTFTs below the deployment's prefill floor):
-  its rows are kept and carry the flag (:mod:`simulator.importers.checks`).
+  its rows are kept and carry the flag (:mod:`simulator.io.importers.checks`).
 
 Nothing here reads a catalog or writes a file: deciding hardware and model is the caller's.
 """

@@ -83,7 +83,7 @@ REQUIRED_COLUMNS = (
 DEFAULT_INPUT_TOKENS = 1000
 DEFAULT_OUTPUT_TOKENS = 1000
 
-BUNDLED_TABLE = Path(__file__).resolve().parent / "data" / "measurements.csv"
+BUNDLED_TABLE = Path(__file__).resolve().parent.parent / "data" / "measurements.csv"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from simulator.errors import ConfigError
-from simulator.importers.common import ImportedRun, Load, Stats, get, num, optional, report_object, succeeded, whole
+from simulator.io.importers.common import ImportedRun, Load, Stats, get, num, optional, report_object, succeeded, whole
 
 FORMAT = "inference-perf"
 _METRICS = {"time_to_first_token": "ttft_s", "time_per_output_token": "tpot_s", "inter_token_latency": "itl_s",

@@ -63,7 +63,7 @@ rejected candidate lists the targets it misses. Every ``$/h`` is on one cost bas
 (:func:`on_one_basis`), named in every table header and the explanation: ``rental`` or
 ``ownership``, ``+ API per-token spend`` where API backends serve, ``api`` when only they do.
 
-Execution (:mod:`simulator.execution`): each step asks for all its replications at once, so a
+Execution (:mod:`simulator.studies.execution`): each step asks for all its replications at once, so a
 local pool or a Dask cluster simulates them in parallel; a bisection also names the candidates
 it may need next (*spare* runs, started only on idle slots and used only if the search later asks
 for them). The sequence of candidates the search asks for, and so the answer, the frontier and
@@ -75,7 +75,7 @@ simulated once), and nothing the search decides depends on which runs finished f
 Size: the search evaluates at most ``sum_b (1 + ceil(log2 m_b))`` single-architecture candidates
 plus ``(prod_{b != last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
 searched backend's most replicas), each ``plan.replications`` runs. More than
-:attr:`~simulator.limits.Limits.max_runs` such runs are refused up front unless
+:attr:`~simulator.plan.limits.Limits.max_runs` such runs are refused up front unless
 ``--allow-large-runs``. Progress lines count the candidates simulated, pruned (settled by a
 bound) and left (a bound on what the search may still simulate), which add up to that bound; the
 ETA is the mean time per simulated candidate times the bound of the phase under way: the
@@ -102,15 +102,15 @@ from simulator.config.workload import AgentsLoad
 from simulator.engine.build import StopWhen
 from simulator.engine.recorder import Recorder
 from simulator.errors import InfersimError
-from simulator.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
-from simulator.limits import Limits, check_runs
+from simulator.plan.limits import Limits, check_runs
+from simulator.plan.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
 from simulator.power_budget import power_limits, replica_kw, within_budget
-from simulator.records import TASK_COLUMNS
-from simulator.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
+from simulator.records.store import TASK_COLUMNS
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
+from simulator.studies.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
+from simulator.studies.tolerance import tolerating_failures
 from simulator.tables import format_table
-from simulator.tolerance import tolerating_failures
 
 Counts = tuple[int, ...]
 

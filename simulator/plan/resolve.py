@@ -61,10 +61,10 @@ from simulator.config.scenario import ClosedLoop, Load, OpenLoop, RequestLengths
 from simulator.config.stack import ApiTime
 from simulator.config.workload import AgentsLoad, AgentTaskSpec, TraceLoad
 from simulator.errors import InfersimError, naming
-from simulator.limits import RunSize, fastest_call_s
-from simulator.taskgraph import TaskGraph, load_task_graphs
-from simulator.traces import Session, TraceRequest, load_azure, load_mooncake, load_weka_dir, scale_rate
-from simulator.traces import window as clip_window
+from simulator.io.taskgraph import TaskGraph, load_task_graphs
+from simulator.io.traces import Session, TraceRequest, load_azure, load_mooncake, load_weka_dir, scale_rate
+from simulator.io.traces import window as clip_window
+from simulator.plan.limits import RunSize, fastest_call_s
 
 
 class ScenarioError(InfersimError):
@@ -181,7 +181,7 @@ class LoadContext:
     duration_s: float
 
     def fastest_call_s(self, typical: tuple[float, float]) -> float:
-        """:func:`~simulator.limits.fastest_call_s` of a typical call, once it is known to fit a replica
+        """:func:`~simulator.plan.limits.fastest_call_s` of a typical call, once it is known to fit a replica
         (the estimate's cost grows with the prompt: a length no replica holds is refused first)."""
         _check_fits(self.klass, typical, self.backends)
         return fastest_call_s([b.deployment for b in self.backends], *typical)
@@ -526,7 +526,7 @@ def _class_plan(
 
 
 def _run_size(scenario: Scenario, classes: tuple[ClassPlan, ...]) -> RunSize:
-    """Upper estimates of a run's model calls, clients and memory (:mod:`simulator.limits`)."""
+    """Upper estimates of a run's model calls, clients and memory (:mod:`simulator.plan.limits`)."""
     size = RunSize(replicas=sum(b.replicas for b in scenario.fleet))
     for klass in classes:
         calls = klass.load_plan.calls

@@ -4,7 +4,7 @@
    single-stream and with ``DEMO_LOADED_USERS`` users, from the closed-form estimate.
 2. **Agents**: fast-tool coding agents (50 calls, ~0.2 s tools) on gpt-oss-120b, simulated on
    ``SPEED_WAR_HARDWARE`` alone and with ``SPEED_WAR_AGENTS[-1]`` agents at once: task time,
-   where it goes, and the cost per task (:mod:`simulator.compare`).
+   where it goes, and the cost per task (:mod:`simulator.studies.compare`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from simulator.analytic.estimate import Estimate, estimate
 from simulator.analytic.layouts import deploy
 from simulator.analytic.placement import PlacementError
 from simulator.capacity import LIMITED_MARK, of_estimate, of_run
-from simulator.compare import ComparisonRow, compare
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario
 from simulator.serialize import estimate_dict
+from simulator.studies.compare import ComparisonRow, compare
 from simulator.tables import format_number, format_table
 from simulator.units import format_seconds
 

@@ -3,7 +3,7 @@
 A scenario can ask for more than any machine simulates (``duration: 1e308 s``, a billion
 users); without a check it hangs or exhausts memory. Before building processes, every
 class's model calls are bounded from above by the resolver of its load
-(:func:`simulator.resolve.load_plan`):
+(:func:`simulator.plan.resolve.load_plan`):
 
 - open loop: ``peak rate x duration`` (or ``run.max_requests``);
 - closed-loop users: ``users x duration / (mean think time + fastest request)``, where the

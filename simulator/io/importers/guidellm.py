@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from simulator.errors import ConfigError
-from simulator.importers.common import MS_PER_S, ImportedRun, Load, Stats, num, optional, whole
+from simulator.io.importers.common import MS_PER_S, ImportedRun, Load, Stats, num, optional, whole
 
 FORMAT = "guidellm"
 #: metric key -> (infersim metric, factor to SI)

@@ -57,7 +57,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simulator.errors import ConfigError
-from simulator.importers.common import MS_PER_S, NS_PER_S, FloatArray
+from simulator.io.importers.common import MS_PER_S, NS_PER_S, FloatArray
 
 #: Percentiles written (vLLM's ``--metric-percentiles`` names).
 PERCENTILES = (90.0, 95.0, 99.0, 99.9)

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from simulator.errors import ConfigError
-from simulator.importers.common import (
+from simulator.io.importers.common import (
     MS_PER_S,
     NS_PER_S,
     ImportedRun,

@@ -16,7 +16,7 @@ load, seeds and cost assumptions. A row is one (backend, load) run:
   speed over every user (``speed * held / users``).
 
 :func:`compare` runs the cases here, one after another; ``infersim compare`` runs the same
-cases on an executor (:mod:`simulator.execution`), where each row is computed by the process
+cases on an executor (:mod:`simulator.studies.execution`), where each row is computed by the process
 that ran it and comes back as the same document.
 """
 
@@ -31,8 +31,8 @@ from simulator.config.loading import Catalog, ConfigError
 from simulator.config.paths import with_values
 from simulator.config.scenario import Scenario
 from simulator.errors import InfersimError
-from simulator.limits import Limits
-from simulator.resolve import resolve
+from simulator.plan.limits import Limits
+from simulator.plan.resolve import resolve
 from simulator.runner import RunResult, simulate
 from simulator.sources import SourcedNumber, confidence_counts, deciding
 from simulator.tables import format_number, format_table
@@ -61,7 +61,7 @@ class ComparisonRow:
     result: RunResult
 
     def to_dict(self) -> dict[str, Any]:
-        from simulator.validation import validated_hardware
+        from simulator.studies.validation import validated_hardware
 
         s = self.result.summary
         backend = next(iter(s.backends.values()))
@@ -160,7 +160,7 @@ LIMITED_CELLS = ("per_user_output_tok_s_p50", "ttft_s_p99")
 def table_cells(d: dict[str, Any]) -> list[object]:
     """One row of the comparison table, from a row's ``to_dict()``; a capacity-limited row has its speed
     and TTFT marked and a last cell saying what the fleet holds (``ok`` when nothing was limited)."""
-    from simulator.validation import hardware_label
+    from simulator.studies.validation import hardware_label
 
     capacity = Capacity.from_dict(d)
     cells: list[object] = []

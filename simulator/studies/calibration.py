@@ -57,7 +57,7 @@ from simulator.config.loading import Catalog
 from simulator.config.paths import Mark, get_path, with_values
 from simulator.config.stack import StackProfile
 from simulator.errors import InfersimError, InfersimWarning
-from simulator.validation import MeasurementRow, RowResult, predict_row
+from simulator.studies.validation import MeasurementRow, RowResult, predict_row
 
 #: Hardware parameters a fit may move, with their bounds (SI units).
 HARDWARE_FITTABLE: dict[str, tuple[float, float]] = {

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 
 from simulator.errors import ConfigError
-from simulator.importers.common import ImportedRun, Load, optional, throughput_flag, whole
-from simulator.importers.vllm_bench import latency_stats, per_request, rate_per_s, throughput
+from simulator.io.importers.common import ImportedRun, Load, optional, throughput_flag, whole
+from simulator.io.importers.vllm_bench import latency_stats, per_request, rate_per_s, throughput
 
 FORMAT = "sglang-bench"
 _METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "itl_s", "e2e_latency": "e2e_s"}

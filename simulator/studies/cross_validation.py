@@ -6,7 +6,7 @@ a row when the fits never saw the publication it came from.
 
 **Fitted parameters and their fits.** A fitted parameter is a number of a hardware or stack
 profile whose provenance says a fit produced it (``source: fit``, ``confidence: derived``:
-:func:`~simulator.calibration.derived_paths`). Its *fit*, the parameters fitted jointly with it
+:func:`~simulator.studies.calibration.derived_paths`). Its *fit*, the parameters fitted jointly with it
 and the rows they were fitted on, is read from the provenance notes:
 
 - the rows: every id of the table a member's note names (a range ``S01-S08`` names the ids
@@ -25,7 +25,7 @@ versions is one source), a bare ``host/path`` likewise, and a leading ``owner/re
 short form) by its repository; a source column with no reference is its own text.
 
 **Folds.** For each source ``s`` every fit whose rows include a row of ``s`` is refitted on its
-rows without those of ``s``, by the fit's own machinery (:class:`~simulator.calibration.Parameter`
+rows without those of ``s``, by the fit's own machinery (:class:`~simulator.studies.calibration.Parameter`
 bounds, scaling and forward-difference Jacobian) to first order: the log errors of the fit's rows
 are linearised at the profiles' values, ``r(z) = r0 + J (z - z0)`` (``J`` computed once for all
 folds), and the bounded linear least-squares problem over the kept rows is solved with a ridge of
@@ -52,10 +52,10 @@ from urllib.parse import urlsplit
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from simulator.calibration import ENGINE_STEP, STEP, Parameter, _number, _Problem, derived_paths
 from simulator.config.base import Profile, Sourced
 from simulator.config.loading import Catalog
-from simulator.validation import MeasurementRow, RowResult, predict_row
+from simulator.studies.calibration import ENGINE_STEP, STEP, Parameter, _number, _Problem, derived_paths
+from simulator.studies.validation import MeasurementRow, RowResult, predict_row
 
 #: Ridge on the scaled parameter move (relative change squared) against the squared log errors:
 #: negligible where the kept rows determine a parameter, decisive where they do not.
@@ -270,7 +270,7 @@ class _Linearised:
 
 def cross_validate(rows: Sequence[MeasurementRow], catalog: Catalog, plain: Sequence[RowResult]) -> CrossValidation:
     """Leave-one-source-out predictions of every row (module docstring); ``plain`` are the rows'
-    plain predictions (:func:`~simulator.validation.validate`)."""
+    plain predictions (:func:`~simulator.studies.validation.validate`)."""
     sources = {r.id: source_key(r.source) for r in rows}
     predict = _Predictions(catalog, plain)
     predicted = {r.row.id: r.predicted for r in plain}

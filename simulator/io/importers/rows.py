@@ -5,7 +5,7 @@
 ``value`` is the mean (``statistic: mean``), or the median where the file has no mean
 (``statistic: p50``); the other statistics the file states sit in their own columns
 (:data:`STAT_COLUMNS`, SI units), for information. ``flag`` says which law the run's
-figures break, if any (:mod:`simulator.importers.checks`): the row is kept, to be reported
+figures break, if any (:mod:`simulator.io.importers.checks`): the row is kept, to be reported
 apart from the unflagged ones. Lengths are the run's mean prompt and
 answer (rounded): a row runs every request at those lengths, so a run whose lengths vary
 (ShareGPT, random ranges) is approximated, and its notes say so; the replay trace keeps
@@ -18,7 +18,7 @@ the arrivals, again Poisson (or, for near-periodic arrivals, near-periodic at ra
 describes one replica: rate / N, requests / N, clients / N (which must divide), and the
 aggregate throughput / N.
 
-**Trace.** A run with per-request data becomes a task-graph trace (:mod:`simulator.taskgraph`),
+**Trace.** A run with per-request data becomes a task-graph trace (:mod:`simulator.io.taskgraph`),
 one single-call task per request in the order sent, each at its recorded send time or, when
 the file has none, at a time drawn from the run's load with ``seed`` (a file without send
 times cannot give the real ones: per-request TTFTs then differ by the arrival draw too).
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.errors import ConfigError
-from simulator.importers.common import STAT_NAMES, FloatArray, ImportedRun, Load
+from simulator.io.importers.common import STAT_NAMES, FloatArray, ImportedRun, Load
 
 #: Table metric -> the run's metric it comes from.
 ROW_METRICS = {"ttft_s": "ttft_s", "tpot_s": "tpot_s", "itl_s": "itl_s", "e2e_s": "e2e_s",
@@ -116,8 +116,8 @@ def rows(run: ImportedRun, deployment: Deployment, run_id: str) -> list[dict[str
     return out
 
 
-#: The rows a flag concerns, by the figure it names first (:func:`~simulator.importers.checks.floor_flags`,
-#: :func:`~simulator.importers.common.throughput_flag`): a stated throughput that disagrees with its
+#: The rows a flag concerns, by the figure it names first (:func:`~simulator.io.importers.checks.floor_flags`,
+#: :func:`~simulator.io.importers.common.throughput_flag`): a stated throughput that disagrees with its
 #: tokens and duration says nothing of the run's latencies.
 FLAGGED_METRICS = {
     "output_throughput": ("aggregate_output_tok_s",),

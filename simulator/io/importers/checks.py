@@ -46,7 +46,7 @@ from simulator.config.distributions import MAX_REQUEST_TOKENS
 from simulator.config.hardware import HardwareProfile
 from simulator.config.model import ModelSpec
 from simulator.errors import ConfigError
-from simulator.importers.common import STAT_NAMES, ImportedRun, Load, PerRequest, Stats
+from simulator.io.importers.common import STAT_NAMES, ImportedRun, Load, PerRequest, Stats
 
 #: The range of the statistic a row carries (mean, else median), per metric, in SI units, and why.
 #: Each spans the shared real runs (TTFT 0.019 to 187 s, TPOT 3.5 to 170 ms, E2E 0.48 to 381 s,

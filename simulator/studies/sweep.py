@@ -1,5 +1,5 @@
 """Parameter sweeps: many scenarios from one, run on a local process pool or a Dask cluster
-(:mod:`simulator.execution`).
+(:mod:`simulator.studies.execution`).
 
 A sweep spec names a scenario file and the factors to vary, by the scenario's own field
 paths (``deployment.hardware``, ``load.users``): a ``grid`` (every combination), a
@@ -9,7 +9,7 @@ grid), and ``replications``, each with its own seed spawned from ``run.seed`` by
 values, the replication and seed, the chosen metrics (dotted paths into the run summary),
 and ``error`` (a run that fails is a row with its message, not an aborted sweep).
 
-Rows are cached under ``DIR/cache/<key>.json`` (:mod:`simulator.execution`; the metric columns
+Rows are cached under ``DIR/cache/<key>.json`` (:mod:`simulator.studies.execution`; the metric columns
 are part of the key): a rerun, or a sweep killed half-way, only simulates what is missing (failed
 runs are not cached, so they are retried). ``summary`` groups rows by factor values across
 seeds: the mean and the half-width of a 95 % Student-t confidence interval for every metric.
@@ -39,12 +39,12 @@ from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_d
 from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
 from simulator.errors import naming
-from simulator.execution import Cache, ExecutorName, Profiles, catalog_of, inputs_digest, run_key, start
-from simulator.limits import Limits, check_runs
-from simulator.limits import check as check_size
-from simulator.resolve import ScenarioError, resolve
+from simulator.plan.limits import Limits, check_runs
+from simulator.plan.limits import check as check_size
+from simulator.plan.resolve import ScenarioError, resolve
 from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, metric_paths, scenario_from, simulate, summary_shape
+from simulator.studies.execution import Cache, ExecutorName, Profiles, catalog_of, inputs_digest, run_key, start
 
 DEFAULT_METRICS = (
     "per_user_output_tok_s.p50", "ttft_s.p50", "ttft_s.p99", "tpot_s.mean", "e2e_s.p50", "output_tok_s",

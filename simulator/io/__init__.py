@@ -1,0 +1,1 @@
+"""Other tools' files, read and written: traces, task graphs, Hugging Face configs, importers and exporters."""

@@ -1,0 +1,1 @@
+"""What the commands do with runs: compare, plan, sweep, validate, calibrate, measured runs, the demo."""
