@@ -288,7 +288,8 @@ def roofline(deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] =
 
 
 def timeline(levels: Mapping[str, tuple[Sequence[float], Sequence[float]]], ax: Axes | None = None) -> Axes:
-    """Piecewise-constant levels over simulated time, e.g. :meth:`~simulator.records.store.RunRecords.levels` of a replica."""
+    """Piecewise-constant levels over simulated time, e.g. :meth:`~simulator.records.store.RunRecords.levels`
+    of a replica."""
     ax = _axes(ax)
     for name, (times, values) in levels.items():
         ax.step(times, values, where="post", label=name)

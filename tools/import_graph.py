@@ -31,7 +31,15 @@ FORBIDDEN = (
     ("simulator.analytic", "simulator.results"),
     ("simulator.engine", "simulator.results"),
     ("simulator.results", "simulator.engine"),
-    ("simulator.plan.resolve", "simulator.engine"),
+    ("simulator.plan", "simulator.engine"),
+    ("simulator.records.store", "simulator.engine"),
+    ("simulator.records.store", "simulator.results"),
+    ("simulator.engine", "simulator.studies"),
+    ("simulator.results", "simulator.studies"),
+    ("simulator.analytic", "simulator.studies"),
+    ("simulator.engine", "simulator.report"),
+    ("simulator.studies", "simulator.cli"),
+    ("simulator.report", "simulator.cli"),
 )
 
 

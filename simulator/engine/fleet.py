@@ -269,8 +269,12 @@ class Router:
 
         sticky = self.spec.affinity and request.session is not None
         pinned = self._affinity.get(request.session) if sticky else None
-        if (pinned is not None and pinned.up_at <= now and usable(self._backend_of[pinned.index])
-                and open_now(self._backend_of[pinned.index])):
+        if (
+            pinned is not None
+            and pinned.up_at <= now
+            and usable(self._backend_of[pinned.index])
+            and open_now(self._backend_of[pinned.index])
+        ):
             replica = pinned
         else:
             candidates = [b for b in self.allowed[request.klass] if usable(b)]

@@ -71,6 +71,7 @@ class Recorder:
     def task_started(self, task: int, start_s: float, klass: int) -> None:
         """A top-level task began (seen by a run's stop rule until :meth:`task` records its end)."""
         self.running[task] = (start_s, klass)
+
     def gave_up(self, t: float, record: RequestRecord) -> None:
         """A request that arrived and leaves unanswered (an API refused it until its retries ran out)."""
         self._in_system -= 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.plan.resolve import resolve
-from simulator.power_budget import replica_kw
+from simulator.studies.power_budget import replica_kw
 from simulator.studies.planning import plan_fleet
 from tests.engine.conftest import CATALOG
 from tests.engine.test_planning import _capacity_per_replica, _gpu_pool
