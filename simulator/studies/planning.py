@@ -104,11 +104,11 @@ from simulator.engine.recorder import Recorder
 from simulator.errors import InfersimError
 from simulator.plan.limits import Limits, check_runs
 from simulator.plan.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
-from simulator.studies.power_budget import power_limits, replica_kw, within_budget
 from simulator.records.store import TASK_COLUMNS
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
 from simulator.studies.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
+from simulator.studies.power_budget import power_limits, replica_kw, within_budget
 from simulator.studies.tolerance import tolerating_failures
 from simulator.tables import format_table
 

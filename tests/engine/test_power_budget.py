@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from simulator.plan.resolve import resolve
-from simulator.studies.power_budget import replica_kw
 from simulator.studies.planning import plan_fleet
+from simulator.studies.power_budget import replica_kw
 from tests.engine.conftest import CATALOG
 from tests.engine.test_planning import _capacity_per_replica, _gpu_pool
 
