@@ -37,7 +37,9 @@ get no cross-validated prediction (the reason names it).
 
 Cost: the Jacobian costs one prediction per (fit row, parameter moving it); each fold one
 prediction per held-out row that a refitted parameter moves. Predictions are memoised by (row,
-changed parameter values), and rows of a source that no fit used keep their plain prediction.
+changed parameter values), engine runs by (scenario, changed parameter values) (rows that are
+metrics of one measured run share one), and rows of a source that no fit used keep their plain
+prediction.
 """
 
 from __future__ import annotations
@@ -54,8 +56,7 @@ from scipy.optimize import lsq_linear
 
 from simulator.config.base import Profile, Sourced
 from simulator.config.loading import Catalog
-from simulator.studies.calibration import ENGINE_STEP, STEP, Parameter, _number, _Problem, derived_paths
-from simulator.studies.validation import MeasurementRow, RowResult, predict_row
+from simulator.studies.validation import MeasurementRow, RowResult, Runs, predict_row
 
 #: Ridge on the scaled parameter move (relative change squared) against the squared log errors:
 #: negligible where the kept rows determine a parameter, decisive where they do not.
@@ -193,13 +194,16 @@ class CrossValidation:
 
 
 class _Predictions:
-    """Predictions by (row, changed parameter values), the unchanged ones from the plain run."""
+    """Predictions by (row, changed parameter values), the unchanged ones from the plain run; the
+    engine runs made at each set of changed values, so rows that are metrics of one measured run
+    (one scenario) share one run."""
 
     def __init__(self, catalog: Catalog, plain: Sequence[RowResult]) -> None:
         self.catalog = catalog
         self.memo: dict[tuple[str, tuple[tuple[str, float], ...]], float | None] = {
             (r.row.id, ()): r.predicted for r in plain
         }
+        self.runs: dict[tuple[tuple[str, float], ...], Runs] = {}
         self.current: dict[Parameter, float] = {}
 
     def _value(self, parameter: Parameter) -> float:
@@ -213,7 +217,8 @@ class _Predictions:
         moved = {p: v for p, v in values.items() if p.touches(row, self.catalog) and v != self._value(p)}
         key = (row.id, tuple(sorted((p.name, v) for p, v in moved.items())))
         if key not in self.memo:
-            self.memo[key] = predict_row(row, _with_values(self.catalog, moved)).predicted
+            runs = self.runs.setdefault(key[1], {})
+            self.memo[key] = predict_row(row, _with_values(self.catalog, moved), runs).predicted
         return self.memo[key]
 
 

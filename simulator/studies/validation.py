@@ -63,6 +63,7 @@ from simulator.config.files import integer, number, read_csv
 from simulator.config.loading import Catalog, ConfigError, validate_data
 from simulator.config.scenario import Scenario
 from simulator.errors import InfersimError
+from simulator.results.summary import RunSummary
 from simulator.runner import simulate
 
 METRICS = ("per_user_output_tok_s", "ttft_s", "itl_s", "aggregate_output_tok_s", "e2e_s", "tpot_s")
@@ -411,19 +412,37 @@ def served(d: Deployment, fields: dict[str, object]) -> str:
     return "; ".join(words)
 
 
+#: Engine runs by their scenario (its JSON without the name), for rows run against one catalog.
+Runs = dict[str, RunSummary]
+
+
 def _engine_value(
-    row: MeasurementRow, users: int, request_s: float, catalog: Catalog, deployment: dict[str, object]
+    row: MeasurementRow,
+    users: int,
+    request_s: float,
+    catalog: Catalog,
+    deployment: dict[str, object],
+    runs: Runs | None = None,
 ) -> float:
-    summary = simulate(loaded_scenario(row, users, request_s, deployment), catalog).summary
+    """The row's metric from an engine run of its load; a run already in ``runs`` (the same
+    scenario on the same catalog: another metric of one measured run) is not run again."""
+    scenario = loaded_scenario(row, users, request_s, deployment)
+    key = scenario.model_dump_json(exclude={"name"})
+    summary = None if runs is None else runs.get(key)
+    if summary is None:
+        summary = simulate(scenario, catalog).summary
+        if runs is not None:
+            runs[key] = summary
     path = _SUMMARY_METRIC[row.metric]
     return summary.metric(path.replace(".mean", f".{row.statistic}"))
 
 
-def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
+def predict_row(row: MeasurementRow, catalog: Catalog, runs: Runs | None = None) -> RowResult:
     """The model's prediction for one row, or the reason it has none.
 
     Concurrency 1 in a closed loop: the closed-form estimate. Anything else: an engine run of the
-    row's load (:func:`loaded_scenario`).
+    row's load (:func:`loaded_scenario`); ``runs`` holds the runs made against ``catalog`` so far,
+    so rows that are metrics of one measured run share one (a scenario's name changes no result).
     """
     try:
         hardware = catalog.hardware(row.hardware)
@@ -437,7 +456,7 @@ def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
         if row.load in ("offline", *OPEN_LOADS) and row.requests is not None and row.requests > cap:
             simulated = replace(row, requests=cap)
         if not row.single_stream:
-            predicted = _engine_value(simulated, concurrency, result.e2e_s, catalog, _pinned(fields, deployment))
+            predicted = _engine_value(simulated, concurrency, result.e2e_s, catalog, _pinned(fields, deployment), runs)
     except InfersimError as exc:  # the row asks for what the deployment cannot serve: reported, not dropped
         return RowResult(row, None, reason=str(exc).splitlines()[0])
     return RowResult(
@@ -479,7 +498,8 @@ def _other_way(row: MeasurementRow, fields: dict[str, object], question: Questio
 def validate(rows: Sequence[MeasurementRow], catalog: Catalog) -> list[RowResult]:
     """Predict every row; attach the consistency flags of the table to the rows they concern."""
     flags = consistency_flags(rows)
-    results = [predict_row(row, catalog) for row in rows]
+    runs: Runs = {}
+    results = [predict_row(row, catalog, runs) for row in rows]
     return [replace(r, flag=r.flag or flags.get(r.row.id, "")) for r in results]
 
 

@@ -13,9 +13,8 @@ import pytest
 
 from simulator.config.loading import Catalog
 from simulator.config.paths import with_values
-from simulator.studies.calibration import FIT
 from simulator.studies.cross_validation import cross_validate, fit_groups, source_key
-from simulator.studies.validation import MeasurementRow, validate
+from simulator.studies.validation import MeasurementRow, predict_row, validate
 
 CATALOG = Catalog()
 PATHS = ("fabric.hop_latency", "execution.layer_latency")
@@ -182,3 +181,22 @@ def test_the_first_order_refit_predicts_the_held_out_rows_as_calibrate_s_full_re
     for row in rows[:2]:
         (expected,) = validate([row], refitted)
         assert expected.predicted is not None and cv.predicted[row.id] == pytest.approx(expected.predicted, rel=0.02)
+
+
+def test_metrics_of_one_measured_run_share_one_engine_run_and_predict_as_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two rows that are metrics of one measured run (same load point, other ids and sources) are
+    one scenario: ``validate`` runs the engine once for both, and each row's prediction is the
+    one it gets predicted alone (a scenario's name changes no result)."""
+    import simulator.studies.validation as validation
+
+    ttft = MeasurementRow("E1", "nvidia-h100-sxm", 1, "llama-3.1-8b", "bf16", "none", 200, 20, 4, "ttft_s", 0.05,
+                          source="https://a.example/doc")  # fmt: skip
+    itl = dataclasses.replace(ttft, id="E2", metric="itl_s", value=0.01, source="https://b.example/doc")
+    alone = [predict_row(ttft, CATALOG).predicted, predict_row(itl, CATALOG).predicted]
+    runs = []
+    simulate = validation.simulate
+    monkeypatch.setattr(validation, "simulate", lambda *a, **k: runs.append(1) or simulate(*a, **k))
+    together = [r.predicted for r in validate([ttft, itl], CATALOG)]
+    assert together == alone and None not in together and len(runs) == 1
