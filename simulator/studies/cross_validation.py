@@ -56,6 +56,7 @@ from scipy.optimize import lsq_linear
 
 from simulator.config.base import Profile, Sourced
 from simulator.config.loading import Catalog
+from simulator.studies.calibration import ENGINE_STEP, STEP, Parameter, _number, _Problem, derived_paths
 from simulator.studies.validation import MeasurementRow, RowResult, Runs, predict_row
 
 #: Ridge on the scaled parameter move (relative change squared) against the squared log errors:

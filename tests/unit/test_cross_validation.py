@@ -13,6 +13,7 @@ import pytest
 
 from simulator.config.loading import Catalog
 from simulator.config.paths import with_values
+from simulator.studies.calibration import FIT
 from simulator.studies.cross_validation import cross_validate, fit_groups, source_key
 from simulator.studies.validation import MeasurementRow, predict_row, validate
 
