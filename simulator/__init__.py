@@ -4,14 +4,14 @@ Layers, one direction (each imports only those above it in this list):
 
 - ``config``: pydantic data (profiles, scenarios) and the one field-path language;
 - ``analytic``: pure numpy physics and economics (placement, step times, estimates, prices);
+- ``io``: other tools' files read and written (traces, task graphs, Hugging Face configs,
+  importers, exporters);
 - ``plan``: a scenario's frozen plans (``plan.resolve``: every lookup, placement, price and check
   done once) and the limits on what a command may run (``plan.limits``);
 - ``records``: what a run leaves behind, the contract between the engine and the results;
 - ``engine``: SimPy processes wired from those plans, writing the records (``engine.batching``:
   one policy per file behind a registry; ``engine.kv``: blocks and the tiers below them);
 - ``results``: metrics and the typed run summary, derived from the records;
-- ``io``: other tools' files read and written (traces, task graphs, Hugging Face configs,
-  importers, exporters);
 - ``studies``: what the commands do with runs (compare, planning, sweep, validation,
   cross-validation, calibration, measured runs, the demo);
 - ``report``: the HTML report, its figures and captions;

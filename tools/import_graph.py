@@ -39,6 +39,9 @@ FORBIDDEN = (
     ("simulator.analytic", "simulator.studies"),
     ("simulator.engine", "simulator.report"),
     ("simulator.studies", "simulator.cli"),
+    ("simulator.io", "simulator.plan"),
+    ("simulator.io", "simulator.engine"),
+    ("simulator.io", "simulator.studies"),
     ("simulator.report", "simulator.cli"),
 )
 
