@@ -54,3 +54,25 @@ def test_the_run_command_imports_only_what_a_run_uses() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False []"
+
+
+def test_no_public_name_is_both_a_module_and_a_function() -> None:
+    """Every name of ``simulator.__all__`` is what the README documents (a function stays a function
+    after the package's modules are imported: no submodule of ``simulator`` shadows it), and no
+    module at the top of the package has the name of a public function."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import simulator
+
+    for info in pkgutil.walk_packages(simulator.__path__, "simulator."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+    top = {info.name for info in pkgutil.iter_modules(simulator.__path__)}
+    for name in simulator.__all__:
+        value = getattr(simulator, name)
+        if name in ("plots", "roofline"):  # documented as modules
+            assert inspect.ismodule(value), name
+        elif name != "__version__":
+            assert not inspect.ismodule(value) and name not in top, name
