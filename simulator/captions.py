@@ -46,6 +46,11 @@ def caption(what: str, assumptions: Assumptions) -> str:
     return f"{what} Simulated with {assumptions.text()}."
 
 
+def captioned(what: str, assumptions: Assumptions | None) -> str:
+    """``what`` with the assumptions behind it when they are known (a run's resolved scenario), else alone."""
+    return caption(what, assumptions) if assumptions is not None else what
+
+
 def _mean(distribution: Distribution) -> str:
     return significant(distribution.mean)
 
