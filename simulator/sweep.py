@@ -46,6 +46,7 @@ from simulator.resolve import ScenarioError, resolve
 from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, metric_paths, scenario_from, simulate, summary_shape
 
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 DEFAULT_METRICS = (
     "per_user_output_tok_s.p50", "ttft_s.p50", "ttft_s.p99", "tpot_s.mean", "e2e_s.p50", "output_tok_s",
     "requests_per_s", "goodput_requests_per_s", "mean_batch_size", "cost.usd_per_million_output_tokens",
@@ -162,8 +163,13 @@ def expand(
     """Every run, validated up front: a bad field path, a metric that is not in a run's summary,
     or a run over the size ``limits`` fails before anything is simulated."""
     catalog = catalog or Catalog()
-    check_runs(spec.runs, limits, f"{sweep_path}: sweep", spec.runs_how,
-               "give fewer grid values, sample points or replications")  # fmt: skip
+    check_runs(
+        spec.runs,
+        limits,
+        f"{sweep_path}: sweep",
+        spec.runs_how,
+        "give fewer grid values, sample points or replications",
+    )
     scenario_path = spec.scenario if spec.scenario.is_absolute() else sweep_path.parent / spec.scenario
     with naming(f"{sweep_path}: scenario"):
         data = load_scenario_data(scenario_path)
@@ -270,8 +276,14 @@ def run_sweep(
 
 
 def _row(point: RunPoint, result: dict[str, Any]) -> dict[str, Any]:
-    return {"run": point.index, **point.factors, "replication": point.replication, "seed": point.seed,
-            "key": point.key, **result}  # fmt: skip
+    return {
+        "run": point.index,
+        **point.factors,
+        "replication": point.replication,
+        "seed": point.seed,
+        "key": point.key,
+        **result,
+    }
 
 
 def summarize_rows(rows: list[dict[str, Any]], factors: list[str], metrics: list[str]) -> list[dict[str, Any]]:

@@ -82,8 +82,10 @@ def run(args: argparse.Namespace) -> int:
             capacity = of_run(result.scenario, result.summary.preemptions, cat)
             results.append((combo, result.summary, result.scenario.name, requests_arrived(result), capacity))
             if len(combos) > 1:
-                folder.add({f"run-{index:03d}/{name}": text for name, text in run_files(result).items()},
-                           [{"folder": f"run-{i:03d}", "set": c} for i, (c, *_) in enumerate(results)])  # fmt: skip
+                folder.add(
+                    {f"run-{index:03d}/{name}": text for name, text in run_files(result).items()},
+                    [{"folder": f"run-{i:03d}", "set": c} for i, (c, *_) in enumerate(results)],
+                )
             if say:
                 say(f"run {index + 1}/{len(combos)} written to {out.path / f'run-{index:03d}'}; {countdown.finished()}")
     except (KeyboardInterrupt, Terminated) as exc:
@@ -92,14 +94,22 @@ def run(args: argparse.Namespace) -> int:
     if len(results) == 1:
         out.write(run_files(result))
     else:
-        folder.finish({"sweep.json": json_text([{"set": c, "summary": s.to_dict(), "capacity": cap.to_dict()}
-                                                for c, s, _, _, cap in results]),
-                       "index.txt": run_index(["--set"], [[set_label(c)] for c, *_ in results])})  # fmt: skip
+        folder.finish(
+            {
+                "sweep.json": json_text(
+                    [{"set": c, "summary": s.to_dict(), "capacity": cap.to_dict()} for c, s, _, _, cap in results]
+                ),
+                "index.txt": run_index(["--set"], [[set_label(c)] for c, *_ in results]),
+            }
+        )
     maybe_report(args, out)
     empty = [(set_label(c), reason) for c, s, _, arrived, _ in results if (reason := nothing_measured(s, arrived))]
     if args.json:  # the summary document, with the capacity verdict beside it (simulator.capacity)
-        payload: object = results[0][1].to_dict() | {"capacity": results[0][4].to_dict()} if len(results) == 1 else [
-            {"set": c, "summary": s.to_dict(), "capacity": cap.to_dict()} for c, s, _, _, cap in results]  # fmt: skip
+        payload: object = (
+            results[0][1].to_dict() | {"capacity": results[0][4].to_dict()}
+            if len(results) == 1
+            else [{"set": c, "summary": s.to_dict(), "capacity": cap.to_dict()} for c, s, _, _, cap in results]
+        )
         print(json_text(payload), end="")
         return measured_nothing(empty, out.path)
     for combo, summary, *_ in results:
@@ -112,8 +122,10 @@ def run(args: argparse.Namespace) -> int:
     table = [summary_row(label, s, cap) for label, (_, s, _, _, cap) in zip(labels, results, strict=True)]
     print(format_table(SUMMARY_HEADERS, table))
     if any(cap.limited for *_, cap in results):
-        print(f"{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the users (KV or batch cap) or "
-              f"preempted; TTFT and speed are those of the users running, the others queue")  # fmt: skip
+        print(
+            f"{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the users (KV or batch cap) or "
+            f"preempted; TTFT and speed are those of the users running, the others queue"
+        )
     task_rows = [task_row(label, s) for label, s in zip(labels, summaries, strict=True) if s.tasks]
     if task_rows:
         print()
@@ -126,8 +138,10 @@ def run(args: argparse.Namespace) -> int:
         breakdown = breakdown_text(label if len(results) > 1 else "", summary)
         if breakdown:
             print(f"\n{breakdown}")
-    print(f"\nwrote {out.path} (everything above and more per run, e.g. per-replica utilisation, ITL and task time "
-          f"shares, is in summary.json; --json prints it)")  # fmt: skip
+    print(
+        f"\nwrote {out.path} (everything above and more per run, e.g. per-replica utilisation, ITL and task time "
+        f"shares, is in summary.json; --json prints it)"
+    )
     return measured_nothing(empty, out.path)
 
 

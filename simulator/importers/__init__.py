@@ -43,8 +43,11 @@ FORMATS = (*_DOCUMENTS, sglang_bench.FORMAT, aiperf.FORMAT_RECORDS, "genai-perf"
 
 
 def _lines(text: str, source: str) -> list[tuple[str, object]]:
-    return [(f"{source}:{n}", parse_json(line, f"{source}:{n}", allow_nonfinite=True))
-            for n, line in enumerate(text.splitlines(), start=1) if line.strip()]  # fmt: skip
+    return [
+        (f"{source}:{n}", parse_json(line, f"{source}:{n}", allow_nonfinite=True))
+        for n, line in enumerate(text.splitlines(), start=1)
+        if line.strip()
+    ]
 
 
 def _detected(document: object, lines: list[tuple[str, object]] | None) -> str | None:
@@ -86,8 +89,10 @@ def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
     wanted = aiperf.FORMAT if format == "genai-perf" else format
     if detected is None:
         kind = "JSON lines" if lines is not None else "a JSON document"
-        raise ConfigError(f"{source}: {kind} of no known benchmark format or version (expected one of "
-                          f"{list(FORMATS)}: {SUPPORTED_VERSIONS})")  # fmt: skip
+        raise ConfigError(
+            f"{source}: {kind} of no known benchmark format or version (expected one of "
+            f"{list(FORMATS)}: {SUPPORTED_VERSIONS})"
+        )
     if wanted is not None and wanted != detected:
         raise ConfigError(f"{source}: named as {format}, but its fields are those of {detected}")
     if detected == sglang_bench.FORMAT:

@@ -100,12 +100,20 @@ def _load(data: Mapping[str, object], where: str) -> tuple[Load | None, str, lis
     if math.isinf(rate):
         if concurrency is None:
             return Load("offline", requests=prompts), "", notes
-        notes.append(f"{prompts} prompts through {concurrency} clients: the row runs the steady state "
-                     "(the file's averages include the ramp-up and the tail)")  # fmt: skip
+        notes.append(
+            f"{prompts} prompts through {concurrency} clients: the row runs the steady state "
+            "(the file's averages include the ramp-up and the tail)"
+        )
         return Load("closed", concurrency=concurrency), "", notes
     if concurrency is not None:
-        return None, (f"{where}: request_rate {rate:g} and max_concurrency {concurrency} together: arrivals "
-                      "paced by both a rate and a client limit are not a load the engine sends"), notes  # fmt: skip
+        return (
+            None,
+            (
+                f"{where}: request_rate {rate:g} and max_concurrency {concurrency} together: arrivals "
+                "paced by both a rate and a client limit are not a load the engine sends"
+            ),
+            notes,
+        )
     if burstiness <= 0:
         return None, f"{where}: burstiness: expected a positive gamma shape, got {burstiness:g}", notes
     if burstiness == 1.0:
@@ -138,8 +146,9 @@ def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
         inputs = np.array([int(lists["input_lens"][i]) for i in ok])
         outputs = np.array([int(lists["output_lens"][i]) for i in ok])
     except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{where}: input_lens/output_lens/ttfts/itls: expected numbers (itls: a list per "
-                          "request)") from None  # fmt: skip
+        raise ConfigError(
+            f"{where}: input_lens/output_lens/ttfts/itls: expected numbers (itls: a list per request)"
+        ) from None
     if np.any(outputs < 1) or np.any(inputs < 1):
         raise ConfigError(f"{where}: input_lens/output_lens: a successful request with no tokens")
     arrivals = None
