@@ -39,7 +39,7 @@ from simulator.config.loading import Catalog, ConfigError, read_yaml, validate_d
 from simulator.config.paths import write_in
 from simulator.config.scenario import Scenario
 from simulator.errors import naming
-from simulator.execution import Cache, ExecutorName, Profiles, catalog_of, inputs_digest, run_key, start
+from simulator.execution import Cache, Executor, ExecutorName, Profiles, catalog_of, inputs_digest, run_key, start
 from simulator.limits import Limits, check_runs
 from simulator.limits import check as check_size
 from simulator.resolve import ScenarioError, resolve
@@ -248,31 +248,45 @@ def run_sweep(
             todo.append(point)
         else:
             rows[point.index] = cached
-    done = len(rows)
-    if progress:
-        progress(done, len(runs))
-    if not todo and ready:
-        ready()
+
+    def finished() -> None:  # tells ``progress`` how many runs have their rows
+        if progress:
+            progress(len(rows), len(runs))
+
+    finished()
     if todo:
         pool = start(executor, min(jobs, len(todo)), address)  # a worker more than there are runs would idle
         try:
             if ready:
                 ready()
-            futures = {pool.submit(run_point, p.scenario_json, spec.metrics, profiles, key=p.key): p for p in todo}
-            for future in pool.completed(futures):
-                point = futures[future]
-                row = future.result()
-                if not row["error"]:  # a failure is reported, and retried by the next run
-                    cache.put(point.key, row)
-                rows[point.index] = row
-                done += 1
-                if progress:
-                    progress(done, len(runs))
+            _simulate(pool, spec, todo, profiles, cache, rows, finished)
         except BaseException:  # Ctrl-C, SIGTERM, a broken worker: stop the workers now
             pool.close(True)
             raise
         pool.close(False)
+    elif ready:
+        ready()
     return [_row(p, rows[p.index]) for p in runs]
+
+
+def _simulate(
+    pool: Executor,
+    spec: SweepSpec,
+    todo: list[RunPoint],
+    profiles: Profiles,
+    cache: Cache,
+    rows: dict[int, dict[str, Any]],
+    finished: Callable[[], None],
+) -> None:
+    """Run ``todo`` on the pool, each row into ``rows`` (and the cache, when it did not fail) as it completes."""
+    futures = {pool.submit(run_point, p.scenario_json, spec.metrics, profiles, key=p.key): p for p in todo}
+    for future in pool.completed(futures):
+        point = futures[future]
+        row = future.result()
+        if not row["error"]:  # a failure is reported, and retried by the next run
+            cache.put(point.key, row)
+        rows[point.index] = row
+        finished()
 
 
 def _row(point: RunPoint, result: dict[str, Any]) -> dict[str, Any]:

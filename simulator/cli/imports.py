@@ -34,7 +34,8 @@ from simulator.tables import format_table
 
 if TYPE_CHECKING:
     from simulator.config.hardware import HardwareProfile
-    from simulator.importers.common import PerRequest
+    from simulator.importers.common import ImportedRun, PerRequest
+    from simulator.importers.rows import Deployment
 
 MANIFEST = "import.json"
 TABLE = "measurements.csv"
@@ -107,22 +108,12 @@ def _slug(text: str) -> str:
 
 def import_command(args: argparse.Namespace) -> int:
     from simulator.importers import read_file
-    from simulator.importers.checks import cache_warning, floor_flags
-    from simulator.importers.rows import COLUMNS, Deployment, measured_csv, rows, trace_lines
+    from simulator.importers.rows import COLUMNS, rows
 
     if not 0 <= args.seed <= MAX_INTEGER:
         raise ConfigError(f"--seed: expected an integer from 0 to 2**63 - 1, got {args.seed}")
     cat = catalog(args)
-    _known(
-        "hardware",
-        args.hardware,
-        cat.hardware_ids(),
-        "add a hardware profile YAML for it (hardware_profiles/ or --hardware-dir)",
-    )
-    if args.stack:
-        _known("stack", args.stack, cat.stack_ids(), "add a serving stack profile (--stack-dir)")
-    if args.model:
-        _known("model", args.model, cat.model_ids(), "add one with `infersim models import config.json`")
+    _check_known(args, cat)
     out = ResultsFolder(args.out or Path("runs") / "import", "import", args.overwrite)
     table: list[dict[str, str]] = []
     files: dict[str, str] = {}
@@ -132,67 +123,14 @@ def import_command(args: argparse.Namespace) -> int:
         for index, run in enumerate(runs):
             if run.load is None and run.per_request is None:
                 raise ConfigError(f"refused: {run.refusal}")
-            model = args.model or _model_for(run.model_name, cat, run.source)
-            _warn_if_other_model(args.model, run.model_name, cat, run.source)
-            if index == 0:
-                _warn_if_other_memory(path, cat.hardware(args.hardware))
-            weights = args.weights or cat.model(model).native_precision
-            deployment = Deployment(
-                args.hardware,
-                model,
-                weights,
-                args.chips,
-                args.layout or "",
-                args.stack or "",
-                args.spec_decoding,
-                args.replicas,
-            )
+            deployment = _deployment(args, cat, path, index, run)
             run_id = _slug(path.stem) + (f"-{index + 1}" if len(runs) > 1 else "")
             if any(m["id"] == run_id for m in manifest):
                 raise ConfigError(f"{path}: a second result file named {path.stem!r}; import it into its own folder")
-            hardware, model_spec = cat.hardware(args.hardware), cat.model(model)
-            flags = (*run.flags, *floor_flags(run, model_spec, hardware, args.chips, weights, args.spec_decoding))
-            for flag in flags:
-                warnings.warn(f"{run.source}: rows kept but flagged: {flag}", InfersimWarning, stacklevel=1)
-            warning = cache_warning(run, model_spec, hardware, args.chips)
-            if warning:
-                warnings.warn(warning, InfersimWarning, stacklevel=1)
-                run = replace(run, notes=(*run.notes, "TTFTs beat the prefill floor: served from a prefix cache"))
-                flags = (*flags, "every TTFT beats the prefill floor of its offline batch: served from a prefix cache")
-            run = replace(run, flags=flags)
-            table += rows(run, deployment, run_id)
-            entry: dict[str, object] = {
-                "id": run_id,
-                "source": run.source,
-                "format": run.format,
-                "model_name": run.model_name,
-                "deployment": vars(deployment),
-                "load": None if run.load is None else run.load.words(),
-                "refusal": run.refusal,
-                "notes": list(run.notes),
-                "input_tokens_mean": run.input_tokens_mean,
-                "output_tokens_mean": run.output_tokens_mean,
-                "metrics": {m: {"field": s.field, **s.values} for m, s in run.metrics.items()},
-            }
-            replayable = run.per_request is not None and not (
-                run.per_request.arrival_s is None and run.load is not None and run.load.kind == "closed"
-            )
-            if run.per_request is not None and not replayable:
-                entry["notes"] = [
-                    *run.notes,
-                    "a closed loop without recorded send times: no replay trace "
-                    "(vLLM clients that record start_times give one)",
-                ]
-            if replayable and run.per_request is not None:
-                entry |= {
-                    "trace": f"traces/{run_id}.jsonl",
-                    "measured": f"measured/{run_id}.csv",
-                    "seed": args.seed,
-                    "scenario": f"scenarios/{run_id}.yaml",
-                }
-                files[f"traces/{run_id}.jsonl"] = trace_lines(run, args.seed)
-                files[f"measured/{run_id}.csv"] = measured_csv(run)
-                files[f"scenarios/{run_id}.yaml"] = _replay_yaml(entry, run.per_request, out.path, cat)
+            flagged = _flagged(args, cat, run, deployment)
+            table += rows(flagged, deployment, run_id)
+            entry = _entry(flagged, deployment, run_id)
+            files |= _replay_files(args, cat, out.path, flagged, entry)
             manifest.append(entry)
     files[TABLE] = _csv(table, COLUMNS)
     files[MANIFEST] = json_text({"schema_version": 1, "runs": manifest})
@@ -205,6 +143,107 @@ def import_command(args: argparse.Namespace) -> int:
             end="",
         )
     return 0
+
+
+def _check_known(args: argparse.Namespace, cat: Catalog) -> None:
+    """Refuse a hardware, stack or model id the catalog does not know."""
+    _known(
+        "hardware",
+        args.hardware,
+        cat.hardware_ids(),
+        "add a hardware profile YAML for it (hardware_profiles/ or --hardware-dir)",
+    )
+    if args.stack:
+        _known("stack", args.stack, cat.stack_ids(), "add a serving stack profile (--stack-dir)")
+    if args.model:
+        _known("model", args.model, cat.model_ids(), "add one with `infersim models import config.json`")
+
+
+def _deployment(args: argparse.Namespace, cat: Catalog, path: Path, index: int, run: ImportedRun) -> Deployment:
+    """The deployment an imported run is compared on (the model named, or the one its file names),
+    warning when the file names another model or memory size than the deployment's."""
+    from simulator.importers.rows import Deployment
+
+    model = args.model or _model_for(run.model_name, cat, run.source)
+    _warn_if_other_model(args.model, run.model_name, cat, run.source)
+    if index == 0:
+        _warn_if_other_memory(path, cat.hardware(args.hardware))
+    weights = args.weights or cat.model(model).native_precision
+    return Deployment(
+        args.hardware,
+        model,
+        weights,
+        args.chips,
+        args.layout or "",
+        args.stack or "",
+        args.spec_decoding,
+        args.replicas,
+    )
+
+
+def _flagged(args: argparse.Namespace, cat: Catalog, run: ImportedRun, deployment: Deployment) -> ImportedRun:
+    """The run with the flags of its rows (below a physical floor, served from a prefix cache), each warned."""
+    from simulator.importers.checks import cache_warning, floor_flags
+
+    hardware, model_spec = cat.hardware(args.hardware), cat.model(deployment.model)
+    weights = args.weights or model_spec.native_precision
+    flags = (*run.flags, *floor_flags(run, model_spec, hardware, args.chips, weights, args.spec_decoding))
+    for flag in flags:
+        warnings.warn(f"{run.source}: rows kept but flagged: {flag}", InfersimWarning, stacklevel=1)
+    warning = cache_warning(run, model_spec, hardware, args.chips)
+    if warning:
+        warnings.warn(warning, InfersimWarning, stacklevel=1)
+        run = replace(run, notes=(*run.notes, "TTFTs beat the prefill floor: served from a prefix cache"))
+        flags = (*flags, "every TTFT beats the prefill floor of its offline batch: served from a prefix cache")
+    return replace(run, flags=flags)
+
+
+def _entry(run: ImportedRun, deployment: Deployment, run_id: str) -> dict[str, object]:
+    """The run's entry in the import's manifest: where it came from, its deployment, load and metrics."""
+    return {
+        "id": run_id,
+        "source": run.source,
+        "format": run.format,
+        "model_name": run.model_name,
+        "deployment": vars(deployment),
+        "load": None if run.load is None else run.load.words(),
+        "refusal": run.refusal,
+        "notes": list(run.notes),
+        "input_tokens_mean": run.input_tokens_mean,
+        "output_tokens_mean": run.output_tokens_mean,
+        "metrics": {m: {"field": s.field, **s.values} for m, s in run.metrics.items()},
+    }
+
+
+def _replay_files(
+    args: argparse.Namespace, cat: Catalog, folder: Path, run: ImportedRun, entry: dict[str, object]
+) -> dict[str, str]:
+    """The trace, measured table and replay scenario of a run with per-request data, named in ``entry``
+    (none for a closed loop without send times, noted in ``entry``)."""
+    from simulator.importers.rows import measured_csv, trace_lines
+
+    per_request = run.per_request
+    if per_request is None:
+        return {}
+    if per_request.arrival_s is None and run.load is not None and run.load.kind == "closed":
+        entry["notes"] = [
+            *run.notes,
+            "a closed loop without recorded send times: no replay trace "
+            "(vLLM clients that record start_times give one)",
+        ]
+        return {}
+    run_id = entry["id"]
+    entry |= {
+        "trace": f"traces/{run_id}.jsonl",
+        "measured": f"measured/{run_id}.csv",
+        "seed": args.seed,
+        "scenario": f"scenarios/{run_id}.yaml",
+    }
+    return {
+        f"traces/{run_id}.jsonl": trace_lines(run, args.seed),
+        f"measured/{run_id}.csv": measured_csv(run),
+        f"scenarios/{run_id}.yaml": _replay_yaml(entry, per_request, folder, cat),
+    }
 
 
 def _import_text(table: list[dict[str, str]], manifest: list[dict[str, object]], path: Path) -> None:

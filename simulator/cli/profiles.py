@@ -29,7 +29,15 @@ from simulator.serialize import estimate_dict, layout_dict, placement_note
 from simulator.sources import SourcedNumber, confidence_counts, deciding, every_number
 from simulator.tables import format_number, format_table
 from simulator.units import format_seconds
-from simulator.validation import BUNDLED_TABLE, MeasurementRow, hardware_label, read_table, summarize, validate
+from simulator.validation import (
+    BUNDLED_TABLE,
+    MeasurementRow,
+    RowResult,
+    hardware_label,
+    read_table,
+    summarize,
+    validate,
+)
 
 if TYPE_CHECKING:
     from simulator.cross_validation import CrossValidation
@@ -231,61 +239,83 @@ def validate_command(args: argparse.Namespace) -> int:
         results = with_cv(results, cv)
     summary = summarize(results, cv=cv is not None)
     if args.json:
-        rows_out = []
-        for r in results:
-            row = {
-                "id": r.row.id,
-                "predicted": r.predicted,
-                "measured": r.row.value,
-                "rel_error": r.rel_error,
-                "metric": r.row.metric,
-                "hardware": r.row.hardware,
-                "model": r.row.model,
-                "bottleneck": r.bottleneck,
-                "flag": r.flag,
-                "reason": r.reason,
-                "served": r.served,
-                "other_way": r.other_way,
-            }
-            if cv is not None:
-                row |= {
-                    "predicted_cv": r.predicted_cv,
-                    "rel_error_cv": r.rel_error_cv,
-                    "cv_reason": r.cv_reason,
-                    "source": cv.sources[r.row.id],
-                }
-            rows_out.append(row)
-        out: dict[str, object] = {"rows": rows_out, "summary": summary}
-        if cv is not None:
-            out["cross_validation"] = {
-                "fits": [{"parameters": [p.name for p in g.parameters], "rows": list(g.row_ids)} for g in cv.groups],
-                "held": cv.held,
-                "refits": cv.refits,
-            }
-        print(json_text(out), end="")
+        print(json_text(_validation_document(results, summary, cv)), end="")
         return 0
-    table: list[list[object]] = []
-    for r in results:
-        conc = "max" if r.row.concurrency is None else r.row.concurrency
-        pred = "-" if r.predicted is None else f"{r.predicted:.4g}"
-        err = r.reason if r.rel_error is None else f"{r.rel_error:+.0%}"
-        cells = [
-            r.row.id,
-            r.row.hardware,
-            r.row.model,
-            r.row.weights,
-            conc,
-            r.row.metric,
-            f"{r.row.value:.4g}",
-            pred,
-            err,
-        ]
-        if cv is not None:
-            cells.append("-" if r.rel_error_cv is None else f"{r.rel_error_cv:+.0%}")
-        table.append([*cells, r.bottleneck, "flagged" if r.flag else ""])
+    _print_rows(results, summary, cv)
+    _print_errors(summary, cv)
+    unvalidated = [h for h in cat.hardware_ids() if h not in _rows_by_hardware([r.row for r in results])]
+    if unvalidated:
+        print(f"\nunvalidated (no measurement rows in the table): {', '.join(unvalidated)}")
+    return 0
+
+
+def _validation_row(r: RowResult, cv: CrossValidation | None) -> dict[str, object]:
+    """One row of ``validate --json``: the measurement, the prediction and its error (and cross-validated)."""
+    row: dict[str, object] = {
+        "id": r.row.id,
+        "predicted": r.predicted,
+        "measured": r.row.value,
+        "rel_error": r.rel_error,
+        "metric": r.row.metric,
+        "hardware": r.row.hardware,
+        "model": r.row.model,
+        "bottleneck": r.bottleneck,
+        "flag": r.flag,
+        "reason": r.reason,
+        "served": r.served,
+        "other_way": r.other_way,
+    }
+    if cv is not None:
+        row |= {
+            "predicted_cv": r.predicted_cv,
+            "rel_error_cv": r.rel_error_cv,
+            "cv_reason": r.cv_reason,
+            "source": cv.sources[r.row.id],
+        }
+    return row
+
+
+def _validation_document(
+    results: list[RowResult], summary: dict[str, object], cv: CrossValidation | None
+) -> dict[str, object]:
+    """What ``validate --json`` prints: every row, the summary and (with ``--cv``) what was refitted."""
+    out: dict[str, object] = {"rows": [_validation_row(r, cv) for r in results], "summary": summary}
+    if cv is not None:
+        out["cross_validation"] = {
+            "fits": [{"parameters": [p.name for p in g.parameters], "rows": list(g.row_ids)} for g in cv.groups],
+            "held": cv.held,
+            "refits": cv.refits,
+        }
+    return out
+
+
+def _validation_cells(r: RowResult, cv: CrossValidation | None) -> list[object]:
+    """One row of the validation table."""
+    conc = "max" if r.row.concurrency is None else r.row.concurrency
+    pred = "-" if r.predicted is None else f"{r.predicted:.4g}"
+    err = r.reason if r.rel_error is None else f"{r.rel_error:+.0%}"
+    row = r.row
+    cells: list[object] = [
+        row.id,
+        row.hardware,
+        row.model,
+        row.weights,
+        conc,
+        row.metric,
+        f"{row.value:.4g}",
+        pred,
+        err,
+    ]
+    if cv is not None:
+        cells.append("-" if r.rel_error_cv is None else f"{r.rel_error_cv:+.0%}")
+    return [*cells, r.bottleneck, "flagged" if r.flag else ""]
+
+
+def _print_rows(results: list[RowResult], summary: dict[str, object], cv: CrossValidation | None) -> None:
+    """The validation table, how each speculative or context row was served, and the rows flagged or left out."""
     headers = ["id", "hardware", "model", "w", "C", "metric", "measured", "predicted", "error"]
     headers += ["CV error"] if cv is not None else []
-    print(format_table([*headers, "bottleneck", ""], table))
+    print(format_table([*headers, "bottleneck", ""], [_validation_cells(r, cv) for r in results]))
     for r in results:
         if "speculative" in r.served or "context" in r.served or r.other_way:
             print(
@@ -300,6 +330,10 @@ def validate_command(args: argparse.Namespace) -> int:
         for item in summary["not_cross_validated"]:  # type: ignore[attr-defined]
             print(f"  not cross-validated {item['id']}: {item['reason']}")
         _print_fits(cv)
+
+
+def _print_errors(summary: dict[str, object], cv: CrossValidation | None) -> None:
+    """The error statistics by architecture, then by model kind and family."""
     print()
     stat_cells = _stat_cells if cv is None else _stat_cells_cv
     stat_headers = ["rows", "median |err|", "p90 |err|"]
@@ -312,10 +346,6 @@ def validate_command(args: argparse.Namespace) -> int:
     models = [[kind, *stat_cells(s)] for kind, s in summary["by_model_kind"].items()]  # type: ignore[attr-defined]
     models += [[fam, *stat_cells(s)] for fam, s in summary["by_model_family"].items()]  # type: ignore[attr-defined]
     print(format_table(["models", *stat_headers], models))
-    unvalidated = [h for h in cat.hardware_ids() if h not in _rows_by_hardware([r.row for r in results])]
-    if unvalidated:
-        print(f"\nunvalidated (no measurement rows in the table): {', '.join(unvalidated)}")
-    return 0
 
 
 def _print_fits(cv: CrossValidation) -> None:

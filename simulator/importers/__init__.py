@@ -63,6 +63,22 @@ def _detected(document: object, lines: list[tuple[str, object]] | None) -> str |
     return None
 
 
+def _parsed(path: Path, text: str, source: str) -> tuple[object, list[tuple[str, object]] | None]:
+    """The file as one document (YAML for GuideLLM's ``.yaml``, else JSON), or, when it is not one, as
+    JSON lines (the document's error stands when the lines do not parse either)."""
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):  # GuideLLM's benchmarks.yaml
+            return parse_yaml(text, source), None
+        return parse_json(text, source, allow_nonfinite=True), None
+    except ConfigError as whole_error:
+        if len(text.strip().splitlines()) < 2:
+            raise
+        try:
+            return None, _lines(text, source)
+        except ConfigError:
+            raise whole_error from None
+
+
 def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
     """The runs of one result file, in the named format or the one detected."""
     if format is not None and format not in FORMATS:
@@ -71,20 +87,7 @@ def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
     text = read_text(path)
     if not text.strip():
         raise ConfigError(f"{source}: empty file (expected a benchmark result)")
-    document: object = None
-    lines: list[tuple[str, object]] | None = None
-    try:
-        if path.suffix.lower() in (".yaml", ".yml"):  # GuideLLM's benchmarks.yaml
-            document = parse_yaml(text, source)
-        else:
-            document = parse_json(text, source, allow_nonfinite=True)
-    except ConfigError as whole_error:
-        if len(text.strip().splitlines()) < 2:
-            raise
-        try:
-            lines = _lines(text, source)
-        except ConfigError:
-            raise whole_error from None
+    document, lines = _parsed(path, text, source)
     detected = _detected(document, lines)
     wanted = aiperf.FORMAT if format == "genai-perf" else format
     if detected is None:
