@@ -5,7 +5,7 @@ says which command wrote it and which files; the page kind registered for that c
 (:mod:`simulator.report.registry`, one module per kind) turns them into sections. The page opens
 with a summary of the results' headline takeaways; every table and figure follows with a caption
 that states what was simulated (model, hardware and chips, lengths, window, load, cost basis:
-:mod:`simulator.captions`) and a one-sentence takeaway computed from the same numbers it shows;
+:mod:`simulator.report.captions`) and a one-sentence takeaway computed from the same numbers it shows;
 rows and points of runs that hit a capacity limit are marked. It embeds every figure as a PNG
 (also written beside it as ``figures/NN.png``, numbered in page order), the infersim version, the
 seed, and the resolved scenario (collapsed at the end), so one file can be mailed around

@@ -11,9 +11,9 @@ import dataclasses
 import math
 from typing import Any
 
-from simulator import plots
 from simulator.capacity import Capacity
-from simulator.captions import Assumptions, best_under_load, captioned
+from simulator.report import plots
+from simulator.report.captions import Assumptions, best_under_load, captioned
 from simulator.report.html import Section
 from simulator.report.reading import assumptions, read_rows, read_summary, read_text_file
 from simulator.report.run import run_sections

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator import plots
 from simulator.analytic.estimate import estimate
 from simulator.analytic.layouts import deploy
 from simulator.capacity import LIMITED_MARK, Capacity
-from simulator.captions import best, best_under_load, caption, closed_form_assumptions
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
-from simulator.report import compare
+from simulator.report import compare, plots
+from simulator.report.captions import best, best_under_load, caption, closed_form_assumptions
 from simulator.report.html import Section
 from simulator.report.reading import read_rows, read_text_file
 from simulator.results.marker import Manifest

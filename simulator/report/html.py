@@ -28,7 +28,7 @@ from simulator.version import __version__
 class Section:
     """One block of the page: a table, a figure or text, with its caption and a takeaway.
 
-    The caption says what is shown and what was simulated (:mod:`simulator.captions`); the
+    The caption says what is shown and what was simulated (:mod:`simulator.report.captions`); the
     takeaway is one sentence read off the same numbers. ``headline`` lifts the takeaway into the
     summary at the top of the page.
     """

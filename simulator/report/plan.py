@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simulator.captions import captioned
+from simulator.report.captions import captioned
 from simulator.report.html import Section
 from simulator.report.reading import assumptions, read_plan_explanation, read_text_file
 from simulator.results.marker import Manifest

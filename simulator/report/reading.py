@@ -19,10 +19,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from simulator.capacity import Capacity
-from simulator.captions import Assumptions, run_assumptions
 from simulator.config.files import number, read_csv, read_json, read_text, read_yaml
 from simulator.config.loading import ConfigError, format_validation_error
 from simulator.config.scenario import Scenario
+from simulator.report.captions import Assumptions, run_assumptions
 from simulator.results.marker import MARKER, REPORT, RUN, Manifest, read_marker
 from simulator.results.summary import RunSummary
 from simulator.sweep import read_table_file

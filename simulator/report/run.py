@@ -6,9 +6,9 @@ the comparison's for each run an interrupted one finished.
 
 from __future__ import annotations
 
-from simulator import plots
 from simulator.capacity import LIMITED_MARK, Capacity, of_run
-from simulator.captions import Assumptions, captioned
+from simulator.report import plots
+from simulator.report.captions import Assumptions, captioned
 from simulator.report.html import Section
 from simulator.report.reading import assumptions, read_levels, read_scenario, read_summary, read_ttft_s
 from simulator.report.sources import run_numbers, sources_section

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simulator import plots
 from simulator.capacity import LIMITED_MARK, Capacity
-from simulator.captions import Assumptions, captioned, trend
+from simulator.report import plots
+from simulator.report.captions import Assumptions, captioned, trend
 from simulator.report.html import Section
 from simulator.report.reading import SweepRun, assumptions, read_sweep_runs
 from simulator.report.run import limit_note, run_capacity, run_sections

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from simulator.captions import Assumptions, captioned
 from simulator.config.loading import Catalog
 from simulator.errors import InfersimError
+from simulator.report.captions import Assumptions, captioned
 from simulator.report.html import Section
 from simulator.report.reading import read_scenario
 from simulator.results.marker import Manifest

@@ -3,8 +3,8 @@ hardware and measures speed and output, the throughput-interactivity frontier wi
 
 from __future__ import annotations
 
-from simulator import plots
-from simulator.captions import Assumptions, captioned
+from simulator.report import plots
+from simulator.report.captions import Assumptions, captioned
 from simulator.report.html import Section
 from simulator.report.reading import SweepTable, assumptions, cell_number, read_sweep_table
 from simulator.results.marker import Manifest

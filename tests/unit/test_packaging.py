@@ -40,7 +40,7 @@ def test_the_run_command_imports_only_what_a_run_uses() -> None:
     import sys
 
     heavy = "('scipy', 'matplotlib', 'pandas', 'dask', 'distributed', 'pyarrow', 'concurrent', 'multiprocessing')"
-    ours = "('simulator.execution', 'simulator.planning', 'simulator.compare', 'simulator.plots', 'simulator.report')"
+    ours = "('simulator.execution', 'simulator.planning', 'simulator.compare', 'simulator.report')"
     code = (
         "import importlib, sys\n"
         "from simulator.cli.parser import build_parser\n"
