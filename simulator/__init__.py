@@ -39,12 +39,12 @@ from simulator.version import __version__
 compiled.install()  # the engine's hot modules from their compiled build, if it is current
 
 if TYPE_CHECKING:
-    from simulator import plots
     from simulator.analytic import roofline
     from simulator.analytic.estimate import estimate
     from simulator.api import compare_hardware, deploy, load_scenario, override, plan_fleet, resolve, simulate
     from simulator.config.loading import Catalog
     from simulator.errors import InfersimError
+    from simulator.report import plots
 
 #: Public name -> (module, attribute; empty: the module itself).
 _PUBLIC = {
@@ -56,7 +56,7 @@ _PUBLIC = {
     "load_scenario": ("simulator.api", "load_scenario"),
     "override": ("simulator.api", "override"),
     "plan_fleet": ("simulator.api", "plan_fleet"),
-    "plots": ("simulator.plots", ""),
+    "plots": ("simulator.report.plots", ""),
     "resolve": ("simulator.api", "resolve"),
     "roofline": ("simulator.analytic.roofline", ""),
     "simulate": ("simulator.api", "simulate"),

@@ -73,7 +73,10 @@ def imports(path: Path, name: str) -> dict[str, str]:
                     base = ".".join(
                         package.split(".")[: len(package.split(".")) - child.level + 1] + ([base] if base else [])
                     )
-                targets = [f"{base}.{alias.name}" for alias in child.names] + [base]
+                # ``from package import module`` imports the module; only names that are not
+                # modules of the package import the package itself (its ``__init__``)
+                names = [f"{base}.{alias.name}" for alias in child.names]
+                targets = [n for n in names if n in MODULES] + ([base] if any(n not in MODULES for n in names) else [])
             for target in targets:
                 while target and target not in MODULES:
                     target = target.rpartition(".")[0]

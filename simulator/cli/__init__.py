@@ -133,11 +133,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _command(argv: Sequence[str] | None) -> int:
+    started = _parse(argv)
+    if isinstance(started, int):
+        return started
+    return _handle(*started)
+
+
+def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Callable[[Any], int]] | int:
+    """The parsed arguments and the command's handler, or the exit status of a usage error, ``--help``
+    or ``--version`` (SIGINT exits at once while the command's modules are imported)."""
     on_interrupt = signal.signal(signal.SIGINT, _exit_interrupted) if _main_thread() else None
     collecting = gc.isenabled()
     gc.disable()  # the imports make only long-lived objects: see _start
     try:
-        args, handler = _start(argv)
+        return _start(argv)
     except InfersimError as exc:  # a usage error (UsageError)
         print(f"infersim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -149,6 +158,10 @@ def _command(argv: Sequence[str] | None) -> int:
             gc.enable()
         if on_interrupt is not None:
             signal.signal(signal.SIGINT, on_interrupt)
+
+
+def _handle(args: argparse.Namespace, handler: Callable[[Any], int]) -> int:
+    """Run the command; each way it can end is one exit status and at most one line on stderr."""
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
     try:
         with _user_warnings(), _stdout_named():

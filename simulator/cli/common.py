@@ -123,8 +123,12 @@ def progress_bar(label: str) -> Callable[[float], None]:
         meaningful = 0.01 <= fraction < 1  # an ETA from the first percent would be noise
         eta = f"ETA {elapsed / fraction * (1 - fraction):.0f} s" if meaningful else f"{elapsed:.0f} s"
         bar = "#" * round(30 * fraction)
-        print(f"\rinfersim {label}: [{bar:<30}] {fraction:4.0%} {eta}   ", end="\n" if fraction >= 1 else "",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"\rinfersim {label}: [{bar:<30}] {fraction:4.0%} {eta}   ",
+            end="\n" if fraction >= 1 else "",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return show
 
@@ -170,10 +174,16 @@ class PartialFolder:
 
     def add(self, files: Mapping[str, FileContents], done: object) -> None:
         """Write a finished run's ``files`` (the first write clears an earlier command's results)."""
-        note = {"partial": True, "note": "written while the command ran; it did not finish: what is here is what "
-                "was done", "version": __version__, "seed": self.seed, "done": done}  # fmt: skip
-        self.out.write({**files, f"{self.stem}.partial.json": json_text(note)}, replace=not self.started,
-                       kept=tuple(self.written))  # fmt: skip
+        note = {
+            "partial": True,
+            "note": "written while the command ran; it did not finish: what is here is what was done",
+            "version": __version__,
+            "seed": self.seed,
+            "done": done,
+        }
+        self.out.write(
+            {**files, f"{self.stem}.partial.json": json_text(note)}, replace=not self.started, kept=tuple(self.written)
+        )
         self.started = True
         self.written += [name for name in files if name not in self.written]
 
@@ -183,8 +193,11 @@ class PartialFolder:
 
     def kept(self) -> str:
         """What an interrupted command says it leaves."""
-        return (f"the finished runs are kept in {self.out.path} (marked partial in {self.stem}.partial.json)"
-                if self.started else "no results folder was written")  # fmt: skip
+        return (
+            f"the finished runs are kept in {self.out.path} (marked partial in {self.stem}.partial.json)"
+            if self.started
+            else "no results folder was written"
+        )
 
 
 def interactive(args: argparse.Namespace) -> bool:
@@ -202,11 +215,13 @@ def maybe_report(args: argparse.Namespace, folder: ResultsFolder) -> None:
 
 
 # -- run summary tables -------------------------------------------------------------------------
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 SUMMARY_HEADERS = [
     "run", "requests", "TTFT p50", "TTFT p99", "TTST p50", "TPOT", "ITL p99", "tok/s/user p50",
     "output tok/s", "req/s", "batch", "cache hit", "$/1M out", "capacity",
 ]  # fmt: skip
 
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 TASK_HEADERS = [
     "run", "tasks", "task p50 s", "task p90 s", "model s", "tool s", "sub-agents s", "queue s", "network s",
     "calls/task", "tok/s/user p50", "cache hit", "tasks/h", "$/task",
@@ -217,14 +232,21 @@ def summary_row(label: str, s: RunSummary, capacity: Capacity | None = None) -> 
     """One run's row; a capacity-limited run (:mod:`simulator.capacity`) has its TTFT and speed marked."""
     capacity = capacity or Capacity(None, None, s.preemptions)
     return [
-        label, s.requests_completed, capacity.marked(format_seconds(s.ttft_s.p50)),
-        capacity.marked(format_seconds(s.ttft_s.p99)), format_seconds(s.ttst_s.p50 if s.ttst_s else math.nan),
-        format_seconds(s.tpot_s.mean), format_seconds(s.itl_s.p99),
-        capacity.marked(format_number(s.per_user_output_tok_s.p50, ",.0f")), format_number(s.output_tok_s, ",.0f"),
-        format_number(s.requests_per_s, ".3g"), format_number(s.mean_batch_size, ".1f"),
-        format_number(s.prefix_cache_hit_rate, ".0%"), format_number(s.cost.usd_per_million_output_tokens, ".3g"),
+        label,
+        s.requests_completed,
+        capacity.marked(format_seconds(s.ttft_s.p50)),
+        capacity.marked(format_seconds(s.ttft_s.p99)),
+        format_seconds(s.ttst_s.p50 if s.ttst_s else math.nan),
+        format_seconds(s.tpot_s.mean),
+        format_seconds(s.itl_s.p99),
+        capacity.marked(format_number(s.per_user_output_tok_s.p50, ",.0f")),
+        format_number(s.output_tok_s, ",.0f"),
+        format_number(s.requests_per_s, ".3g"),
+        format_number(s.mean_batch_size, ".1f"),
+        format_number(s.prefix_cache_hit_rate, ".0%"),
+        format_number(s.cost.usd_per_million_output_tokens, ".3g"),
         capacity.note() or "ok",
-    ]  # fmt: skip
+    ]
 
 
 def speculation_text(label: str, s: RunSummary) -> str:
@@ -232,11 +254,14 @@ def speculation_text(label: str, s: RunSummary) -> str:
     spec = s.speculation
     if spec is None:
         return ""
-    return (f"{label + ': ' if label else ''}speculative decoding: {format_number(spec.acceptance_length, '.2f')} "
-            f"tokens per verify pass (acceptance length; {format_number(spec.acceptance_rate, '.0%')} of "
-            f"{spec.draft_tokens:,} drafted tokens accepted over {spec.verify_passes:,} passes)")  # fmt: skip
+    return (
+        f"{label + ': ' if label else ''}speculative decoding: {format_number(spec.acceptance_length, '.2f')} "
+        f"tokens per verify pass (acceptance length; {format_number(spec.acceptance_rate, '.0%')} of "
+        f"{spec.draft_tokens:,} drafted tokens accepted over {spec.verify_passes:,} passes)"
+    )
 
 
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 KV_HEADERS = ["run", "backend", "KV", "prefill", "transfer", "first decode", "GB moved", "hit tokens",
               "TTFT saved s"]  # fmt: skip
 
@@ -245,13 +270,34 @@ def kv_rows(label: str, s: RunSummary) -> list[list[object]]:
     """KV in motion: each disaggregated backend's TTFT parts (means) and bytes; each backend's KV tiers."""
     rows: list[list[object]] = []
     for name, k in (s.kv_transfers or {}).items():
-        rows.append([label, name, f"{k.handoff} to {k.decode_backend}", format_seconds(k.prefill_s.mean),
-                     format_seconds(k.transfer_s.mean), format_seconds(k.decode_first_s.mean),
-                     format_number(k.bytes_moved / 1e9, ",.1f"), "-", "-"])  # fmt: skip
+        rows.append(
+            [
+                label,
+                name,
+                f"{k.handoff} to {k.decode_backend}",
+                format_seconds(k.prefill_s.mean),
+                format_seconds(k.transfer_s.mean),
+                format_seconds(k.decode_first_s.mean),
+                format_number(k.bytes_moved / 1e9, ",.1f"),
+                "-",
+                "-",
+            ]
+        )
     for name, t in (s.kv_tiers or {}).items():
         for tier, v in t.tiers.items():
-            rows.append([label, name, f"tier {tier}", "-", "-", "-", format_number(v.bytes_up / 1e9, ",.1f"),
-                         f"{v.hit_tokens:,}", format_number(t.ttft_saved_s, ",.1f")])  # fmt: skip
+            rows.append(
+                [
+                    label,
+                    name,
+                    f"tier {tier}",
+                    "-",
+                    "-",
+                    "-",
+                    format_number(v.bytes_up / 1e9, ",.1f"),
+                    f"{v.hit_tokens:,}",
+                    format_number(t.ttft_saved_s, ",.1f"),
+                ]
+            )
     return rows
 
 
@@ -260,12 +306,21 @@ def task_row(label: str, s: RunSummary) -> list[object]:
     assert t is not None
     part = t.mean_seconds
     return [
-        label, t.tasks_completed, format_number(t.task_time_s.p50, ".1f"), format_number(t.task_time_s.p90, ".1f"),
-        format_number(part.model, ".1f"), format_number(part.tool, ".1f"), format_number(part.subagent, ".1f"),
-        format_number(part.queue, ".1f"), format_number(part.network, ".1f"), format_number(t.calls_per_task, ".0f"),
-        format_number(s.per_user_output_tok_s.p50, ",.0f"), format_number(s.prefix_cache_hit_rate, ".0%"),
-        format_number(t.tasks_per_hour, ",.1f"), format_number(s.cost.usd_per_task, ".3g"),
-    ]  # fmt: skip
+        label,
+        t.tasks_completed,
+        format_number(t.task_time_s.p50, ".1f"),
+        format_number(t.task_time_s.p90, ".1f"),
+        format_number(part.model, ".1f"),
+        format_number(part.tool, ".1f"),
+        format_number(part.subagent, ".1f"),
+        format_number(part.queue, ".1f"),
+        format_number(part.network, ".1f"),
+        format_number(t.calls_per_task, ".0f"),
+        format_number(s.per_user_output_tok_s.p50, ",.0f"),
+        format_number(s.prefix_cache_hit_rate, ".0%"),
+        format_number(t.tasks_per_hour, ",.1f"),
+        format_number(s.cost.usd_per_task, ".3g"),
+    ]
 
 
 def breakdown_text(label: str, s: RunSummary) -> str:
@@ -273,8 +328,10 @@ def breakdown_text(label: str, s: RunSummary) -> str:
     parts = []
     prefix = f"{label}: " if label else ""
     if s.classes:
-        parts.append(f"{prefix}per class ($ attributed by seat-seconds: a replica's time shared equally among the "
-                     f"sequences in its batch)\n{format_table(CLASS_HEADERS, class_rows(s))}")  # fmt: skip
+        parts.append(
+            f"{prefix}per class ($ attributed by seat-seconds: a replica's time shared equally among the "
+            f"sequences in its batch)\n{format_table(CLASS_HEADERS, class_rows(s))}"
+        )
     if len(s.backends) > 1:
         parts.append(f"{prefix}per backend\n{format_table(BACKEND_HEADERS, backend_rows(s))}")
     return "\n\n".join(parts)

@@ -69,14 +69,26 @@ def _demo(args: argparse.Namespace) -> dict[str, object]:
         files["agents/compare.json"] = json_text([row.to_dict() for row in agents])
         files["agents/compare.txt"] = comparison_table([row.to_dict() for row in agents]) + "\n"
         files["agents/tasks.txt"] = task_table(agents) + "\n"
-        print(f"\nAgents under load: fast-tool coding agents (50 calls each) on gpt-oss-120b, "
-              f"{' and '.join(str(n) for n in SPEED_WAR_AGENTS)} at once (simulated):\n")  # fmt: skip
+        print(
+            f"\nAgents under load: fast-tool coding agents (50 calls each) on gpt-oss-120b, "
+            f"{' and '.join(str(n) for n in SPEED_WAR_AGENTS)} at once (simulated):\n"
+        )
         print(task_table(agents))
     out.write(files)
     page = write_report(out.path)
-    written = ["speed_gap.txt", "speed_gap.json", *(["agents/"] if agents else []), "scenario.resolved.yaml",
-               "report.html", "figures/"]  # fmt: skip
+    written = [
+        "speed_gap.txt",
+        "speed_gap.json",
+        *(["agents/"] if agents else []),
+        "scenario.resolved.yaml",
+        "report.html",
+        "figures/",
+    ]
     print(f"\nwrote {out.path}/ ({', '.join(written)})")
     print(f"report: {page.resolve()}")
-    return {"folder": str(out.path), "report": str(page), "speed_gap": [r.to_dict() for r in rows],
-            "agents": [row.to_dict() for row in agents]}  # fmt: skip
+    return {
+        "folder": str(out.path),
+        "report": str(page),
+        "speed_gap": [r.to_dict() for r in rows],
+        "agents": [row.to_dict() for row in agents],
+    }

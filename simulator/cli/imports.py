@@ -34,7 +34,8 @@ from simulator.tables import format_table
 
 if TYPE_CHECKING:
     from simulator.config.hardware import HardwareProfile
-    from simulator.io.importers.common import PerRequest
+    from simulator.io.importers.common import ImportedRun, PerRequest
+    from simulator.io.importers.rows import Deployment
 
 MANIFEST = "import.json"
 TABLE = "measurements.csv"
@@ -42,8 +43,9 @@ TABLE = "measurements.csv"
 
 def _known(kind: str, ident: str, ids: list[str], hint: str) -> None:
     if ident not in ids:
-        raise ConfigError(f"--{kind}: no {kind} profile {ident!r}{did_you_mean(ident, ids)} (known: {', '.join(ids)}); "
-                          f"{hint}")  # fmt: skip
+        raise ConfigError(
+            f"--{kind}: no {kind} profile {ident!r}{did_you_mean(ident, ids)} (known: {', '.join(ids)}); {hint}"
+        )
 
 
 def _model_for(name: str | None, cat: Catalog, source: str) -> str:
@@ -58,8 +60,10 @@ def _model_for(name: str | None, cat: Catalog, source: str) -> str:
         repo = cat.model(ident).hf_repo
         if repo and key(repo) == key(name):
             return ident
-    raise ConfigError(f"{source}: model {name!r}: no model profile has this hf_repo; give --model, or add one with "
-                      f"`infersim models import config.json` (then --model-dir)")  # fmt: skip
+    raise ConfigError(
+        f"{source}: model {name!r}: no model profile has this hf_repo; give --model, or add one with "
+        f"`infersim models import config.json` (then --model-dir)"
+    )
 
 
 def _repo_key(text: str) -> str:
@@ -73,8 +77,12 @@ def _warn_if_other_model(given: str | None, stated: str | None, cat: Catalog, so
         return
     repo = cat.model(given).hf_repo
     if repo and _repo_key(repo) != _repo_key(stated):
-        warnings.warn(f"{source}: the file states model {stated!r}, but --model {given} is {repo!r}; "
-                      "the rows compare against the profile given", InfersimWarning, stacklevel=1)  # fmt: skip
+        warnings.warn(
+            f"{source}: the file states model {stated!r}, but --model {given} is {repo!r}; "
+            "the rows compare against the profile given",
+            InfersimWarning,
+            stacklevel=1,
+        )
 
 
 def _warn_if_other_memory(path: Path, hardware: HardwareProfile) -> None:
@@ -86,9 +94,12 @@ def _warn_if_other_memory(path: Path, hardware: HardwareProfile) -> None:
     for size in sorted(stated):
         if tiers and not any(abs(gb - size) <= 0.05 * size for gb in tiers.values()):
             have = ", ".join(f"{gb:g} GB of {name}" for name, gb in tiers.items())
-            warnings.warn(f"{path}: its path states {size} GB per chip, but --hardware {hardware.id} has {have}; "
-                          "capacity-bound figures will differ (use a profile of that variant)",
-                          InfersimWarning, stacklevel=1)  # fmt: skip
+            warnings.warn(
+                f"{path}: its path states {size} GB per chip, but --hardware {hardware.id} has {have}; "
+                "capacity-bound figures will differ (use a profile of that variant)",
+                InfersimWarning,
+                stacklevel=1,
+            )
 
 
 def _slug(text: str) -> str:
@@ -97,18 +108,12 @@ def _slug(text: str) -> str:
 
 def import_command(args: argparse.Namespace) -> int:
     from simulator.io.importers import read_file
-    from simulator.io.importers.checks import cache_warning, floor_flags
-    from simulator.io.importers.rows import COLUMNS, Deployment, measured_csv, rows, trace_lines
+    from simulator.io.importers.rows import COLUMNS, rows
 
     if not 0 <= args.seed <= MAX_INTEGER:
         raise ConfigError(f"--seed: expected an integer from 0 to 2**63 - 1, got {args.seed}")
     cat = catalog(args)
-    _known("hardware", args.hardware, cat.hardware_ids(),
-           "add a hardware profile YAML for it (hardware_profiles/ or --hardware-dir)")  # fmt: skip
-    if args.stack:
-        _known("stack", args.stack, cat.stack_ids(), "add a serving stack profile (--stack-dir)")
-    if args.model:
-        _known("model", args.model, cat.model_ids(), "add one with `infersim models import config.json`")
+    _check_known(args, cat)
     out = ResultsFolder(args.out or Path("runs") / "import", "import", args.overwrite)
     table: list[dict[str, str]] = []
     files: dict[str, str] = {}
@@ -118,46 +123,14 @@ def import_command(args: argparse.Namespace) -> int:
         for index, run in enumerate(runs):
             if run.load is None and run.per_request is None:
                 raise ConfigError(f"refused: {run.refusal}")
-            model = args.model or _model_for(run.model_name, cat, run.source)
-            _warn_if_other_model(args.model, run.model_name, cat, run.source)
-            if index == 0:
-                _warn_if_other_memory(path, cat.hardware(args.hardware))
-            weights = args.weights or cat.model(model).native_precision
-            deployment = Deployment(args.hardware, model, weights, args.chips, args.layout or "", args.stack or "",
-                                    args.spec_decoding, args.replicas)  # fmt: skip
+            deployment = _deployment(args, cat, path, index, run)
             run_id = _slug(path.stem) + (f"-{index + 1}" if len(runs) > 1 else "")
             if any(m["id"] == run_id for m in manifest):
                 raise ConfigError(f"{path}: a second result file named {path.stem!r}; import it into its own folder")
-            hardware, model_spec = cat.hardware(args.hardware), cat.model(model)
-            flags = (*run.flags, *floor_flags(run, model_spec, hardware, args.chips, weights, args.spec_decoding))
-            for flag in flags:
-                warnings.warn(f"{run.source}: rows kept but flagged: {flag}", InfersimWarning, stacklevel=1)
-            warning = cache_warning(run, model_spec, hardware, args.chips)
-            if warning:
-                warnings.warn(warning, InfersimWarning, stacklevel=1)
-                run = replace(run, notes=(*run.notes, "TTFTs beat the prefill floor: served from a prefix cache"))
-                flags = (*flags, "every TTFT beats the prefill floor of its offline batch: served from a prefix cache")
-            run = replace(run, flags=flags)
-            table += rows(run, deployment, run_id)
-            entry: dict[str, object] = {
-                "id": run_id, "source": run.source, "format": run.format, "model_name": run.model_name,
-                "deployment": vars(deployment), "load": None if run.load is None else run.load.words(),
-                "refusal": run.refusal, "notes": list(run.notes),
-                "input_tokens_mean": run.input_tokens_mean, "output_tokens_mean": run.output_tokens_mean,
-                "metrics": {m: {"field": s.field, **s.values} for m, s in run.metrics.items()},
-            }  # fmt: skip
-            replayable = run.per_request is not None and not (
-                run.per_request.arrival_s is None and run.load is not None and run.load.kind == "closed"
-            )
-            if run.per_request is not None and not replayable:
-                entry["notes"] = [*run.notes, "a closed loop without recorded send times: no replay trace "
-                                  "(vLLM clients that record start_times give one)"]  # fmt: skip
-            if replayable and run.per_request is not None:
-                entry |= {"trace": f"traces/{run_id}.jsonl", "measured": f"measured/{run_id}.csv", "seed": args.seed,
-                          "scenario": f"scenarios/{run_id}.yaml"}  # fmt: skip
-                files[f"traces/{run_id}.jsonl"] = trace_lines(run, args.seed)
-                files[f"measured/{run_id}.csv"] = measured_csv(run)
-                files[f"scenarios/{run_id}.yaml"] = _replay_yaml(entry, run.per_request, out.path, cat)
+            flagged = _flagged(args, cat, run, deployment)
+            table += rows(flagged, deployment, run_id)
+            entry = _entry(flagged, deployment, run_id)
+            files |= _replay_files(args, cat, out.path, flagged, entry)
             manifest.append(entry)
     files[TABLE] = _csv(table, COLUMNS)
     files[MANIFEST] = json_text({"schema_version": 1, "runs": manifest})
@@ -165,22 +138,141 @@ def import_command(args: argparse.Namespace) -> int:
     with messages_aside(args):
         _import_text(table, manifest, out.path)
     if args.json:
-        print(json_text({"folder": str(out.path), "rows": len(table), "table": str(out.path / TABLE),
-                         "runs": manifest}), end="")  # fmt: skip
+        print(
+            json_text({"folder": str(out.path), "rows": len(table), "table": str(out.path / TABLE), "runs": manifest}),
+            end="",
+        )
     return 0
+
+
+def _check_known(args: argparse.Namespace, cat: Catalog) -> None:
+    """Refuse a hardware, stack or model id the catalog does not know."""
+    _known(
+        "hardware",
+        args.hardware,
+        cat.hardware_ids(),
+        "add a hardware profile YAML for it (hardware_profiles/ or --hardware-dir)",
+    )
+    if args.stack:
+        _known("stack", args.stack, cat.stack_ids(), "add a serving stack profile (--stack-dir)")
+    if args.model:
+        _known("model", args.model, cat.model_ids(), "add one with `infersim models import config.json`")
+
+
+def _deployment(args: argparse.Namespace, cat: Catalog, path: Path, index: int, run: ImportedRun) -> Deployment:
+    """The deployment an imported run is compared on (the model named, or the one its file names),
+    warning when the file names another model or memory size than the deployment's."""
+    from simulator.io.importers.rows import Deployment
+
+    model = args.model or _model_for(run.model_name, cat, run.source)
+    _warn_if_other_model(args.model, run.model_name, cat, run.source)
+    if index == 0:
+        _warn_if_other_memory(path, cat.hardware(args.hardware))
+    weights = args.weights or cat.model(model).native_precision
+    return Deployment(
+        args.hardware,
+        model,
+        weights,
+        args.chips,
+        args.layout or "",
+        args.stack or "",
+        args.spec_decoding,
+        args.replicas,
+    )
+
+
+def _flagged(args: argparse.Namespace, cat: Catalog, run: ImportedRun, deployment: Deployment) -> ImportedRun:
+    """The run with the flags of its rows (below a physical floor, served from a prefix cache), each warned."""
+    from simulator.io.importers.checks import cache_warning, floor_flags
+
+    hardware, model_spec = cat.hardware(args.hardware), cat.model(deployment.model)
+    weights = args.weights or model_spec.native_precision
+    flags = (*run.flags, *floor_flags(run, model_spec, hardware, args.chips, weights, args.spec_decoding))
+    for flag in flags:
+        warnings.warn(f"{run.source}: rows kept but flagged: {flag}", InfersimWarning, stacklevel=1)
+    warning = cache_warning(run, model_spec, hardware, args.chips)
+    if warning:
+        warnings.warn(warning, InfersimWarning, stacklevel=1)
+        run = replace(run, notes=(*run.notes, "TTFTs beat the prefill floor: served from a prefix cache"))
+        flags = (*flags, "every TTFT beats the prefill floor of its offline batch: served from a prefix cache")
+    return replace(run, flags=flags)
+
+
+def _entry(run: ImportedRun, deployment: Deployment, run_id: str) -> dict[str, object]:
+    """The run's entry in the import's manifest: where it came from, its deployment, load and metrics."""
+    return {
+        "id": run_id,
+        "source": run.source,
+        "format": run.format,
+        "model_name": run.model_name,
+        "deployment": vars(deployment),
+        "load": None if run.load is None else run.load.words(),
+        "refusal": run.refusal,
+        "notes": list(run.notes),
+        "input_tokens_mean": run.input_tokens_mean,
+        "output_tokens_mean": run.output_tokens_mean,
+        "metrics": {m: {"field": s.field, **s.values} for m, s in run.metrics.items()},
+    }
+
+
+def _replay_files(
+    args: argparse.Namespace, cat: Catalog, folder: Path, run: ImportedRun, entry: dict[str, object]
+) -> dict[str, str]:
+    """The trace, measured table and replay scenario of a run with per-request data, named in ``entry``
+    (none for a closed loop without send times, noted in ``entry``)."""
+    from simulator.io.importers.rows import measured_csv, trace_lines
+
+    per_request = run.per_request
+    if per_request is None:
+        return {}
+    if per_request.arrival_s is None and run.load is not None and run.load.kind == "closed":
+        entry["notes"] = [
+            *run.notes,
+            "a closed loop without recorded send times: no replay trace "
+            "(vLLM clients that record start_times give one)",
+        ]
+        return {}
+    run_id = entry["id"]
+    entry |= {
+        "trace": f"traces/{run_id}.jsonl",
+        "measured": f"measured/{run_id}.csv",
+        "seed": args.seed,
+        "scenario": f"scenarios/{run_id}.yaml",
+    }
+    return {
+        f"traces/{run_id}.jsonl": trace_lines(run, args.seed),
+        f"measured/{run_id}.csv": measured_csv(run),
+        f"scenarios/{run_id}.yaml": _replay_yaml(entry, per_request, folder, cat),
+    }
 
 
 def _import_text(table: list[dict[str, str]], manifest: list[dict[str, object]], path: Path) -> None:
     """The import's runs as a table, and where they were written."""
-    print(format_table(["run", "format", "load", "rows", "requests"], [
-        [str(m["id"]), str(m["format"]), str(m["load"] or "-"), str(sum(r["id"].startswith(f"{m['id']}-")
-         for r in table)), "yes" if "trace" in m else "-"] for m in manifest]))  # fmt: skip
-    print(f"\nwrote {len(table)} rows and {sum('trace' in m for m in manifest)} traces to {path} "
-          f"(infersim validate {path / TABLE}; infersim compare-measured {path})")  # fmt: skip
+    print(
+        format_table(
+            ["run", "format", "load", "rows", "requests"],
+            [
+                [
+                    str(m["id"]),
+                    str(m["format"]),
+                    str(m["load"] or "-"),
+                    str(sum(r["id"].startswith(f"{m['id']}-") for r in table)),
+                    "yes" if "trace" in m else "-",
+                ]
+                for m in manifest
+            ],
+        )
+    )
+    print(
+        f"\nwrote {len(table)} rows and {sum('trace' in m for m in manifest)} traces to {path} "
+        f"(infersim validate {path / TABLE}; infersim compare-measured {path})"
+    )
     for m in manifest:
         if "trace" in m:
-            print(f"a prediction at another load: infersim run {path / 'scenarios' / str(m['id'])}.yaml --set "
-                  "load.rate_scale=2")  # fmt: skip
+            print(
+                f"a prediction at another load: infersim run {path / 'scenarios' / str(m['id'])}.yaml --set "
+                "load.rate_scale=2"
+            )
 
 
 def _replay_yaml(entry: dict[str, object], per_request: PerRequest, folder: Path, cat: Catalog) -> str:
@@ -192,9 +284,11 @@ def _replay_yaml(entry: dict[str, object], per_request: PerRequest, folder: Path
     from simulator.cli.common import scenario_yaml
     from simulator.studies.measured import scenario
 
-    measured = {"input_tokens": np.asarray(per_request.input_tokens, dtype=float),
-                "output_tokens": np.asarray(per_request.output_tokens, dtype=float),
-                "ttft_s": np.asarray(per_request.ttft_s, dtype=float)}  # fmt: skip
+    measured = {
+        "input_tokens": np.asarray(per_request.input_tokens, dtype=float),
+        "output_tokens": np.asarray(per_request.output_tokens, dtype=float),
+        "ttft_s": np.asarray(per_request.ttft_s, dtype=float),
+    }
     replay = scenario(entry, folder, measured, cat)
     assert replay.load is not None  # a trace load
     relative = Path("..") / str(entry["trace"])
@@ -238,8 +332,14 @@ def compare_measured(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(args: argparse.Namespace, traced: list[dict[str, object]], folder: Path, cat: Catalog,
-            files: dict[str, str | bytes], report: dict[str, object]) -> None:  # fmt: skip
+def _replay(
+    args: argparse.Namespace,
+    traced: list[dict[str, object]],
+    folder: Path,
+    cat: Catalog,
+    files: dict[str, str | bytes],
+    report: dict[str, object],
+) -> None:
     """Each traced run replayed and compared (its table printed; files and summary added)."""
     from simulator.studies.measured import compare_run, comparison_csv, summary_rows
 
@@ -251,8 +351,12 @@ def _replay(args: argparse.Namespace, traced: list[dict[str, object]], folder: P
         files[f"{entry['id']}.csv"] = comparison_csv(comparison)
         report[str(entry["id"])] = comparison.summary()
         print(f"{entry['id']} ({comparison.requests} requests, {comparison.served})")
-        print(format_table(["metric", "measured p50", "simulated p50", "bias", "median |error|", "p90 |error|"],
-                           summary_rows(comparison)))  # fmt: skip
+        print(
+            format_table(
+                ["metric", "measured p50", "simulated p50", "bias", "median |error|", "p90 |error|"],
+                summary_rows(comparison),
+            )
+        )
         print()
         if args.report:
             from simulator.studies.measured import cdf_figure
@@ -264,8 +368,10 @@ def _html(report: dict[str, object], ids: list[str]) -> str:
     """A self-contained page: each run's table and its CDF figure (beside it, in figures/)."""
     import html
 
-    parts = ["<!doctype html><meta charset=utf-8><title>infersim: simulated against measured</title>",
-             "<h1>Simulated against measured, request by request</h1>"]  # fmt: skip
+    parts = [
+        "<!doctype html><meta charset=utf-8><title>infersim: simulated against measured</title>",
+        "<h1>Simulated against measured, request by request</h1>",
+    ]
     for ident in ids:
         parts.append(f"<h2>{html.escape(ident)}</h2><pre>{html.escape(json_text(report[ident]))}</pre>")
         parts.append(f'<img src="figures/{html.escape(ident)}-cdf.png" alt="CDF of TTFT, TPOT and E2E">')
@@ -285,11 +391,22 @@ def models_import(args: argparse.Namespace) -> int:
 
     total, active, kv = total_params(profile), active_params(profile), kv_bytes_per_token(profile)
     if args.json:
-        print(json_text({"file": str(out.path / f"{profile.id}.yaml"), "total_params": total, "active_params": active,
-                         "kv_bytes_per_token": kv, "profile": profile.model_dump(mode="json")}), end="")  # fmt: skip
+        print(
+            json_text(
+                {
+                    "file": str(out.path / f"{profile.id}.yaml"),
+                    "total_params": total,
+                    "active_params": active,
+                    "kv_bytes_per_token": kv,
+                    "profile": profile.model_dump(mode="json"),
+                }
+            ),
+            end="",
+        )
         return 0
-    print(f"{profile.id}: {total / 1e9:.2f} B parameters, {active / 1e9:.2f} B active, "
-          f"{kv:,.0f} B of KV per token (bf16)")  # fmt: skip
+    print(
+        f"{profile.id}: {total / 1e9:.2f} B parameters, {active / 1e9:.2f} B active, {kv:,.0f} B of KV per token (bf16)"
+    )
     print(f"wrote {profile.id}.yaml to {out.path} (use it with --model-dir {out.path})")
     return 0
 

@@ -53,11 +53,11 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from simulator.config.files import read_text
 from simulator.errors import ConfigError
+from simulator.results.marker import MARKER, REPORT
+from simulator.results.marker import marker_data as read_marker
 from simulator.version import __version__
 
-MARKER = ".infersim-results.json"
 LOCK = ".infersim-results.lock"
 STAGING_PREFIX = ".infersim-staging-"
 #: The name of every staging folder: the prefix, the writer's process id, a dash and 8 hex digits.
@@ -79,18 +79,6 @@ def _internal(name: str) -> bool:
 def _reserved(name: str) -> bool:
     """A name no result may take (the working files', and any beginning like a staging folder's)."""
     return name in (MARKER, LOCK) or name.startswith(STAGING_PREFIX)
-
-
-def read_marker(folder: Path) -> dict[str, object] | None:
-    """The marker of an infersim results folder, or None when there is none (or it is unreadable)."""
-    path = folder / MARKER
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(read_text(path))
-    except (ConfigError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("tool") == "infersim" else None
 
 
 def _current_folder() -> Path:
@@ -302,7 +290,7 @@ class ResultsFolder:
         Every move and removal goes through descriptors of the folders on the way, each opened
         without following a symbolic link: a link there makes the commit fail, never reach outside.
         """
-        command = self.command if self.command is not None else str(marker.get("command", "report"))
+        command = self.command if self.command is not None else str(marker.get("command", REPORT))
         self._mark(staging, command, earlier | set(files))
         root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:

@@ -108,8 +108,12 @@ def _add_executor(p: argparse.ArgumentParser) -> None:
     """Where the command's simulations run (:mod:`simulator.studies.execution`)."""
     p.add_argument("--executor", choices=("local", "dask"), default="local", help="where runs execute")
     p.add_argument("--address", help="Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a loopback cluster)")
-    p.add_argument("--jobs", type=jobs, default=min(os.cpu_count() or 1, MAX_JOBS),
-                   help=f"worker processes (at most {MAX_JOBS:,}; 1 runs in this process)")  # fmt: skip
+    p.add_argument(
+        "--jobs",
+        type=jobs,
+        default=min(os.cpu_count() or 1, MAX_JOBS),
+        help=f"worker processes (at most {MAX_JOBS:,}; 1 runs in this process)",
+    )
 
 
 def _add_large(p: argparse.ArgumentParser) -> None:
@@ -158,74 +162,125 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "profiles", "simulator.cli.profiles:profiles", "list hardware and model profiles")
     p.add_argument("--json", action="store_true", help="print every profile in full as JSON")
 
-    p = _command(sub, "estimate", "simulator.cli.profiles:estimate_command",
-                 "closed-form TTFT, inter-token latency and throughput of one deployment at a concurrency")  # fmt: skip
+    p = _command(
+        sub,
+        "estimate",
+        "simulator.cli.profiles:estimate_command",
+        "closed-form TTFT, inter-token latency and throughput of one deployment at a concurrency",
+    )
     p.add_argument("--hardware", required=True, help="hardware profile id (see `infersim profiles`)")
     p.add_argument("--model", required=True, help="model profile id")
     p.add_argument("--chips", type=int, help="total chips (default: the smallest placement that fits)")
     p.add_argument("--tensor-parallel", type=int, help="chips one layer is split over (default: automatic)")
     p.add_argument("--pipeline-parallel", type=int, help="pipeline stages (default: automatic)")
     p.add_argument("--expert-parallel", type=int, help="chips the experts are spread over (default: chosen)")
-    p.add_argument("--attention-parallel", choices=("tensor", "data"),
-                   help="attention split over the chips (tensor) or run per chip on its own sequences (data); "
-                   "default: the layout that answers the question best")  # fmt: skip
+    p.add_argument(
+        "--attention-parallel",
+        choices=("tensor", "data"),
+        help="attention split over the chips (tensor) or run per chip on its own sequences (data); "
+        "default: the layout that answers the question best",
+    )
     p.add_argument("--stack", help="serving stack profile id (default: the hardware's)")
     p.add_argument("--weights", choices=get_args(Precision), help="weight precision (default: the model's native)")
-    p.add_argument("--kv-cache", choices=get_args(Precision), help="KV-cache precision (default: the stack's "
-                   "kv_cache: the activations' for vLLM and SGLang; TensorRT-LLM: fp8 on FP8/NVFP4 "
-                   "checkpoints)")  # fmt: skip
+    p.add_argument(
+        "--kv-cache",
+        choices=get_args(Precision),
+        help="KV-cache precision (default: the stack's "
+        "kv_cache: the activations' for vLLM and SGLang; TensorRT-LLM: fp8 on FP8/NVFP4 "
+        "checkpoints)",
+    )
     p.add_argument("--input-tokens", type=int, default=DEFAULT_INPUT_TOKENS, help="prompt tokens per request")
     p.add_argument("--output-tokens", type=int, default=DEFAULT_OUTPUT_TOKENS, help="output tokens per request")
-    p.add_argument("--concurrency", type=concurrency, default="1",
-                   help="users in a closed loop, or 'max' (the most whose KV fits at full context)")  # fmt: skip
+    p.add_argument(
+        "--concurrency",
+        type=concurrency,
+        default="1",
+        help="users in a closed loop, or 'max' (the most whose KV fits at full context)",
+    )
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    p.add_argument("--explain", action="store_true", help="also list every sourced number of the hardware and "
-                   "stack profiles: value, confidence, source and its citation")  # fmt: skip
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="also list every sourced number of the hardware and "
+        "stack profiles: value, confidence, source and its citation",
+    )
 
-    p = _command(sub, "validate", "simulator.cli.profiles:validate_command",
-                 "predict every row of a measurement table and report the error")  # fmt: skip
+    p = _command(
+        sub,
+        "validate",
+        "simulator.cli.profiles:validate_command",
+        "predict every row of a measurement table and report the error",
+    )
     p.add_argument("table", nargs="?", type=Path, help="measurement CSV (default: the bundled measurements)")
     p.add_argument("--json", action="store_true", help="print every row and the summary as JSON")
-    p.add_argument("--cv", action="store_true", help="also predict each row with the fitted parameters refitted "
-                   "without the rows of its source (leave-one-source-out cross-validation)")  # fmt: skip
+    p.add_argument(
+        "--cv",
+        action="store_true",
+        help="also predict each row with the fitted parameters refitted "
+        "without the rows of its source (leave-one-source-out cross-validation)",
+    )
 
-    p = _command(sub, "calibrate", "simulator.cli.profiles:calibrate_command",
-                 "fit hardware and serving-stack efficiencies and latencies to measured rows")  # fmt: skip
+    p = _command(
+        sub,
+        "calibrate",
+        "simulator.cli.profiles:calibrate_command",
+        "fit hardware and serving-stack efficiencies and latencies to measured rows",
+    )
     p.add_argument("--hardware", required=True, help="comma-separated hardware profile ids to fit (jointly)")
     p.add_argument("--table", type=Path, help="measurement CSV (default: the bundled measurements)")
-    p.add_argument("--fit", help="comma-separated hardware parameter paths, fitted for each hardware (default: "
-                                 "each profile's previously fitted ones)")  # fmt: skip
-    p.add_argument("--shared", help="comma-separated serving-stack parameters <stack>.<field>, each fitted once "
-                                    "on every row that stack served (default: the stacks' fitted ones)")  # fmt: skip
+    p.add_argument(
+        "--fit",
+        help="comma-separated hardware parameter paths, fitted for each hardware (default: "
+        "each profile's previously fitted ones)",
+    )
+    p.add_argument(
+        "--shared",
+        help="comma-separated serving-stack parameters <stack>.<field>, each fitted once "
+        "on every row that stack served (default: the stacks' fitted ones)",
+    )
     p.add_argument("--rows", help="comma-separated row ids (default: the hardware's unflagged, predictable rows)")
     _add_output(p, "runs/calibrate-<hardware>")
     p.add_argument("--json", action="store_true", help="print the fit as JSON")
 
     p = _command(sub, "run", "simulator.cli.run:run", "simulate a scenario under load and write a results folder")
     p.add_argument("scenario", type=Path, help="scenario YAML")
-    p.add_argument("--set", action="append", metavar="PATH=VALUE",
-                   help="override a field (repeatable); a,b,c runs each value")  # fmt: skip
+    p.add_argument(
+        "--set", action="append", metavar="PATH=VALUE", help="override a field (repeatable); a,b,c runs each value"
+    )
     _add_output(p, "runs/<scenario name>")
     _add_large(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--report", action="store_true", help="also write report.html with the figures")
 
-    p = _command(sub, "compare", "simulator.cli.simulate:compare",
-                 "one scenario on several hardware profiles at the same load: speed against cost")  # fmt: skip
+    p = _command(
+        sub,
+        "compare",
+        "simulator.cli.simulate:compare",
+        "one scenario on several hardware profiles at the same load: speed against cost",
+    )
     p.add_argument("scenario", type=Path, help="scenario YAML with one deployment")
     p.add_argument("--hardware", required=True, help="comma-separated hardware profile ids")
-    p.add_argument("--set", action="append", metavar="PATH=VALUE",
-                   help="override a field (repeatable); a,b,c compares each load")  # fmt: skip
+    p.add_argument(
+        "--set", action="append", metavar="PATH=VALUE", help="override a field (repeatable); a,b,c compares each load"
+    )
     _add_output(p, "runs/compare-<scenario name>")
     _add_large(p)
     _add_executor(p)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
-    p.add_argument("--explain", action="store_true", help="also list every sourced number of each hardware and "
-                   "stack profile compared: value, confidence, source and its citation")  # fmt: skip
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="also list every sourced number of each hardware and "
+        "stack profile compared: value, confidence, source and its citation",
+    )
     p.add_argument("--report", action="store_true", help="also write report.html with the figures")
 
-    p = _command(sub, "plan", "simulator.cli.simulate:plan",
-                 "the cheapest fleet meeting every SLO target, searched by simulation")  # fmt: skip
+    p = _command(
+        sub,
+        "plan",
+        "simulator.cli.simulate:plan",
+        "the cheapest fleet meeting every SLO target, searched by simulation",
+    )
     p.add_argument("scenario", type=Path, help="scenario YAML with backends and slo.targets")
     p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field (one value each)")
     _add_output(p, "runs/plan-<scenario name>")
@@ -234,39 +289,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--report", action="store_true", help="also write report.html with the figures")
 
-    p = _command(sub, "sweep", "simulator.cli.sweep:sweep",
-                 "a grid or sample of scenarios with seeds, on a local process pool or a Dask cluster")  # fmt: skip
+    p = _command(
+        sub,
+        "sweep",
+        "simulator.cli.sweep:sweep",
+        "a grid or sample of scenarios with seeds, on a local process pool or a Dask cluster",
+    )
     p.add_argument("sweep", type=Path, help="sweep YAML")
-    p.add_argument("--set", action="append", metavar="PATH=VALUE",
-                   help="override the sweep (replications=3, grid.load.users=1,8, metrics=...) or its base scenario "
-                   "(a scenario field's values become its grid values: deployment.hardware=nvidia-h200 fixes it, "
-                   "load.users=1,4,16 sweeps it); repeatable")  # fmt: skip
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="PATH=VALUE",
+        help="override the sweep (replications=3, grid.load.users=1,8, metrics=...) or its base scenario "
+        "(a scenario field's values become its grid values: deployment.hardware=nvidia-h200 fixes it, "
+        "load.users=1,4,16 sweeps it); repeatable",
+    )
     _add_executor(p)
     _add_output(p, "runs/sweep-<name>")
     _add_large(p)
     p.add_argument("--json", action="store_true", help="print every row and the summary as JSON")
     p.add_argument("--report", action="store_true", help="also write report.html with the figures")
 
-    p = _command(sub, "report", "simulator.cli.report:report",
-                 "a self-contained HTML report (and PNG figures) of a results folder")  # fmt: skip
+    p = _command(
+        sub,
+        "report",
+        "simulator.cli.report:report",
+        "a self-contained HTML report (and PNG figures) of a results folder",
+    )
     p.add_argument("folder", type=Path, help="a folder written by run, compare, plan, sweep or demo")
     p.add_argument("--json", action="store_true", help="print the report's path and figures as JSON")
 
     _add_import_commands(sub)
 
-    p = _command(sub, "schema", "simulator.cli.schema:schema_command",
-                 "print the JSON Schema of a scenario, a profile or a run's summary.json")  # fmt: skip
+    p = _command(
+        sub,
+        "schema",
+        "simulator.cli.schema:schema_command",
+        "print the JSON Schema of a scenario, a profile or a run's summary.json",
+    )
     p.add_argument("kind", choices=("scenario", "hardware", "model", "stack", "summary"), help="which document")
     p.add_argument("--json", action="store_true", help="accepted for uniformity: the schema is JSON either way")
 
-    p = _command(sub, "compile", "simulator.cli.compiling:compile_command",
-                 "compile the engine's hot modules to C with mypyc (same results, faster runs)")  # fmt: skip
+    p = _command(
+        sub,
+        "compile",
+        "simulator.cli.compiling:compile_command",
+        "compile the engine's hot modules to C with mypyc (same results, faster runs)",
+    )
     p.add_argument("--if-stale", action="store_true", help="build only if the build is missing or not current")
     p.add_argument("--status", action="store_true", help="only print whether runs use the compiled engine, and why not")
     p.add_argument("--json", action="store_true", help="print the engine line as JSON")
 
-    p = _command(sub, "demo", "simulator.cli.demo:demo",
-                 "the speed war: the speed gap, agents under load, cost per task, and a report")  # fmt: skip
+    p = _command(
+        sub,
+        "demo",
+        "simulator.cli.demo:demo",
+        "the speed war: the speed gap, agents under load, cost per task, and a report",
+    )
     _add_output(p, "results/demo")
     p.add_argument("--no-agents", action="store_true", help="only the closed-form speed gap (seconds, not minutes)")
     p.add_argument("--json", action="store_true", help="print the speed gap and agent rows as JSON (tables on stderr)")
@@ -278,9 +357,12 @@ def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     from simulator.io.exporters import FORMATS as EXPORTS
     from simulator.io.importers import FORMATS
 
-    p = _command(sub, "import", "simulator.cli.imports:import_command",
-                 "benchmark result files (vLLM, SGLang, inference-perf, AIPerf, GuideLLM) as measurement rows "
-                 "and replay traces")  # fmt: skip
+    p = _command(
+        sub,
+        "import",
+        "simulator.cli.imports:import_command",
+        "benchmark result files (vLLM, SGLang, inference-perf, AIPerf, GuideLLM) as measurement rows and replay traces",
+    )
     p.add_argument("results", nargs="+", type=Path, help="result files")
     p.add_argument("--format", choices=FORMATS, help="the files' format (default: detected from their fields)")
     p.add_argument("--hardware", required=True, help="hardware profile id the runs were measured on")
@@ -289,29 +371,44 @@ def _add_import_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     p.add_argument("--layout", help="parallel layout in engine words, e.g. 'TP8', 'TP4 PP2', 'DEP8'")
     p.add_argument("--stack", help="serving stack profile id (default: the hardware's)")
     p.add_argument("--weights", choices=get_args(Precision), help="weight precision (default: the model's native)")
-    p.add_argument("--spec-decoding", choices=("none", "yes", "unknown"), default="none",
-                   help="whether the server decoded speculatively (result files do not say)")  # fmt: skip
-    p.add_argument("--replicas", type=positive_int, default=1,
-                   help="replicas behind a random load balancer; rows describe one replica's share")  # fmt: skip
+    p.add_argument(
+        "--spec-decoding",
+        choices=("none", "yes", "unknown"),
+        default="none",
+        help="whether the server decoded speculatively (result files do not say)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=positive_int,
+        default=1,
+        help="replicas behind a random load balancer; rows describe one replica's share",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of arrival times drawn for files without send times")
     _add_output(p, "runs/import")
     p.add_argument("--json", action="store_true", help="print the imported runs as JSON (messages on stderr)")
 
-    p = _command(sub, "compare-measured", "simulator.cli.imports:compare_measured",
-                 "replay an import's per-request traces; simulated against measured, request by request")  # fmt: skip
+    p = _command(
+        sub,
+        "compare-measured",
+        "simulator.cli.imports:compare_measured",
+        "replay an import's per-request traces; simulated against measured, request by request",
+    )
     p.add_argument("folder", type=Path, help="a folder written by infersim import")
     _add_output(p, "FOLDER/compare")
     p.add_argument("--report", action="store_true", help="also write report.html with the CDF figures")
     p.add_argument("--json", action="store_true", help="print each run's comparison as JSON (tables on stderr)")
 
-    p = _command(sub, "export", "simulator.cli.imports:export_command",
-                 "a run folder's results in a peer's result format (vLLM bench, GuideLLM, AIPerf)")  # fmt: skip
+    p = _command(
+        sub,
+        "export",
+        "simulator.cli.imports:export_command",
+        "a run folder's results in a peer's result format (vLLM bench, GuideLLM, AIPerf)",
+    )
     p.add_argument("folder", type=Path, help="a folder written by infersim run")
     p.add_argument("--format", choices=EXPORTS, default="vllm-bench", help="whose result format")
     p.add_argument("--json", action="store_true", help="print the exported document as JSON")
 
-    p = _command(sub, "models", "simulator.cli.imports:models_import",
-                 "model profiles from a Hugging Face config.json")  # fmt: skip
+    p = _command(sub, "models", "simulator.cli.imports:models_import", "model profiles from a Hugging Face config.json")
     p.add_argument("action", choices=("import",), help="import: build a profile from config.json")
     p.add_argument("config", type=Path, help="a config.json on disk (no network)")
     p.add_argument("--name", help="profile id (default: from the file's folder or model type)")

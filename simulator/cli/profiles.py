@@ -27,7 +27,15 @@ from simulator.config.model import TensorGroup
 from simulator.errors import ConfigError, InfersimWarning
 from simulator.serialize import estimate_dict, layout_dict, placement_note
 from simulator.sources import SourcedNumber, confidence_counts, deciding, every_number
-from simulator.studies.validation import BUNDLED_TABLE, MeasurementRow, hardware_label, read_table, summarize, validate
+from simulator.studies.validation import (
+    BUNDLED_TABLE,
+    MeasurementRow,
+    RowResult,
+    hardware_label,
+    read_table,
+    summarize,
+    validate,
+)
 from simulator.tables import format_number, format_table
 from simulator.units import format_seconds
 
@@ -85,8 +93,15 @@ def profiles(args: argparse.Namespace) -> int:
     hardware = [cat.hardware(i) for i in cat.hardware_ids()]
     models = [cat.model(i) for i in cat.model_ids()]
     if args.json:
-        print(json_text({"hardware": [h.model_dump(mode="json") for h in hardware],
-                         "models": [m.model_dump(mode="json") for m in models]}), end="")  # fmt: skip
+        print(
+            json_text(
+                {
+                    "hardware": [h.model_dump(mode="json") for h in hardware],
+                    "models": [m.model_dump(mode="json") for m in models],
+                }
+            ),
+            end="",
+        )
         return 0
     measured = _rows_by_hardware(read_table(BUNDLED_TABLE))
     rows = []
@@ -95,16 +110,31 @@ def profiles(args: argparse.Namespace) -> int:
             f"{t.name} {t.capacity.value / GB:.3g} GB @ {t.bandwidth.value / 1e12:.3g} TB/s" for t in h.memory
         )
         precision, peak = max(h.compute.peak.items(), key=lambda item: item[1].value)
-        rows.append([h.id, h.family, f"{peak.value / 1e12:,.0f} {precision}", tiers, h.interconnect.domain_chips.value,
-                     measured.get(h.id, 0) or "none: unvalidated"])  # fmt: skip
+        rows.append(
+            [
+                h.id,
+                h.family,
+                f"{peak.value / 1e12:,.0f} {precision}",
+                tiers,
+                h.interconnect.domain_chips.value,
+                measured.get(h.id, 0) or "none: unvalidated",
+            ]
+        )
     headers = ["hardware", "family", "peak TFLOP/s (precision)", "memory per chip", "domain chips", "measured rows"]
     print(format_table(headers, rows))
     print()
     rows = [
-        [m.id, f"{total_params(m) / 1e9:.1f}", f"{active_params(m) / 1e9:.1f}", m.num_layers, m.hidden_size,
-         m.attention.kind, m.native_precision]
+        [
+            m.id,
+            f"{total_params(m) / 1e9:.1f}",
+            f"{active_params(m) / 1e9:.1f}",
+            m.num_layers,
+            m.hidden_size,
+            m.attention.kind,
+            m.native_precision,
+        ]
         for m in models
-    ]  # fmt: skip
+    ]
     print(format_table(["model", "params B", "active B", "layers", "hidden", "attention", "native"], rows))
     return 0
 
@@ -163,8 +193,9 @@ def estimate_text(e: Estimate, choice: LayoutChoice | None = None) -> str:
 
 def estimate_command(args: argparse.Namespace) -> int:
     try:
-        query = EstimateQuery(input_tokens=args.input_tokens, output_tokens=args.output_tokens,
-                              concurrency=args.concurrency)  # fmt: skip
+        query = EstimateQuery(
+            input_tokens=args.input_tokens, output_tokens=args.output_tokens, concurrency=args.concurrency
+        )
     except ValidationError as exc:
         raise _flag_errors(exc) from None
     concurrency = None if query.concurrency == "max" else query.concurrency
@@ -190,8 +221,10 @@ def sources_lines(numbers: list[SourcedNumber], explain: list[SourcedNumber] | N
     lines += [f"    {n.short()}" + (f"  [{n.note}]" if n.confidence == "assumed" and n.note else "") for n in numbers]
     if explain:
         lines.append("  every sourced number (path, value, confidence, source: citation; note):")
-        lines += [f"    {n.path}  {n.value}  {n.confidence}  {n.source}: {n.citation}" + (f"; {n.note}" if n.note
-                  else "") for n in explain]  # fmt: skip
+        lines += [
+            f"    {n.path}  {n.value}  {n.confidence}  {n.source}: {n.citation}" + (f"; {n.note}" if n.note else "")
+            for n in explain
+        ]
     return "\n".join(lines)
 
 
@@ -206,42 +239,89 @@ def validate_command(args: argparse.Namespace) -> int:
         results = with_cv(results, cv)
     summary = summarize(results, cv=cv is not None)
     if args.json:
-        rows_out = []
-        for r in results:
-            row = {"id": r.row.id, "predicted": r.predicted, "measured": r.row.value, "rel_error": r.rel_error,
-                   "metric": r.row.metric, "hardware": r.row.hardware, "model": r.row.model,
-                   "bottleneck": r.bottleneck, "flag": r.flag, "reason": r.reason, "served": r.served,
-                   "other_way": r.other_way}  # fmt: skip
-            if cv is not None:
-                row |= {"predicted_cv": r.predicted_cv, "rel_error_cv": r.rel_error_cv, "cv_reason": r.cv_reason,
-                        "source": cv.sources[r.row.id]}  # fmt: skip
-            rows_out.append(row)
-        out: dict[str, object] = {"rows": rows_out, "summary": summary}
-        if cv is not None:
-            out["cross_validation"] = {
-                "fits": [{"parameters": [p.name for p in g.parameters], "rows": list(g.row_ids)} for g in cv.groups],
-                "held": cv.held,
-                "refits": cv.refits,
-            }
-        print(json_text(out), end="")
+        print(json_text(_validation_document(results, summary, cv)), end="")
         return 0
-    table: list[list[object]] = []
-    for r in results:
-        conc = "max" if r.row.concurrency is None else r.row.concurrency
-        pred = "-" if r.predicted is None else f"{r.predicted:.4g}"
-        err = r.reason if r.rel_error is None else f"{r.rel_error:+.0%}"
-        cells = [r.row.id, r.row.hardware, r.row.model, r.row.weights, conc, r.row.metric,
-                 f"{r.row.value:.4g}", pred, err]  # fmt: skip
-        if cv is not None:
-            cells.append("-" if r.rel_error_cv is None else f"{r.rel_error_cv:+.0%}")
-        table.append([*cells, r.bottleneck, "flagged" if r.flag else ""])
+    _print_rows(results, summary, cv)
+    _print_errors(summary, cv)
+    unvalidated = [h for h in cat.hardware_ids() if h not in _rows_by_hardware([r.row for r in results])]
+    if unvalidated:
+        print(f"\nunvalidated (no measurement rows in the table): {', '.join(unvalidated)}")
+    return 0
+
+
+def _validation_row(r: RowResult, cv: CrossValidation | None) -> dict[str, object]:
+    """One row of ``validate --json``: the measurement, the prediction and its error (and cross-validated)."""
+    row: dict[str, object] = {
+        "id": r.row.id,
+        "predicted": r.predicted,
+        "measured": r.row.value,
+        "rel_error": r.rel_error,
+        "metric": r.row.metric,
+        "hardware": r.row.hardware,
+        "model": r.row.model,
+        "bottleneck": r.bottleneck,
+        "flag": r.flag,
+        "reason": r.reason,
+        "served": r.served,
+        "other_way": r.other_way,
+    }
+    if cv is not None:
+        row |= {
+            "predicted_cv": r.predicted_cv,
+            "rel_error_cv": r.rel_error_cv,
+            "cv_reason": r.cv_reason,
+            "source": cv.sources[r.row.id],
+        }
+    return row
+
+
+def _validation_document(
+    results: list[RowResult], summary: dict[str, object], cv: CrossValidation | None
+) -> dict[str, object]:
+    """What ``validate --json`` prints: every row, the summary and (with ``--cv``) what was refitted."""
+    out: dict[str, object] = {"rows": [_validation_row(r, cv) for r in results], "summary": summary}
+    if cv is not None:
+        out["cross_validation"] = {
+            "fits": [{"parameters": [p.name for p in g.parameters], "rows": list(g.row_ids)} for g in cv.groups],
+            "held": cv.held,
+            "refits": cv.refits,
+        }
+    return out
+
+
+def _validation_cells(r: RowResult, cv: CrossValidation | None) -> list[object]:
+    """One row of the validation table."""
+    conc = "max" if r.row.concurrency is None else r.row.concurrency
+    pred = "-" if r.predicted is None else f"{r.predicted:.4g}"
+    err = r.reason if r.rel_error is None else f"{r.rel_error:+.0%}"
+    row = r.row
+    cells: list[object] = [
+        row.id,
+        row.hardware,
+        row.model,
+        row.weights,
+        conc,
+        row.metric,
+        f"{row.value:.4g}",
+        pred,
+        err,
+    ]
+    if cv is not None:
+        cells.append("-" if r.rel_error_cv is None else f"{r.rel_error_cv:+.0%}")
+    return [*cells, r.bottleneck, "flagged" if r.flag else ""]
+
+
+def _print_rows(results: list[RowResult], summary: dict[str, object], cv: CrossValidation | None) -> None:
+    """The validation table, how each speculative or context row was served, and the rows flagged or left out."""
     headers = ["id", "hardware", "model", "w", "C", "metric", "measured", "predicted", "error"]
     headers += ["CV error"] if cv is not None else []
-    print(format_table([*headers, "bottleneck", ""], table))
+    print(format_table([*headers, "bottleneck", ""], [_validation_cells(r, cv) for r in results]))
     for r in results:
         if "speculative" in r.served or "context" in r.served or r.other_way:
-            print(f"  {r.row.id} (spec_decoding {r.row.spec_decoding}): {r.served}"
-                  + (f"; for information, {r.other_way}" if r.other_way else ""))  # fmt: skip
+            print(
+                f"  {r.row.id} (spec_decoding {r.row.spec_decoding}): {r.served}"
+                + (f"; for information, {r.other_way}" if r.other_way else "")
+            )
     for item in summary["flagged"]:  # type: ignore[attr-defined]
         print(f"  flagged {item['id']}: {item['flag']}")
     for item in summary["unpredicted"]:  # type: ignore[attr-defined]
@@ -250,6 +330,10 @@ def validate_command(args: argparse.Namespace) -> int:
         for item in summary["not_cross_validated"]:  # type: ignore[attr-defined]
             print(f"  not cross-validated {item['id']}: {item['reason']}")
         _print_fits(cv)
+
+
+def _print_errors(summary: dict[str, object], cv: CrossValidation | None) -> None:
+    """The error statistics by architecture, then by model kind and family."""
     print()
     stat_cells = _stat_cells if cv is None else _stat_cells_cv
     stat_headers = ["rows", "median |err|", "p90 |err|"]
@@ -262,10 +346,6 @@ def validate_command(args: argparse.Namespace) -> int:
     models = [[kind, *stat_cells(s)] for kind, s in summary["by_model_kind"].items()]  # type: ignore[attr-defined]
     models += [[fam, *stat_cells(s)] for fam, s in summary["by_model_family"].items()]  # type: ignore[attr-defined]
     print(format_table(["models", *stat_headers], models))
-    unvalidated = [h for h in cat.hardware_ids() if h not in _rows_by_hardware([r.row for r in results])]
-    if unvalidated:
-        print(f"\nunvalidated (no measurement rows in the table): {', '.join(unvalidated)}")
-    return 0
 
 
 def _print_fits(cv: CrossValidation) -> None:
@@ -283,8 +363,11 @@ def _rows_by_hardware(rows: list[MeasurementRow]) -> dict[str, int]:
 
 
 def _stat_cells(stats: dict[str, float], suffix: str = "") -> list[object]:
-    return [stats[f"rows{suffix}"], format_number(stats[f"median_abs_rel_error{suffix}"], ".1%"),
-            format_number(stats[f"p90_abs_rel_error{suffix}"], ".1%")]  # fmt: skip
+    return [
+        stats[f"rows{suffix}"],
+        format_number(stats[f"median_abs_rel_error{suffix}"], ".1%"),
+        format_number(stats[f"p90_abs_rel_error{suffix}"], ".1%"),
+    ]
 
 
 def _stat_cells_cv(stats: dict[str, float]) -> list[object]:
@@ -323,8 +406,9 @@ def calibrate_command(args: argparse.Namespace) -> int:
         rows = [r.row for r in results if not r.flag and r.predicted is not None]
         left_out = [reason for reason in map(undetermined, rows) if reason]
         if left_out:
-            warnings.warn(f"left out (name them with --rows to be refused): {'; '.join(left_out)}", InfersimWarning,
-                          stacklevel=1)  # fmt: skip
+            warnings.warn(
+                f"left out (name them with --rows to be refused): {'; '.join(left_out)}", InfersimWarning, stacklevel=1
+            )
             rows = [r for r in rows if not undetermined(r)]
     if args.fit is not None:
         paths = _names(args.fit, "--fit", "compute.efficiency,memory.hbm.efficiency")
@@ -339,9 +423,11 @@ def calibrate_command(args: argparse.Namespace) -> int:
     parameters = [q for h, paths in per_hardware.items() for q in parse_parameters([h], paths, [])]
     parameters += parse_parameters([], [], shared)
     if not parameters:
-        raise ConfigError(f"{', '.join(hardware_ids)} and their stacks have no previously fitted parameters; name "
-                          "them with --fit (e.g. compute.efficiency,memory.hbm.efficiency) or --shared (e.g. "
-                          "trtllm.layer_latency)")  # fmt: skip
+        raise ConfigError(
+            f"{', '.join(hardware_ids)} and their stacks have no previously fitted parameters; name "
+            "them with --fit (e.g. compute.efficiency,memory.hbm.efficiency) or --shared (e.g. "
+            "trtllm.layer_latency)"
+        )
     result = fit(parameters, rows, cat)
     report = fit_report(result)
     files = {f"{p.id}.yaml": _yaml(p) for p in [*result.hardware.values(), *result.stacks.values()]}
@@ -350,23 +436,39 @@ def calibrate_command(args: argparse.Namespace) -> int:
         print(json_text(report), end="")
         return 0
     table_rows = [
-        [r["id"], r["hardware"], f"{r['measured']:.4g}", f"{r['before']:.4g}", f"{r['rel_error_before']:+.0%}",
-         f"{r['after']:.4g}", f"{r['rel_error_after']:+.0%}",
-         "-" if r["loo_abs_rel_error"] is None else f"{r['loo_abs_rel_error']:.0%}"]
+        [
+            r["id"],
+            r["hardware"],
+            f"{r['measured']:.4g}",
+            f"{r['before']:.4g}",
+            f"{r['rel_error_before']:+.0%}",
+            f"{r['after']:.4g}",
+            f"{r['rel_error_after']:+.0%}",
+            "-" if r["loo_abs_rel_error"] is None else f"{r['loo_abs_rel_error']:.0%}",
+        ]
         for r in report["rows"]
-    ]  # fmt: skip
+    ]
     print(format_table(["row", "hardware", "measured", "before", "error", "after", "error", "held out"], table_rows))
     for parameter, value in result.parameters.items():
         moved = result.not_moved.get(parameter)
-        print(f"{parameter} = {value:.4g}" + (f"  did not move from {result.start[parameter]:.4g}: {moved}" if moved
-                                               else f"  (from {result.start[parameter]:.4g})"))  # fmt: skip
+        print(
+            f"{parameter} = {value:.4g}"
+            + (
+                f"  did not move from {result.start[parameter]:.4g}: {moved}"
+                if moved
+                else f"  (from {result.start[parameter]:.4g})"
+            )
+        )
     names = list(result.parameters)
     rows_fitted = [b.row for b in result.before]
     matrix = np.array([[result.sensitivity[n][r.id] for n in names] for r in rows_fitted])
     print("\n" + sensitivity_table(names, rows_fitted, matrix) + "\n")
     loo = report["loo_median_abs_rel_error"]
-    print(f"leave-one-out |error|: median {loo:.1%}, max {report['loo_max_abs_rel_error']:.1%}" if loo is not None
-          else "leave-one-out: needs more rows than parameters")  # fmt: skip
+    print(
+        f"leave-one-out |error|: median {loo:.1%}, max {report['loo_max_abs_rel_error']:.1%}"
+        if loo is not None
+        else "leave-one-out: needs more rows than parameters"
+    )
     hint = f"--hardware-dir {out.path}" + (f" --stack-dir {out.path}" if result.stacks else "")
     print(f"\nwrote {', '.join(files)} to {out.path} (use them with {hint})")
     return 0

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from simulator.capacity import LIMITED_MARK, Capacity, of_run
 from simulator.cli import Terminated
@@ -44,12 +46,15 @@ from simulator.cli.common import (
     task_row,
 )
 from simulator.cli.output import ResultsFolder
+from simulator.config.loading import Catalog
+from simulator.config.scenario import Scenario
 from simulator.errors import naming
 from simulator.plan.limits import check_runs
 from simulator.results.metrics import overload_message
 from simulator.results.summary import RunSummary
 from simulator.runner import (
     EXIT_NOTHING_MEASURED,
+    RunResult,
     load_scenario_data,
     nothing_measured,
     requests_arrived,
@@ -57,6 +62,20 @@ from simulator.runner import (
     simulate,
 )
 from simulator.tables import format_table
+
+
+class Finished(NamedTuple):
+    """One finished run as the command reports it (its records are written, then let go)."""
+
+    combo: dict[str, object]
+    summary: RunSummary
+    name: str
+    arrived: int
+    capacity: Capacity
+
+    def document(self) -> dict[str, object]:
+        """The run in ``sweep.json`` and ``--json``: the values set, the summary, the capacity verdict."""
+        return {"set": self.combo, "summary": self.summary.to_dict(), "capacity": self.capacity.to_dict()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,58 +90,91 @@ def run(args: argparse.Namespace) -> int:
         say(f"{count:,} runs ({how}), one after another")
     out = ResultsFolder(args.out or Path("runs") / scenarios[0].name, "run", args.overwrite)
     folder = PartialFolder(out, "runs", scenarios[0].run.seed)
-    countdown = Countdown(len(combos))
-    results: list[tuple[dict[str, object], RunSummary, str, int, Capacity]] = []  # the records go once written
     try:
-        for index, (combo, scenario) in enumerate(zip(combos, scenarios, strict=True)):
-            if say:
-                say(f"run {index + 1}/{len(combos)}: {set_label(combo)}")
-            progress = progress_bar(f"run {index + 1}/{len(combos)}") if interactive(args) else None
-            with naming(str(args.scenario)):
-                result = simulate(scenario, cat, progress, limits(args))
-            capacity = of_run(result.scenario, result.summary.preemptions, cat)
-            results.append((combo, result.summary, result.scenario.name, requests_arrived(result), capacity))
-            if len(combos) > 1:
-                folder.add({f"run-{index:03d}/{name}": text for name, text in run_files(result).items()},
-                           [{"folder": f"run-{i:03d}", "set": c} for i, (c, *_) in enumerate(results)])  # fmt: skip
-            if say:
-                say(f"run {index + 1}/{len(combos)} written to {out.path / f'run-{index:03d}'}; {countdown.finished()}")
+        results, last = _run_each(args, cat, list(zip(combos, scenarios, strict=True)), folder, say)
     except (KeyboardInterrupt, Terminated) as exc:
         exc.kept = folder.kept()  # type: ignore[union-attr]
         raise
     if len(results) == 1:
-        out.write(run_files(result))
+        out.write(run_files(last))
     else:
-        folder.finish({"sweep.json": json_text([{"set": c, "summary": s.to_dict(), "capacity": cap.to_dict()}
-                                                for c, s, _, _, cap in results]),
-                       "index.txt": run_index(["--set"], [[set_label(c)] for c, *_ in results])})  # fmt: skip
+        folder.finish(
+            {
+                "sweep.json": json_text([r.document() for r in results]),
+                "index.txt": run_index(["--set"], [[set_label(r.combo)] for r in results]),
+            }
+        )
     maybe_report(args, out)
-    empty = [(set_label(c), reason) for c, s, _, arrived, _ in results if (reason := nothing_measured(s, arrived))]
+    empty = [(set_label(r.combo), why) for r in results if (why := nothing_measured(r.summary, r.arrived))]
     if args.json:  # the summary document, with the capacity verdict beside it (simulator.capacity)
-        payload: object = results[0][1].to_dict() | {"capacity": results[0][4].to_dict()} if len(results) == 1 else [
-            {"set": c, "summary": s.to_dict(), "capacity": cap.to_dict()} for c, s, _, _, cap in results]  # fmt: skip
+        first = results[0]
+        payload: object = (
+            first.summary.to_dict() | {"capacity": first.capacity.to_dict()}
+            if len(results) == 1
+            else [r.document() for r in results]
+        )
         print(json_text(payload), end="")
         return measured_nothing(empty, out.path)
-    for combo, summary, *_ in results:
-        message = overload_message(summary)
+    _print_results(results, out.path)
+    return measured_nothing(empty, out.path)
+
+
+def _run_each(
+    args: argparse.Namespace,
+    cat: Catalog,
+    cases: list[tuple[dict[str, object], Scenario]],
+    folder: PartialFolder,
+    say: Callable[[str], None] | None,
+) -> tuple[list[Finished], RunResult]:
+    """Simulate each case in turn; with several, write each run's folder as it finishes. Returns the
+    finished runs and the last run's result (whose records a single run writes)."""
+    countdown = Countdown(len(cases))
+    results: list[Finished] = []
+    for index, (combo, scenario) in enumerate(cases):
+        if say:
+            say(f"run {index + 1}/{len(cases)}: {set_label(combo)}")
+        progress = progress_bar(f"run {index + 1}/{len(cases)}") if interactive(args) else None
+        with naming(str(args.scenario)):
+            result = simulate(scenario, cat, progress, limits(args))
+        capacity = of_run(result.scenario, result.summary.preemptions, cat)
+        results.append(Finished(combo, result.summary, result.scenario.name, requests_arrived(result), capacity))
+        if len(cases) > 1:
+            folder.add(
+                {f"run-{index:03d}/{name}": text for name, text in run_files(result).items()},
+                [{"folder": f"run-{i:03d}", "set": r.combo} for i, r in enumerate(results)],
+            )
+        if say:
+            written = folder.out.path / f"run-{index:03d}"
+            say(f"run {index + 1}/{len(cases)} written to {written}; {countdown.finished()}")
+    return results, result
+
+
+def _print_results(results: list[Finished], path: Path) -> None:
+    """Overload warnings on stderr; the summary, task and KV tables and each run's breakdown on stdout."""
+    for r in results:
+        message = overload_message(r.summary)
         if message:
-            label = set_label(combo)
+            label = set_label(r.combo)
             print(f"infersim: warning: {label + ': ' if label else ''}{message}", file=sys.stderr)
-    labels = [set_label(c) or name for c, _, name, *_ in results]
-    summaries = [s for _, s, *_ in results]
-    table = [summary_row(label, s, cap) for label, (_, s, _, _, cap) in zip(labels, results, strict=True)]
-    print(format_table(SUMMARY_HEADERS, table))
-    if any(cap.limited for *_, cap in results):
-        print(f"{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the users (KV or batch cap) or "
-              f"preempted; TTFT and speed are those of the users running, the others queue")  # fmt: skip
+    labels = [set_label(r.combo) or r.name for r in results]
+    summaries = [r.summary for r in results]
+    print(
+        format_table(
+            SUMMARY_HEADERS,
+            [summary_row(label, r.summary, r.capacity) for label, r in zip(labels, results, strict=True)],
+        )
+    )
+    if any(r.capacity.limited for r in results):
+        print(
+            f"{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the users (KV or batch cap) or "
+            f"preempted; TTFT and speed are those of the users running, the others queue"
+        )
     task_rows = [task_row(label, s) for label, s in zip(labels, summaries, strict=True) if s.tasks]
-    if task_rows:
-        print()
-        print(format_table(TASK_HEADERS, task_rows))
     motion = [row for label, s in zip(labels, summaries, strict=True) for row in kv_rows(label, s)]
-    if motion:
-        print()
-        print(format_table(KV_HEADERS, motion))
+    for headers, rows in ((TASK_HEADERS, task_rows), (KV_HEADERS, motion)):
+        if rows:
+            print()
+            print(format_table(headers, rows))
     for label, summary in zip(labels, summaries, strict=True):
         speculation = speculation_text(label if len(results) > 1 else "", summary)
         if speculation:
@@ -130,9 +182,10 @@ def run(args: argparse.Namespace) -> int:
         breakdown = breakdown_text(label if len(results) > 1 else "", summary)
         if breakdown:
             print(f"\n{breakdown}")
-    print(f"\nwrote {out.path} (everything above and more per run, e.g. per-replica utilisation, ITL and task time "
-          f"shares, is in summary.json; --json prints it)")  # fmt: skip
-    return measured_nothing(empty, out.path)
+    print(
+        f"\nwrote {path} (everything above and more per run, e.g. per-replica utilisation, ITL and task time "
+        f"shares, is in summary.json; --json prints it)"
+    )
 
 
 def measured_nothing(empty: list[tuple[str, str]], folder: Path) -> int:

@@ -65,8 +65,12 @@ def compare_run(scenario_json: str, profiles: Profiles, run_limits: Limits | Non
     """One compare case (on any executor): its row, summary document and run folder files."""
     result = simulate(Scenario.model_validate_json(scenario_json), catalog_of(profiles), limits=run_limits)
     files = {name: text if isinstance(text, str | bytes) else "".join(text) for name, text in run_files(result).items()}
-    return {"row": ComparisonRow("", "", result).to_dict(), "summary": result.summary.to_dict(), "files": files,
-            "arrived": requests_arrived(result)}  # fmt: skip
+    return {
+        "row": ComparisonRow("", "", result).to_dict(),
+        "summary": result.summary.to_dict(),
+        "files": files,
+        "arrived": requests_arrived(result),
+    }
 
 
 def compare(args: argparse.Namespace) -> int:
@@ -82,8 +86,9 @@ def compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--hardware: {', '.join(twice)} named more than once (each id once)")
     count, how = count_values(args.set or [])  # counted before any case is built
     how = f"{len(hardware):,} hardware x {count:,} load{'s' if count > 1 else ''}" + (f" ({how})" if count > 1 else "")
-    check_runs(len(hardware) * count, limits(args), f"{args.scenario}: compare", how,
-               "name fewer hardware ids or comma values")  # fmt: skip
+    check_runs(
+        len(hardware) * count, limits(args), f"{args.scenario}: compare", how, "name fewer hardware ids or comma values"
+    )
     for hw in hardware:
         cat.hardware(hw)  # unknown ids fail before any simulation
     name = str(data.get("name", args.scenario.stem))
@@ -91,8 +96,11 @@ def compare(args: argparse.Namespace) -> int:
         check_one_deployment(name, "backends" in data)
     combos = sweep_values(args.set or [])
     # each case moves the deployment first, so a --set into its hardware applies to every hardware
-    cases = [(hw, set_label(c), scenario_from(data, on_hardware(name, hw) | c, str(args.scenario), cat))
-             for c in combos for hw in hardware]  # fmt: skip
+    cases = [
+        (hw, set_label(c), scenario_from(data, on_hardware(name, hw) | c, str(args.scenario), cat))
+        for c in combos
+        for hw in hardware
+    ]
     check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"compare-{name}", "compare", args.overwrite)
     folder = PartialFolder(out, "compare", cases[0][2].run.seed)
@@ -112,11 +120,16 @@ def compare(args: argparse.Namespace) -> int:
         found[key]["row"] | {"hardware": hw, "load": label} for key, (hw, label, _) in zip(keys, cases, strict=True)
     ]
     summaries = [RunSummary.model_validate(found[key]["summary"]) for key in keys]
-    empty = [(f"{row['hardware']} {row['load']}".strip(), reason) for key, row, summary in zip(keys, rows, summaries,
-             strict=True) if (reason := nothing_measured(summary, found[key].get("arrived")))]  # fmt: skip
-    files = {"compare.json": json_text(rows),
-             "index.txt": run_index(["hardware", "load"], [[row["hardware"], row["load"] or "-"] for row in rows]),
-             "compare.txt": comparison_table(rows) + "\n\n" + sources_text(rows) + "\n"}  # fmt: skip
+    empty = [
+        (f"{row['hardware']} {row['load']}".strip(), reason)
+        for key, row, summary in zip(keys, rows, summaries, strict=True)
+        if (reason := nothing_measured(summary, found[key].get("arrived")))
+    ]
+    files = {
+        "compare.json": json_text(rows),
+        "index.txt": run_index(["hardware", "load"], [[row["hardware"], row["load"] or "-"] for row in rows]),
+        "compare.txt": comparison_table(rows) + "\n\n" + sources_text(rows) + "\n",
+    }
     folder.finish(files)
     maybe_report(args, out)
     if args.json:
@@ -164,14 +177,18 @@ def _compare_runs(
             finished.append({"folder": f"run-{index:03d}", "row": result["row"] | {"hardware": hw, "load": label}})
             folder.add({f"run-{index:03d}/{n}": t for n, t in result["files"].items()}, finished)
             if say:
-                say(f"run {index + 1}/{len(cases)} ({hw}{f', {label}' if label else ''}) "
-                    f"{'from the cache' if cached else 'finished'}; {countdown.finished()}")  # fmt: skip
+                say(
+                    f"run {index + 1}/{len(cases)} ({hw}{f', {label}' if label else ''}) "
+                    f"{'from the cache' if cached else 'finished'}; {countdown.finished()}"
+                )
 
     pool = start(args.executor, min(args.jobs, len(set(keys))), args.address)
     runs = Runs(pool, compare_run, (profile_dirs(args), limits(args)), Cache(folder.out.path / "cache"), done)
     if say:
-        say(f"{len(cases):,} run{'s' if len(cases) > 1 else ''} ({how}) on {pool.slots} worker"
-            f"{'s' if pool.slots > 1 else ''}")  # fmt: skip
+        say(
+            f"{len(cases):,} run{'s' if len(cases) > 1 else ''} ({how}) on {pool.slots} worker"
+            f"{'s' if pool.slots > 1 else ''}"
+        )
     try:
         for key, text in zip(keys, texts, strict=True):
             runs.ask(key, text)
@@ -187,8 +204,9 @@ def _compare_runs(
 
 def plan(args: argparse.Namespace) -> int:
     cat = catalog(args)
-    scenario = scenario_from(load_scenario_data(args.scenario), single_values(args.set or [], "plan"),
-                             str(args.scenario), cat)  # fmt: skip
+    scenario = scenario_from(
+        load_scenario_data(args.scenario), single_values(args.set or [], "plan"), str(args.scenario), cat
+    )
     check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"plan-{scenario.name}", "plan", args.overwrite)
     folder = PartialFolder(out, "plan", scenario.run.seed)

@@ -61,19 +61,26 @@ def sweep(args: argparse.Namespace) -> int:
     summary_name, summary_table = table_file(summary, "summary")
     resolved = spec.model_dump(mode="json") | {"provenance": {"version": __version__, "runs": len(runs)}}
     first = Scenario.model_validate_json(runs[0].scenario_json)  # the captions' model, lengths, window, load
-    out.write({runs_name: runs_table, summary_name: summary_table,
-               "sweep.resolved.yaml": yaml.safe_dump(resolved, sort_keys=False),
-               "scenario.resolved.yaml": scenario_yaml(first)})  # fmt: skip
+    out.write(
+        {
+            runs_name: runs_table,
+            summary_name: summary_table,
+            "sweep.resolved.yaml": yaml.safe_dump(resolved, sort_keys=False),
+            "scenario.resolved.yaml": scenario_yaml(first),
+        }
+    )
     failed = sum(1 for r in rows if r["error"])
     maybe_report(args, out)
     if args.json:
         print(json_text({"runs": rows, "summary": summary}), end="")
     else:
         print(results_text(summary, factors, spec.metrics))
-        print(f"\n{len(rows)} runs ({failed} failed; {reused} reused from the cache in {out.path / 'cache'}), "
-              f"{len(summary)} factor combinations, mean ± 95 % CI half-width over {spec.replications} "
-              f"replication{'s' if spec.replications > 1 else ''}; wrote {out.path / runs_name} and "
-              f"{out.path / summary_name}")  # fmt: skip
+        print(
+            f"\n{len(rows)} runs ({failed} failed; {reused} reused from the cache in {out.path / 'cache'}), "
+            f"{len(summary)} factor combinations, mean ± 95 % CI half-width over {spec.replications} "
+            f"replication{'s' if spec.replications > 1 else ''}; wrote {out.path / runs_name} and "
+            f"{out.path / summary_name}"
+        )
     return 0
 
 

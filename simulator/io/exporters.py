@@ -62,6 +62,7 @@ from simulator.io.importers.common import MS_PER_S, NS_PER_S, FloatArray
 #: Percentiles written (vLLM's ``--metric-percentiles`` names).
 PERCENTILES = (90.0, 95.0, 99.0, 99.9)
 #: GuideLLM's percentile keys and the percentiles they name.
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 GUIDELLM_PERCENTILES = {"p001": 0.1, "p01": 1.0, "p05": 5.0, "p10": 10.0, "p25": 25.0, "p50": 50.0, "p75": 75.0,
                         "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}  # fmt: skip
 #: AIPerf's statistics keys of a distribution.
@@ -123,13 +124,30 @@ def prompts_of(requests: dict[str, FloatArray], warmup_s: float) -> Prompts:
     arrival, done, dropped = requests["arrival_s"], requests["done_s"], requests["dropped"]
     keep = (arrival >= warmup_s) & ((dropped != 0) | np.isfinite(done))
     order = np.argsort(arrival[keep], kind="stable")
-    pick = {name: requests[name][keep][order] for name in
-            ("arrival_s", "first_token_s", "second_token_s", "done_s", "input_tokens", "output_tokens", "dropped")
-            if name in requests}  # fmt: skip
+    pick = {
+        name: requests[name][keep][order]
+        for name in (
+            "arrival_s",
+            "first_token_s",
+            "second_token_s",
+            "done_s",
+            "input_tokens",
+            "output_tokens",
+            "dropped",
+        )
+        if name in requests
+    }
     if not (pick["dropped"] == 0).any():
         raise ConfigError("requests.csv: no request completed after the warm-up: nothing to export")
-    return Prompts(pick["arrival_s"], pick["first_token_s"], pick["done_s"], pick["input_tokens"],
-                   pick["output_tokens"], pick["dropped"], pick.get("second_token_s"))  # fmt: skip
+    return Prompts(
+        pick["arrival_s"],
+        pick["first_token_s"],
+        pick["done_s"],
+        pick["input_tokens"],
+        pick["output_tokens"],
+        pick["dropped"],
+        pick.get("second_token_s"),
+    )
 
 
 def _finite(values: FloatArray) -> FloatArray:
@@ -141,8 +159,11 @@ def _vllm_stats(name: str, values_s: FloatArray) -> dict[str, float]:
     values_ms = _finite(values_s) * MS_PER_S
     if values_ms.size == 0:
         return {}
-    out = {f"mean_{name}_ms": float(values_ms.mean()), f"median_{name}_ms": float(np.median(values_ms)),
-           f"std_{name}_ms": float(values_ms.std())}  # fmt: skip
+    out = {
+        f"mean_{name}_ms": float(values_ms.mean()),
+        f"median_{name}_ms": float(np.median(values_ms)),
+        f"std_{name}_ms": float(values_ms.std()),
+    }
     for q in PERCENTILES:
         out[f"p{q:g}_{name}_ms"] = float(np.percentile(values_ms, q))
     return out
@@ -151,8 +172,7 @@ def _vllm_stats(name: str, values_s: FloatArray) -> dict[str, float]:
 def _itl_stats(summary: dict[str, Any]) -> dict[str, float]:
     """vLLM's pooled ITL statistics from the summary's ``itl_s`` (those it states)."""
     itl = summary.get("itl_s") or {}
-    names = {"mean": "mean", "p50": "median", "std": "std", "p90": "p90", "p95": "p95", "p99": "p99",
-             "p99_9": "p99.9"}  # fmt: skip
+    names = {"mean": "mean", "p50": "median", "std": "std", "p90": "p90", "p95": "p95", "p99": "p99", "p99_9": "p99.9"}
     return {f"{name}_itl_ms": float(itl[k]) * MS_PER_S for k, name in names.items() if itl.get(k) is not None}
 
 
@@ -174,8 +194,11 @@ def _load_fields(load: dict[str, Any]) -> dict[str, Any]:
     arrivals = load.get("arrivals") if load.get("kind") == "open" else None
     if isinstance(arrivals, dict) and "rate_per_s" in arrivals:
         cv2 = {"poisson": 1.0, "gamma": arrivals.get("burstiness", 1.0)}.get(str(arrivals.get("process")))
-        return {"request_rate": arrivals["rate_per_s"], "burstiness": None if not cv2 else 1.0 / cv2,
-                "max_concurrency": None}  # fmt: skip
+        return {
+            "request_rate": arrivals["rate_per_s"],
+            "burstiness": None if not cv2 else 1.0 / cv2,
+            "max_concurrency": None,
+        }
     users = load.get("users") if load.get("kind") == "closed" else None
     return {"request_rate": "inf", "burstiness": 1.0, "max_concurrency": users}
 
@@ -194,8 +217,13 @@ def _slo_bounds(scenario: dict[str, Any]) -> tuple[float | None, float | None]:
     bounds = []
     for key in ("ttft", "tpot"):
         value = slo.get(key)
-        bounds.append(None if value is None else float(value) if isinstance(value, int | float)
-                      else parse_quantity(str(value), "time"))  # fmt: skip
+        bounds.append(
+            None
+            if value is None
+            else float(value)
+            if isinstance(value, int | float)
+            else parse_quantity(str(value), "time")
+        )
     return bounds[0], bounds[1]
 
 
@@ -240,8 +268,9 @@ def _per_request(p: Prompts) -> dict[str, list[Any]]:
     }
 
 
-def vllm_bench(requests: dict[str, FloatArray], summary: dict[str, Any], scenario: dict[str, Any], version: str,
-               date: str) -> dict[str, Any]:  # fmt: skip
+def vllm_bench(
+    requests: dict[str, FloatArray], summary: dict[str, Any], scenario: dict[str, Any], version: str, date: str
+) -> dict[str, Any]:
     """vLLM's result JSON of a run (module docstring); ``requests`` are requests.csv's columns,
     ``date`` vLLM's ``%Y%m%d-%H%M%S`` of when the run was written."""
     p = prompts_of(requests, float((scenario.get("run") or {}).get("warmup") or 0.0))
@@ -250,27 +279,39 @@ def vllm_bench(requests: dict[str, FloatArray], summary: dict[str, Any], scenari
     peak_tokens = summary.get("peak_output_tok_s")
     model = model_id_of(scenario)
     out: dict[str, Any] = {
-        "date": date, "endpoint_type": "infersim", "backend": "infersim", "label": "infersim",
-        "infersim_version": version, "model_id": model, "tokenizer_id": model, "num_prompts": int(p.ok.size),
+        "date": date,
+        "endpoint_type": "infersim",
+        "backend": "infersim",
+        "label": "infersim",
+        "infersim_version": version,
+        "model_id": model,
+        "tokenizer_id": model,
+        "num_prompts": int(p.ok.size),
         **_load_fields(scenario.get("load") or {}),
-        "duration": duration, "completed": completed, "failed": int(p.ok.size) - completed,
-        "total_input_tokens": int(n_in.sum()), "total_output_tokens": int(n_out.sum()),
-        "request_throughput": completed / duration, "request_goodput": goodput_per_s(p, scenario),
+        "duration": duration,
+        "completed": completed,
+        "failed": int(p.ok.size) - completed,
+        "total_input_tokens": int(n_in.sum()),
+        "total_output_tokens": int(n_out.sum()),
+        "request_throughput": completed / duration,
+        "request_goodput": goodput_per_s(p, scenario),
         "output_throughput": float(n_out.sum()) / duration,
         "total_token_throughput": float(n_in.sum() + n_out.sum()) / duration,
         **_per_request(p),
         "max_output_tokens_per_s": math.nan if peak_tokens is None else float(peak_tokens),
         "max_concurrent_requests": peak_concurrency(p.completed(p.arrival_s), p.completed(p.done_s)),
         "rtfx": 0.0,  # vLLM's audio real-time factor: no audio input
-    }  # fmt: skip
+    }
     out |= _vllm_stats("ttft", p.ttft_s) | _vllm_stats("tpot", p.tpot_s) | _itl_stats(summary)
     return out | _vllm_stats("e2el", p.e2e_s) | _spec_decode_fields(summary)
 
 
 def _refuse(load: dict[str, Any], peer: str) -> ConfigError:
-    return ConfigError(f"scenario.resolved.yaml: load: {peer} states closed loops and Poisson or constant "
-                       f"rates only; this run's load ({load.get('kind')}, {_arrival_process(load) or '-'}) "
-                       "exports as vllm-bench")  # fmt: skip
+    return ConfigError(
+        f"scenario.resolved.yaml: load: {peer} states closed loops and Poisson or constant "
+        f"rates only; this run's load ({load.get('kind')}, {_arrival_process(load) or '-'}) "
+        "exports as vllm-bench"
+    )
 
 
 def _arrival_process(load: dict[str, Any]) -> str | None:
@@ -293,16 +334,32 @@ def _guidellm_distribution(values: FloatArray) -> dict[str, Any]:
     """GuideLLM's ``DistributionSummary`` of the finite values (mode: the most frequent value)."""
     v = _finite(values)
     if v.size == 0:
-        return {"mean": 0.0, "median": 0.0, "mode": 0.0, "variance": 0.0, "std_dev": 0.0, "min": 0.0, "max": 0.0,
-                "count": 0, "total_sum": 0.0, "percentiles": dict.fromkeys(GUIDELLM_PERCENTILES, 0.0)}  # fmt: skip
+        return {
+            "mean": 0.0,
+            "median": 0.0,
+            "mode": 0.0,
+            "variance": 0.0,
+            "std_dev": 0.0,
+            "min": 0.0,
+            "max": 0.0,
+            "count": 0,
+            "total_sum": 0.0,
+            "percentiles": dict.fromkeys(GUIDELLM_PERCENTILES, 0.0),
+        }
     distinct, counts = np.unique(v, return_counts=True)
     quantiles = np.percentile(v, list(GUIDELLM_PERCENTILES.values()))
     return {
-        "mean": float(v.mean()), "median": float(np.median(v)), "mode": float(distinct[np.argmax(counts)]),
-        "variance": float(v.var()), "std_dev": float(v.std()), "min": float(v.min()), "max": float(v.max()),
-        "count": int(v.size), "total_sum": float(v.sum()),
+        "mean": float(v.mean()),
+        "median": float(np.median(v)),
+        "mode": float(distinct[np.argmax(counts)]),
+        "variance": float(v.var()),
+        "std_dev": float(v.std()),
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "count": int(v.size),
+        "total_sum": float(v.sum()),
         "percentiles": {k: float(q) for k, q in zip(GUIDELLM_PERCENTILES, quantiles, strict=True)},
-    }  # fmt: skip
+    }
 
 
 def _steps_at(t: FloatArray, at: FloatArray, weight: FloatArray) -> FloatArray:
@@ -335,8 +392,11 @@ def _per_second(p: Prompts) -> dict[str, FloatArray]:
     edges = float(p.arrival_s.min()) + width * np.arange(buckets + 1, dtype=np.float64)
     spread = c > f
     decode = np.where(spread, (n_out - 1) / np.where(spread, c - f, 1.0), 0.0)
-    output = (_steps_at(edges, f, np.ones(f.size)) + _steps_at(edges, c, np.where(spread, 0.0, n_out - 1))
-              + _ramps_at(edges, f, c, decode))  # fmt: skip
+    output = (
+        _steps_at(edges, f, np.ones(f.size))
+        + _steps_at(edges, c, np.where(spread, 0.0, n_out - 1))
+        + _ramps_at(edges, f, c, decode)
+    )
     prompt = _steps_at(edges, f, n_in)
     return {
         "requests_per_second": np.diff(_steps_at(edges, c, np.ones(c.size))) / width,
@@ -348,14 +408,16 @@ def _per_second(p: Prompts) -> dict[str, FloatArray]:
 
 
 #: GuideLLM's modality summaries and their fields (a text-only run states none of them).
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 GUIDELLM_MODALITIES = {"text": ("tokens", "words", "characters"), "image": ("tokens", "images", "pixels", "bytes"),
                        "video": ("tokens", "frames", "seconds", "bytes"),
                        "audio": ("tokens", "samples", "seconds", "bytes"),
                        "tool_call": ("tokens", "mixed_tokens", "count")}  # fmt: skip
 
 
-def guidellm(requests: dict[str, FloatArray], summary: dict[str, Any], scenario: dict[str, Any],
-             version: str) -> dict[str, Any]:  # fmt: skip
+def guidellm(
+    requests: dict[str, FloatArray], summary: dict[str, Any], scenario: dict[str, Any], version: str
+) -> dict[str, Any]:
     """GuideLLM's report of a run (module docstring)."""
     load = scenario.get("load") or {}
     strategy = _strategy(load)
@@ -363,43 +425,82 @@ def guidellm(requests: dict[str, FloatArray], summary: dict[str, Any], scenario:
     n_in, n_out = p.completed(p.input_tokens), p.completed(p.output_tokens)
     e2e, tpot = p.e2e_s, p.tpot_s
     per_request = {
-        "request_latency": e2e, "request_streaming_iterations_count": n_out,
-        "prompt_token_count": n_in, "output_token_count": n_out, "total_token_count": n_in + n_out,
-        "time_to_first_token_ms": p.ttft_s * MS_PER_S, "time_to_first_output_token_ms": p.ttft_s * MS_PER_S,
-        "time_per_output_token_ms": e2e / n_out * MS_PER_S, "inter_token_latency_ms": tpot * MS_PER_S,
-        "output_tokens_per_iteration": np.ones(n_out.size), "iter_tokens_per_iteration": np.ones(n_out.size),
-    }  # fmt: skip
+        "request_latency": e2e,
+        "request_streaming_iterations_count": n_out,
+        "prompt_token_count": n_in,
+        "output_token_count": n_out,
+        "total_token_count": n_in + n_out,
+        "time_to_first_token_ms": p.ttft_s * MS_PER_S,
+        "time_to_first_output_token_ms": p.ttft_s * MS_PER_S,
+        "time_per_output_token_ms": e2e / n_out * MS_PER_S,
+        "inter_token_latency_ms": tpot * MS_PER_S,
+        "output_tokens_per_iteration": np.ones(n_out.size),
+        "iter_tokens_per_iteration": np.ones(n_out.size),
+    }
     in_flight = int(summary.get("requests_in_flight") or 0)
-    totals = {"successful": int(p.ok.sum()), "errored": int((~p.ok).sum()), "incomplete": in_flight,
-              "total": int(p.ok.size) + in_flight}  # fmt: skip
+    totals = {
+        "successful": int(p.ok.sum()),
+        "errored": int((~p.ok).sum()),
+        "incomplete": in_flight,
+        "total": int(p.ok.size) + in_flight,
+    }
     start, duration = float(p.arrival_s.min()), p.duration_s
     metrics: dict[str, Any] = {"request_totals": totals}
     metrics |= {name: {"successful": _guidellm_distribution(v)} for name, v in (per_request | _per_second(p)).items()}
     metrics |= {"time_to_last_round_trip_ms": {}, "avg_round_trip_time_ms": {}}  # websocket timings: none
     metrics |= {kind: dict.fromkeys(fields) for kind, fields in GUIDELLM_MODALITIES.items()}
-    delays = ("queued_time_avg", "resolve_start_delay_avg", "resolve_targeted_start_delay_avg",
-              "request_start_delay_avg", "request_targeted_start_delay_avg", "resolve_end_delay_avg",
-              "finalized_delay_avg", "processed_delay_avg")  # fmt: skip
+    delays = (
+        "queued_time_avg",
+        "resolve_start_delay_avg",
+        "resolve_targeted_start_delay_avg",
+        "request_start_delay_avg",
+        "request_targeted_start_delay_avg",
+        "resolve_end_delay_avg",
+        "finalized_delay_avg",
+        "processed_delay_avg",
+    )
     zero_delays = dict.fromkeys(delays, 0.0)
     benchmark = {
         "type_": "generative_benchmark",
         "args": {"strategy": strategy, "model": model_id_of(scenario)},  # GuideLLM 0.3's place of the load
-        "config": {"run_id": "infersim", "run_index": 0, "strategy": strategy, "constraints": {}, "profile": {},
-                   "requests": {}, "backend": {"model": model_id_of(scenario)}, "environment": {}},
+        "config": {
+            "run_id": "infersim",
+            "run_index": 0,
+            "strategy": strategy,
+            "constraints": {},
+            "profile": {},
+            "requests": {},
+            "backend": {"model": model_id_of(scenario)},
+            "environment": {},
+        },
         "scheduler_state": {},
         "scheduler_metrics": {
-            "start_time": start, "request_start_time": start, "measure_start_time": start,
-            "measure_end_time": start + duration, "request_end_time": start + duration, "end_time": start + duration,
-            "requests_made": totals, "request_time_avg": float(e2e.mean()), "resolve_time_avg": float(e2e.mean()),
+            "start_time": start,
+            "request_start_time": start,
+            "measure_start_time": start,
+            "measure_end_time": start + duration,
+            "request_end_time": start + duration,
+            "end_time": start + duration,
+            "requests_made": totals,
+            "request_time_avg": float(e2e.mean()),
+            "resolve_time_avg": float(e2e.mean()),
             **zero_delays,  # a simulated client sends on time: no scheduler delays
         },
         "metrics": metrics,
         "requests": {},
-    }  # fmt: skip
+    }
     profile = {"kind": strategy["type_"], **{k: v for k, v in strategy.items() if k != "type_"}}
-    config = {"backend": {"kind": "openai_http", "target": "infersim://simulated", "model": model_id_of(scenario)},
-              "profile": profile, "data": [{"kind": "synthetic_text", "prompt_tokens": round(float(n_in.mean())),
-                                            "output_tokens": round(float(n_out.mean()))}]}  # fmt: skip
+    config = {
+        "backend": {"kind": "openai_http", "target": "infersim://simulated", "model": model_id_of(scenario)},
+        "profile": profile,
+        "data": [
+            {
+                "kind": "synthetic_text",
+                "prompt_tokens": round(float(n_in.mean())),
+                "output_tokens": round(float(n_out.mean())),
+            }
+        ],
+    }
     return {"config": {"spec": config}, "benchmarks": [benchmark], "infersim_version": version}
 
 
@@ -408,14 +509,21 @@ def _aiperf_metric(unit: str, values: FloatArray) -> dict[str, Any]:
     if v.size == 0:
         return {"unit": unit, "count": 0}
     quantiles = np.percentile(v, AIPERF_PERCENTILES)
-    return {"unit": unit, "avg": float(v.mean()),
-            **{f"p{q:g}": float(x) for q, x in zip(AIPERF_PERCENTILES, quantiles, strict=True)},
-            "min": float(v.min()), "max": float(v.max()), "std": float(v.std()), "count": int(v.size),
-            "sum": float(v.sum())}  # fmt: skip
+    return {
+        "unit": unit,
+        "avg": float(v.mean()),
+        **{f"p{q:g}": float(x) for q, x in zip(AIPERF_PERCENTILES, quantiles, strict=True)},
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "std": float(v.std()),
+        "count": int(v.size),
+        "sum": float(v.sum()),
+    }
 
 
-def aiperf(requests: dict[str, FloatArray], summary: dict[str, Any], scenario: dict[str, Any],
-           version: str) -> dict[str, Any]:  # fmt: skip
+def aiperf(
+    requests: dict[str, FloatArray], summary: dict[str, Any], scenario: dict[str, Any], version: str
+) -> dict[str, Any]:
     """AIPerf's profile export of a run (module docstring)."""
     load = scenario.get("load") or {}
     if load.get("kind") == "closed":
@@ -434,12 +542,15 @@ def aiperf(requests: dict[str, FloatArray], summary: dict[str, Any], scenario: d
     ttst = p.ttst_s
     second = {} if ttst is None else {"time_to_second_token": _aiperf_metric("ms", ttst * MS_PER_S)}
     return {
-        "schema_version": "1.2", "aiperf_version": None, "infersim_version": version,  # the 0.8 export's shape
+        "schema_version": "1.2",
+        "aiperf_version": None,
+        "infersim_version": version,  # the 0.8 export's shape
         "request_throughput": {"unit": "requests/sec", "avg": completed / duration},
         "request_latency": _aiperf_metric("ms", p.e2e_s * MS_PER_S),
         "request_count": {"unit": "requests", "avg": float(completed)},
         "error_request_count": {"unit": "requests", "avg": float(p.ok.size - completed)},
-        "time_to_first_token": _aiperf_metric("ms", p.ttft_s * MS_PER_S), **second,
+        "time_to_first_token": _aiperf_metric("ms", p.ttft_s * MS_PER_S),
+        **second,
         "inter_token_latency": _aiperf_metric("ms", tpot * MS_PER_S),
         "output_token_throughput": {"unit": "tokens/sec", "avg": float(n_out.sum()) / duration},
         "output_token_throughput_per_user": _aiperf_metric("tokens/sec/user", per_user),
@@ -452,8 +563,9 @@ def aiperf(requests: dict[str, FloatArray], summary: dict[str, Any], scenario: d
         "total_osl": {"unit": "tokens", "avg": float(n_out.sum())},
         "benchmark_duration": {"unit": "sec", "avg": duration},
         "input_config": {"endpoint": {"model_names": [model]}, "loadgen": loadgen},
-        "was_cancelled": False, "error_summary": [],
-    }  # fmt: skip
+        "was_cancelled": False,
+        "error_summary": [],
+    }
 
 
 #: The export formats (``infersim export --format``).

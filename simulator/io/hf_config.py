@@ -68,16 +68,19 @@ HYBRID = ("falcon_h1", "nemotron_h", "qwen3_next", "minimax", "nemotron-nas")
 NAS_FFN_MULTIPLE = 256
 #: Other names of the families above: the text models of multimodal wrappers, DeepSeek-V3.2 (V3's
 #: shapes; its sparse-attention indexer, < 0.2 % of the weights, is not counted), MiniMax-M1.
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 ALIASES = {"gemma3_text": "gemma3", "qwen3_vl_moe_text": "qwen3_moe", "qwen3_vl_text": "qwen3",
            "qwen3_vl_moe": "qwen3_moe", "qwen3_vl": "qwen3", "qwen2_5_vl": "qwen2", "qwen2_5_vl_text": "qwen2",
            "deepseek_v32": "deepseek_v3", "minimax_m1": "minimax", "minimax_text_01": "minimax",
            "ministral": "mistral", "phimoe": "mixtral"}  # fmt: skip
 #: Multimodal wrappers whose language model sits under ``text_config``, and its model_type when unnamed.
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 WRAPPERS = {"llama4": "llama4_text", "gemma3": "gemma3_text", "qwen3_vl_moe": "qwen3_vl_moe_text",
             "qwen3_vl": "qwen3_vl_text", "qwen2_5_vl": "qwen2_5_vl_text", "mistral3": "mistral"}  # fmt: skip
 SUPPORTED = (*DENSE, *MOE, *MLA, *HYBRID, *WRAPPERS, *ALIASES)
 #: Keys transformers' config classes default, so published config.json files leave them out
 #: (Gemma 3's text_config states neither its vocabulary nor its context).
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3": {"vocab_size": 262_208, "max_position_embeddings": 131_072, "tie_word_embeddings": True,
                "sliding_window_pattern": 6, "sliding_window": 4096},
@@ -105,8 +108,10 @@ class _Reader:
         if value is None:
             raise ConfigError(f"{self.where}: {self.prefix}{key}: missing (expected {expected})")
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_CONFIG_INTEGER:
-            raise ConfigError(f"{self.where}: {self.prefix}{key}: expected {expected} of at most "
-                              f"{MAX_CONFIG_INTEGER:,}, got {value!r}")  # fmt: skip
+            raise ConfigError(
+                f"{self.where}: {self.prefix}{key}: expected {expected} of at most "
+                f"{MAX_CONFIG_INTEGER:,}, got {value!r}"
+            )
         return value
 
     def ints(self, key: str) -> list[builtins.int]:
@@ -122,8 +127,9 @@ class _Reader:
         if value is None:
             return None
         if not isinstance(value, list) or len(value) != count or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{self.where}: {self.prefix}{key}: expected a list of {count} layer types, "
-                              f"got {value!r}")  # fmt: skip
+            raise ConfigError(
+                f"{self.where}: {self.prefix}{key}: expected a list of {count} layer types, got {value!r}"
+            )
         return value
 
     def get(self, key: str, default: object = None) -> Any:
@@ -163,9 +169,13 @@ def _attention(r: _Reader, kind: str) -> dict[str, Any]:
     kv_heads = r.int("num_key_value_heads", heads)
     if kind in MLA:
         q_rank = r.int("q_lora_rank") if r.get("q_lora_rank") is not None else None
-        mla = {"q_lora_rank": q_rank, "kv_lora_rank": r.int("kv_lora_rank"),
-               "qk_nope_head_dim": r.int("qk_nope_head_dim"), "qk_rope_head_dim": r.int("qk_rope_head_dim"),
-               "v_head_dim": r.int("v_head_dim")}  # fmt: skip
+        mla = {
+            "q_lora_rank": q_rank,
+            "kv_lora_rank": r.int("kv_lora_rank"),
+            "qk_nope_head_dim": r.int("qk_nope_head_dim"),
+            "qk_rope_head_dim": r.int("qk_rope_head_dim"),
+            "v_head_dim": r.int("v_head_dim"),
+        }
         return {"kind": "mla", "num_heads": heads, "num_kv_heads": heads, "head_dim": mla["v_head_dim"], "mla": mla}
     head_dim = r.int("head_dim", r.get("attention_head_dim") or r.int("hidden_size") // heads)
     out: dict[str, Any] = {"kind": "gqa", "num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim}
@@ -173,8 +183,10 @@ def _attention(r: _Reader, kind: str) -> dict[str, Any]:
     if kind in ("gpt_oss", "gemma2", "gemma3"):
         out |= {"sliding_window": r.int("sliding_window"), "sliding_window_layers": _sliding_layers(r, kind, layers)}
     elif kind == "llama4_text" and r.get("attention_chunk_size"):
-        out |= {"sliding_window": r.int("attention_chunk_size"),
-                "sliding_window_layers": layers - layers // LLAMA4_NOPE_INTERVAL}  # fmt: skip
+        out |= {
+            "sliding_window": r.int("attention_chunk_size"),
+            "sliding_window_layers": layers - layers // LLAMA4_NOPE_INTERVAL,
+        }
     elif (
         kind in ("mistral", "qwen2", "qwen3", "phi3") and r.get("sliding_window") and r.get("use_sliding_window", True)
     ):
@@ -210,7 +222,7 @@ def _mamba2(
     ``kernel`` taps over the ``d_inner + 2 groups d_state`` channels; ``out_proj``: d_inner x hidden;
     A, D and dt bias per head. State: the SSM's ``d_inner x d_state`` plus the convolution's last
     ``kernel - 1`` inputs of every channel.
-    """  # fmt: skip
+    """
     conv_channels = width + 2 * groups * state
     params = hidden * (width + conv_channels + heads) + conv_channels * kernel + width * hidden + 3 * heads
     return float(params), float(width * state + conv_channels * (kernel - 1))
@@ -223,21 +235,44 @@ def _hybrid(r: _Reader, kind: str) -> tuple[dict[str, Any], builtins.int]:
         return dict(r.get("_nas_hybrid")), 3
     if kind == "falcon_h1":  # attention and Mamba-2 side by side in every layer, then the FFN
         width = r.get("mamba_d_ssm") or r.int("mamba_expand", 2) * hidden
-        params, state = _mamba2(width, r.int("mamba_n_heads"), r.int("mamba_n_groups", 1), r.int("mamba_d_state"),
-                                r.int("mamba_d_conv", 4), hidden)  # fmt: skip
-        return {"attention_layers": layers, "mixer_layers": layers, "mixer_params": params,
-                "state_elements_per_sequence": layers * state}, 3  # fmt: skip
+        params, state = _mamba2(
+            width,
+            r.int("mamba_n_heads"),
+            r.int("mamba_n_groups", 1),
+            r.int("mamba_d_state"),
+            r.int("mamba_d_conv", 4),
+            hidden,
+        )
+        return {
+            "attention_layers": layers,
+            "mixer_layers": layers,
+            "mixer_params": params,
+            "state_elements_per_sequence": layers * state,
+        }, 3
     if kind == "nemotron_h":  # one of Mamba-2 (M), attention (*), FFN (-) per layer
         pattern = r.get("hybrid_override_pattern")
         if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*-"):
-            raise ConfigError(f"{r.where}: {r.prefix}hybrid_override_pattern: expected {layers} characters of "
-                              f"M (Mamba-2), * (attention), - (FFN), got {pattern!r}")  # fmt: skip
+            raise ConfigError(
+                f"{r.where}: {r.prefix}hybrid_override_pattern: expected {layers} characters of "
+                f"M (Mamba-2), * (attention), - (FFN), got {pattern!r}"
+            )
         heads = r.int("mamba_num_heads")
-        params, state = _mamba2(heads * r.int("mamba_head_dim"), heads, r.int("n_groups", 1), r.int("ssm_state_size"),
-                                r.int("conv_kernel", 4), hidden)  # fmt: skip
+        params, state = _mamba2(
+            heads * r.int("mamba_head_dim"),
+            heads,
+            r.int("n_groups", 1),
+            r.int("ssm_state_size"),
+            r.int("conv_kernel", 4),
+            hidden,
+        )
         mixers = pattern.count("M")
-        block = {"attention_layers": pattern.count("*"), "mixer_layers": mixers, "mixer_params": params,
-                 "ffn_layers": pattern.count("-"), "state_elements_per_sequence": mixers * state}  # fmt: skip
+        block = {
+            "attention_layers": pattern.count("*"),
+            "mixer_layers": mixers,
+            "mixer_params": params,
+            "ffn_layers": pattern.count("-"),
+            "state_elements_per_sequence": mixers * state,
+        }
         return block, 2 if r.get("mlp_hidden_act", "relu2") == "relu2" else 3
     if kind == "qwen3_next":  # Gated DeltaNet on 3 of 4 layers
         types = r.strings("layer_types", layers)
@@ -259,8 +294,12 @@ def _hybrid(r: _Reader, kind: str) -> tuple[dict[str, Any], builtins.int]:
         # q, k, v, output gate and out projections; state: a head_dim x head_dim matrix per head
         params, state = 5 * hidden * heads * head_dim, heads * head_dim * head_dim
     mixers = layers - sum(attention)
-    return {"attention_layers": sum(attention), "mixer_layers": mixers, "mixer_params": float(params),
-            "state_elements_per_sequence": float(mixers * state)}, 3  # fmt: skip
+    return {
+        "attention_layers": sum(attention),
+        "mixer_layers": mixers,
+        "mixer_params": float(params),
+        "state_elements_per_sequence": float(mixers * state),
+    }, 3
 
 
 def _moe(r: _Reader, kind: str) -> tuple[dict[str, Any] | None, int | None]:
@@ -270,9 +309,13 @@ def _moe(r: _Reader, kind: str) -> tuple[dict[str, Any] | None, int | None]:
         return None, r.int("intermediate_size")
     if kind in ("mixtral", "gpt_oss", "minimax"):
         per_token = r.int("num_experts_per_tok", r.get("experts_per_token"))
-        block = {"num_routed_experts": r.int("num_local_experts"), "num_shared_experts": 0,
-                 "experts_per_token": per_token, "expert_intermediate_size": r.int("intermediate_size"),
-                 "num_moe_layers": layers}  # fmt: skip
+        block = {
+            "num_routed_experts": r.int("num_local_experts"),
+            "num_shared_experts": 0,
+            "experts_per_token": per_token,
+            "expert_intermediate_size": r.int("intermediate_size"),
+            "num_moe_layers": layers,
+        }
         return block, None
     if kind in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
         width = r.int("moe_intermediate_size")
@@ -281,27 +324,40 @@ def _moe(r: _Reader, kind: str) -> tuple[dict[str, Any] | None, int | None]:
         moe_layers = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
         shared_width = r.int("shared_expert_intermediate_size", 0, minimum=0)
         if shared_width % width:
-            raise ConfigError(f"{r.where}: shared_expert_intermediate_size: {shared_width} is not a multiple of "
-                              f"moe_intermediate_size {width}")  # fmt: skip
-        block = {"num_routed_experts": r.int("num_experts"), "num_shared_experts": shared_width // width,
-                 "experts_per_token": r.int("num_experts_per_tok"), "expert_intermediate_size": width,
-                 "num_moe_layers": moe_layers}  # fmt: skip
+            raise ConfigError(
+                f"{r.where}: shared_expert_intermediate_size: {shared_width} is not a multiple of "
+                f"moe_intermediate_size {width}"
+            )
+        block = {
+            "num_routed_experts": r.int("num_experts"),
+            "num_shared_experts": shared_width // width,
+            "experts_per_token": r.int("num_experts_per_tok"),
+            "expert_intermediate_size": width,
+            "num_moe_layers": moe_layers,
+        }
         return block, (r.int("intermediate_size") if moe_layers < layers else None)
     if kind == "llama4_text":
         step = r.int("interleave_moe_layer_step", 1)
         moe_layers = layers // step
-        block = {"num_routed_experts": r.int("num_local_experts"), "num_shared_experts": 1,
-                 "experts_per_token": r.int("num_experts_per_tok"),
-                 "expert_intermediate_size": r.int("intermediate_size"), "num_moe_layers": moe_layers}  # fmt: skip
+        block = {
+            "num_routed_experts": r.int("num_local_experts"),
+            "num_shared_experts": 1,
+            "experts_per_token": r.int("num_experts_per_tok"),
+            "expert_intermediate_size": r.int("intermediate_size"),
+            "num_moe_layers": moe_layers,
+        }
         return block, (r.int("intermediate_size_mlp") if moe_layers < layers else None)
     # deepseek_v2 / deepseek_v3 / kimi_k2 / glm4_moe
     first_dense = r.int("first_k_dense_replace", 0, minimum=0)
     freq = r.int("moe_layer_freq", 1)
     moe_layers = sum(1 for i in range(first_dense, layers) if i % freq == 0)
-    block = {"num_routed_experts": r.int("n_routed_experts"),
-             "num_shared_experts": r.int("n_shared_experts", 0, minimum=0),
-             "experts_per_token": r.int("num_experts_per_tok"),
-             "expert_intermediate_size": r.int("moe_intermediate_size"), "num_moe_layers": moe_layers}  # fmt: skip
+    block = {
+        "num_routed_experts": r.int("n_routed_experts"),
+        "num_shared_experts": r.int("n_shared_experts", 0, minimum=0),
+        "experts_per_token": r.int("num_experts_per_tok"),
+        "expert_intermediate_size": r.int("moe_intermediate_size"),
+        "num_moe_layers": moe_layers,
+    }
     return block, (r.int("intermediate_size") if moe_layers < layers else None)
 
 
@@ -359,8 +415,9 @@ def _nas_shapes(data: dict[str, Any], where: str) -> dict[str, Any]:
     a "mixer" of ``hidden^2`` parameters without state, ``ffn_layers`` the real FFNs at their mean
     width (sums of parameters and FLOPs exact to the rounding of the mean).
     """
-    layers, hidden, heads = (_Reader(data, where).int(k) for k in ("num_hidden_layers", "hidden_size",
-                                                                     "num_attention_heads"))  # fmt: skip
+    layers, hidden, heads = (
+        _Reader(data, where).int(k) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads")
+    )
     blocks = data.get("block_configs")
     if not isinstance(blocks, list) or len(blocks) != layers or not all(isinstance(b, dict) for b in blocks):
         raise ConfigError(f"{where}: block_configs: expected {layers} objects, one per layer")
@@ -386,14 +443,25 @@ def _nas_shapes(data: dict[str, Any], where: str) -> dict[str, Any]:
             width = int(2 * mult * hidden / 3)
             widths.append(-(-width // NAS_FFN_MULTIPLE) * NAS_FFN_MULTIPLE)
     if len(groups) > 1:
-        raise ConfigError(f"{where}: block_configs: attention layers of different KV head counts "
-                          f"(n_heads_in_group {sorted(groups)}) are not modelled")  # fmt: skip
+        raise ConfigError(
+            f"{where}: block_configs: attention layers of different KV head counts "
+            f"(n_heads_in_group {sorted(groups)}) are not modelled"
+        )
     if linear > layers or not widths:
         raise ConfigError(f"{where}: block_configs: expected at most one linear replacement per layer and an FFN")
-    hybrid = {"attention_layers": attention_layers, "mixer_layers": linear, "mixer_params": float(hidden * hidden),
-              "ffn_layers": len(widths), "state_elements_per_sequence": 0.0}  # fmt: skip
-    return data | {"num_key_value_heads": heads // (groups.pop() if groups else 1), "head_dim": hidden // heads,
-                   "intermediate_size": round(sum(widths) / len(widths)), "_nas_hybrid": hybrid}  # fmt: skip
+    hybrid = {
+        "attention_layers": attention_layers,
+        "mixer_layers": linear,
+        "mixer_params": float(hidden * hidden),
+        "ffn_layers": len(widths),
+        "state_elements_per_sequence": 0.0,
+    }
+    return data | {
+        "num_key_value_heads": heads // (groups.pop() if groups else 1),
+        "head_dim": hidden // heads,
+        "intermediate_size": round(sum(widths) / len(widths)),
+        "_nas_hybrid": hybrid,
+    }
 
 
 def _language_model(data: dict[str, Any], where: str) -> tuple[_Reader, str]:
@@ -411,8 +479,10 @@ def _language_model(data: dict[str, Any], where: str) -> tuple[_Reader, str]:
     if not isinstance(kind, str) or ALIASES.get(kind, kind) not in SUPPORTED:
         missing = [k for k in DECODER_KEYS if k not in data]
         lacks = f"; of a decoder's keys it lacks {missing}" if missing else ""
-        raise ConfigError(f"{where}: model_type: {kind!r} is not an architecture infersim reads (expected one of "
-                          f"{list(SUPPORTED)}){lacks}; write the profile by hand (model_profiles/README)")  # fmt: skip
+        raise ConfigError(
+            f"{where}: model_type: {kind!r} is not an architecture infersim reads (expected one of "
+            f"{list(SUPPORTED)}){lacks}; write the profile by hand (model_profiles/README)"
+        )
     family = ALIASES.get(kind, kind)
     if family == "nemotron-nas":
         return _Reader(_nas_shapes(data, where), where), family
@@ -436,19 +506,30 @@ def profile_from_config(path: Path, name: str | None = None, hf_repo: str | None
     hybrid, ffn_matrices = _hybrid(r, kind) if kind in HYBRID else (None, 3)
     ident = name or _profile_id(path, data)
     fields: dict[str, Any] = {
-        "id": ident, "name": ident, "hf_repo": _repo(path, data, hf_repo),
+        "id": ident,
+        "name": ident,
+        "hf_repo": _repo(path, data, hf_repo),
         "sources": {"config": f"{path.name} ({', '.join(_architectures(data, kind))})"},
-        "num_layers": r.int("num_hidden_layers"), "hidden_size": r.int("hidden_size"),
-        "intermediate_size": dense_width, "vocab_size": r.int("vocab_size"),
-        "tie_word_embeddings": _flag(data.get("tie_word_embeddings", r.get("tie_word_embeddings", False)),
-                                     f"{where}: tie_word_embeddings"),
-        "max_context_tokens": r.int("max_position_embeddings"), "native_precision": native,
-        "precision_by_group": by_group, "attention": _attention(r, kind), "moe": moe,
-        "ffn_matrices": ffn_matrices, "hybrid": hybrid,
-        "published": {"params_total": {"value": 1.0, "source": "config", "confidence": "derived"},
-                      "params_active": {"value": 1.0, "source": "config", "confidence": "derived"}},
+        "num_layers": r.int("num_hidden_layers"),
+        "hidden_size": r.int("hidden_size"),
+        "intermediate_size": dense_width,
+        "vocab_size": r.int("vocab_size"),
+        "tie_word_embeddings": _flag(
+            data.get("tie_word_embeddings", r.get("tie_word_embeddings", False)), f"{where}: tie_word_embeddings"
+        ),
+        "max_context_tokens": r.int("max_position_embeddings"),
+        "native_precision": native,
+        "precision_by_group": by_group,
+        "attention": _attention(r, kind),
+        "moe": moe,
+        "ffn_matrices": ffn_matrices,
+        "hybrid": hybrid,
+        "published": {
+            "params_total": {"value": 1.0, "source": "config", "confidence": "derived"},
+            "params_active": {"value": 1.0, "source": "config", "confidence": "derived"},
+        },
         "notes": f"imported from {path.name} by infersim models import; parameter counts derived from its shapes",
-    }  # fmt: skip
+    }
     try:
         draft = ModelSpec.model_validate(fields)
         derived = {"value": total_params(draft), "source": "config", "confidence": "derived"}
@@ -459,8 +540,11 @@ def profile_from_config(path: Path, name: str | None = None, hf_repo: str | None
             size = _checkpoint_size(read_json(index))
             if size is not None:
                 fields["sources"]["index"] = f"{index.name} metadata.total_size"
-                fields["published"]["checkpoint_bytes"] = {"value": f"{size} B", "source": "index",
-                                                           "confidence": "datasheet"}  # fmt: skip
+                fields["published"]["checkpoint_bytes"] = {
+                    "value": f"{size} B",
+                    "source": "index",
+                    "confidence": "datasheet",
+                }
         return ModelSpec.model_validate(fields)
     except ValidationError as exc:
         first = exc.errors()[0]

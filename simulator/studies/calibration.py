@@ -230,11 +230,13 @@ class _Problem:
         for parameter, value in zip(self.parameters, x, strict=True):
             given = replace(mark, note=(notes or {}).get(parameter.name, mark.note)) if mark else None
             if parameter.kind == "hardware":
-                hardware[parameter.profile_id] = with_values(hardware[parameter.profile_id],
-                                                             {parameter.path: float(value)}, given)  # fmt: skip
+                hardware[parameter.profile_id] = with_values(
+                    hardware[parameter.profile_id], {parameter.path: float(value)}, given
+                )
             else:
-                stacks[parameter.profile_id] = with_values(stacks[parameter.profile_id], {parameter.path: float(value)},
-                                                           given)  # fmt: skip
+                stacks[parameter.profile_id] = with_values(
+                    stacks[parameter.profile_id], {parameter.path: float(value)}, given
+                )
         return hardware, stacks
 
     def predict(self, x: np.ndarray, rows: Sequence[int] | None = None) -> list[RowResult]:
@@ -276,9 +278,16 @@ class _Problem:
 
     def solve(self, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bounded least squares from ``start`` (SI values): (fitted SI values, Jacobian there)."""
-        solution = least_squares(self.residuals, start / self.scale, jac=self.jacobian,
-                                 bounds=(self.lower / self.scale, self.upper / self.scale), method="trf",
-                                 xtol=XTOL, ftol=FTOL, max_nfev=MAX_EVALUATIONS)  # fmt: skip
+        solution = least_squares(
+            self.residuals,
+            start / self.scale,
+            jac=self.jacobian,
+            bounds=(self.lower / self.scale, self.upper / self.scale),
+            method="trf",
+            xtol=XTOL,
+            ftol=FTOL,
+            max_nfev=MAX_EVALUATIONS,
+        )
         return solution.x * self.scale, self.jacobian(solution.x)
 
 
@@ -301,14 +310,26 @@ def unidentified_combinations(jacobian: np.ndarray, names: Sequence[str]) -> lis
     values = np.zeros(vt.shape[0])
     values[: s.size] = s
     largest = values.max() if values.size else 0.0
-    return [[n for n, w in zip(names, vt[i], strict=True) if abs(w) > 0.1]
-            for i in range(vt.shape[0]) if values[i] <= IDENTIFIABLE * largest]  # fmt: skip
+    return [
+        [n for n, w in zip(names, vt[i], strict=True) if abs(w) > 0.1]
+        for i in range(vt.shape[0])
+        if values[i] <= IDENTIFIABLE * largest
+    ]
 
 
 def load_point(row: MeasurementRow) -> tuple[object, ...]:
     """What makes two rows the same measurement (different metrics of one run share it)."""
-    return (row.hardware, row.model, row.chips, row.input_tokens, row.output_tokens, row.concurrency, row.load,
-            row.request_rate_per_s, row.requests)  # fmt: skip
+    return (
+        row.hardware,
+        row.model,
+        row.chips,
+        row.input_tokens,
+        row.output_tokens,
+        row.concurrency,
+        row.load,
+        row.request_rate_per_s,
+        row.requests,
+    )
 
 
 def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog: Catalog) -> Fit:
@@ -329,8 +350,10 @@ def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog
     problem = _Problem(parameters, rows, catalog)
     idle = [p.name for j, p in enumerate(parameters) if not problem.touches[:, j].any()]
     if idle:
-        raise CalibrationError(f"no rows for {', '.join(idle)} in the table (a hardware parameter needs rows on that "
-                               "hardware; a stack parameter rows served by that stack)")  # fmt: skip
+        raise CalibrationError(
+            f"no rows for {', '.join(idle)} in the table (a hardware parameter needs rows on that "
+            "hardware; a stack parameter rows served by that stack)"
+        )
     if len(rows) < len(parameters):
         raise CalibrationError(
             f"{len(parameters)} parameters ({', '.join(p.name for p in parameters)}) cannot be identified from "
@@ -358,16 +381,23 @@ def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog
         )
     points = {load_point(r) for r in rows}
     if len(points) == 1 and len(parameters) > 1:
-        warnings.warn(f"every row comes from one load point ({rows[0].load}, {len(rows)} metrics of it): the fit "
-                      "cannot tell costs that grow with load from fixed ones, and its leave-one-out errors say "
-                      "little; add rows at other loads or lengths", InfersimWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"every row comes from one load point ({rows[0].load}, {len(rows)} metrics of it): the fit "
+            "cannot tell costs that grow with load from fixed ones, and its leave-one-out errors say "
+            "little; add rows at other loads or lengths",
+            InfersimWarning,
+            stacklevel=2,
+        )
     x, jacobian = problem.solve(problem.x0)
     residuals = problem.residuals(x / problem.scale)
     unidentified = unidentified_combinations(jacobian, names)
     for combination in unidentified:
-        warnings.warn(f"the rows cannot tell {', '.join(combination) or 'some parameters'} apart (they move no row "
-                      "independently): add rows at other loads or lengths, or fit fewer parameters",
-                      InfersimWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"the rows cannot tell {', '.join(combination) or 'some parameters'} apart (they move no row "
+            "independently): add rows at other loads or lengths, or fit fewer parameters",
+            InfersimWarning,
+            stacklevel=2,
+        )
     h = leverages(jacobian)
     loo = {
         row.id: abs(math.expm1(r / (1.0 - hi)))
@@ -443,10 +473,12 @@ def undetermined(row: MeasurementRow) -> str:
     offered = (
         f" ({rate:g} req/s x {row.output_tokens} output tokens = {rate * row.output_tokens:,.0f} tok/s)" if rate else ""
     )
-    return (f"{row.id}: the output throughput of a finite run of {row.requests or 'some'} requests arriving at a set "
-            f"rate ({row.load}) is the offered load{offered} while the server keeps up, and otherwise depends on how "
-            f"the run's ramp and drain are counted, which the row does not say; fit its latency rows (ttft_s, "
-            f"itl_s, tpot_s, e2e_s) instead")  # fmt: skip
+    return (
+        f"{row.id}: the output throughput of a finite run of {row.requests or 'some'} requests arriving at a set "
+        f"rate ({row.load}) is the offered load{offered} while the server keeps up, and otherwise depends on how "
+        f"the run's ramp and drain are counted, which the row does not say; fit its latency rows (ttft_s, "
+        f"itl_s, tpot_s, e2e_s) instead"
+    )
 
 
 def _provenance(parameter: Parameter, rows: Sequence[MeasurementRow], touched: np.ndarray) -> str:
@@ -507,9 +539,16 @@ def fit_report(result: Fit) -> dict[str, Any]:
         "stacks": sorted(result.stacks),
         "parameters": result.parameters,
         "rows": [
-            {"id": b.row.id, "hardware": b.row.hardware, "measured": b.row.value, "before": b.predicted,
-             "after": a.predicted, "rel_error_before": b.rel_error, "rel_error_after": a.rel_error,
-             "loo_abs_rel_error": result.loo_abs_rel_errors.get(b.row.id)}
+            {
+                "id": b.row.id,
+                "hardware": b.row.hardware,
+                "measured": b.row.value,
+                "before": b.predicted,
+                "after": a.predicted,
+                "rel_error_before": b.rel_error,
+                "rel_error_after": a.rel_error,
+                "loo_abs_rel_error": result.loo_abs_rel_errors.get(b.row.id),
+            }
             for b, a in zip(result.before, result.after, strict=True)
         ],
         "median_abs_rel_error_before": float(np.median(before)) if before else None,
@@ -520,4 +559,4 @@ def fit_report(result: Fit) -> dict[str, Any]:
         "start": result.start,
         "sensitivity": result.sensitivity,
         "not_moved": result.not_moved,
-    }  # fmt: skip
+    }

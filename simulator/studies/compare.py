@@ -123,8 +123,11 @@ def compare(
     variants = loads or [("", scenario)]
     for _, variant in variants:
         check_one_deployment(variant.name, variant.backends is not None)
-    cases = [(hw, label, with_values(variant, on_hardware(variant.name, hw))) for label, variant in variants
-             for hw in hardware]  # fmt: skip
+    cases = [
+        (hw, label, with_values(variant, on_hardware(variant.name, hw)))
+        for label, variant in variants
+        for hw in hardware
+    ]
     return compare_cases(cases, catalog, limits)
 
 
@@ -137,6 +140,7 @@ def compare_cases(
     return [ComparisonRow(hw, label, simulate(scenario, catalog, limits=limits)) for hw, label, scenario in cases]
 
 
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 HEADERS = [
     "hardware", "load", "chips", "basis", "tok/s/user p50", "TTFT p99", "out tok/s", "tok/s/chip",
     "out tok/$", "$/h", "$/1M out", "API $/1M out", "task p50 s", "$/task", "tasks/$", "capacity",
@@ -144,6 +148,7 @@ HEADERS = [
 
 
 #: The table's columns: a row's key and its number format (None: shown as it is).
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 CELLS = (
     ("hardware", None), ("load", None), ("chips", None), ("cost_basis", None),
     ("per_user_output_tok_s_p50", ",.0f"), ("ttft_s_p99", "time"), ("output_tok_s", ",.0f"),
@@ -179,9 +184,11 @@ def comparison_table(rows: list[dict[str, Any]]) -> str:
     capacity-limited."""
     text = format_table(HEADERS, [table_cells(row) for row in rows])
     if any(Capacity.from_dict(row).limited for row in rows):
-        text += (f"\n{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the users (KV or batch "
-                 f"cap) or preempted; the speed is that of the users running, the others queue (their TTFT grows). "
-                 f"Averaged over all users: per_user_output_tok_s_all_users in compare.json.")  # fmt: skip
+        text += (
+            f"\n{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the users (KV or batch "
+            f"cap) or preempted; the speed is that of the users running, the others queue (their TTFT grows). "
+            f"Averaged over all users: per_user_output_tok_s_all_users in compare.json."
+        )
     return text
 
 
@@ -199,6 +206,8 @@ def sources_text(rows: list[dict[str, Any]], explain: list[SourcedNumber] | None
         lines.append(f"  {hardware} ({confidence_counts(numbers)}): " + "; ".join(n.short() for n in numbers))
     if explain:
         lines += ["", "Every sourced number (path, value, confidence, source: citation; note):"]
-        lines += [f"  {n.path}  {n.value}  {n.confidence}  {n.source}: {n.citation}" + (f"; {n.note}" if n.note else "")
-                  for n in explain]  # fmt: skip
+        lines += [
+            f"  {n.path}  {n.value}  {n.confidence}  {n.source}: {n.citation}" + (f"; {n.note}" if n.note else "")
+            for n in explain
+        ]
     return "\n".join(lines)

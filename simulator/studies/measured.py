@@ -59,12 +59,14 @@ class Comparison:
             measured, simulated = (a[np.isfinite(a)] for a in (self.measured[metric], self.simulated[metric]))
             out[metric] = {
                 "compared": int(errors.size),
-                "measured_p50": _quantile(measured, 50), "measured_p90": _quantile(measured, 90),
-                "simulated_p50": _quantile(simulated, 50), "simulated_p90": _quantile(simulated, 90),
+                "measured_p50": _quantile(measured, 50),
+                "measured_p90": _quantile(measured, 90),
+                "simulated_p50": _quantile(simulated, 50),
+                "simulated_p90": _quantile(simulated, 90),
                 "bias_s": float(errors.mean()) if errors.size else math.nan,
                 "median_abs_error_s": _quantile(np.abs(errors), 50),
                 "p90_abs_error_s": _quantile(np.abs(errors), 90),
-            }  # fmt: skip
+            }
         return out
 
 
@@ -86,18 +88,29 @@ def scenario(entry: dict[str, Any], folder: Path, measured: dict[str, FloatArray
     """The replay: the import's deployment, its trace, its seed, every request run to completion."""
     d = entry["deployment"]
     row = MeasurementRow(
-        id=str(entry["id"]), hardware=d["hardware"], chips=d["chips"], model=d["model"], weights=d["weights"],
-        spec_decoding=d["spec_decoding"], input_tokens=int(np.nanmax(measured["input_tokens"])),
-        output_tokens=int(np.nanmax(measured["output_tokens"])), concurrency=None, metric="ttft_s", value=1.0,
-        stack=d["stack"] or None, layout=parse_layout(d["layout"], f"{folder}: run {entry['id']}"),
-    )  # fmt: skip
+        id=str(entry["id"]),
+        hardware=d["hardware"],
+        chips=d["chips"],
+        model=d["model"],
+        weights=d["weights"],
+        spec_decoding=d["spec_decoding"],
+        input_tokens=int(np.nanmax(measured["input_tokens"])),
+        output_tokens=int(np.nanmax(measured["output_tokens"])),
+        concurrency=None,
+        metric="ttft_s",
+        value=1.0,
+        stack=d["stack"] or None,
+        layout=parse_layout(d["layout"], f"{folder}: run {entry['id']}"),
+    )
     fields = {k: v for k, v in row_deployment(row, catalog).items() if v is not None}
-    return Scenario.model_validate({
-        "name": f"replay-{entry['id']}",
-        "deployment": fields,
-        "load": {"kind": "trace", "format": "taskgraph", "path": str((folder / entry["trace"]).resolve())},
-        "run": {"seed": int(entry["seed"]), "max_requests": len(measured["ttft_s"])},
-    })  # fmt: skip
+    return Scenario.model_validate(
+        {
+            "name": f"replay-{entry['id']}",
+            "deployment": fields,
+            "load": {"kind": "trace", "format": "taskgraph", "path": str((folder / entry["trace"]).resolve())},
+            "run": {"seed": int(entry["seed"]), "max_requests": len(measured["ttft_s"])},
+        }
+    )
 
 
 def compare_run(entry: dict[str, Any], folder: Path, catalog: Catalog) -> Comparison:
@@ -137,8 +150,15 @@ def summary_rows(comparison: Comparison) -> list[list[str]]:
     summary = comparison.summary()
     for metric in COMPARED:
         s = summary[metric]
-        out.append([metric, *(f"{s[k]:.4g}" for k in ("measured_p50", "simulated_p50", "bias_s",
-                                                       "median_abs_error_s", "p90_abs_error_s"))])  # fmt: skip
+        out.append(
+            [
+                metric,
+                *(
+                    f"{s[k]:.4g}"
+                    for k in ("measured_p50", "simulated_p50", "bias_s", "median_abs_error_s", "p90_abs_error_s")
+                ),
+            ]
+        )
     return out
 
 

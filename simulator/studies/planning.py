@@ -58,7 +58,7 @@ split pair). With API backends the bisection's *fewest* replicas is taken as a p
 which holds while one more replica does not cut the API spend by more than its own price.
 
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
-beaten on both cost and ``worst`` (the report draws it: :mod:`simulator.plan_figure`); each
+beaten on both cost and ``worst`` (the report draws it: :mod:`simulator.report.plan_figure`); each
 rejected candidate lists the targets it misses. Every ``$/h`` is on one cost basis
 (:func:`on_one_basis`), named in every table header and the explanation: ``rental`` or
 ``ownership``, ``+ API per-token spend`` where API backends serve, ``api`` when only they do.

@@ -44,8 +44,18 @@ from simulator.plan.limits import check as check_size
 from simulator.plan.resolve import ScenarioError, resolve
 from simulator.results.summary import RunSummary
 from simulator.runner import load_scenario_data, metric_paths, scenario_from, simulate, summary_shape
-from simulator.studies.execution import Cache, ExecutorName, Profiles, catalog_of, inputs_digest, run_key, start
+from simulator.studies.execution import (
+    Cache,
+    Executor,
+    ExecutorName,
+    Profiles,
+    catalog_of,
+    inputs_digest,
+    run_key,
+    start,
+)
 
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 DEFAULT_METRICS = (
     "per_user_output_tok_s.p50", "ttft_s.p50", "ttft_s.p99", "tpot_s.mean", "e2e_s.p50", "output_tok_s",
     "requests_per_s", "goodput_requests_per_s", "mean_batch_size", "cost.usd_per_million_output_tokens",
@@ -162,8 +172,13 @@ def expand(
     """Every run, validated up front: a bad field path, a metric that is not in a run's summary,
     or a run over the size ``limits`` fails before anything is simulated."""
     catalog = catalog or Catalog()
-    check_runs(spec.runs, limits, f"{sweep_path}: sweep", spec.runs_how,
-               "give fewer grid values, sample points or replications")  # fmt: skip
+    check_runs(
+        spec.runs,
+        limits,
+        f"{sweep_path}: sweep",
+        spec.runs_how,
+        "give fewer grid values, sample points or replications",
+    )
     scenario_path = spec.scenario if spec.scenario.is_absolute() else sweep_path.parent / spec.scenario
     with naming(f"{sweep_path}: scenario"):
         data = load_scenario_data(scenario_path)
@@ -242,36 +257,56 @@ def run_sweep(
             todo.append(point)
         else:
             rows[point.index] = cached
-    done = len(rows)
-    if progress:
-        progress(done, len(runs))
-    if not todo and ready:
-        ready()
+
+    def finished() -> None:  # tells ``progress`` how many runs have their rows
+        if progress:
+            progress(len(rows), len(runs))
+
+    finished()
     if todo:
         pool = start(executor, min(jobs, len(todo)), address)  # a worker more than there are runs would idle
         try:
             if ready:
                 ready()
-            futures = {pool.submit(run_point, p.scenario_json, spec.metrics, profiles, key=p.key): p for p in todo}
-            for future in pool.completed(futures):
-                point = futures[future]
-                row = future.result()
-                if not row["error"]:  # a failure is reported, and retried by the next run
-                    cache.put(point.key, row)
-                rows[point.index] = row
-                done += 1
-                if progress:
-                    progress(done, len(runs))
+            _simulate(pool, spec, todo, profiles, cache, rows, finished)
         except BaseException:  # Ctrl-C, SIGTERM, a broken worker: stop the workers now
             pool.close(True)
             raise
         pool.close(False)
+    elif ready:
+        ready()
     return [_row(p, rows[p.index]) for p in runs]
 
 
+def _simulate(
+    pool: Executor,
+    spec: SweepSpec,
+    todo: list[RunPoint],
+    profiles: Profiles,
+    cache: Cache,
+    rows: dict[int, dict[str, Any]],
+    finished: Callable[[], None],
+) -> None:
+    """Run ``todo`` on the pool, each row into ``rows`` (and the cache, when it did not fail) as it completes."""
+    futures = {pool.submit(run_point, p.scenario_json, spec.metrics, profiles, key=p.key): p for p in todo}
+    for future in pool.completed(futures):
+        point = futures[future]
+        row = future.result()
+        if not row["error"]:  # a failure is reported, and retried by the next run
+            cache.put(point.key, row)
+        rows[point.index] = row
+        finished()
+
+
 def _row(point: RunPoint, result: dict[str, Any]) -> dict[str, Any]:
-    return {"run": point.index, **point.factors, "replication": point.replication, "seed": point.seed,
-            "key": point.key, **result}  # fmt: skip
+    return {
+        "run": point.index,
+        **point.factors,
+        "replication": point.replication,
+        "seed": point.seed,
+        "key": point.key,
+        **result,
+    }
 
 
 def summarize_rows(rows: list[dict[str, Any]], factors: list[str], metrics: list[str]) -> list[dict[str, Any]]:

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from simulator import plan_figure
 from simulator.config.scenario import Scenario
 from simulator.plan.limits import Limits
 from simulator.plan.resolve import ScenarioError
+from simulator.report import plan_figure
 from simulator.runner import simulate
 from simulator.studies.execution import Executor, Runs
 from simulator.studies.planning import (

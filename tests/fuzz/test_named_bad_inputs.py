@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from simulator.results.marker import MARKER
 from tests.conftest import interruptible
 from tests.fuzz.conftest import (
     BASE_CHANGED,
@@ -997,6 +998,13 @@ def damaged(name: str, contents: str | bytes) -> Files:
     return {f"res/{name}": contents}
 
 
+def claimed(command: str, name: str, contents: str) -> Files:
+    """``name`` written into the folder with a marker that lists it as ``command``'s (a report reads only
+    the files its folder's marker lists)."""
+    marker = {"tool": "infersim", "command": command, "version": "0", "files": [name]}
+    return {f"res/{name}": contents, f"res/{MARKER}": json.dumps(marker)}
+
+
 REPORT = ("report", "res")
 
 REPORT_CASES = [
@@ -1012,8 +1020,9 @@ REPORT_CASES = [
     case("requests-ragged", REPORT, "res", "damaged", files=damaged("requests.csv", "id,replica\n1,2,3\n")),
     case("resolved-scenario-not-utf8", REPORT, "res/scenario.resolved.yaml", "UTF-8",
          files=damaged("scenario.resolved.yaml", b"name: \xff\n")),
-    case("compare-json-wrong-shape", REPORT, "res", "damaged", files=damaged("compare.json", '[{"hardware": 3}]')),
-    case("sweep-json-wrong-shape", REPORT, "res", "damaged", files=damaged("sweep.json", '{"a": 1}')),
+    case("compare-json-wrong-shape", REPORT, "res", "damaged",
+         files=claimed("compare", "compare.json", '[{"hardware": 3}]')),
+    case("sweep-json-wrong-shape", REPORT, "res", "damaged", files=claimed("run", "sweep.json", '{"a": 1}')),
     case("summary-missing-keys-names-the-file", REPORT, "res/summary.json", "ttft_s",
          files=damaged("summary.json", '{"ttft_s": {}}')),
     case("levels-not-numbers-names-the-file", REPORT, "res/levels.csv",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator import plan_figure
+from simulator.report import plan_figure
 
 
 def _fleet(n: int, usd: float, worst: float | None, meets: bool) -> dict[str, Any]:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from matplotlib.axes import Axes
 
-from simulator import plots
 from simulator.analytic.layouts import deploy
 from simulator.config.deployment import DeploymentSpec
+from simulator.report import plots
 from tests.engine.conftest import CATALOG, run
 
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from simulator.capacity import LIMITED_MARK
-from simulator.captions import ASSUMPTION_LABELS
 from simulator.cli.report import write_report
 from simulator.report import collect
+from simulator.report.captions import ASSUMPTION_LABELS
 from simulator.units import parse_quantity
 from tests.cli.test_cli import run_cli
 

@@ -41,8 +41,7 @@ def test_the_run_command_imports_only_what_a_run_uses() -> None:
 
     heavy = "('scipy', 'matplotlib', 'pandas', 'dask', 'distributed', 'pyarrow', 'concurrent', 'multiprocessing')"
     ours = (
-        "('simulator.studies.execution', 'simulator.studies.planning', 'simulator.studies.compare', "
-        "'simulator.plots', 'simulator.report')"
+        "('simulator.studies.execution', 'simulator.studies.planning', 'simulator.studies.compare', 'simulator.report')"
     )
     code = (
         "import importlib, sys\n"

@@ -43,8 +43,11 @@ FORMATS = (*_DOCUMENTS, sglang_bench.FORMAT, aiperf.FORMAT_RECORDS, "genai-perf"
 
 
 def _lines(text: str, source: str) -> list[tuple[str, object]]:
-    return [(f"{source}:{n}", parse_json(line, f"{source}:{n}", allow_nonfinite=True))
-            for n, line in enumerate(text.splitlines(), start=1) if line.strip()]  # fmt: skip
+    return [
+        (f"{source}:{n}", parse_json(line, f"{source}:{n}", allow_nonfinite=True))
+        for n, line in enumerate(text.splitlines(), start=1)
+        if line.strip()
+    ]
 
 
 def _detected(document: object, lines: list[tuple[str, object]] | None) -> str | None:
@@ -60,6 +63,22 @@ def _detected(document: object, lines: list[tuple[str, object]] | None) -> str |
     return None
 
 
+def _parsed(path: Path, text: str, source: str) -> tuple[object, list[tuple[str, object]] | None]:
+    """The file as one document (YAML for GuideLLM's ``.yaml``, else JSON), or, when it is not one, as
+    JSON lines (the document's error stands when the lines do not parse either)."""
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):  # GuideLLM's benchmarks.yaml
+            return parse_yaml(text, source), None
+        return parse_json(text, source, allow_nonfinite=True), None
+    except ConfigError as whole_error:
+        if len(text.strip().splitlines()) < 2:
+            raise
+        try:
+            return None, _lines(text, source)
+        except ConfigError:
+            raise whole_error from None
+
+
 def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
     """The runs of one result file, in the named format or the one detected."""
     if format is not None and format not in FORMATS:
@@ -68,26 +87,15 @@ def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
     text = read_text(path)
     if not text.strip():
         raise ConfigError(f"{source}: empty file (expected a benchmark result)")
-    document: object = None
-    lines: list[tuple[str, object]] | None = None
-    try:
-        if path.suffix.lower() in (".yaml", ".yml"):  # GuideLLM's benchmarks.yaml
-            document = parse_yaml(text, source)
-        else:
-            document = parse_json(text, source, allow_nonfinite=True)
-    except ConfigError as whole_error:
-        if len(text.strip().splitlines()) < 2:
-            raise
-        try:
-            lines = _lines(text, source)
-        except ConfigError:
-            raise whole_error from None
+    document, lines = _parsed(path, text, source)
     detected = _detected(document, lines)
     wanted = aiperf.FORMAT if format == "genai-perf" else format
     if detected is None:
         kind = "JSON lines" if lines is not None else "a JSON document"
-        raise ConfigError(f"{source}: {kind} of no known benchmark format or version (expected one of "
-                          f"{list(FORMATS)}: {SUPPORTED_VERSIONS})")  # fmt: skip
+        raise ConfigError(
+            f"{source}: {kind} of no known benchmark format or version (expected one of "
+            f"{list(FORMATS)}: {SUPPORTED_VERSIONS})"
+        )
     if wanted is not None and wanted != detected:
         raise ConfigError(f"{source}: named as {format}, but its fields are those of {detected}")
     if detected == sglang_bench.FORMAT:

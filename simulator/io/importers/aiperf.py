@@ -44,10 +44,12 @@ from simulator.io.importers.common import (
 
 FORMAT = "aiperf"
 FORMAT_RECORDS = "aiperf-records"
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 _METRICS = {"time_to_first_token": "ttft_s", "inter_token_latency": "tpot_s", "request_latency": "e2e_s",
             "output_token_throughput": "output_tok_s",
             "output_token_throughput_per_user": "per_user_output_tok_s"}  # fmt: skip
 _UNIT_TO_SI = {"ms": 1.0 / MS_PER_S, "s": 1.0, "ns": 1.0 / NS_PER_S, "tokens/sec": 1.0, "tokens/sec/user": 1.0}
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 _STAT = {"count": "count", "avg": "mean", "std": "std", "min": "min", "p50": "p50", "p90": "p90", "p95": "p95",
          "p99": "p99", "max": "max"}  # fmt: skip
 
@@ -89,8 +91,7 @@ def _load_node(data: Mapping[str, object], where: str) -> tuple[Mapping[str, obj
     for path in ("input_config.loadgen.phases", "input_config.phases"):
         phases = optional(data, path)
         if isinstance(phases, list):
-            measured = [(i, p) for i, p in enumerate(phases)
-                        if isinstance(p, Mapping) and not _warmup(p)]  # fmt: skip
+            measured = [(i, p) for i, p in enumerate(phases) if isinstance(p, Mapping) and not _warmup(p)]
             if len(measured) != 1:
                 raise ConfigError(f"{where}: {path}: expected one phase besides warm-up, got {len(measured)}")
             return measured[0][1], f"{path}.{measured[0][0]}"
@@ -104,9 +105,11 @@ def _load_node(data: Mapping[str, object], where: str) -> tuple[Mapping[str, obj
 def _load(data: Mapping[str, object], where: str) -> tuple[Load | None, str]:
     dataset = optional(data, "input_config.input.public_dataset") or optional(data, "input_config.input.file") or None
     if dataset is not None or optional(data, "input_config.input.use_end_to_start_delays"):
-        return None, (f"{where}: input_config.input: replays the sessions of {dataset!r} (prompts growing turn "
-                      "by turn, delays between turns), which fixed-length rows cannot reproduce; import the "
-                      "per-request profile_export.jsonl beside it to replay them")  # fmt: skip
+        return None, (
+            f"{where}: input_config.input: replays the sessions of {dataset!r} (prompts growing turn "
+            "by turn, delays between turns), which fixed-length rows cannot reproduce; import the "
+            "per-request profile_export.jsonl beside it to replay them"
+        )
     node, path = _load_node(data, where)
     concurrency, rate = node.get("concurrency"), node.get("request_rate")
     count = whole(data, "request_count.avg", where, minimum=1)
@@ -124,8 +127,10 @@ def _input_tokens_mean(data: Mapping[str, object], where: str) -> float:
             return num(data, key, where, minimum=1.0)
     if optional(data, "total_isl.avg") is not None:
         return num(data, "total_isl.avg", where, minimum=1.0) / whole(data, "request_count.avg", where, minimum=1)
-    raise ConfigError(f"{where}: input_sequence_length: missing, and neither usage_prompt_tokens nor total_isl "
-                      "states the prompt lengths")  # fmt: skip
+    raise ConfigError(
+        f"{where}: input_sequence_length: missing, and neither usage_prompt_tokens nor total_isl "
+        "states the prompt lengths"
+    )
 
 
 def read(data: object, where: str) -> list[ImportedRun]:
@@ -161,18 +166,27 @@ def read_records(records: list[tuple[str, object]]) -> list[ImportedRun]:
         if meta.get("benchmark_phase") == "warmup" or meta.get("was_cancelled") or "error" in record:
             skipped += 1
             continue
-        rows.append((num(record, "metadata.request_start_ns", where),
-                     whole(record, "metrics.input_sequence_length.value", where, minimum=1),
-                     whole(record, "metrics.output_sequence_length.value", where, minimum=1),
-                     num(record, "metrics.time_to_first_token.value", where, minimum=0.0) / MS_PER_S,
-                     num(record, "metrics.request_latency.value", where, minimum=0.0) / MS_PER_S))  # fmt: skip
+        rows.append(
+            (
+                num(record, "metadata.request_start_ns", where),
+                whole(record, "metrics.input_sequence_length.value", where, minimum=1),
+                whole(record, "metrics.output_sequence_length.value", where, minimum=1),
+                num(record, "metrics.time_to_first_token.value", where, minimum=0.0) / MS_PER_S,
+                num(record, "metrics.request_latency.value", where, minimum=0.0) / MS_PER_S,
+            )
+        )
     source = records[0][0].rsplit(":", 1)[0] if records else "?"
     if not rows:
         raise ConfigError(f"{source}: no profiling record (only warm-up or cancelled ones)")
     rows.sort(key=lambda r: r[0])
     start = np.array([r[0] for r in rows])
-    per = PerRequest(np.array([r[1] for r in rows]), np.array([r[2] for r in rows]), np.array([r[3] for r in rows]),
-                     np.array([r[4] for r in rows]), arrival_s=(start - start[0]) / NS_PER_S)  # fmt: skip
+    per = PerRequest(
+        np.array([r[1] for r in rows]),
+        np.array([r[2] for r in rows]),
+        np.array([r[3] for r in rows]),
+        np.array([r[4] for r in rows]),
+        arrival_s=(start - start[0]) / NS_PER_S,
+    )
     return [
         ImportedRun(
             source=source,

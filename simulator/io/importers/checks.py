@@ -86,9 +86,13 @@ def decode_floor_s(model: ModelSpec, hardware: HardwareProfile, chips: int, weig
 
 
 def floor_flags(
-    run: ImportedRun, model: ModelSpec, hardware: HardwareProfile, chips: int | None, weights: Precision,
+    run: ImportedRun,
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    chips: int | None,
+    weights: Precision,
     spec_decoding: str,
-) -> tuple[str, ...]:  # fmt: skip
+) -> tuple[str, ...]:
     """Why a run's TTFT or decode speed beats the deployment's physical floors (module docstring);
     empty when they do not, or when the chips are not known."""
     if chips is None:
@@ -98,19 +102,25 @@ def floor_flags(
     if ttft is not None and "mean" in ttft.values:
         floor_s = prefill_floor_s(model, hardware, chips, run.input_tokens_mean)
         if ttft.values["mean"] < floor_s:
-            flags.append(f"mean TTFT {ttft.values['mean']:.4g} s is below the prefill floor {floor_s:.4g} s of "
-                         f"{run.input_tokens_mean:.0f} prompt tokens on {chips} x {hardware.id} at peak "
-                         "(prefix-cache hits, or a unit off)")  # fmt: skip
+            flags.append(
+                f"mean TTFT {ttft.values['mean']:.4g} s is below the prefill floor {floor_s:.4g} s of "
+                f"{run.input_tokens_mean:.0f} prompt tokens on {chips} x {hardware.id} at peak "
+                "(prefix-cache hits, or a unit off)"
+            )
     if spec_decoding == "none":
         floor_s = decode_floor_s(model, hardware, chips, weights)
         tpot = run.metrics.get("tpot_s")
         if tpot is not None and {"mean", "p50"} & tpot.values.keys() and tpot.central[1] < floor_s:
-            flags.append(f"TPOT {tpot.central[1]:.4g} s is below the decode roofline {floor_s:.4g} s (active "
-                         f"weights read once per token on {chips} x {hardware.id} at peak)")  # fmt: skip
+            flags.append(
+                f"TPOT {tpot.central[1]:.4g} s is below the decode roofline {floor_s:.4g} s (active "
+                f"weights read once per token on {chips} x {hardware.id} at peak)"
+            )
         speed = run.metrics.get("per_user_output_tok_s")
         if speed is not None and {"mean", "p50"} & speed.values.keys() and speed.central[1] > 1.0 / floor_s:
-            flags.append(f"per-user speed {speed.central[1]:.4g} tok/s is above the decode roofline "
-                         f"{1.0 / floor_s:.4g} tok/s on {chips} x {hardware.id}")  # fmt: skip
+            flags.append(
+                f"per-user speed {speed.central[1]:.4g} tok/s is above the decode roofline "
+                f"{1.0 / floor_s:.4g} tok/s on {chips} x {hardware.id}"
+            )
     return tuple(flags)
 
 
@@ -123,10 +133,12 @@ def cache_warning(run: ImportedRun, model: ModelSpec, hardware: HardwareProfile,
     slowest_s = float(per.ttft_s.max())
     if slowest_s >= floor_s:
         return ""
-    return (f"{run.source}: every first token came within {slowest_s:.3g} s, but prefilling its "
-            f"{int(per.input_tokens.sum()):,} prompt tokens on {chips} x {hardware.id} takes at least {floor_s:.3g} s "
-            "at peak: the prompts were served from a prefix cache (an earlier run with the same prompts?), so "
-            "its TTFTs are not a cold server's")  # fmt: skip
+    return (
+        f"{run.source}: every first token came within {slowest_s:.3g} s, but prefilling its "
+        f"{int(per.input_tokens.sum()):,} prompt tokens on {chips} x {hardware.id} takes at least {floor_s:.3g} s "
+        "at peak: the prompts were served from a prefix cache (an earlier run with the same prompts?), so "
+        "its TTFTs are not a cold server's"
+    )
 
 
 def _stats_plausible(run: ImportedRun, metric: str, stats: Stats) -> None:
@@ -138,8 +150,10 @@ def _stats_plausible(run: ImportedRun, metric: str, stats: Stats) -> None:
     ordered = [(name, stats.values[name]) for name in _ORDERED if name in stats.values]
     for (low_name, low), (high_name, high) in itertools.pairwise(ordered):
         if low > high * (1 + _REL_TOLERANCE):
-            raise ConfigError(f"{where}: {low_name} {low:g} exceeds {high_name} {high:g}; statistics of one "
-                              "distribution are ordered (a damaged file, or mixed units)")  # fmt: skip
+            raise ConfigError(
+                f"{where}: {low_name} {low:g} exceeds {high_name} {high:g}; statistics of one "
+                "distribution are ordered (a damaged file, or mixed units)"
+            )
     mean, least, most = (stats.values.get(name) for name in ("mean", "min", "max"))
     if mean is not None and least is not None and mean < least * (1 - _REL_TOLERANCE):
         raise ConfigError(f"{where}: mean {mean:g} is below min {least:g}")
@@ -152,8 +166,10 @@ def _stats_plausible(run: ImportedRun, metric: str, stats: Stats) -> None:
     if not low <= value <= high:
         unit = "tok/s" if metric.endswith("tok_s") else "s"
         hint = " (a unit 1000x off?)" if value > 0 else ""
-        raise ConfigError(f"{where} ({statistic}): {value:.6g} {unit} is outside the plausible range of {metric}, "
-                          f"{low:g} to {high:g} {unit} ({why}){hint}")  # fmt: skip
+        raise ConfigError(
+            f"{where} ({statistic}): {value:.6g} {unit} is outside the plausible range of {metric}, "
+            f"{low:g} to {high:g} {unit} ({why}){hint}"
+        )
 
 
 def _ttft_before_e2e(run: ImportedRun) -> None:
@@ -163,16 +179,20 @@ def _ttft_before_e2e(run: ImportedRun) -> None:
     for name in ("mean", *_ORDERED):
         first, last = ttft.values.get(name), e2e.values.get(name)
         if first is not None and last is not None and first > last * (1 + _REL_TOLERANCE):
-            raise ConfigError(f"{run.source}: {ttft.field} ({name}) {first:.6g} s exceeds {e2e.field} ({name}) "
-                              f"{last:.6g} s: a request's first token cannot come after its end")  # fmt: skip
+            raise ConfigError(
+                f"{run.source}: {ttft.field} ({name}) {first:.6g} s exceeds {e2e.field} ({name}) "
+                f"{last:.6g} s: a request's first token cannot come after its end"
+            )
 
 
 def _per_request_plausible(run: ImportedRun, per: PerRequest) -> None:
     for name, tokens in (("input", per.input_tokens), ("output", per.output_tokens)):
         outside = np.flatnonzero((tokens < 1) | (tokens > MAX_REQUEST_TOKENS))
         if outside.size:
-            raise ConfigError(f"{run.source}: request {outside[0]}: {name} length {tokens[outside[0]]} outside 1 to "
-                              f"{MAX_REQUEST_TOKENS:,} tokens")  # fmt: skip
+            raise ConfigError(
+                f"{run.source}: request {outside[0]}: {name} length {tokens[outside[0]]} outside 1 to "
+                f"{MAX_REQUEST_TOKENS:,} tokens"
+            )
     measured = ~np.isnan(per.ttft_s)
     bad = np.flatnonzero(measured & ~((per.ttft_s >= 0) & (per.ttft_s <= 3600.0)))
     if bad.size:
@@ -180,11 +200,14 @@ def _per_request_plausible(run: ImportedRun, per: PerRequest) -> None:
     late = np.flatnonzero(measured & ~(per.e2e_s >= per.ttft_s))
     if late.size:
         i = late[0]
-        raise ConfigError(f"{run.source}: request {i}: TTFT {per.ttft_s[i]:g} s exceeds its end-to-end latency "
-                          f"{per.e2e_s[i]:g} s (or a gap is negative or missing)")  # fmt: skip
+        raise ConfigError(
+            f"{run.source}: request {i}: TTFT {per.ttft_s[i]:g} s exceeds its end-to-end latency "
+            f"{per.e2e_s[i]:g} s (or a gap is negative or missing)"
+        )
 
 
 #: The file's fields each load figure comes from, by format (for the messages).
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 LOAD_FIELDS: dict[str, dict[str, str]] = {
     "vllm-bench": {"rate_per_s": "request_rate", "concurrency": "max_concurrency", "requests": "num_prompts",
                    "cv2": "burstiness (CV^2 = 1 / burstiness)"},
@@ -202,19 +225,24 @@ def _load_plausible(run: ImportedRun, load: Load) -> None:
         value = getattr(load, name)
         if value is not None and not low <= value <= high:
             field = LOAD_FIELDS.get(run.format, {}).get(name, name)
-            raise ConfigError(f"{run.source}: {field}: the load's {name} {value:g} is outside {low:g} to {high:g} "
-                              f"({load.kind} load)")  # fmt: skip
+            raise ConfigError(
+                f"{run.source}: {field}: the load's {name} {value:g} is outside {low:g} to {high:g} ({load.kind} load)"
+            )
 
 
 def check_plausible(run: ImportedRun) -> None:
     """Refuse a run whose figures no server produces (module docstring); the message names the
     file (and line or run) and the field."""
-    for name, value in (("mean input tokens per request", run.input_tokens_mean),
-                        ("mean output tokens per request", run.output_tokens_mean)):  # fmt: skip
+    for name, value in (
+        ("mean input tokens per request", run.input_tokens_mean),
+        ("mean output tokens per request", run.output_tokens_mean),
+    ):
         if not 1 <= value <= MAX_REQUEST_TOKENS:
-            raise ConfigError(f"{run.source}: {name} {value:g} (the file's token total over its completed "
-                              f"requests, or its prompt / output length mean) is outside 1 to "
-                              f"{MAX_REQUEST_TOKENS:,}")  # fmt: skip
+            raise ConfigError(
+                f"{run.source}: {name} {value:g} (the file's token total over its completed "
+                f"requests, or its prompt / output length mean) is outside 1 to "
+                f"{MAX_REQUEST_TOKENS:,}"
+            )
     for metric, stats in run.metrics.items():
         _stats_plausible(run, metric, stats)
     _ttft_before_e2e(run)

@@ -44,6 +44,7 @@ STAT_NAMES = ("count", "mean", "std", "min", "p50", "p90", "p95", "p99", "p99.9"
 #: GuideLLM's ``time_per_output_token`` and inference-perf's ``normalized_time_per_output_token`` are
 #: e2e / n (infersim ``normalized_tpot_s``), while inference-perf's ``time_per_output_token`` is
 #: vLLM's TPOT and its ``inter_token_latency`` the pooled gaps.
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 METRIC_NAMES: dict[str, dict[str, str]] = {
     "ttft_s": {"vllm-bench": "ttft", "sglang-bench": "ttft", "inference-perf": "time_to_first_token",
                "aiperf": "time_to_first_token", "guidellm": "time_to_first_token_ms"},
@@ -205,10 +206,18 @@ def stats_of(values: FloatArray) -> dict[str, float]:
     if finite.size == 0:
         return {"count": 0.0}
     quantiles = np.percentile(finite, [50, 90, 95, 99, 99.9])
-    return {"count": float(finite.size), "mean": float(finite.mean()), "std": float(finite.std()),
-            "min": float(finite.min()), "p50": float(quantiles[0]), "p90": float(quantiles[1]),
-            "p95": float(quantiles[2]), "p99": float(quantiles[3]), "p99.9": float(quantiles[4]),
-            "max": float(finite.max())}  # fmt: skip
+    return {
+        "count": float(finite.size),
+        "mean": float(finite.mean()),
+        "std": float(finite.std()),
+        "min": float(finite.min()),
+        "p50": float(quantiles[0]),
+        "p90": float(quantiles[1]),
+        "p95": float(quantiles[2]),
+        "p99": float(quantiles[3]),
+        "p99.9": float(quantiles[4]),
+        "max": float(finite.max()),
+    }
 
 
 def model_from_path(name: str) -> str:
@@ -226,8 +235,10 @@ THROUGHPUT_TOLERANCE = 0.02
 def throughput_flag(data: Mapping[str, object], where: str) -> tuple[str, ...]:
     """A flag when ``output_throughput`` is not ``total_output_tokens / duration`` (the definition
     vLLM's and SGLang's clients write it by; both are in the file). No flag when a field is absent."""
-    if not all(isinstance(data.get(k), int | float) and not isinstance(data.get(k), bool)
-               for k in ("output_throughput", "total_output_tokens", "duration")):  # fmt: skip
+    if not all(
+        isinstance(data.get(k), int | float) and not isinstance(data.get(k), bool)
+        for k in ("output_throughput", "total_output_tokens", "duration")
+    ):
         return ()
     duration = num(data, "duration", where)
     if not duration > 0:
@@ -236,5 +247,6 @@ def throughput_flag(data: Mapping[str, object], where: str) -> tuple[str, ...]:
     counted = num(data, "total_output_tokens", where) / duration
     if abs(stated - counted) <= THROUGHPUT_TOLERANCE * counted:
         return ()
-    return (f"output_throughput {stated:.6g} tok/s disagrees with total_output_tokens / duration = "
-            f"{counted:.6g} tok/s",)  # fmt: skip
+    return (
+        f"output_throughput {stated:.6g} tok/s disagrees with total_output_tokens / duration = {counted:.6g} tok/s",
+    )

@@ -25,6 +25,7 @@ from simulator.io.importers.common import MS_PER_S, ImportedRun, Load, Stats, nu
 
 FORMAT = "guidellm"
 #: metric key -> (infersim metric, factor to SI)
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 _METRICS = {"time_to_first_token_ms": ("ttft_s", 1 / MS_PER_S), "inter_token_latency_ms": ("tpot_s", 1 / MS_PER_S),
             "time_per_output_token_ms": ("normalized_tpot_s", 1 / MS_PER_S), "request_latency": ("e2e_s", 1.0),
             "output_tokens_per_second": ("output_tok_s", 1.0)}  # fmt: skip
@@ -52,8 +53,10 @@ def _stats(node: Mapping[str, object], path: str, where: str, factor: float) -> 
 def _load(bench: Mapping[str, object], where: str, count: int) -> Load:
     at = next((p for p in _STRATEGY_AT if optional(bench, f"{p}.type_") is not None), None)
     if at is None:
-        raise ConfigError(f"{where}: neither config.strategy.type_ (GuideLLM 0.4 to 0.8) nor args.strategy.type_ "
-                          f"(0.3) names a strategy; versions read: {SUPPORTED_VERSIONS}")  # fmt: skip
+        raise ConfigError(
+            f"{where}: neither config.strategy.type_ (GuideLLM 0.4 to 0.8) nor args.strategy.type_ "
+            f"(0.3) names a strategy; versions read: {SUPPORTED_VERSIONS}"
+        )
     kind = optional(bench, f"{at}.type_")
     if kind == "synchronous":
         return Load("closed", concurrency=1)
@@ -63,8 +66,9 @@ def _load(bench: Mapping[str, object], where: str, count: int) -> Load:
         return Load(kind, requests=count, rate_per_s=num(bench, f"{at}.rate", where, minimum=0.0))
     if kind == "throughput":
         return Load("offline", requests=count)
-    raise ConfigError(f"{where}: {at}.type_: expected synchronous, concurrent, constant, poisson or "
-                      f"throughput, got {kind!r}")  # fmt: skip
+    raise ConfigError(
+        f"{where}: {at}.type_: expected synchronous, concurrent, constant, poisson or throughput, got {kind!r}"
+    )
 
 
 def read(data: object, where: str) -> list[ImportedRun]:
@@ -81,15 +85,22 @@ def read(data: object, where: str) -> list[ImportedRun]:
             if isinstance(node, Mapping):
                 metrics[metric] = _stats(node, f"metrics.{key}.successful", at, factor)
         count = whole(bench, "metrics.request_latency.successful.count", at, minimum=1)
-        runs.append(ImportedRun(
-            source=at,
-            format=FORMAT,
-            model_name=str(optional(bench, "args.model") or optional(bench, "config.requests.model")
-                           or optional(data, "args.model") or "") or None,
-            input_tokens_mean=num(bench, "metrics.prompt_token_count.successful.mean", at, minimum=1.0),
-            output_tokens_mean=num(bench, "metrics.output_token_count.successful.mean", at, minimum=1.0),
-            metrics=metrics,
-            load=_load(bench, at, count),
-            notes=("warm-up: GuideLLM's warmup requests, if any, are excluded by the tool",),
-        ))  # fmt: skip
+        runs.append(
+            ImportedRun(
+                source=at,
+                format=FORMAT,
+                model_name=str(
+                    optional(bench, "args.model")
+                    or optional(bench, "config.requests.model")
+                    or optional(data, "args.model")
+                    or ""
+                )
+                or None,
+                input_tokens_mean=num(bench, "metrics.prompt_token_count.successful.mean", at, minimum=1.0),
+                output_tokens_mean=num(bench, "metrics.output_token_count.successful.mean", at, minimum=1.0),
+                metrics=metrics,
+                load=_load(bench, at, count),
+                notes=("warm-up: GuideLLM's warmup requests, if any, are excluded by the tool",),
+            )
+        )
     return runs

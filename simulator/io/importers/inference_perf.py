@@ -21,6 +21,7 @@ from simulator.errors import ConfigError
 from simulator.io.importers.common import ImportedRun, Load, Stats, get, num, optional, report_object, succeeded, whole
 
 FORMAT = "inference-perf"
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 _METRICS = {"time_to_first_token": "ttft_s", "time_per_output_token": "tpot_s", "inter_token_latency": "itl_s",
             "normalized_time_per_output_token": "normalized_tpot_s", "request_latency": "e2e_s"}  # fmt: skip
 _STAT = {"mean": "mean", "min": "min", "median": "p50", "p90": "p90", "p95": "p95", "p99": "p99",
@@ -44,16 +45,23 @@ def _distribution(data: Mapping[str, object], path: str, where: str, count: int)
 def read(data: object, where: str) -> list[ImportedRun]:
     data = report_object(data, where, "an inference-perf report")
     count = succeeded(data, "successes.count", where)
-    metrics = {m: _distribution(data, f"successes.latency.{k}", where, count) for k, m in _METRICS.items()
-               if optional(data, f"successes.latency.{k}") is not None}  # fmt: skip
-    metrics["output_tok_s"] = Stats({"mean": num(data, "successes.throughput.output_tokens_per_sec", where, 0.0)},
-                                    "successes.throughput.output_tokens_per_sec")  # fmt: skip
+    metrics = {
+        m: _distribution(data, f"successes.latency.{k}", where, count)
+        for k, m in _METRICS.items()
+        if optional(data, f"successes.latency.{k}") is not None
+    }
+    metrics["output_tok_s"] = Stats(
+        {"mean": num(data, "successes.throughput.output_tokens_per_sec", where, 0.0)},
+        "successes.throughput.output_tokens_per_sec",
+    )
     notes = ["warm-up: none excluded; output lengths as the server counted them"]
     load: Load | None = None
     refusal = ""
     if optional(data, "load_summary.requested_rate") is None:
-        refusal = (f"{where}: load_summary.requested_rate: missing: a summary pools stages of different rates, "
-                   "which no one load reproduces; import the stage_N_lifecycle_metrics.json files")  # fmt: skip
+        refusal = (
+            f"{where}: load_summary.requested_rate: missing: a summary pools stages of different rates, "
+            "which no one load reproduces; import the stage_N_lifecycle_metrics.json files"
+        )
     else:
         requested = num(data, "load_summary.requested_rate", where, minimum=0.0)
         achieved = num(data, "load_summary.achieved_rate", where, minimum=0.0)

@@ -36,9 +36,11 @@ from simulator.errors import ConfigError
 from simulator.io.importers.common import STAT_NAMES, FloatArray, ImportedRun, Load
 
 #: Table metric -> the run's metric it comes from.
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 ROW_METRICS = {"ttft_s": "ttft_s", "tpot_s": "tpot_s", "itl_s": "itl_s", "e2e_s": "e2e_s",
                "per_user_output_tok_s": "per_user_output_tok_s", "aggregate_output_tok_s": "output_tok_s"}  # fmt: skip
 STAT_COLUMNS = tuple(n for n in STAT_NAMES if n != "mean")
+# Laid out by hand as a table (rows of entries), so the formatter leaves it as it is.
 COLUMNS = (
     "id", "hardware", "chips", "model", "weights", "spec_decoding", "input_tokens", "output_tokens", "concurrency",
     "metric", "value", "claim_type", "measured_by", "date", "source", "notes", "stack", "load",
@@ -67,8 +69,9 @@ def per_replica(load: Load, replicas: int, where: str) -> Load:
     if load.kind == "closed":
         assert load.concurrency is not None
         if load.concurrency % replicas:
-            raise ConfigError(f"{where}: max_concurrency {load.concurrency} clients do not split evenly over "
-                              f"{replicas} replicas")  # fmt: skip
+            raise ConfigError(
+                f"{where}: max_concurrency {load.concurrency} clients do not split evenly over {replicas} replicas"
+            )
         return Load("closed", concurrency=load.concurrency // replicas)
     assert load.requests is not None
     requests = max(1, round(load.requests / replicas))
@@ -87,8 +90,10 @@ def rows(run: ImportedRun, deployment: Deployment, run_id: str) -> list[dict[str
     load = per_replica(run.load, deployment.replicas, run.source)
     notes = [f"imported from {run.format} {run.source}", f"load: {run.load.words()}", *run.notes]
     if deployment.replicas > 1:
-        notes.append(f"{deployment.replicas} replicas behind a random load balancer: this row is one replica's "
-                     f"share ({load.words()}; aggregate throughput / {deployment.replicas})")  # fmt: skip
+        notes.append(
+            f"{deployment.replicas} replicas behind a random load balancer: this row is one replica's "
+            f"share ({load.words()}; aggregate throughput / {deployment.replicas})"
+        )
     out = []
     for metric, name in ROW_METRICS.items():
         stats = run.metrics.get(name)
@@ -100,16 +105,30 @@ def rows(run: ImportedRun, deployment: Deployment, run_id: str) -> list[dict[str
         if not value > 0:
             continue
         row = {
-            "id": f"{run_id}-{metric}", "hardware": deployment.hardware, "chips": _cell(deployment.chips),
-            "model": deployment.model, "weights": deployment.weights, "spec_decoding": deployment.spec_decoding,
+            "id": f"{run_id}-{metric}",
+            "hardware": deployment.hardware,
+            "chips": _cell(deployment.chips),
+            "model": deployment.model,
+            "weights": deployment.weights,
+            "spec_decoding": deployment.spec_decoding,
             "input_tokens": str(max(1, round(run.input_tokens_mean))),
             "output_tokens": str(max(1, round(run.output_tokens_mean))),
-            "concurrency": _cell(load.concurrency), "metric": metric, "value": f"{value:.6g}",
-            "claim_type": "measured", "measured_by": run.format, "date": "", "source": run.source,
-            "notes": f"{stats.field}; " + "; ".join(notes), "stack": deployment.stack, "load": load.kind,
-            "request_rate_per_s": _cell(load.rate_per_s), "requests": _cell(load.requests),
-            "layout": deployment.layout, "burstiness": _cell(load.cv2), "statistic": statistic,
-        }  # fmt: skip
+            "concurrency": _cell(load.concurrency),
+            "metric": metric,
+            "value": f"{value:.6g}",
+            "claim_type": "measured",
+            "measured_by": run.format,
+            "date": "",
+            "source": run.source,
+            "notes": f"{stats.field}; " + "; ".join(notes),
+            "stack": deployment.stack,
+            "load": load.kind,
+            "request_rate_per_s": _cell(load.rate_per_s),
+            "requests": _cell(load.requests),
+            "layout": deployment.layout,
+            "burstiness": _cell(load.cv2),
+            "statistic": statistic,
+        }
         row |= {c: _cell(stats.values.get(c)) for c in STAT_COLUMNS}
         row["flag"] = "; ".join(flag for flag in run.flags if metric in _flagged_metrics(flag, metric))
         out.append(row)
@@ -163,10 +182,15 @@ def trace_lines(run: ImportedRun, seed: int) -> str:
     assert per is not None
     arrivals = arrival_times(run, seed)
     lines = [
-        json.dumps({"id": f"r{i}", "arrival_s": float(a), "steps": [
-            {"id": "call", "input_tokens": int(n_in), "output_tokens": int(n_out)}]})
+        json.dumps(
+            {
+                "id": f"r{i}",
+                "arrival_s": float(a),
+                "steps": [{"id": "call", "input_tokens": int(n_in), "output_tokens": int(n_out)}],
+            }
+        )
         for i, (a, n_in, n_out) in enumerate(zip(arrivals, per.input_tokens, per.output_tokens, strict=True))
-    ]  # fmt: skip
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -100,12 +100,20 @@ def _load(data: Mapping[str, object], where: str) -> tuple[Load | None, str, lis
     if math.isinf(rate):
         if concurrency is None:
             return Load("offline", requests=prompts), "", notes
-        notes.append(f"{prompts} prompts through {concurrency} clients: the row runs the steady state "
-                     "(the file's averages include the ramp-up and the tail)")  # fmt: skip
+        notes.append(
+            f"{prompts} prompts through {concurrency} clients: the row runs the steady state "
+            "(the file's averages include the ramp-up and the tail)"
+        )
         return Load("closed", concurrency=concurrency), "", notes
     if concurrency is not None:
-        return None, (f"{where}: request_rate {rate:g} and max_concurrency {concurrency} together: arrivals "
-                      "paced by both a rate and a client limit are not a load the engine sends"), notes  # fmt: skip
+        return (
+            None,
+            (
+                f"{where}: request_rate {rate:g} and max_concurrency {concurrency} together: arrivals "
+                "paced by both a rate and a client limit are not a load the engine sends"
+            ),
+            notes,
+        )
     if burstiness <= 0:
         return None, f"{where}: burstiness: expected a positive gamma shape, got {burstiness:g}", notes
     if burstiness == 1.0:
@@ -114,8 +122,9 @@ def _load(data: Mapping[str, object], where: str) -> tuple[Load | None, str, lis
     return Load("gamma", requests=prompts, rate_per_s=rate, cv2=1.0 / burstiness), "", notes
 
 
-def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
-    """The successful requests of the per-request arrays, or None when the file has none."""
+def _arrays(data: Mapping[str, object], where: str) -> dict[str, list[Any]] | None:
+    """The per-request lists (lengths, TTFTs, ITLs, errors, send times when recorded), each one entry per
+    request; None when the file has no per-request data."""
     lists: dict[str, list[Any]] = {}
     for key in ("input_lens", "output_lens", "ttfts", "itls"):
         values = data.get(key)
@@ -131,25 +140,40 @@ def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
     for key, values in lists.items():
         if len(values) != count:
             raise ConfigError(f"{where}: {key}: expected {count} entries (as input_lens), got {len(values)}")
-    ok = [i for i in range(count) if not lists["errors"][i]]
+    return lists
+
+
+def _send_times_s(starts: list[Any], ok: list[int], where: str) -> np.ndarray:
+    """The send times (s) of the successful requests ``ok``, each a finite number."""
+    try:
+        sent = np.array([float(starts[i]) for i in ok])
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{where}: start_times: expected a send time (seconds) per request") from None
+    if not np.all(np.isfinite(sent)):
+        raise ConfigError(f"{where}: start_times: expected finite send times")
+    return sent
+
+
+def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
+    """The successful requests of the per-request arrays, or None when the file has none."""
+    lists = _arrays(data, where)
+    if lists is None:
+        return None
+    ok = [i for i, error in enumerate(lists["errors"]) if not error]
     try:
         ttft = np.array([float(lists["ttfts"][i]) for i in ok])
         gaps = np.array([math.fsum(lists["itls"][i]) for i in ok])
         inputs = np.array([int(lists["input_lens"][i]) for i in ok])
         outputs = np.array([int(lists["output_lens"][i]) for i in ok])
     except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{where}: input_lens/output_lens/ttfts/itls: expected numbers (itls: a list per "
-                          "request)") from None  # fmt: skip
+        raise ConfigError(
+            f"{where}: input_lens/output_lens/ttfts/itls: expected numbers (itls: a list per request)"
+        ) from None
     if np.any(outputs < 1) or np.any(inputs < 1):
         raise ConfigError(f"{where}: input_lens/output_lens: a successful request with no tokens")
     arrivals = None
     if "start_times" in lists and ok:
-        try:
-            sent = np.array([float(lists["start_times"][i]) for i in ok])
-        except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"{where}: start_times: expected a send time (seconds) per request") from None
-        if not np.all(np.isfinite(sent)):
-            raise ConfigError(f"{where}: start_times: expected finite send times")
+        sent = _send_times_s(lists["start_times"], ok, where)
         order = np.argsort(sent, kind="stable")  # the order the client sent them
         inputs, outputs, ttft, gaps, sent = inputs[order], outputs[order], ttft[order], gaps[order], sent[order]
         arrivals = sent - sent[0]

@@ -46,6 +46,11 @@ def caption(what: str, assumptions: Assumptions) -> str:
     return f"{what} Simulated with {assumptions.text()}."
 
 
+def captioned(what: str, assumptions: Assumptions | None) -> str:
+    """``what`` with the assumptions behind it when they are known (a run's resolved scenario), else alone."""
+    return caption(what, assumptions) if assumptions is not None else what
+
+
 def _mean(distribution: Distribution) -> str:
     return significant(distribution.mean)
 
@@ -57,8 +62,10 @@ def _lengths(klass: WorkloadClass) -> str:
     load = klass.load
     if isinstance(load, AgentsLoad) and not isinstance(load.workload, str):
         t = load.workload.task
-        return (f"{load.workload_id} tasks of {_mean(t.steps)} calls, {_mean(t.output_tokens)} output tokens "
-                f"per call (means)")  # fmt: skip
+        return (
+            f"{load.workload_id} tasks of {_mean(t.steps)} calls, {_mean(t.output_tokens)} output tokens "
+            f"per call (means)"
+        )
     if isinstance(load, TraceLoad):
         return f"as recorded in the {load.format} trace {load.path.name}"
     return f"the {getattr(load, 'workload_id', klass.name)} workload"
@@ -80,8 +87,10 @@ def _per_class(scenario: Scenario) -> tuple[str, str]:
     classes = scenario.workload_classes
     if len(classes) == 1:
         return _lengths(classes[0]), _load(classes[0])
-    return (" | ".join(f"{c.name}: {_lengths(c)}" for c in classes),
-            " | ".join(f"{c.name}: {_load(c)}" for c in classes))  # fmt: skip
+    return (
+        " | ".join(f"{c.name}: {_lengths(c)}" for c in classes),
+        " | ".join(f"{c.name}: {_load(c)}" for c in classes),
+    )
 
 
 def _chips(chips: int) -> str:
@@ -96,34 +105,43 @@ def run_assumptions(scenario: Scenario, summary: RunSummary | None = None) -> As
     models = sorted({b.deployment.model_id for b in fleet})
     hardware = ", ".join(
         f"{hardware_label(b.deployment.hardware_id)} x {b.replicas} replica{'s' if b.replicas != 1 else ''}"
-        + (_chips(summary.backends[b.name].chips // max(b.replicas, 1))
-           if summary is not None and b.name in summary.backends else "")
+        + (
+            _chips(summary.backends[b.name].chips // max(b.replicas, 1))
+            if summary is not None and b.name in summary.backends
+            else ""
+        )
         for b in fleet
-    )  # fmt: skip
+    )
     lengths, load = _per_class(scenario)
     run = scenario.run
     if summary is not None:
         window = f"{significant(summary.window_s)} s measured after a {significant(run.warmup)} s warm-up"
         basis = ", ".join(sorted({b.cost.basis for b in summary.backends.values()}))
     else:
-        span = (f"{significant(run.duration - run.warmup)} s" if run.duration is not None
-                else f"arrivals until {run.max_requests} requests")  # fmt: skip
+        span = (
+            f"{significant(run.duration - run.warmup)} s"
+            if run.duration is not None
+            else f"arrivals until {run.max_requests} requests"
+        )
         window = f"{span} measured after a {significant(run.warmup)} s warm-up"
         basis = scenario.cost.basis
     return Assumptions(", ".join(models), hardware, lengths, window, load, basis)
 
 
-def closed_form_assumptions(model: str, hardware: Sequence[str], input_tokens: int, output_tokens: int,
-                            users: Sequence[int]) -> Assumptions:  # fmt: skip
+def closed_form_assumptions(
+    model: str, hardware: Sequence[str], input_tokens: int, output_tokens: int, users: Sequence[int]
+) -> Assumptions:
     """The assumptions of the closed-form estimate (no simulated window, no cost)."""
     from simulator.studies.validation import hardware_label
 
     return Assumptions(
-        model, f"{', '.join(map(hardware_label, hardware))} (each its smallest placement that fits)",
+        model,
+        f"{', '.join(map(hardware_label, hardware))} (each its smallest placement that fits)",
         f"{input_tokens} prompt and {output_tokens} output tokens per request",
         "closed-form estimate (steady state, no simulated window)",
-        " and ".join(f"{u} concurrent user{'s' if u != 1 else ''}" for u in users), "not costed",
-    )  # fmt: skip
+        " and ".join(f"{u} concurrent user{'s' if u != 1 else ''}" for u in users),
+        "not costed",
+    )
 
 
 def trend(name: str, unit: str, xs: Sequence[float], ys: Sequence[float], x_name: str) -> str:
@@ -172,8 +190,14 @@ def best(values: dict[str, float], unit: str, what: str, highest: bool = True) -
     return f"{top} has the lowest {what} ({amount(defined[top])}), against {amount(defined[low])} on {low} ({ratio}x)"
 
 
-def best_under_load(values: Mapping[str, float], capacities: Mapping[str, Capacity], unit: str, what: str,
-                    highest: bool = True, per_user_speed: bool = False) -> str:  # fmt: skip
+def best_under_load(
+    values: Mapping[str, float],
+    capacities: Mapping[str, Capacity],
+    unit: str,
+    what: str,
+    highest: bool = True,
+    per_user_speed: bool = False,
+) -> str:
     """:func:`best` with every capacity-limited entry flagged: its mark, what it holds and, for a per-user
     speed, the ranking made on the speed averaged over all users (the running users' speed named beside).
 
@@ -190,8 +214,14 @@ def best_under_load(values: Mapping[str, float], capacities: Mapping[str, Capaci
         what = f"{what} averaged over all users"
     text = best(shown, unit, what, highest)
     defined = [k for k, v in shown.items() if v == v and v > 0]
-    ends = {(max if highest else min)(defined, key=shown.__getitem__),
-            (min if highest else max)(defined, key=shown.__getitem__)} if defined else set()  # fmt: skip
+    ends = (
+        {
+            (max if highest else min)(defined, key=shown.__getitem__),
+            (min if highest else max)(defined, key=shown.__getitem__),
+        }
+        if defined
+        else set()
+    )
 
     def why(k: str) -> str:
         note = capacities[k].note()[len(LIMITED_MARK) + 1 :]

@@ -1,6 +1,6 @@
 """Figures of fleets as they run: a hosted API's rate limits at work, and a fleet at power caps.
 
-Like :mod:`simulator.plots`: each function takes results and an optional Axes, draws, labels the
+Like :mod:`simulator.report.plots`: each function takes results and an optional Axes, draws, labels the
 axes with their units, and returns the Axes; it never saves or shows.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from matplotlib.axes import Axes
 
-from simulator.plots import _axes, _legend
+from simulator.report.plots import _axes, _legend
 from simulator.results.summary import ApiSummary
 
 #: The counts an API backend's bars show, in order: (field of ApiSummary, legend label).

@@ -2,7 +2,7 @@
 a planned fleet's tolerance of failures buys.
 
 Each figure function takes results and an optional Axes, draws, labels its axes with their units and
-returns the Axes, as :mod:`simulator.plots` does.
+returns the Axes, as :mod:`simulator.report.plots` does.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.axes import Axes
 
 from simulator.analytic.availability import more_than_down
-from simulator.plots import _axes, _legend
+from simulator.report.plots import _axes, _legend
 from simulator.results.summary import FailureSummary
 from simulator.studies.tolerance import HOURS_PER_YEAR
 

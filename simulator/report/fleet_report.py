@@ -9,15 +9,12 @@ section, so other reports are unchanged. Captions go through the report's ``capt
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
-from simulator import fleet_plots
+from simulator.report import fleet_plots
+from simulator.report.html import Section
 from simulator.results.summary import ApiSummary, BackendPower, RunSummary
 from simulator.tables import format_number
 from simulator.units import format_seconds
-
-if TYPE_CHECKING:
-    from simulator.report import Section
 
 Captioned = Callable[[str], str]
 API_HEADERS = ["backend", "RPM / TPM / concurrent limit", "accepted", "429s", "retries", "failed", "spilled",
@@ -55,8 +52,6 @@ def _api_takeaway(name: str, a: ApiSummary) -> str:
 
 def run_sections(label: str, summary: RunSummary, captioned: Captioned) -> list[Section]:
     """A run's rate-limited APIs (table and figure) and power-capped backends (table)."""
-    from simulator.report import Section
-
     sections: list[Section] = []
     if summary.api:
         first = next(iter(summary.api.items()))
@@ -92,8 +87,6 @@ def run_sections(label: str, summary: RunSummary, captioned: Captioned) -> list[
 
 def sweep_sections(labels: Sequence[str], summaries: Sequence[RunSummary], captioned: Captioned) -> list[Section]:
     """A sweep's runs side by side: the API's limits at work per run, and the fleet against its power cap."""
-    from simulator.report import Section
-
     sections: list[Section] = []
     apis = {label: next(iter(s.api.values())) for label, s in zip(labels, summaries, strict=True) if s.api}
     if apis:

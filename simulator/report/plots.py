@@ -55,8 +55,14 @@ def _legend(ax: Axes, handles_from: Sequence[Axes] = ()) -> None:
         more = other.get_legend_handles_labels()
         handles, labels = handles + more[0], labels + more[1]
     labels = [textwrap.fill(label, LEGEND_CHARS) for label in labels]
-    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02 + 0.1 * bool(handles_from), 1.0),
-              borderaxespad=0.0, fontsize="small")  # fmt: skip
+    ax.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.02 + 0.1 * bool(handles_from), 1.0),
+        borderaxespad=0.0,
+        fontsize="small",
+    )
 
 
 #: A log axis spanning more decades than this gets a tick per decade, else at 1-2-5 steps.
@@ -86,17 +92,30 @@ def load_axis(ax: Axes, values: Sequence[float], label: str) -> None:
     ax.set_xlabel(label)
 
 
-def _mark_limited(ax: Axes, x: Sequence[float], ys: Sequence[Sequence[float]], limited: Sequence[bool],
-                  labelled: bool = True) -> None:  # fmt: skip
+def _mark_limited(
+    ax: Axes, x: Sequence[float], ys: Sequence[Sequence[float]], limited: Sequence[bool], labelled: bool = True
+) -> None:
     """Ring the points of capacity-limited runs (one legend entry when ``labelled``)."""
     points = [(xv, y[i]) for y in ys for i, xv in enumerate(x) if limited[i] and y[i] == y[i]]
     if points:
-        ax.plot(*zip(*points, strict=True), "o", markersize=13, markerfacecolor="none", markeredgecolor="red",
-                linestyle="none", label=LIMITED_LABEL if labelled else "_nolegend_")  # fmt: skip
+        ax.plot(
+            *zip(*points, strict=True),
+            "o",
+            markersize=13,
+            markerfacecolor="none",
+            markeredgecolor="red",
+            linestyle="none",
+            label=LIMITED_LABEL if labelled else "_nolegend_",
+        )
 
 
-def speed_gap(per_user_tok_s: Mapping[str, tuple[float, float]], model: str, loaded_users: int,
-              ax: Axes | None = None, capacity_limited: Sequence[str] = ()) -> Axes:  # fmt: skip
+def speed_gap(
+    per_user_tok_s: Mapping[str, tuple[float, float]],
+    model: str,
+    loaded_users: int,
+    ax: Axes | None = None,
+    capacity_limited: Sequence[str] = (),
+) -> Axes:
     """Per-user output tok/s by hardware for one model: alone and with ``loaded_users`` users.
 
     Hardware in ``capacity_limited`` cannot hold ``loaded_users`` users' KV: its loaded bar
@@ -113,8 +132,14 @@ def speed_gap(per_user_tok_s: Mapping[str, tuple[float, float]], model: str, loa
     for bar in limited:
         bar.set_hatch("//")
     if limited:
-        ax.bar([np.nan], [np.nan], 0.4, color=bars[0].get_facecolor(), hatch="//",
-               label=f"KV holds fewer than {loaded_users}: speed of those that fit, the rest queue")  # fmt: skip
+        ax.bar(
+            [np.nan],
+            [np.nan],
+            0.4,
+            color=bars[0].get_facecolor(),
+            hatch="//",
+            label=f"KV holds fewer than {loaded_users}: speed of those that fit, the rest queue",
+        )
     ax.set_xticks(x, names, rotation=30, ha="right")
     _plain_log(ax, "y")
     ax.set_ylabel("per-user output speed (tok/s)")
@@ -133,8 +158,12 @@ def pareto(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     return sorted(p for p in points if not any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in points))
 
 
-def frontier(curves: Mapping[str, Sequence[tuple[float, float]]], ax: Axes | None = None, per: str = "chip",
-             half_widths: Mapping[str, Sequence[tuple[float, float]]] | None = None) -> Axes:  # fmt: skip
+def frontier(
+    curves: Mapping[str, Sequence[tuple[float, float]]],
+    ax: Axes | None = None,
+    per: str = "chip",
+    half_widths: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+) -> Axes:
     """Throughput-interactivity frontier: (per-user tok/s, aggregate tok/s per ``per``), one curve per
     hardware, with the Pareto set over every curve ringed; ``half_widths`` (x, y per point, e.g. 95 %
     CIs over replications) draw error bars."""
@@ -145,13 +174,26 @@ def frontier(curves: Mapping[str, Sequence[tuple[float, float]]], ax: Axes | Non
         (line,) = ax.plot(xs, ys, marker="o", label=name)
         if half_widths is not None and name in half_widths:
             bars = [half_widths[name][i] for i in order]
-            ax.errorbar(xs, ys, xerr=[b[0] for b in bars], yerr=[b[1] for b in bars], fmt="none",
-                        ecolor=line.get_color(), alpha=0.6)  # fmt: skip
+            ax.errorbar(
+                xs,
+                ys,
+                xerr=[b[0] for b in bars],
+                yerr=[b[1] for b in bars],
+                fmt="none",
+                ecolor=line.get_color(),
+                alpha=0.6,
+            )
     best = pareto([p for points in curves.values() for p in points])
     if best:
-        ax.plot([p[0] for p in best], [p[1] for p in best], "o", markersize=12, markerfacecolor="none",
-                markeredgecolor="black", label="Pareto set (nothing is both faster per user and higher per "
-                + per + ")")  # fmt: skip
+        ax.plot(
+            [p[0] for p in best],
+            [p[1] for p in best],
+            "o",
+            markersize=12,
+            markerfacecolor="none",
+            markeredgecolor="black",
+            label="Pareto set (nothing is both faster per user and higher per " + per + ")",
+        )
     _plain_log(ax, "x")
     _plain_log(ax, "y")
     ax.set_xlabel("per-user output speed (tok/s)")
@@ -161,8 +203,9 @@ def frontier(curves: Mapping[str, Sequence[tuple[float, float]]], ax: Axes | Non
     return ax
 
 
-def _series_against_load(ax: Axes, load: Sequence[float], series: Mapping[str, Sequence[float]], load_label: str,
-                         limited: Limited) -> Axes:  # fmt: skip
+def _series_against_load(
+    ax: Axes, load: Sequence[float], series: Mapping[str, Sequence[float]], load_label: str, limited: Limited
+) -> Axes:
     """Lines against the swept quantity on a log y axis, capacity-limited points ringed (``limited`` per
     point of the load, shared by every line, or per line by name)."""
     for name, values in series.items():
@@ -179,8 +222,13 @@ def _has_limited_label(ax: Axes) -> bool:
     return any(line.get_label() == LIMITED_LABEL for line in ax.get_lines())
 
 
-def latency_vs_load(load: Sequence[float], series: Mapping[str, Sequence[float]], load_label: str,
-                    ax: Axes | None = None, limited: Limited = ()) -> Axes:  # fmt: skip
+def latency_vs_load(
+    load: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    load_label: str,
+    ax: Axes | None = None,
+    limited: Limited = (),
+) -> Axes:
     """Latencies (seconds; e.g. TTFT p50/p99, ITL p50) against the swept quantity (users, req/s, replicas),
     one line per series (a sweep of several fields: one per metric and value of the other fields).
 
@@ -192,9 +240,14 @@ def latency_vs_load(load: Sequence[float], series: Mapping[str, Sequence[float]]
     return ax
 
 
-def speed_vs_load(load: Sequence[float], per_user_tok_s: Mapping[str, Sequence[float]],
-                  aggregate_tok_s: Sequence[float] | Mapping[str, Sequence[float]], load_label: str,
-                  ax: Axes | None = None, limited: Limited = ()) -> Axes:  # fmt: skip
+def speed_vs_load(
+    load: Sequence[float],
+    per_user_tok_s: Mapping[str, Sequence[float]],
+    aggregate_tok_s: Sequence[float] | Mapping[str, Sequence[float]],
+    load_label: str,
+    ax: Axes | None = None,
+    limited: Limited = (),
+) -> Axes:
     """Per-user output speed (left axis) and aggregate output (right axis, one dashed line per series when
     given by name) against the swept quantity."""
     ax = _series_against_load(_axes(ax), load, per_user_tok_s, load_label, limited)
@@ -248,8 +301,9 @@ ROOFLINE_TOKENS = (1000, 256)
 LATENCY_PARTS = ("fabric", "fixed_latency", "pipeline_hops", "torus_hops", "communication")
 
 
-def roofline(deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] = (1, 8, 64),
-             ax: Axes | None = None) -> Axes:  # fmt: skip
+def roofline(
+    deployments: Mapping[str, Deployment], batch_sizes: Sequence[int] = (1, 8, 64), ax: Axes | None = None
+) -> Axes:
     """Per-chip roofline of each deployment with its decode operating points at ``batch_sizes``.
 
     Arithmetic intensity of a decode pass is ``2 P B / (P * bytes per weight)`` FLOP/byte; the
@@ -300,8 +354,12 @@ def timeline(levels: Mapping[str, tuple[Sequence[float], Sequence[float]]], ax: 
     return ax
 
 
-def cost(labels: Sequence[str], usd_per_million_output_tokens: Sequence[float],
-         usd_per_task: Sequence[float] | None = None, ax: Axes | None = None) -> Axes:  # fmt: skip
+def cost(
+    labels: Sequence[str],
+    usd_per_million_output_tokens: Sequence[float],
+    usd_per_task: Sequence[float] | None = None,
+    ax: Axes | None = None,
+) -> Axes:
     """$/1M output tokens per run (bars) and, when given, $/task (a second axis)."""
     ax = _axes(ax)
     x = np.arange(len(labels))

@@ -16,7 +16,7 @@ from typing import Any
 
 from matplotlib.axes import Axes
 
-from simulator.plots import _axes, _legend, _plain_log
+from simulator.report.plots import _axes, _legend, _plain_log
 
 #: A fleet that measured nothing (no task or request ended before its run stopped) is drawn this
 #: many times above the largest measured ratio.
