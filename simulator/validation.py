@@ -315,21 +315,30 @@ def _ceiling_flag(row: MeasurementRow, deployment: Deployment) -> str:
     )
 
 
+def _setup(r: MeasurementRow) -> tuple[object, ...]:
+    """What two rows must share to be measurements of the same closed-loop run."""
+    return (r.hardware, r.model, r.chips, r.weights, r.input_tokens, r.output_tokens, r.concurrency, r.load)
+
+
+def _above_itl_bound(r: MeasurementRow, itl: MeasurementRow | None) -> str:
+    """The flag of an aggregate row above ``C / ITL`` of its run's ITL row ``itl``; else empty."""
+    if r.metric != "aggregate_output_tok_s" or not itl or not r.concurrency:
+        return ""
+    bound = r.concurrency / itl.value
+    if r.value > bound:
+        return f"inconsistent with {itl.id}: C / ITL = {bound:.0f} tok/s < {r.value:.4g}"
+    return ""
+
+
 def consistency_flags(rows: Sequence[MeasurementRow]) -> dict[str, str]:
     """Aggregate rows above ``C / ITL`` of a matching ITL row, by row id."""
-
-    def key(r: MeasurementRow) -> tuple[object, ...]:
-        return (r.hardware, r.model, r.chips, r.weights, r.input_tokens, r.output_tokens, r.concurrency, r.load)
-
     closed = [r for r in rows if r.load == "closed" and r.concurrency]
-    itl = {key(r): r for r in closed if r.metric == "itl_s"}
+    itl = {_setup(r): r for r in closed if r.metric == "itl_s"}
     flags = {}
     for r in closed:
-        match = itl.get(key(r))
-        if r.metric == "aggregate_output_tok_s" and match and r.concurrency:
-            bound = r.concurrency / match.value
-            if r.value > bound:
-                flags[r.id] = f"inconsistent with {match.id}: C / ITL = {bound:.0f} tok/s < {r.value:.4g}"
+        flag = _above_itl_bound(r, itl.get(_setup(r)))
+        if flag:
+            flags[r.id] = flag
     return flags
 
 
@@ -455,6 +464,15 @@ def _engine_value(
     return summary.metric(path.replace(".mean", f".{row.statistic}"))
 
 
+def _engine_row(row: MeasurementRow, concurrency: int) -> MeasurementRow:
+    """The row as its engine run simulates it: an offline or open-loop row's requests capped at
+    ``max(MIN_ENGINE_REQUESTS, ENGINE_REQUESTS_PER_SLOT x concurrency)``; else the row itself."""
+    cap = max(MIN_ENGINE_REQUESTS, ENGINE_REQUESTS_PER_SLOT * concurrency)
+    if row.load in ("offline", *OPEN_LOADS) and row.requests is not None and row.requests > cap:
+        return replace(row, requests=cap)
+    return row
+
+
 def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
     """The model's prediction for one row, or the reason it has none.
 
@@ -469,9 +487,7 @@ def predict_row(row: MeasurementRow, catalog: Catalog) -> RowResult:
         concurrency = row.concurrency or saturation_concurrency(deployment, row.input_tokens, row.output_tokens)
         result = estimate(deployment, row.input_tokens, row.output_tokens, concurrency)
         predicted = metric_value(result, row.metric)
-        simulated, cap = row, max(MIN_ENGINE_REQUESTS, ENGINE_REQUESTS_PER_SLOT * concurrency)
-        if row.load in ("offline", *OPEN_LOADS) and row.requests is not None and row.requests > cap:
-            simulated = replace(row, requests=cap)
+        simulated = _engine_row(row, concurrency)
         if not row.single_stream:
             predicted = _engine_value(simulated, concurrency, result.e2e_s, catalog, _pinned(fields, deployment))
     except InfersimError as exc:  # the row asks for what the deployment cannot serve: reported, not dropped
@@ -572,13 +588,35 @@ def summarize(results: Sequence[RowResult], cv: bool = False) -> dict[str, objec
     summary: dict[str, object] = {
         "overall": _both(predicted, cv),
         "unflagged": _both(unflagged, cv),
-        "by_architecture": _grouped(predicted, lambda r: r.family, cv),
-        "by_model_family": _grouped(predicted, lambda r: r.model_family, cv),
-        "by_model_kind": _grouped(predicted, lambda r: "moe" if r.moe else "dense", cv),
+        "by_architecture": _grouped(predicted, _family, cv),
+        "by_model_family": _grouped(predicted, _model_family, cv),
+        "by_model_kind": _grouped(predicted, _model_kind, cv),
         "flagged": [{"id": r.row.id, "flag": r.flag} for r in predicted if r.flag],
-        "unpredicted": [{"id": r.row.id, "reason": r.reason} for r in results if r.predicted is None],
+        "unpredicted": _unpredicted(results),
     }
     if cv:
-        summary["not_cross_validated"] = [{"id": r.row.id, "reason": r.cv_reason} for r in predicted
-                                          if r.predicted_cv is None]  # fmt: skip
+        summary["not_cross_validated"] = _not_cross_validated(predicted)
     return summary
+
+
+def _family(r: RowResult) -> str:
+    return r.family
+
+
+def _model_family(r: RowResult) -> str:
+    return r.model_family
+
+
+def _model_kind(r: RowResult) -> str:
+    """``moe`` or ``dense``."""
+    return "moe" if r.moe else "dense"
+
+
+def _unpredicted(results: Sequence[RowResult]) -> list[dict[str, str]]:
+    """The rows without a prediction, each with the reason."""
+    return [{"id": r.row.id, "reason": r.reason} for r in results if r.predicted is None]
+
+
+def _not_cross_validated(predicted: Sequence[RowResult]) -> list[dict[str, str]]:
+    """The predicted rows without a cross-validated prediction, each with the reason."""
+    return [{"id": r.row.id, "reason": r.cv_reason} for r in predicted if r.predicted_cv is None]

@@ -93,6 +93,7 @@ from simulator.records import (
     FloatArray,
     KVTierRecords,
     KVTransferRecords,
+    LevelMonitor,
     RunRecords,
 )
 from simulator.results.api_limits import api_summary
@@ -312,6 +313,18 @@ def _run_tasks(records: RunRecords, classes: Sequence[WorkloadClass]) -> TaskSum
     return None
 
 
+def _backend_costs(records: RunRecords, requests: Requests, cost_spec: CostSpec, tasks: TaskSummary | None,
+                   ) -> list[RunCost]:  # fmt: skip
+    """Each backend's cost of the run (per task over the run's completed tasks)."""
+    completed = tasks.tasks_completed if tasks else 0
+    return [backend_cost(records, requests, b, cost_spec, completed) for b in records.backends]
+
+
+def _mean_level(levels: Sequence[LevelMonitor], t0: float, t1: float) -> float:
+    """Mean over replicas of a level's time-mean over ``[t0, t1]``."""
+    return float(np.mean([level.time_mean(t0, t1) for level in levels]))
+
+
 def _pricing_basis(records: RunRecords) -> str:
     """The backends' common pricing basis, or ``mixed`` when they differ."""
     bases = sorted({b.pricing.basis for b in records.backends})
@@ -377,8 +390,7 @@ def summarize(
     completed = requests.completed()
     tasks = _run_tasks(records, classes)
     cost_spec = cost or CostSpec()
-    parts = [backend_cost(records, requests, b, cost_spec, tasks.tasks_completed if tasks else 0)
-             for b in records.backends]  # fmt: skip
+    parts = _backend_costs(records, requests, cost_spec, tasks)
     offered, capacity = records.offered_requests_per_s, records.capacity_requests_per_s
     per_class, split = _class_summaries(records, requests, classes, parts) if len(classes) > 1 else (None, None)
     peak_tokens = peak_output_tok_s(records)
@@ -400,8 +412,8 @@ def summarize(
         input_tok_s=input_tokens / window,
         goodput_requests_per_s=float(requests.meeting(slo)) / window,
         preemptions=requests.preemptions(),
-        mean_batch_size=float(np.mean([b.time_mean(t0, t1) for b in records.batch])),
-        mean_queue_length=float(np.mean([q.time_mean(t0, t1) for q in records.queue])),
+        mean_batch_size=_mean_level(records.batch, t0, t1),
+        mean_queue_length=_mean_level(records.queue, t0, t1),
         mean_kv_occupancy=_mean_kv_occupancy(records, owner, t0, t1),
         replicas=_replica_summaries(records, owner, t1),
         replica_count=replicas,
