@@ -111,14 +111,22 @@ def _send(
     and stops at the first call refused (by the source, or by an API after its retries)."""
     for _ in range(attempts):
         request = rt.source.submit(agent, tokens, session=session, task=tally.task_id)
-        if request is None or request.done is None:
-            tally.failed = True
+        if not (yield from await_call(rt.env, request, tally)):
             return
-        yield request.done
-        if request.failed:  # an API refused it until the client's retries ran out
-            tally.failed = True
-            return
-        tally.call(request, rt.env.now)
+
+
+def await_call(env: simpy.Environment, request: Request | None, tally: TaskTally) -> Generator[simpy.Event, Any, bool]:
+    """Wait for a call a task submitted and account it; False (the task marked failed) when it was
+    refused: by the source (None, or never to finish), or by an API after the client's retries."""
+    if request is None or request.done is None:
+        tally.failed = True
+        return False
+    yield request.done
+    if request.failed:  # an API refused it until the client's retries ran out
+        tally.failed = True
+        return False
+    tally.call(request, env.now)
+    return True
 
 
 def _fan_out(
