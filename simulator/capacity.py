@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from simulator.analytic.estimate import Estimate
     from simulator.config.loading import Catalog
     from simulator.config.scenario import Scenario
-    from simulator.plan.resolve import ResolvedScenario
+    from simulator.plan.resolve import BackendPlan, ResolvedScenario
 
 #: The mark on a capacity-limited figure (a report row holding one is highlighted).
 LIMITED_MARK = "⚠"
@@ -121,23 +121,30 @@ def of_run(scenario: Scenario, preemptions: int, catalog: Catalog | None = None)
 
 def of_resolved(resolved: ResolvedScenario, preemptions: int) -> Capacity:
     """:func:`of_run` of a scenario already resolved."""
-    from simulator.analytic.estimate import saturation_concurrency
-    from simulator.errors import InfersimError
-
     users = sum((c.load_plan.calls.users + c.load_plan.calls.agents) for c in resolved.classes
                 if c.load_plan.calls is not None)  # fmt: skip
     calls = [c.load_plan.typical_call for c in resolved.classes if c.load_plan.typical_call is not None]
     if not calls or not users:
         return Capacity(users or None, None, preemptions)
     prompt, answer = (max(1, round(sum(call[i] for call in calls) / len(calls))) for i in (0, 1))
+    return Capacity(users, _held(resolved, prompt, answer), preemptions)
+
+
+def _held(resolved: ResolvedScenario, prompt: int, answer: int) -> int:
+    """The sequences the fleet holds at once for the typical call, over every backend but the
+    prefill pools (their sequences decode, and wait, in their decode pools)."""
     prefill_pools = {b.decodes_for for b in resolved.backends if b.decodes_for is not None}
-    held = 0
-    for backend in resolved.backends:
-        if backend.index in prefill_pools:  # its sequences decode, and wait, in its decode pool
-            continue
-        try:
-            one = saturation_concurrency(backend.deployment, prompt, answer)
-        except InfersimError:
-            one = 0
-        held += backend.replicas * min(backend.batch_cap, one)
-    return Capacity(users, held, preemptions)
+    return sum(_held_by(b, prompt, answer) for b in resolved.backends if b.index not in prefill_pools)
+
+
+def _held_by(backend: BackendPlan, prompt: int, answer: int) -> int:
+    """The sequences a backend's replicas hold at once for the typical call: ``replicas x
+    min(batch cap, saturation concurrency)`` (0 per replica where the closed form has none)."""
+    from simulator.analytic.estimate import saturation_concurrency
+    from simulator.errors import InfersimError
+
+    try:
+        one = saturation_concurrency(backend.deployment, prompt, answer)
+    except InfersimError:
+        one = 0
+    return backend.replicas * min(backend.batch_cap, one)

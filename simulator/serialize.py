@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from simulator.analytic.estimate import Estimate
 from simulator.analytic.layouts import LayoutChoice
@@ -93,6 +94,23 @@ def _one_token_note(e: Estimate) -> str:
 UNDEFINED_REASON = "undefined: no data to compute it from (e.g. nothing measured in the window)"
 
 
+def _strict_mapping(value: dict[Any, object]) -> dict[str, object]:
+    """:func:`strict_json` of a mapping: each non-finite number's key gains a reason under
+    ``undefined`` (the one given there, else :data:`UNDEFINED_REASON`)."""
+    out: dict[str, object] = {}
+    given = value.get("undefined", {})
+    reasons: dict[str, str] = dict(given) if isinstance(given, dict) else {}
+    for key, item in value.items():
+        if key == "undefined":
+            continue
+        if isinstance(item, float) and not math.isfinite(item):
+            reasons.setdefault(str(key), UNDEFINED_REASON)
+        out[str(key)] = strict_json(item)
+    if reasons:
+        out["undefined"] = reasons
+    return out
+
+
 def strict_json(value: object) -> object:
     """A copy of ``value`` that strict JSON can hold: NaN and infinities become ``null``.
 
@@ -102,18 +120,7 @@ def strict_json(value: object) -> object:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        out: dict[str, object] = {}
-        given = value.get("undefined", {})
-        reasons: dict[str, str] = dict(given) if isinstance(given, dict) else {}
-        for key, item in value.items():
-            if key == "undefined":
-                continue
-            if isinstance(item, float) and not math.isfinite(item):
-                reasons.setdefault(str(key), UNDEFINED_REASON)
-            out[str(key)] = strict_json(item)
-        if reasons:
-            out["undefined"] = reasons
-        return out
+        return _strict_mapping(value)
     if isinstance(value, list | tuple):
         return [strict_json(item) for item in value]
     return value

@@ -63,18 +63,32 @@ def shown(field: str, value: object) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     name = field.rsplit(".", 1)[-1]
-    path = field
     if name.startswith(("usd", "rental_usd", "capex_usd", "input_usd", "output_usd")):
         return f"${significant(value)}"
     if "latency" in name or name.endswith(("_s", "overhead")):
         return format_seconds(value)
-    prefixes = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
-    unit = ("B/s" if "bandwidth" in name else "FLOP/s" if path.startswith("peak") or ".peak." in path
-            else "B" if name == "capacity" else "W" if name in POWER_FIELDS and "power" in path else None)  # fmt: skip
+    unit = _unit(field, name)
     if unit is None:
         return significant(value)
-    scale, prefix = next(((s, p) for s, p in prefixes if abs(value) >= s), (1.0, ""))
+    scale, prefix = next(((s, p) for s, p in _PREFIXES if abs(value) >= s), (1.0, ""))
     return f"{significant(value / scale)} {prefix}{unit}"
+
+
+_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+
+
+def _unit(path: str, name: str) -> str | None:
+    """The SI unit the field at ``path`` (last part ``name``) is in, None for a plain number:
+    B/s for a bandwidth, FLOP/s for a peak, B for a capacity, W for a power number."""
+    if "bandwidth" in name:
+        return "B/s"
+    if path.startswith("peak") or ".peak." in path:
+        return "FLOP/s"
+    if name == "capacity":
+        return "B"
+    if name in POWER_FIELDS and "power" in path:
+        return "W"
+    return None
 
 
 def _number(profile: Profile, what: str, path: str, number: Sourced[Any]) -> SourcedNumber:
@@ -129,16 +143,26 @@ def _walk(spec: Spec, path: str) -> Iterator[tuple[str, Sourced[object]]]:
         elif isinstance(value, Spec):
             yield from _walk(value, here)
         elif isinstance(value, dict):
-            for key, item in value.items():
-                if isinstance(item, Sourced):
-                    yield f"{here}.{key}", item
-                elif isinstance(item, Spec):
-                    yield from _walk(item, f"{here}.{key}")
+            yield from _walk_entries(value, here)
         elif isinstance(value, list):
-            for index, item in enumerate(value):
-                key = getattr(item, "name", index)  # a memory tier by its name, as field paths name it
-                if isinstance(item, Spec):
-                    yield from _walk(item, f"{here}.{key}")
+            yield from _walk_items(value, here)
+
+
+def _walk_entries(value: dict[Any, Any], here: str) -> Iterator[tuple[str, Sourced[object]]]:
+    """The sourced numbers of a mapping field: its sourced values, and those inside its specs."""
+    for key, item in value.items():
+        if isinstance(item, Sourced):
+            yield f"{here}.{key}", item
+        elif isinstance(item, Spec):
+            yield from _walk(item, f"{here}.{key}")
+
+
+def _walk_items(value: list[Any], here: str) -> Iterator[tuple[str, Sourced[object]]]:
+    """The sourced numbers inside a list field's specs, each item by its name (else its index)."""
+    for index, item in enumerate(value):
+        key = getattr(item, "name", index)  # a memory tier by its name, as field paths name it
+        if isinstance(item, Spec):
+            yield from _walk(item, f"{here}.{key}")
 
 
 def every_number(*profiles: Profile) -> list[SourcedNumber]:

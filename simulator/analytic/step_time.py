@@ -96,8 +96,8 @@ from simulator.analytic.precision import BYTES_PER_ELEMENT, compute_path
 from simulator.analytic.speculation import acceptance, tokens_per_verify
 from simulator.analytic.torus import TorusSlice
 from simulator.config.base import Precision
-from simulator.config.hardware import HardwareProfile
-from simulator.config.model import TensorGroup
+from simulator.config.hardware import HardwareProfile, InterconnectSpec
+from simulator.config.model import MoESpec, TensorGroup
 
 COMPONENTS = (
     "weights_memory",
@@ -440,6 +440,30 @@ def grouped_experts_s(rates: MatmulRates, tokens: int, experts: int, experts_per
     return roofline_s(weight_s, compute_s, exponent)[0]
 
 
+def _stage_share(d: Deployment) -> float:
+    """The share of a chip's rates one pass gets: ``1 / layers per stage`` on hardware that
+    pipelines layers (every stage busy with another micro-batch), else 1."""
+    return 1.0 / max(1.0, d.layers_per_stage) if d.hardware.execution.layer_pipelined else 1.0
+
+
+def _torus_slice(link: InterconnectSpec, chips: int, link_bw: float, alpha: float) -> TorusSlice | None:
+    """The torus slice ``chips`` chips of a group span on a torus interconnect (None on a switch)."""
+    torus = link.torus
+    if torus is None:
+        return None
+    return TorusSlice(chips, torus.dimensions.value, torus.wraparound_min_chips.value, link_bw, alpha)
+
+
+def _expert_skew(moe: MoESpec | None, expert_parallel: int) -> tuple[float, float]:
+    """(the busiest expert-parallel rank's load over the mean, the other ranks a token's experts
+    reach) at the model's expert-load CV (else :data:`DEFAULT_EXPERT_LOAD_CV`); (1, 0) when dense."""
+    if moe is None:
+        return 1.0, 0.0
+    load_cv = moe.expert_load_cv.value if moe.expert_load_cv else DEFAULT_EXPERT_LOAD_CV
+    hot = hot_rank_factor(moe.num_routed_experts, expert_parallel, load_cv)
+    return hot, other_ranks(moe.num_routed_experts, moe.experts_per_token, expert_parallel)
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # a variant of the physics may build on it
 class StepCostModel:
     """Pure step-time model of one deployment: batch state in, seconds out.
@@ -462,7 +486,7 @@ class StepCostModel:
         hw, model = d.hardware, d.model
         self.shapes = s = layer_shapes(model)
         tp = d.tensor_parallel
-        self.share = 1.0 / max(1.0, d.layers_per_stage) if hw.execution.layer_pipelined else 1.0
+        self.share = _stage_share(d)
         tier = d.weights_tier
         self.bandwidth = tier.bandwidth.value * tier.efficiency.value * self.share  # B/s per chip (KV, weights)
         self.act_bytes = BYTES_PER_ELEMENT[d.activations]
@@ -482,18 +506,11 @@ class StepCostModel:
         self.alpha = link.latency.value
         self.alltoall_alpha = (link.alltoall_latency or link.latency).value
         self.dp = d.attention_dp
-        torus = link.torus
-        self.tp_slice: TorusSlice | None = None
-        self.ep_slice: TorusSlice | None = None
-        if torus is not None:
-            dims, wrap = torus.dimensions.value, torus.wraparound_min_chips.value
-            self.tp_slice = TorusSlice(tp, dims, wrap, self.link_bw, self.alpha)
-            self.ep_slice = TorusSlice(d.expert_parallel, dims, wrap, self.link_bw, self.alpha)
+        self.tp_slice: TorusSlice | None = _torus_slice(link, tp, self.link_bw, self.alpha)
+        self.ep_slice: TorusSlice | None = _torus_slice(link, d.expert_parallel, self.link_bw, self.alpha)
         self.expert_tp = tp * self.dp // d.expert_parallel  # chips each expert is split over
         self.comm_overlap = d.stack.moe_comm_overlap.value
-        load_cv = moe.expert_load_cv.value if moe and moe.expert_load_cv else DEFAULT_EXPERT_LOAD_CV
-        self.hot_rank = hot_rank_factor(moe.num_routed_experts, d.expert_parallel, load_cv) if moe else 1.0
-        self.other_ranks = other_ranks(moe.num_routed_experts, moe.experts_per_token, d.expert_parallel) if moe else 0.0
+        self.hot_rank, self.other_ranks = _expert_skew(moe, d.expert_parallel)
         exponent = hw.compute.roofline_exponent
         self.roofline_exponent = None if exponent is None else exponent.value
         self.exponent = 0.0 if exponent is None else exponent.value  # 0: the ideal max(m, c)

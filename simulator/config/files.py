@@ -24,11 +24,14 @@ import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from simulator.errors import ConfigError
+
+if TYPE_CHECKING:
+    from _csv import Reader as CsvReader
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -204,25 +207,37 @@ def read_csv(path: Path, required: tuple[str, ...] = ()) -> tuple[list[str], lis
     text = read_text(path)
     reader = csv.reader(text.splitlines(keepends=True), strict=True)
     try:
-        header = next(reader, None)
-        if header is None:
-            raise ConfigError(f"{path}: empty file (expected a header line)")
-        header = [h.strip() for h in header]
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise ConfigError(f"{path}:1: missing columns {missing}; the header must name {list(required)}")
-        rows = []
-        for cells in reader:
-            if not cells or not any(c.strip() for c in cells):
-                continue
-            if len(cells) != len(header):
-                raise ConfigError(
-                    f"{path}:{reader.line_num}: expected {len(header)} cells (as the header), got {len(cells)}"
-                )
-            rows.append((reader.line_num, dict(zip(header, cells, strict=True))))
+        header = _csv_header(reader, path, required)
+        rows = _csv_rows(reader, header, path)
     except csv.Error as exc:
         raise ConfigError(f"{path}:{reader.line_num}: not valid CSV: {exc}") from None
     return header, rows
+
+
+def _csv_header(reader: CsvReader, path: Path, required: tuple[str, ...]) -> list[str]:
+    """The header's column names, stripped; it must name every ``required`` column."""
+    header = next(reader, None)
+    if header is None:
+        raise ConfigError(f"{path}: empty file (expected a header line)")
+    header = [h.strip() for h in header]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise ConfigError(f"{path}:1: missing columns {missing}; the header must name {list(required)}")
+    return header
+
+
+def _csv_rows(reader: CsvReader, header: list[str], path: Path) -> list[tuple[int, dict[str, str]]]:
+    """``(line number, row)`` of every line that is not blank; each must have the header's cell count."""
+    rows = []
+    for cells in reader:
+        if not cells or not any(c.strip() for c in cells):
+            continue
+        if len(cells) != len(header):
+            raise ConfigError(
+                f"{path}:{reader.line_num}: expected {len(header)} cells (as the header), got {len(cells)}"
+            )
+        rows.append((reader.line_num, dict(zip(header, cells, strict=True))))
+    return rows
 
 
 # -- numbers ------------------------------------------------------------------------------------
@@ -231,6 +246,18 @@ def number(
     maximum: float | None = None,
 ) -> float:  # fmt: skip
     """A finite number from a cell or field (text or JSON number), from ``minimum`` (or > 0) to ``maximum``."""
+    result = _finite(value, where, field)
+    if positive and result <= 0:
+        raise ConfigError(f"{where}: {field}: expected a positive number, got {value!r}")
+    if minimum is not None and result < minimum:
+        raise ConfigError(f"{where}: {field}: expected a number >= {minimum:g}, got {value!r}")
+    if maximum is not None and result > maximum:
+        raise ConfigError(f"{where}: {field}: expected a number <= {maximum:g}, got {value!r}")
+    return result
+
+
+def _finite(value: object, where: str, field: str) -> float:
+    """``value`` (text, int or float; not a bool) as a finite float; missing or not a number is an error."""
     if value is None or value == "":
         raise ConfigError(f"{where}: {field}: missing (expected a number)")
     if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -241,12 +268,6 @@ def number(
         raise ConfigError(f"{where}: {field}: expected a number, got {value!r}") from None
     if not math.isfinite(result):
         raise ConfigError(f"{where}: {field}: expected a finite number, got {value!r}")
-    if positive and result <= 0:
-        raise ConfigError(f"{where}: {field}: expected a positive number, got {value!r}")
-    if minimum is not None and result < minimum:
-        raise ConfigError(f"{where}: {field}: expected a number >= {minimum:g}, got {value!r}")
-    if maximum is not None and result > maximum:
-        raise ConfigError(f"{where}: {field}: expected a number <= {maximum:g}, got {value!r}")
     return result
 
 

@@ -152,20 +152,28 @@ class ModelSpec(Profile):
         if self.attention.sliding_window_layers > self.num_layers:
             raise ValueError("attention.sliding_window_layers cannot exceed num_layers")
         if self.hybrid is not None:
-            h = self.hybrid
-            if max(h.attention_layers, h.mixer_layers, h.ffn_layers or 0) > self.num_layers:
-                raise ValueError("hybrid: attention_layers, mixer_layers and ffn_layers cannot exceed num_layers")
-            if h.attention_layers < self.num_layers and self.attention.sliding_window_layers:
-                raise ValueError("hybrid: sliding-window layers with attention on only some layers are not modelled")
-            if h.ffn_layers is not None and h.ffn_layers < moe_layers:
-                raise ValueError("hybrid.ffn_layers cannot be fewer than moe.num_moe_layers")
+            self._check_hybrid(self.hybrid, moe_layers)
+        self._check_sources()
+        return self
+
+    def _check_hybrid(self, h: HybridSpec, moe_layers: int) -> None:
+        """A hybrid model's layer counts fit ``num_layers`` and the MoE layers, and sliding-window
+        attention runs only with attention on every layer."""
+        if max(h.attention_layers, h.mixer_layers, h.ffn_layers or 0) > self.num_layers:
+            raise ValueError("hybrid: attention_layers, mixer_layers and ffn_layers cannot exceed num_layers")
+        if h.attention_layers < self.num_layers and self.attention.sliding_window_layers:
+            raise ValueError("hybrid: sliding-window layers with attention on only some layers are not modelled")
+        if h.ffn_layers is not None and h.ffn_layers < moe_layers:
+            raise ValueError("hybrid.ffn_layers cannot be fewer than moe.num_moe_layers")
+
+    def _check_sources(self) -> None:
+        """Every source key the published sizes cite is defined under ``sources``."""
         sources = {self.published.params_total.source, self.published.params_active.source}
         if self.published.checkpoint_bytes is not None:
             sources.add(self.published.checkpoint_bytes.source)
         missing = sorted(sources - self.sources.keys())
         if missing:
             raise ValueError(f"source keys {missing} are used but not defined under `sources`")
-        return self
 
     def checkpoint_precision(self, group: TensorGroup) -> Precision:
         """The precision the published checkpoint stores ``group`` in."""

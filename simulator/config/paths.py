@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol, TypeVar, Union, get_args, get_origin
 
@@ -109,45 +109,86 @@ class _Walk:
         members = _members(_strip(annotation))
         if len(members) == 1:
             return members[0]
-        profiles = [m for m in members if _is_model(m) and issubclass(m, Profile)]
-        if profiles and isinstance(node, str):
+        if isinstance(node, str) and _profile_kinds(members):
             return str  # a reference by id; the caller inlines it when the path goes on
-        models = [m for m in members if _is_model(m)]
-        fitting = [m for m in models if isinstance(node, Mapping) and _matches(m, node)]
-        return fitting[0] if fitting else (models[0] if len(models) == 1 else annotation)
+        return _fitting_model([m for m in members if _is_model(m)], node, annotation)
 
     def child(self, parent: Any, annotation: Any, key: str, at: str) -> tuple[Any, Any]:
         """(the key or index of ``key`` in ``parent``, the schema type under it)."""
         annotation = _strip(annotation)
         if _is_model(annotation):
-            aliases: dict[str, str] = getattr(annotation, "path_aliases", {})
-            if key not in annotation.model_fields:
-                fields = ", ".join([*annotation.model_fields, *aliases])
-                hint = did_you_mean(key, [*annotation.model_fields, *aliases])
-                raise self.fail(f"unknown key{hint} ({at or 'the top level'} has: {fields})") from None
-            return key, annotation.model_fields[key].annotation
+            return key, self._field(annotation, key, at)
         origin = get_origin(annotation)
         if origin is list:
-            (item,) = get_args(annotation)
-            item = _strip(item)
-            items = parent if isinstance(parent, list) else []
-            named = _is_model(item) and "name" in item.model_fields
-            for index, entry in enumerate(items):
-                if named and isinstance(entry, Mapping) and entry.get("name") == key:
-                    return index, item
-            if key.isdigit() and int(key) < len(items):
-                return int(key), item
-            names = [str(e.get("name")) for e in items if isinstance(e, Mapping)] if named else []
-            listed = ", ".join(names) or (f"indices 0 to {len(items) - 1}" if items else "none")
-            raise self.fail(f"{at} has no item {key!r}{did_you_mean(key, names)} ({listed})")
+            return self._item(parent, _strip(get_args(annotation)[0]), key, at)
         if origin is dict:
             return key, get_args(annotation)[1]
         raise self.fail(f"{at} does not resolve to a mapping (it is a value)")
+
+    def _field(self, model: type[BaseModel], key: str, at: str) -> Any:
+        """The annotation of field ``key`` of ``model``; an unknown key fails listing the known ones."""
+        aliases: dict[str, str] = getattr(model, "path_aliases", {})
+        if key not in model.model_fields:
+            fields = ", ".join([*model.model_fields, *aliases])
+            hint = did_you_mean(key, [*model.model_fields, *aliases])
+            raise self.fail(f"unknown key{hint} ({at or 'the top level'} has: {fields})") from None
+        return model.model_fields[key].annotation
+
+    def _item(self, parent: Any, item: Any, key: str, at: str) -> tuple[int, Any]:
+        """(the index of the list item ``key`` names, by its ``name`` when items have one, else by
+        index; the item's type); a missing item fails listing the names or indices there are."""
+        items = parent if isinstance(parent, list) else []
+        named = _is_model(item) and "name" in item.model_fields
+        index = _item_index(items, key, named)
+        if index is None:
+            raise self.fail(_no_item(items, key, named, at))
+        return index, item
+
+    def descend(self, node: Any, model: Any, key: Any, annotation: Any, done: list[str]) -> Any:
+        """The mapping or list under ``node[key]`` the path goes on into: a profile named by id
+        copied in, a missing one started from its default; fails on a plain value."""
+        child = node[key] if _has(node, key) else None
+        if self.model_of(annotation, child) is str and isinstance(child, str):  # a profile by id: copied in
+            child = self.inline(_profile_kinds(_members(_strip(annotation)))[0], child)
+        elif child is None:
+            child = _default(node, model, key)
+        if not isinstance(child, dict | list):
+            raise self.fail(f"{'.'.join(done)} does not resolve to a mapping (it is a value)")
+        return child
 
     def inline(self, kind: type[Profile], profile_id: str) -> dict[str, Any]:
         if self.profiles is None:
             raise self.fail(f"{profile_id!r} names a profile, and no catalog was given to look it up in")
         return self.profiles.profile(kind, profile_id).model_dump(mode="json")
+
+
+def _item_index(items: list[Any], key: str, named: bool) -> int | None:
+    """The index of the first item whose ``name`` is ``key`` (items that have names), else of
+    the item at index ``key``; None when there is neither."""
+    for index, entry in enumerate(items):
+        if named and isinstance(entry, Mapping) and entry.get("name") == key:
+            return index
+    if key.isdigit() and int(key) < len(items):
+        return int(key)
+    return None
+
+
+def _no_item(items: list[Any], key: str, named: bool, at: str) -> str:
+    """The error for a list without item ``key``: the names there are (or the index range)."""
+    names = [str(e.get("name")) for e in items if isinstance(e, Mapping)] if named else []
+    listed = ", ".join(names) or (f"indices 0 to {len(items) - 1}" if items else "none")
+    return f"{at} has no item {key!r}{did_you_mean(key, names)} ({listed})"
+
+
+def _profile_kinds(members: Sequence[Any]) -> list[type[Profile]]:
+    """The profile classes among a union's members (a field that may name a profile by id)."""
+    return [m for m in members if _is_model(m) and issubclass(m, Profile)]
+
+
+def _fitting_model(models: list[Any], node: Any, annotation: Any) -> Any:
+    """The first model whose tags ``node`` matches, else the only model, else ``annotation`` itself."""
+    fitting = [m for m in models if isinstance(node, Mapping) and _matches(m, node)]
+    return fitting[0] if fitting else (models[0] if len(models) == 1 else annotation)
 
 
 def _expand(parts: list[str], annotation: Any, node: Any, walk: _Walk) -> list[str]:
@@ -208,15 +249,7 @@ def set_path(
         if len(parts) == 1:
             _assign(node, key, value, _strip(child_annotation), walk, mark)
             return root
-        child = node[key] if _has(node, key) else None
-        child_model = walk.model_of(child_annotation, child)
-        if child_model is str and isinstance(child, str):  # a profile by id: copied in, the path goes on
-            kind = next(m for m in _members(_strip(child_annotation)) if _is_model(m) and issubclass(m, Profile))
-            child = walk.inline(kind, child)
-        elif child is None:
-            child = _default(node, model, key)
-        if not isinstance(child, dict | list):
-            raise walk.fail(f"{'.'.join(done)} does not resolve to a mapping (it is a value)")
+        child = walk.descend(node, model, key, child_annotation, done)
         node[key] = child
         node, annotation, parts = child, child_annotation, parts[1:]
 
@@ -288,30 +321,50 @@ def get_path(model: BaseModel, path: str) -> Any:
     done: list[str] = []
     parts = path.split(".")
     while parts:
-        aliases: dict[str, str] = getattr(type(node), "path_aliases", {})
-        if isinstance(node, BaseModel) and parts[0] in aliases and parts[0] not in type(node).model_fields:
-            parts = [*aliases[parts[0]].split("."), *parts[1:]]
-        key, at = parts[0], ".".join(done) or "the top level"
-        if isinstance(node, BaseModel):
-            if key not in type(node).model_fields:
-                known = [*type(node).model_fields, *aliases]
-                raise ConfigError(f"{path}: unknown key{did_you_mean(key, known)} ({at} has: {', '.join(known)})")
-            node = getattr(node, key)
-        elif isinstance(node, list):
-            named = [item for item in node if getattr(item, "name", None) == key]
-            if not named and not (key.isdigit() and int(key) < len(node)):
-                names = ", ".join(str(getattr(item, "name", i)) for i, item in enumerate(node))
-                raise ConfigError(f"{path}: {at} has no item {key!r} ({names})")
-            node = named[0] if named else node[int(key)]
-        elif isinstance(node, dict):
-            if key not in node:
-                raise ConfigError(f"{path}: {at} has no key {key!r} ({', '.join(map(str, node)) or 'none'})")
-            node = node[key]
-        else:
-            raise ConfigError(f"{path}: {at} does not resolve to a mapping (it is a value)")
+        parts = _spelled_out(node, parts)
+        node = _get_child(node, parts[0], path, ".".join(done) or "the top level")
         done.append(parts[0])
         parts = parts[1:]
     return node
+
+
+def _spelled_out(node: Any, parts: list[str]) -> list[str]:
+    """``parts`` with a model's shorthand (``path_aliases``) at their head spelled out."""
+    aliases: dict[str, str] = getattr(type(node), "path_aliases", {})
+    if isinstance(node, BaseModel) and parts[0] in aliases and parts[0] not in type(node).model_fields:
+        return [*aliases[parts[0]].split("."), *parts[1:]]
+    return parts
+
+
+def _get_child(node: Any, key: str, path: str, at: str) -> Any:
+    """What ``key`` names under ``node`` (a model's field, a list item by name or index, a dict's
+    entry); an error naming ``path`` and what ``at`` has when there is none."""
+    if isinstance(node, BaseModel):
+        return _get_field(node, key, path, at)
+    if isinstance(node, list):
+        return _get_item(node, key, path, at)
+    if isinstance(node, dict):
+        if key not in node:
+            raise ConfigError(f"{path}: {at} has no key {key!r} ({', '.join(map(str, node)) or 'none'})")
+        return node[key]
+    raise ConfigError(f"{path}: {at} does not resolve to a mapping (it is a value)")
+
+
+def _get_field(node: BaseModel, key: str, path: str, at: str) -> Any:
+    """Field ``key`` of a model; an unknown key lists the fields and shorthands there are."""
+    if key not in type(node).model_fields:
+        known = [*type(node).model_fields, *getattr(type(node), "path_aliases", {})]
+        raise ConfigError(f"{path}: unknown key{did_you_mean(key, known)} ({at} has: {', '.join(known)})")
+    return getattr(node, key)
+
+
+def _get_item(node: list[Any], key: str, path: str, at: str) -> Any:
+    """The list item named ``key`` (the first with that ``name``), else the one at index ``key``."""
+    named = [item for item in node if getattr(item, "name", None) == key]
+    if not named and not (key.isdigit() and int(key) < len(node)):
+        names = ", ".join(str(getattr(item, "name", i)) for i, item in enumerate(node))
+        raise ConfigError(f"{path}: {at} has no item {key!r} ({names})")
+    return named[0] if named else node[int(key)]
 
 
 def write_in(model: M, profiles: Profiles) -> M:
@@ -340,17 +393,30 @@ def _written(value: Any, annotation: Any, profiles: Profiles, at: str) -> Any:
         return _written_in(value, profiles, f"{at}.")
     annotation = _strip(annotation)
     if isinstance(value, str):
-        kinds = [m for m in _members(annotation) if _is_model(m) and issubclass(m, Profile)]
-        if not kinds:
-            return value
-        with naming(at):
-            return profiles.profile(kinds[0], value)
+        return _written_reference(value, annotation, profiles, at)
     if isinstance(value, list) and get_origin(annotation) is list:
-        (item,) = get_args(annotation)
-        items = [_written(v, item, profiles, f"{at}.{i}") for i, v in enumerate(value)]
-        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+        return _written_items(value, get_args(annotation)[0], profiles, at)
     if isinstance(value, dict) and get_origin(annotation) is dict:
-        entry = get_args(annotation)[1]
-        entries = {k: _written(v, entry, profiles, f"{at}.{k}") for k, v in value.items()}
-        return entries if any(entries[k] is not v for k, v in value.items()) else value
+        return _written_entries(value, get_args(annotation)[1], profiles, at)
     return value
+
+
+def _written_reference(value: str, annotation: Any, profiles: Profiles, at: str) -> Any:
+    """The profile ``value`` names when the field may name one by id; else ``value`` itself."""
+    kinds = _profile_kinds(_members(annotation))
+    if not kinds:
+        return value
+    with naming(at):
+        return profiles.profile(kinds[0], value)
+
+
+def _written_items(value: list[Any], item: Any, profiles: Profiles, at: str) -> list[Any]:
+    """A list with each item written in; the same list when none changed."""
+    items = [_written(v, item, profiles, f"{at}.{i}") for i, v in enumerate(value)]
+    return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+
+
+def _written_entries(value: dict[Any, Any], entry: Any, profiles: Profiles, at: str) -> dict[Any, Any]:
+    """A dict with each value written in; the same dict when none changed."""
+    entries = {k: _written(v, entry, profiles, f"{at}.{k}") for k, v in value.items()}
+    return entries if any(entries[k] is not v for k, v in value.items()) else value

@@ -205,6 +205,11 @@ def _bound_value(metric: str, value: object) -> float:
     return float(value)
 
 
+#: The targets a request's own bounds come from: metric -> (the bound it gives, whether the target
+#: is a ``max``); the first such target of each bound counts.
+_REQUEST_BOUNDS = {"ttft_s": ("ttft", True), "tpot_s": ("tpot", True), "per_user_output_tok_s": ("tpot", False)}
+
+
 class SLOSpec(Spec):
     """Per-request bounds (goodput, SLO-aware routing) and statistical targets (the planner)."""
 
@@ -219,15 +224,12 @@ class SLOSpec(Spec):
 
     def request_bounds(self) -> tuple[float | None, float | None]:
         """(TTFT, TPOT) a single request should meet: the explicit bounds, else the targets'."""
-        ttft, tpot = self.ttft, self.tpot
+        bounds = {"ttft": self.ttft, "tpot": self.tpot}
         for t in self.targets:
-            if t.metric == "ttft_s" and t.upper and ttft is None:
-                ttft = t.bound
-            elif t.metric == "tpot_s" and t.upper and tpot is None:
-                tpot = t.bound
-            elif t.metric == "per_user_output_tok_s" and not t.upper and tpot is None:
-                tpot = 1.0 / t.bound
-        return ttft, tpot
+            slot, upper = _REQUEST_BOUNDS.get(t.metric, (None, None))
+            if slot is not None and t.upper == upper and bounds[slot] is None:
+                bounds[slot] = t.bound if upper else 1.0 / t.bound  # a least tok/s per user: at most 1 / it s
+        return bounds["ttft"], bounds["tpot"]
 
 
 class RunSpec(Spec):
@@ -278,6 +280,27 @@ def _check_pools(fleet: list[BackendSpec], names: list[str]) -> None:
         raise ValueError(f"decode_on: each decode pool serves one prefill backend, got {decoders}")
 
 
+def _check_outages(failures: FailureSpec, replicas: dict[str, int]) -> None:
+    """Each outage names a backend (``replicas``: name -> replica count) and one of its replicas."""
+    for i, outage in enumerate(failures.outages):
+        if outage.backend not in replicas:
+            raise ValueError(f"failures.outages.{i}.backend: no backend named {outage.backend!r} "
+                             f"(backends: {list(replicas)})")  # fmt: skip
+        if outage.replica >= replicas[outage.backend]:
+            raise ValueError(f"failures.outages.{i}.replica: {outage.backend} has {replicas[outage.backend]} "
+                             f"replica(s), numbered from 0; got {outage.replica}")  # fmt: skip
+
+
+def _check_rules(rules: dict[str, list[str]], classes: list[str], names: list[str]) -> None:
+    """``router.rules`` name workload classes and, for each, backends of the fleet."""
+    for klass, allowed in rules.items():
+        if klass not in classes:
+            raise ValueError(f"router.rules.{klass}: no workload class is named {klass!r} (classes: {classes})")
+        unknown = [name for name in allowed if name not in names]
+        if unknown:
+            raise ValueError(f"router.rules.{klass}: no backend named {unknown[0]!r} (backends: {names})")
+
+
 def _check_failures(scenario: Scenario) -> None:
     """Outages name a backend and one of its replicas; drawn failures need an end to draw up to; the
     failures a plan tolerates are the whole fleet's (the scenario's slo), not a class's."""
@@ -288,14 +311,7 @@ def _check_failures(scenario: Scenario) -> None:
     failures = scenario.failures
     if failures is None:
         return
-    replicas = {b.name: b.replicas for b in scenario.fleet}
-    for i, outage in enumerate(failures.outages):
-        if outage.backend not in replicas:
-            raise ValueError(f"failures.outages.{i}.backend: no backend named {outage.backend!r} "
-                             f"(backends: {list(replicas)})")  # fmt: skip
-        if outage.replica >= replicas[outage.backend]:
-            raise ValueError(f"failures.outages.{i}.replica: {outage.backend} has {replicas[outage.backend]} "
-                             f"replica(s), numbered from 0; got {outage.replica}")  # fmt: skip
+    _check_outages(failures, {b.name: b.replicas for b in scenario.fleet})
     if failures.random and scenario.run.duration is None and scenario.run.horizon is None:
         raise ValueError("failures.random: failures are drawn up to run.duration (or run.horizon): give one")
 
@@ -375,13 +391,7 @@ class Scenario(Spec):
             raise ValueError(f"backend names must be unique, got {names}")
         if not any(b.replicas for b in self.fleet):
             raise ValueError("every backend has 0 replicas: nothing would serve the load")
-        classes = [c.name for c in self.workload_classes]
-        for klass, allowed in self.router.rules.items():
-            if klass not in classes:
-                raise ValueError(f"router.rules.{klass}: no workload class is named {klass!r} (classes: {classes})")
-            unknown = [name for name in allowed if name not in names]
-            if unknown:
-                raise ValueError(f"router.rules.{klass}: no backend named {unknown[0]!r} (backends: {names})")
+        _check_rules(self.router.rules, [c.name for c in self.workload_classes], names)
         _check_pools(self.fleet, names)
         for name in self.plan.max_replicas:
             if name not in names:

@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 
 from simulator.config.distributions import Distribution
-from simulator.config.workload import AgentsLoad, AgentTaskSpec
+from simulator.config.workload import AgentsLoad, AgentTaskSpec, FanOutSpec
 from simulator.engine import ProcessGenerator
 from simulator.engine.clients import REFUSED_BACKOFF_S, ClassRun, ClassSource, TaskCounter, start_load
 from simulator.engine.recorder import Recorder
@@ -89,6 +89,73 @@ class TaskTally:
         ))  # fmt: skip
 
 
+def _compacted_context(spec: AgentTaskSpec, limit: int, output: int) -> int:
+    """The context a call starts from when the next ``output`` tokens would pass ``limit``: the
+    compaction target under ``compact`` (else the most that fits), never above ``limit - output``."""
+    compact = spec.context.compact_to_tokens if spec.context.policy == "compact" else None
+    return max(1, min(compact or limit - output, limit - output))
+
+
+def _attempts(spec: AgentTaskSpec, rng: np.random.Generator) -> int:
+    """How many times a step's call is sent: one, plus a retry per draw under ``retry_probability``."""
+    attempts = 1
+    while rng.random() < spec.retry_probability:
+        attempts += 1
+    return attempts
+
+
+def _send(
+    rt: AgentRuntime, tally: TaskTally, agent: int, tokens: tuple[int, int], session: int, attempts: int
+) -> Generator[simpy.Event, Any, None]:
+    """Send one step's call ``attempts`` times in a row, waiting for each; marks the task failed
+    and stops at the first call refused (by the source, or by an API after its retries)."""
+    for _ in range(attempts):
+        request = rt.source.submit(agent, tokens, session=session, task=tally.task_id)
+        if not (yield from await_call(rt.env, request, tally)):
+            return
+
+
+def await_call(env: simpy.Environment, request: Request | None, tally: TaskTally) -> Generator[simpy.Event, Any, bool]:
+    """Wait for a call a task submitted and account it; False (the task marked failed) when it was
+    refused: by the source (None, or never to finish), or by an API after the client's retries."""
+    if request is None or request.done is None:
+        tally.failed = True
+        return False
+    yield request.done
+    if request.failed:  # an API refused it until the client's retries ran out
+        tally.failed = True
+        return False
+    tally.call(request, env.now)
+    return True
+
+
+def _fan_out(
+    rt: AgentRuntime, fanout: FanOutSpec, agent: int, rng: np.random.Generator, tally: TaskTally
+) -> Generator[simpy.Event, Any, int]:
+    """Run the sub-agents as tasks of their own and wait for all; the tokens their findings add."""
+    env = rt.env
+    start = env.now
+    branches = [
+        env.process(run_task(rt, fanout.subagent, agent, np.random.default_rng(rng.integers(2**63)), tally.task_id))
+        for _ in range(_tokens(fanout.branches, rng))
+    ]
+    yield simpy.AllOf(env, branches)
+    tally.subagent_s += env.now - start
+    return sum(_tokens(fanout.result_tokens, rng) for _ in branches)
+
+
+def _use_tools(
+    rt: AgentRuntime, spec: AgentTaskSpec, rng: np.random.Generator, tally: TaskTally
+) -> Generator[simpy.Event, Any, int]:
+    """Call the step's tools at once and wait for the slowest; the tokens their outputs add."""
+    calls_at_once = _tokens(spec.parallel_tools, rng)
+    latency = max(_draw(spec.tool.latency_s, rng) for _ in range(calls_at_once))
+    tally.tool_s += latency
+    if latency > 0:
+        yield rt.env.timeout(latency)
+    return sum(_tokens(spec.step_input_tokens, rng) for _ in range(calls_at_once))
+
+
 def run_task(
     rt: AgentRuntime, spec: AgentTaskSpec, agent: int, rng: np.random.Generator, parent: int = -1
 ) -> Generator[simpy.Event, Any, bool]:
@@ -104,22 +171,9 @@ def run_task(
     for step in range(steps):
         output = _tokens(spec.output_tokens, rng)
         if context + output > limit:
-            compact = spec.context.compact_to_tokens if spec.context.policy == "compact" else None
-            context = max(1, min(compact or limit - output, limit - output))
+            context = _compacted_context(spec, limit, output)
             session = next(rt.counter.sessions)
-        attempts = 1
-        while rng.random() < spec.retry_probability:
-            attempts += 1
-        for _ in range(attempts):
-            request = rt.source.submit(agent, (int(context), output), session=session, task=tally.task_id)
-            if request is None or request.done is None:
-                tally.failed = True
-                break
-            yield request.done
-            if request.failed:  # an API refused it until the client's retries ran out
-                tally.failed = True
-                break
-            tally.call(request, env.now)
+        yield from _send(rt, tally, agent, (int(context), output), session, _attempts(spec, rng))
         if tally.failed:
             break
         context += output
@@ -127,22 +181,9 @@ def run_task(
             break
         fanout = spec.fanout
         if fanout is not None and step + 1 == fanout.after_step:
-            start = env.now
-            branches = [
-                env.process(run_task(rt, fanout.subagent, agent, np.random.default_rng(rng.integers(2**63)),
-                                     tally.task_id))
-                for _ in range(_tokens(fanout.branches, rng))
-            ]  # fmt: skip
-            yield simpy.AllOf(env, branches)
-            tally.subagent_s += env.now - start
-            context += sum(_tokens(fanout.result_tokens, rng) for _ in branches)
-            continue
-        calls_at_once = _tokens(spec.parallel_tools, rng)
-        latency = max(_draw(spec.tool.latency_s, rng) for _ in range(calls_at_once))
-        tally.tool_s += latency
-        if latency > 0:
-            yield env.timeout(latency)
-        context += sum(_tokens(spec.step_input_tokens, rng) for _ in range(calls_at_once))
+            context += yield from _fan_out(rt, fanout, agent, rng, tally)
+        else:
+            context += yield from _use_tools(rt, spec, rng, tally)
     tally.record(rt.recorder, env.now)
     return tally.failed
 

@@ -29,7 +29,7 @@ import simpy
 
 from simulator.analytic.power import CappedCost
 from simulator.analytic.precision import matmul_precision
-from simulator.analytic.step_fast import engine_cost
+from simulator.analytic.step_fast import EngineCost, engine_cost
 from simulator.config.scenario import Scenario
 
 # The bundled loads' modules register their processes with start_load when imported.
@@ -157,6 +157,54 @@ def _gate_apis(backends: list[Backend], scenario: Scenario, root: np.random.Seed
                                np.random.default_rng(seed))  # fmt: skip
 
 
+def _rows_kept(resolved: ResolvedScenario, rows_kept: int | None) -> int | None:
+    """``rows_kept``, or None (keep all) when a backend hands its decode to another: the KV
+    handoffs join their records to the request rows by id."""
+    if any(plan.decode_backend is not None for plan in resolved.backends):
+        return None
+    return rows_kept
+
+
+def _replica_cost(plan: BackendPlan) -> EngineCost:
+    """The backend's step-cost model, slowed by its chips' power cap when it has one."""
+    cost = engine_cost(plan.cost)
+    if plan.power is not None and plan.power.stretch != 1.0:
+        return CappedCost(cost, plan.power.stretch)  # the chips' power cap slows every step
+    return cost
+
+
+def _replica(
+    env: simpy.Environment, plan: BackendPlan, index: int, cost: EngineCost, recorder: Recorder,
+    replica_seeds: list[np.random.SeedSequence], factory: RequestFactory,
+) -> tuple[Replica, KVTiers | None]:  # fmt: skip
+    """Replica ``index`` of a backend (its own random stream, paged KV and batching policy) and
+    the KV tiers below its serving tier (None without)."""
+    rng = np.random.default_rng(replica_seeds[index])
+    blocks = paged_kv(plan)
+    tiers = replica_tiers(plan, blocks)
+    policy = batch_policy(plan.scheduler, plan, blocks)
+    return Replica(env, index, cost, policy, recorder, rng, factory.complete, tiers), tiers
+
+
+def _handoff_by_replica(handoffs: list[KVHandoff]) -> dict[int, KVHandoff]:
+    """Each prefill replica's index -> the KV handoff its requests leave by."""
+    return {r.index: h for h in handoffs for r in h.prefill.replicas}
+
+
+def _start_failures(
+    env: simpy.Environment, scenario: Scenario, router: Router, factory: RequestFactory, recorder: Recorder,
+    backends: list[Backend], root: np.random.SeedSequence,
+) -> Failures | None:  # fmt: skip
+    """The failure processes, started until the run's end (None without ``failures``); their
+    stream is spawned after every other, so the rest draw as without it."""
+    if scenario.failures is None:
+        return None
+    failures = Failures(env, scenario.failures, router, factory, recorder, backends)
+    until = min(x for x in (scenario.run.duration, scenario.run.horizon, math.inf) if x is not None)
+    failures.start(backends, root.spawn(1)[0], until)
+    return failures
+
+
 def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT, points: int | None = None,
           ) -> Simulation:  # fmt: skip
     """Construct every component, connect them, start the processes (nothing runs yet).
@@ -168,9 +216,7 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
     """
     scenario = resolved.scenario
     env = simpy.Environment()
-    if any(plan.decode_backend is not None for plan in resolved.backends):
-        rows_kept = None  # the KV handoffs join their records to the request rows by id
-    recorder = Recorder(resolved.replicas, scenario.run.warmup, rows_kept, points)
+    recorder = Recorder(resolved.replicas, scenario.run.warmup, _rows_kept(resolved, rows_kept), points)
     root = np.random.SeedSequence(scenario.run.seed)
     replicas_ss, router_ss, *class_seeds = root.spawn(2 + len(resolved.classes))
     replica_seeds = replicas_ss.spawn(resolved.replicas)
@@ -182,17 +228,11 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
     kept_tiers: dict[int, KVTiers] = {}  # replica index -> the KV tiers below its serving tier
     for plan in resolved.backends:
         backend = Backend(plan, [])
-        cost = engine_cost(plan.cost)
-        if plan.power is not None and plan.power.stretch != 1.0:
-            cost = CappedCost(cost, plan.power.stretch)  # the chips' power cap slows every step
+        cost = _replica_cost(plan)
         for _ in range(plan.replicas):
-            rng = np.random.default_rng(replica_seeds[len(replicas)])
-            blocks = paged_kv(plan)
-            tiers = replica_tiers(plan, blocks)
+            replica, tiers = _replica(env, plan, len(replicas), cost, recorder, replica_seeds, factory)
             if tiers is not None and plan.kv_tiers:
                 kept_tiers[len(replicas)] = tiers
-            policy = batch_policy(plan.scheduler, plan, blocks)
-            replica = Replica(env, len(replicas), cost, policy, recorder, rng, factory.complete, tiers)
             replicas.append(replica)
             backend.replicas.append(replica)
             replica_backend.append(backend)
@@ -201,14 +241,10 @@ def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT,
     _gate_apis(backends, scenario, root)
     router.bind(backends, [c.backends for c in resolved.classes])
     handoffs = couple(env, backends)
-    factory.handoffs = {r.index: h for h in handoffs for r in h.prefill.replicas}
+    factory.handoffs = _handoff_by_replica(handoffs)
     stop_s = scenario.run.duration if scenario.run.duration is not None else math.inf
     counter = TaskCounter(itertools.count(), itertools.count())
     for plan_of_class, seeds in zip(resolved.classes, class_seeds, strict=True):
         start_class(env, plan_of_class, factory, recorder, counter, stop_s, seeds)
-    failures = None
-    if scenario.failures is not None:  # its stream spawned after every other: they draw as without it
-        failures = Failures(env, scenario.failures, router, factory, recorder, backends)
-        until = min(x for x in (scenario.run.duration, scenario.run.horizon, math.inf) if x is not None)
-        failures.start(backends, root.spawn(1)[0], until)
+    failures = _start_failures(env, scenario, router, factory, recorder, backends, root)
     return Simulation(resolved, backends, env, recorder, replicas, factory, handoffs, kept_tiers, failures)

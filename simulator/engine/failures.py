@@ -43,6 +43,14 @@ from simulator.plan.resolve import ScenarioError
 from simulator.records.store import DROPPED_REPLICA_FAILED, FailureRecords
 
 
+def _check_plain(backend: Backend) -> None:
+    """Failures are simulated on plain backends only: no KV tiers, no disaggregated pool."""
+    plan = backend.plan
+    if plan.kv_tiers or plan.decode_backend is not None or plan.decodes_for is not None:
+        raise ScenarioError(f"failures: backend {backend.name} has KV tiers or a disaggregated pool; "
+                            "failures are simulated on plain backends only")  # fmt: skip
+
+
 class Failures:
     """The failure processes of a run, and what they did (:meth:`freeze`)."""
 
@@ -68,20 +76,27 @@ class Failures:
         for replica, seed in zip(replicas, seeds.spawn(len(replicas)), strict=True):
             backend = self.backend_of[replica.index]
             replica.on_lost = self.lose
-            if backend.plan.kv_tiers or backend.plan.decode_backend is not None or backend.plan.decodes_for is not None:
-                raise ScenarioError(f"failures: backend {backend.name} has KV tiers or a disaggregated pool; "
-                                    "failures are simulated on plain backends only")  # fmt: skip
+            _check_plain(backend)
             rng = np.random.default_rng(seed)
-            stragglers = self.spec.stragglers
-            if stragglers is not None and rng.random() < stragglers.probability:
-                replica.slowdown = stragglers.slowdown
-                self.stragglers.append(replica.index)
-            reliability = replica_reliability(backend.deployment)
-            if self.spec.random and not backend.metered and reliability is not None:
-                self.expected[replica.index] = reliability.availability
-                self.env.process(self._random(replica, reliability.mtbf_s, reliability.mttr_s, rng, stop_s))
+            self._draw_straggler(replica, rng)
+            self._start_random(replica, backend, rng, stop_s)
         for outage in self.spec.outages:
             self._schedule(outage, backends)
+
+    def _draw_straggler(self, replica: Replica, rng: np.random.Generator) -> None:
+        """With ``stragglers``, the replica runs slow with their probability (one draw of its stream)."""
+        stragglers = self.spec.stragglers
+        if stragglers is not None and rng.random() < stragglers.probability:
+            replica.slowdown = stragglers.slowdown
+            self.stragglers.append(replica.index)
+
+    def _start_random(self, replica: Replica, backend: Backend, rng: np.random.Generator, stop_s: float) -> None:
+        """With ``random`` failures, start the replica's failure process when its hardware states a
+        reliability (an API backend's replicas never fail here)."""
+        reliability = replica_reliability(backend.deployment)
+        if self.spec.random and not backend.metered and reliability is not None:
+            self.expected[replica.index] = reliability.availability
+            self.env.process(self._random(replica, reliability.mtbf_s, reliability.mttr_s, rng, stop_s))
 
     def _random(self, replica: Replica, mtbf_s: float, mttr_s: float, rng: np.random.Generator,
                 stop_s: float) -> ProcessGenerator:  # fmt: skip
@@ -136,13 +151,7 @@ class Failures:
         self.retried += 1
         backend = self.backend_of[replica.index]
         request.one_way_s = backend.one_way_s
-        if request.one_way_s > 0:
-            replica.reserve(request)
-        delay_s = old_one_way_s + backend.one_way_s + backend.front_end_s
-        if delay_s > 0:
-            self.env.timeout(delay_s).callbacks.append(lambda _: replica.submit(request))
-        else:
-            replica.submit(request)
+        replica.arrive(request, old_one_way_s + backend.one_way_s + backend.front_end_s)  # the error back, then out
 
     def answer_with_error(self, request: Request) -> None:
         """The client gets an error now: the request leaves, recorded as failed."""

@@ -258,41 +258,52 @@ class Router:
         self._refill(now)
         if self._down:
             self._bring_up(now)
-
-        def usable(b: Backend) -> bool:
-            return tokens <= b.max_tokens and (
-                not b.metered or b.price_usd(request.input_tokens, output) <= self.bucket_usd
-            )
-
-        def open_now(b: Backend) -> bool:  # an API whose limits would refuse it now, read from its headers
-            return b.gate is None or not b.gate.spills or b.gate.admits(now, tokens)
-
         sticky = self.spec.affinity and request.session is not None
-        pinned = self._affinity.get(request.session) if sticky else None
-        if (
-            pinned is not None
-            and pinned.up_at <= now
-            and usable(self._backend_of[pinned.index])
-            and open_now(self._backend_of[pinned.index])
-        ):
-            replica = pinned
-        else:
-            candidates = [b for b in self.allowed[request.klass] if usable(b)]
-            self.none_up = bool(candidates) and not any(b.up for b in candidates)
-            candidates = [b for b in candidates if b.up]
-            if not candidates:
+        replica = self._pinned(request, now, tokens, output) if sticky else None
+        if replica is None:
+            replica = self._route_afresh(request, now, klass, tokens, output)
+            if replica is None:
                 return None
-            candidates = _spill(candidates, open_now)
-            choice = BACKEND_CHOICES[self.spec.backend_choice]
-            candidates = choice(self, candidates, klass, request.input_tokens, output)
-            replica = self._choose(candidates)
             if sticky:
                 self._affinity[request.session] = replica
-        backend = self._backend_of[replica.index]
+        self._reserve(request, self._backend_of[replica.index], output)
+        return replica
+
+    def _usable(self, b: Backend, tokens: int, prompt: int, output: int) -> bool:
+        """Whether ``b`` can hold a request of ``tokens`` and, when metered, its predicted price
+        (``prompt`` and ``output`` tokens) fits the budget left."""
+        return tokens <= b.max_tokens and (not b.metered or b.price_usd(prompt, output) <= self.bucket_usd)
+
+    def _pinned(self, request: Request, now: float, tokens: int, output: int) -> Replica | None:
+        """The session's pinned replica while it is up and its backend usable and open now; else None."""
+        pinned = self._affinity.get(request.session)
+        if pinned is None or pinned.up_at > now:
+            return None
+        backend = self._backend_of[pinned.index]
+        if self._usable(backend, tokens, request.input_tokens, output) and _open_now(backend, now, tokens):
+            return pinned
+        return None
+
+    def _route_afresh(
+        self, request: Request, now: float, klass: ClassRouting, tokens: int, output: int
+    ) -> Replica | None:
+        """The replica the backend choice and the replica policy pick among the class's usable
+        backends with a replica up (the API ones whose limits would refuse it spilled, when others
+        can take it); None when there is none (``none_up`` says whether one was usable but down)."""
+        candidates = [b for b in self.allowed[request.klass] if self._usable(b, tokens, request.input_tokens, output)]
+        self.none_up = bool(candidates) and not any(b.up for b in candidates)
+        candidates = [b for b in candidates if b.up]
+        if not candidates:
+            return None
+        candidates = _spill(candidates, now, tokens)
+        choice = BACKEND_CHOICES[self.spec.backend_choice]
+        return self._choose(choice(self, candidates, klass, request.input_tokens, output))
+
+    def _reserve(self, request: Request, backend: Backend, output: int) -> None:
+        """Reserve a metered backend's predicted price from the budget (settled on completion)."""
         if backend.metered and self.spec.budget_usd_per_hour is not None:
             request.reserved_usd = backend.price_usd(request.input_tokens, output)
             self.bucket_usd -= request.reserved_usd
-        return replica
 
     def charge(self, backend: Backend, request: Request, now: float) -> None:
         """A completed request settles its reservation at its actual API price."""
@@ -336,14 +347,19 @@ class Router:
         return best
 
 
-def _spill(candidates: list[Backend], open_now: Callable[[Backend], bool]) -> list[Backend]:
+def _open_now(b: Backend, now: float, tokens: int) -> bool:
+    """False for an API whose limits would refuse ``tokens`` now (read from its headers)."""
+    return b.gate is None or not b.gate.spills or b.gate.admits(now, tokens)
+
+
+def _spill(candidates: list[Backend], now: float, tokens: int) -> list[Backend]:
     """The candidates an API's limits would not refuse now, when any is (each one left out counts a
     spill); all of them when every one would refuse (the request then meets the 429)."""
-    opened = [b for b in candidates if open_now(b)]
+    opened = [b for b in candidates if _open_now(b, now, tokens)]
     if not opened or len(opened) == len(candidates):
         return candidates
     for b in candidates:
-        if b.gate is not None and not open_now(b):
+        if b.gate is not None and not _open_now(b, now, tokens):
             b.gate.spilled += 1
     return opened
 

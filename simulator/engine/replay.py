@@ -23,7 +23,7 @@ import simpy
 
 from simulator.config.workload import TraceLoad
 from simulator.engine import ProcessGenerator
-from simulator.engine.agents import TaskTally
+from simulator.engine.agents import TaskTally, await_call
 from simulator.engine.clients import ClassRun, ClassSource, TaskCounter, start_load
 from simulator.engine.recorder import Recorder
 from simulator.io.taskgraph import GraphStep, TaskGraph
@@ -140,14 +140,8 @@ def _run_session(
         request = factory.submit(tally.agent, (call.input_tokens, call.output_tokens), session=scope,
                                  task=tally.task_id, block_hashes=call.block_hashes,
                                  hash_block_tokens=session.hash_block_tokens)  # fmt: skip
-        if request is None or request.done is None:
-            tally.failed = True
+        if not (yield from await_call(env, request, tally)):
             break
-        yield request.done
-        if request.failed:  # an API refused it until the client's retries ran out
-            tally.failed = True
-            break
-        tally.call(request, env.now)
     tally.record(recorder, env.now)
 
 

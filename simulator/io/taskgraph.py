@@ -62,14 +62,27 @@ def _seconds(value: object, where: str) -> float:
     return float(value)
 
 
-def topological_order(steps: list[GraphStep], where: str) -> tuple[GraphStep, ...]:
-    """Kahn's algorithm; a cycle is reported with the steps on it."""
-    by_id = {s.id: s for s in steps}
-    indegree = {s.id: len(s.after) for s in steps}
+def _dependents(steps: list[GraphStep]) -> dict[str, list[str]]:
+    """Each step's id -> the ids of the steps that wait for it, in step order."""
     dependents: dict[str, list[str]] = {s.id: [] for s in steps}
     for s in steps:
         for parent in s.after:
             dependents[parent].append(s.id)
+    return dependents
+
+
+def _cycle_error(by_id: dict[str, GraphStep], indegree: dict[str, int], where: str) -> ConfigError:
+    """The error for a graph Kahn's algorithm could not finish: a cycle among the steps left waiting."""
+    stuck = {i for i, d in indegree.items() if d > 0}
+    cycle = _find_cycle(by_id, stuck)
+    return ConfigError(f"{where}: steps: the graph has a cycle: {' -> '.join(cycle)}")
+
+
+def topological_order(steps: list[GraphStep], where: str) -> tuple[GraphStep, ...]:
+    """Kahn's algorithm; a cycle is reported with the steps on it."""
+    by_id = {s.id: s for s in steps}
+    indegree = {s.id: len(s.after) for s in steps}
+    dependents = _dependents(steps)
     ready = [s.id for s in steps if indegree[s.id] == 0]
     order = []
     while ready:
@@ -80,9 +93,7 @@ def topological_order(steps: list[GraphStep], where: str) -> tuple[GraphStep, ..
             if indegree[child] == 0:
                 ready.append(child)
     if len(order) < len(steps):
-        stuck = {i for i, d in indegree.items() if d > 0}
-        cycle = _find_cycle(by_id, stuck)
-        raise ConfigError(f"{where}: steps: the graph has a cycle: {' -> '.join(cycle)}")
+        raise _cycle_error(by_id, indegree, where)
     return tuple(order)
 
 
@@ -97,32 +108,32 @@ def _find_cycle(by_id: dict[str, GraphStep], stuck: set[str]) -> list[str]:
         seen.add(nxt)
 
 
-def parse_task(record: dict[str, object], where: str) -> TaskGraph:
-    task_id = str(record.get("id", ""))
-    if not task_id:
-        raise ConfigError(f"{where}: id: missing")
-    raw_steps = record.get("steps")
-    if not isinstance(raw_steps, list) or not raw_steps:
-        raise ConfigError(f"{where}: steps: expected a non-empty list")
-    steps = []
-    for i, raw in enumerate(raw_steps):
-        at = f"{where}: steps.{i}"
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{at}: expected an object")
-        unknown = sorted(set(raw) - {"id", "input_tokens", "output_tokens", "tool_s", "after", "session"})
-        if unknown:
-            raise ConfigError(f"{at}: unknown keys {unknown}")
-        after = raw.get("after", [])
-        if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
-            raise ConfigError(f"{at}.after: expected a list of step ids")
-        steps.append(GraphStep(
-            id=str(raw.get("id") or f"step{i}"),
-            input_tokens=_int(raw.get("input_tokens"), f"{at}.input_tokens"),
-            output_tokens=_int(raw.get("output_tokens"), f"{at}.output_tokens"),
-            tool_s=_seconds(raw.get("tool_s", 0.0), f"{at}.tool_s"),
-            after=tuple(after),
-            session=str(raw.get("session", task_id)),
-        ))  # fmt: skip
+_STEP_KEYS = {"id", "input_tokens", "output_tokens", "tool_s", "after", "session"}
+
+
+def _parse_step(raw: object, i: int, where: str, task_id: str) -> GraphStep:
+    """Step ``i`` of a task: an object with known keys whose ``after`` lists step ids."""
+    at = f"{where}: steps.{i}"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{at}: expected an object")
+    unknown = sorted(set(raw) - _STEP_KEYS)
+    if unknown:
+        raise ConfigError(f"{at}: unknown keys {unknown}")
+    after = raw.get("after", [])
+    if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+        raise ConfigError(f"{at}.after: expected a list of step ids")
+    return GraphStep(
+        id=str(raw.get("id") or f"step{i}"),
+        input_tokens=_int(raw.get("input_tokens"), f"{at}.input_tokens"),
+        output_tokens=_int(raw.get("output_tokens"), f"{at}.output_tokens"),
+        tool_s=_seconds(raw.get("tool_s", 0.0), f"{at}.tool_s"),
+        after=tuple(after),
+        session=str(raw.get("session", task_id)),
+    )
+
+
+def _check_step_ids(steps: list[GraphStep], where: str, task_id: str) -> None:
+    """Step ids are unique, and every ``after`` names a step of the task."""
     ids = [s.id for s in steps]
     duplicate = next((x for x in ids if ids.count(x) > 1), None)
     if duplicate:
@@ -131,6 +142,17 @@ def parse_task(record: dict[str, object], where: str) -> TaskGraph:
         missing = [a for a in s.after if a not in ids]
         if missing:
             raise ConfigError(f"{where}: steps.{i}.after: no step {missing[0]!r} in task {task_id!r}")
+
+
+def parse_task(record: dict[str, object], where: str) -> TaskGraph:
+    task_id = str(record.get("id", ""))
+    if not task_id:
+        raise ConfigError(f"{where}: id: missing")
+    raw_steps = record.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise ConfigError(f"{where}: steps: expected a non-empty list")
+    steps = [_parse_step(raw, i, where, task_id) for i, raw in enumerate(raw_steps)]
+    _check_step_ids(steps, where, task_id)
     return TaskGraph(task_id, _seconds(record.get("arrival_s", 0.0), f"{where}: arrival_s"),
                      topological_order(steps, where))  # fmt: skip
 

@@ -24,6 +24,7 @@ import warnings
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -137,6 +138,25 @@ def load_weka(path: Path) -> Session:
     return _session(data, str(path), str(data.get("id", path.stem)))
 
 
+def _session_call(entry: dict[str, Any], at: str, subagents: tuple[Session, ...]) -> SessionCall:
+    """One parent call of a session, with the sub-agents that run before it."""
+    think = entry.get("think_time")
+    return SessionCall(
+        think_s=0.0 if think is None else number(think, at, "think_time", minimum=0.0),
+        input_tokens=_tokens(entry.get("in"), at, "in"),
+        output_tokens=_tokens(entry.get("out"), at, "out"),
+        block_hashes=_hashes(entry.get("hash_ids", []), at, "hash_ids"),
+        subagents=subagents,
+    )
+
+
+def _join_trailing(calls: list[SessionCall], subagents: list[Session]) -> None:
+    """Sub-agents after the last parent call join before the session ends: attach them to it."""
+    if subagents and calls:
+        last = calls[-1]
+        calls[-1] = replace(last, subagents=last.subagents + tuple(subagents))
+
+
 def _session(data: dict[str, object], where: str, session_id: str) -> Session:
     block = _positive_int(data.get("block_size", 64), where, "block_size")
     entries = data.get("requests")
@@ -152,18 +172,9 @@ def _session(data: dict[str, object], where: str, session_id: str) -> Session:
             sub = _session({"block_size": block, "requests": entry.get("requests")}, f"{at}", f"{session_id}/{index}")
             pending.append((number(entry.get("t", 0.0), at, "t", minimum=0.0), sub))
             continue
-        think = entry.get("think_time")
-        calls.append(SessionCall(
-            think_s=0.0 if think is None else number(think, at, "think_time", minimum=0.0),
-            input_tokens=_tokens(entry.get("in"), at, "in"),
-            output_tokens=_tokens(entry.get("out"), at, "out"),
-            block_hashes=_hashes(entry.get("hash_ids", []), at, "hash_ids"),
-            subagents=tuple(sub for _, sub in pending),
-        ))  # fmt: skip
+        calls.append(_session_call(entry, at, tuple(sub for _, sub in pending)))
         pending = []
-    if pending and calls:  # sub-agents after the last parent call join before the session ends
-        last = calls[-1]
-        calls[-1] = replace(last, subagents=last.subagents + tuple(sub for _, sub in pending))
+    _join_trailing(calls, [sub for _, sub in pending])
     if not calls:
         raise ConfigError(f"{where}: requests: no model call (only sub-agents)")
     return Session(session_id, tuple(calls), block)

@@ -55,6 +55,7 @@ from simulator.config.batching import BatchingSpec, KVTierSpec
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.distributions import Constant
 from simulator.config.fleet import BackendSpec, KVLinkSpec
+from simulator.config.hardware import MemoryTier
 from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import ClosedLoop, Load, OpenLoop, RequestLengths, Scenario, WorkloadClass
@@ -269,41 +270,70 @@ def api_front_end_s(stack: ApiTime | None, behaviour: ApiBehaviour | None) -> fl
     return stack.front_end.value if stack is not None else 0.0
 
 
+def _deployment_field(spec: BackendSpec, scenario: Scenario) -> str:
+    """Where a backend's deployment is in the scenario file: ``deployment`` or ``backends.NAME.deployment``."""
+    return "deployment" if scenario.backends is None else f"backends.{spec.name}.deployment"
+
+
+def _backend_deployment(spec: BackendSpec, scenario: Scenario, catalog: Catalog, question: Question) -> Deployment:
+    """The backend's deployment (its layout chosen for ``question`` unless pinned); a placement
+    error about a field is raised again naming the field's path in the scenario."""
+    try:
+        return deploy(catalog, spec.deployment, question)
+    except PlacementError as exc:
+        if exc.field is None:
+            raise
+        # the message starts with the field
+        raise PlacementError(f"{_deployment_field(spec, scenario)}.{exc}") from None
+
+
+def _backend_pricing(spec: BackendSpec, scenario: Scenario, deployment: Deployment) -> Pricing:
+    """The backend's pricing on its cost basis (else the scenario's); a missing price is a ScenarioError."""
+    try:
+        return resolve_pricing(deployment.hardware, deployment.model.id, spec.cost_basis or scenario.cost.basis,
+                               assumptions_of(scenario.cost))  # fmt: skip
+    except CostError as exc:
+        raise ScenarioError(f"backend {spec.name}: {exc}") from None
+
+
+def _backend_power(spec: BackendSpec, scenario: Scenario, deployment: Deployment) -> ChipPower | None:
+    """The chips' power under the deployment's ``power_cap`` (None without a cap)."""
+    if spec.deployment.power_cap is None:
+        return None
+    where = _deployment_field(spec, scenario)
+    try:
+        return chip_power(deployment.hardware, spec.deployment.power_cap, f"{where}.power_cap")
+    except PowerCapError as exc:
+        raise ScenarioError(str(exc)) from None
+
+
+def _tier_plans(backend: str, sched: BatchingSpec, deployment: Deployment, block_bytes: float) -> tuple[TierPlan, ...]:
+    """The KV tiers below the serving tier (none without ``scheduler.kv_tiers``), which must be
+    listed fastest first."""
+    if not sched.kv_tiers:
+        return ()
+    tiers = tuple(_tier_plan(backend, i, t, deployment, block_bytes) for i, t in enumerate(sched.kv_tiers.tiers))
+    for upper, lower in itertools.pairwise(tiers):
+        if lower.s_per_block < upper.s_per_block:
+            raise ScenarioError(f"backend {backend}: scheduler.kv_tiers: tier {lower.name} is faster than "
+                                f"{upper.name}"
+                                " above it; list the tiers fastest first")  # fmt: skip
+    return tiers
+
+
 def backend_plan(
     index: int, spec: BackendSpec, scenario: Scenario, catalog: Catalog, question: Question
 ) -> BackendPlan:
     """A backend's deployment (its layout chosen for ``question`` unless pinned), replica shape,
     transfer times and pricing; batching caps the scheduler leaves empty are the stack's."""
-    try:
-        deployment = deploy(catalog, spec.deployment, question)
-    except PlacementError as exc:
-        if exc.field is None:
-            raise
-        where = "deployment" if scenario.backends is None else f"backends.{spec.name}.deployment"
-        raise PlacementError(f"{where}.{exc}") from None  # the message starts with the field
+    deployment = _backend_deployment(spec, scenario, catalog, question)
     sched = spec.scheduler or scenario.scheduler
     kv_blocks = int(deployment.kv_budget_bytes // (sched.kv_block_tokens * deployment.kv_bytes_per_token))
-    try:
-        pricing = resolve_pricing(deployment.hardware, deployment.model.id, spec.cost_basis or scenario.cost.basis,
-                                  assumptions_of(scenario.cost))  # fmt: skip
-    except CostError as exc:
-        raise ScenarioError(f"backend {spec.name}: {exc}") from None
+    pricing = _backend_pricing(spec, scenario, deployment)
     block_bytes = sched.kv_block_tokens * deployment.kv_bytes_per_token
-    tiers = tuple(_tier_plan(spec.name, i, t, deployment, block_bytes) for i, t in enumerate(sched.kv_tiers.tiers)) \
-        if sched.kv_tiers else ()  # fmt: skip
+    tiers = _tier_plans(spec.name, sched, deployment, block_bytes)
     api = deployment.stack.api  # a hosted API: its round trip and front end (StackProfile.api)
-    power = None
-    if spec.deployment.power_cap is not None:
-        where = "deployment" if scenario.backends is None else f"backends.{spec.name}.deployment"
-        try:
-            power = chip_power(deployment.hardware, spec.deployment.power_cap, f"{where}.power_cap")
-        except PowerCapError as exc:
-            raise ScenarioError(str(exc)) from None
-    for upper, lower in itertools.pairwise(tiers):
-        if lower.s_per_block < upper.s_per_block:
-            raise ScenarioError(f"backend {spec.name}: scheduler.kv_tiers: tier {lower.name} is faster than "
-                                f"{upper.name}"
-                                " above it; list the tiers fastest first")  # fmt: skip
+    power = _backend_power(spec, scenario, deployment)
     swaps_to = _swap_tier(spec.name, deployment, tiers, block_bytes) if sched.swaps else None
     return BackendPlan(
         index=index,
@@ -340,20 +370,28 @@ def _tier_plan(backend: str, index: int, tier: KVTierSpec, deployment: Deploymen
             names = ", ".join(m.name for m in hw.memory)
             raise ScenarioError(f"{where}: not a memory tier of {hw.id} ({names}); give its capacity and bandwidth")
     else:
-        if profile.bandwidth.value >= deployment.weights_tier.bandwidth.value:
-            raise ScenarioError(
-                f"{where}: a KV tier must be slower than the serving tier ({deployment.weights_tier.name})"
-            )
-        available = deployment.chips * profile.capacity.value * profile.usable_fraction.value
-        if capacity is not None and capacity > available:
-            raise ScenarioError(
-                f"{where}: capacity {capacity / 1e9:.4g} GB exceeds the {available / 1e9:.4g} GB of {tier.name} "
-                f"that {deployment.chips} x {hw.id} have"
-            )
-        capacity = available if capacity is None else capacity
-        bandwidth = bandwidth or deployment.chips * profile.bandwidth.value * profile.efficiency.value
+        capacity, bandwidth = _profile_tier(where, tier, deployment, profile)
     assert capacity is not None and bandwidth is not None
     return TierPlan(tier.name, int(capacity // block_bytes), block_bytes / bandwidth, tier.latency, tier)
+
+
+def _profile_tier(where: str, tier: KVTierSpec, deployment: Deployment, profile: MemoryTier) -> tuple[float, float]:
+    """A hardware profile's memory tier as a KV tier: ``(capacity bytes, bandwidth B/s)``, the
+    scenario's own where given, else ``chips x capacity x usable share`` and ``chips x bandwidth x
+    efficiency``; it must be slower than the serving tier and hold what the scenario asks."""
+    hw = deployment.hardware
+    if profile.bandwidth.value >= deployment.weights_tier.bandwidth.value:
+        raise ScenarioError(f"{where}: a KV tier must be slower than the serving tier ({deployment.weights_tier.name})")
+    available = deployment.chips * profile.capacity.value * profile.usable_fraction.value
+    capacity = tier.capacity
+    if capacity is not None and capacity > available:
+        raise ScenarioError(
+            f"{where}: capacity {capacity / 1e9:.4g} GB exceeds the {available / 1e9:.4g} GB of {tier.name} "
+            f"that {deployment.chips} x {hw.id} have"
+        )
+    capacity = available if capacity is None else capacity
+    bandwidth = tier.bandwidth or deployment.chips * profile.bandwidth.value * profile.efficiency.value
+    return capacity, bandwidth
 
 
 def _paired(backends: tuple[BackendPlan, ...], fleet: list[BackendSpec]) -> tuple[BackendPlan, ...]:
@@ -556,6 +594,21 @@ def _default_stacks_named(scenario: Scenario, catalog: Catalog) -> Scenario:
     return scenario.model_copy(update={"backends": backends})
 
 
+def _offered_shares(
+    classes: tuple[ClassPlan, ...], backends: tuple[BackendPlan, ...]
+) -> tuple[float, list[tuple[set[int], float]]]:
+    """The open classes' total offered rate (requests/s), and each one's backends with its rate
+    over their capacity alone (``replicas x capacity_requests_per_s`` summed)."""
+    offered, shares = 0.0, []
+    for klass in classes:
+        if klass.load_plan.offered is not None:
+            rate, lengths = klass.load_plan.offered
+            alone = sum(backends[b].replicas * backends[b].capacity_requests_per_s(lengths) for b in klass.backends)
+            offered += rate
+            shares.append((set(klass.backends), rate / alone))
+    return offered, shares
+
+
 def resolve(scenario: Scenario, catalog: Catalog) -> ResolvedScenario:
     """Every lookup, placement, price, fit check and estimate of ``scenario``, into frozen plans.
 
@@ -576,13 +629,7 @@ def resolve(scenario: Scenario, catalog: Catalog) -> ResolvedScenario:
     classes = tuple(
         _class_plan(i, klass, scenario, catalog, backends) for i, klass in enumerate(scenario.workload_classes)
     )
-    offered, shares = 0.0, []
-    for klass in classes:
-        if klass.load_plan.offered is not None:
-            rate, lengths = klass.load_plan.offered
-            alone = sum(backends[b].replicas * backends[b].capacity_requests_per_s(lengths) for b in klass.backends)
-            offered += rate
-            shares.append((set(klass.backends), rate / alone))
+    offered, shares = _offered_shares(classes, backends)
     all_open = len(shares) == len(classes)
     worst = max(_utilisations(shares), default=0.0)
     split = any(backends[b].decode_backend is not None for k in classes for b in k.backends)  # not estimated

@@ -87,36 +87,56 @@ def run_sections(label: str, summary: RunSummary, captioned: Captioned) -> list[
 
 def sweep_sections(labels: Sequence[str], summaries: Sequence[RunSummary], captioned: Captioned) -> list[Section]:
     """A sweep's runs side by side: the API's limits at work per run, and the fleet against its power cap."""
-    sections: list[Section] = []
+    found = (_sweep_api_section(labels, summaries, captioned), _sweep_power_section(summaries, captioned))
+    return [section for section in found if section is not None]
+
+
+def _sweep_api_section(labels: Sequence[str], summaries: Sequence[RunSummary], captioned: Captioned) -> Section | None:
+    """Per run, what the rate-limited API accepted, refused, retried and spilled (None without an API)."""
+
     apis = {label: next(iter(s.api.values())) for label, s in zip(labels, summaries, strict=True) if s.api}
-    if apis:
-        failed = {label: a.failed for label, a in apis.items()}
-        worst = max(failed, key=lambda k: failed[k])
-        sections.append(Section(
-            "Rate-limited API per run", figure=fleet_plots.api_limits(apis),
-            caption=captioned("Per run, the requests the API accepted, answered 429, retried, failed and had "
-                              "spilled over the whole run."),
-            takeaway=f"Most failures: {worst} ({failed[worst]:,} requests failed after their retries); "
-                     + "; ".join(f"{k}: {a.accepted:,} accepted, {a.spilled:,} spilled" for k, a in apis.items())
-                     + ".",
-        ))  # fmt: skip
+    if not apis:
+        return None
+    failed = {label: a.failed for label, a in apis.items()}
+    worst = max(failed, key=lambda k: failed[k])
+    return Section(
+        "Rate-limited API per run", figure=fleet_plots.api_limits(apis),
+        caption=captioned("Per run, the requests the API accepted, answered 429, retried, failed and had "
+                          "spilled over the whole run."),
+        takeaway=f"Most failures: {worst} ({failed[worst]:,} requests failed after their retries); "
+                 + "; ".join(f"{k}: {a.accepted:,} accepted, {a.spilled:,} spilled" for k, a in apis.items())
+                 + ".",
+    )  # fmt: skip
+
+
+def _runs_by_cap(summaries: Sequence[RunSummary]) -> list[tuple[float, BackendPower, RunSummary]]:
+    """``(cap W, power, summary)`` of each run, by cap; empty unless every run has a power cap
+    and they differ."""
     powers = [next(iter(s.power.values())) if s.power else None for s in summaries]
-    if all(p is not None for p in powers) and len({p.cap_w for p in powers if p}) > 1:
-        runs = sorted((p.cap_w, p, s) for p, s in zip(powers, summaries, strict=True) if p is not None)
-        caps = [c for c, _, _ in runs]
-        joules = [p.joules_per_output_token for _, p, _ in runs]
-        per_kw = [p.output_tok_s_per_kw for _, p, _ in runs]
-        tpot = [s.tpot_s.p50 for _, _, s in runs]
-        low, high = runs[0], runs[-1]
-        sections.append(Section(
-            "Power caps", figure=fleet_plots.power_caps(caps, joules, per_kw, tpot),
-            caption=captioned("The same fleet at each per-chip power cap: J per output token and output tok/s "
-                              "per W of cap (left axis) and the median time per output token (right axis); busy "
-                              "chips draw the cap, idle ones their idle power, and steps stretch by the "
-                              "hardware's power-cap curve (a full-load curve: an upper bound for decode)."),
-            takeaway=f"From {high[0]:,.0f} W to {low[0]:,.0f} W per chip: J per output token "
-                     f"{format_number(high[1].joules_per_output_token, '.3g')} -> "
-                     f"{format_number(low[1].joules_per_output_token, '.3g')}, TPOT p50 "
-                     f"{format_seconds(high[2].tpot_s.p50)} -> {format_seconds(low[2].tpot_s.p50)}.",
-        ))  # fmt: skip
-    return sections
+    if not (all(p is not None for p in powers) and len({p.cap_w for p in powers if p}) > 1):
+        return []
+    return sorted((p.cap_w, p, s) for p, s in zip(powers, summaries, strict=True) if p is not None)
+
+
+def _sweep_power_section(summaries: Sequence[RunSummary], captioned: Captioned) -> Section | None:
+    """The same fleet at each per-chip power cap (None unless every run has a power cap and they differ)."""
+
+    runs = _runs_by_cap(summaries)
+    if not runs:
+        return None
+    caps = [c for c, _, _ in runs]
+    joules = [p.joules_per_output_token for _, p, _ in runs]
+    per_kw = [p.output_tok_s_per_kw for _, p, _ in runs]
+    tpot = [s.tpot_s.p50 for _, _, s in runs]
+    low, high = runs[0], runs[-1]
+    return Section(
+        "Power caps", figure=fleet_plots.power_caps(caps, joules, per_kw, tpot),
+        caption=captioned("The same fleet at each per-chip power cap: J per output token and output tok/s "
+                          "per W of cap (left axis) and the median time per output token (right axis); busy "
+                          "chips draw the cap, idle ones their idle power, and steps stretch by the "
+                          "hardware's power-cap curve (a full-load curve: an upper bound for decode)."),
+        takeaway=f"From {high[0]:,.0f} W to {low[0]:,.0f} W per chip: J per output token "
+                 f"{format_number(high[1].joules_per_output_token, '.3g')} -> "
+                 f"{format_number(low[1].joules_per_output_token, '.3g')}, TPOT p50 "
+                 f"{format_seconds(high[2].tpot_s.p50)} -> {format_seconds(low[2].tpot_s.p50)}.",
+    )  # fmt: skip

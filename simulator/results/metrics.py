@@ -93,6 +93,7 @@ from simulator.records.store import (
     FloatArray,
     KVTierRecords,
     KVTransferRecords,
+    LevelMonitor,
     RunRecords,
 )
 from simulator.results.api_limits import api_summary
@@ -305,6 +306,76 @@ def class_cost(parts: dict[str, RunCost], tasks: int, fleet_usd: float, makes_ta
     )
 
 
+def _run_tasks(records: RunRecords, classes: Sequence[WorkloadClass]) -> TaskSummary | None:
+    """The run's task summary when it recorded tasks or a class makes them, else None."""
+    if records.tasks["task"].size or any(_makes_tasks(c) for c in classes):
+        return task_summary(records)
+    return None
+
+
+def _backend_costs(records: RunRecords, requests: Requests, cost_spec: CostSpec, tasks: TaskSummary | None,
+                   ) -> list[RunCost]:  # fmt: skip
+    """Each backend's cost of the run (per task over the run's completed tasks)."""
+    completed = tasks.tasks_completed if tasks else 0
+    return [backend_cost(records, requests, b, cost_spec, completed) for b in records.backends]
+
+
+def _mean_level(levels: Sequence[LevelMonitor], t0: float, t1: float) -> float:
+    """Mean over replicas of a level's time-mean over ``[t0, t1]``."""
+    return float(np.mean([level.time_mean(t0, t1) for level in levels]))
+
+
+def _pricing_basis(records: RunRecords) -> str:
+    """The backends' common pricing basis, or ``mixed`` when they differ."""
+    bases = sorted({b.pricing.basis for b in records.backends})
+    return bases[0] if len(bases) == 1 else "mixed"
+
+
+def _requests_failed(requests: Requests) -> int:
+    """Requests dropped for any reason: too long, over budget, on a failed replica, throttled."""
+    codes = (DROPPED_TOO_LONG, DROPPED_OVER_BUDGET, DROPPED_REPLICA_FAILED, DROPPED_THROTTLED)
+    return sum(requests.dropped(code) for code in codes)
+
+
+def _mean_kv_occupancy(records: RunRecords, owner: Sequence[BackendRecord], t0: float, t1: float) -> float:
+    """Mean over replicas of the time-mean KV blocks in use over ``[t0, t1]`` per block of capacity."""
+    return float(np.mean([
+        k.time_mean(t0, t1) / max(b.kv_blocks_per_replica, 1) for k, b in zip(records.kv_blocks, owner, strict=True)
+    ]))  # fmt: skip
+
+
+def _replica_summaries(records: RunRecords, owner: Sequence[BackendRecord], t1: float) -> list[ReplicaSummary]:
+    """Each replica's busy fraction and utilisations over ``[0, t1]``: ``flops / (chips * peak * t1)``."""
+    return [
+        ReplicaSummary(
+            backend=b.name,
+            busy_fraction=t.busy_s / max(t1, 1e-12),
+            compute_utilisation=t.flops / (b.chips_per_replica * b.peak_flops_per_chip * max(t1, 1e-12)),
+            memory_bandwidth_utilisation=t.bytes_moved
+            / (b.chips_per_replica * b.peak_bandwidth_per_chip * max(t1, 1e-12)),
+            iterations=t.iterations,
+        )
+        for t, b in zip(records.totals, owner, strict=True)
+    ]
+
+
+def _optional_sections(records: RunRecords, requests: Requests) -> dict[str, object]:
+    """The summary's sections a run has only with the feature on (None otherwise): KV handoffs,
+    KV tiers, failures, power and API backends."""
+    return {
+        "kv_transfers": {k.prefill_backend: kv_transfer_summary(records, k) for k in records.kv_transfers} or None,
+        "kv_tiers": kv_tier_summaries(records.kv_tiers) or None,
+        "failures": failure_summary(records, requests) if records.failures is not None else None,
+        "power": power_summaries(records) or None,
+        "api": {a.backend: api_summary(a) for a in records.api} or None,
+    }
+
+
+def _overloaded(offered: float | None, capacity: float) -> bool:
+    """Whether the offered load exceeds a known (not NaN) capacity."""
+    return bool(offered is not None and capacity == capacity and offered > capacity)
+
+
 def summarize(
     records: RunRecords, slo: SLOSpec, classes: Sequence[WorkloadClass] = (), cost: CostSpec | None = None
 ) -> RunSummary:
@@ -317,14 +388,11 @@ def summarize(
     owner = [records.backend_of(i) for i in range(replicas)]
     cached, prompts = requests.prompt_tokens()
     completed = requests.completed()
-    tasks = task_summary(records) if records.tasks["task"].size or any(_makes_tasks(c) for c in classes) else None
+    tasks = _run_tasks(records, classes)
     cost_spec = cost or CostSpec()
-    parts = [backend_cost(records, requests, b, cost_spec, tasks.tasks_completed if tasks else 0)
-             for b in records.backends]  # fmt: skip
-    bases = sorted({b.pricing.basis for b in records.backends})
+    parts = _backend_costs(records, requests, cost_spec, tasks)
     offered, capacity = records.offered_requests_per_s, records.capacity_requests_per_s
     per_class, split = _class_summaries(records, requests, classes, parts) if len(classes) > 1 else (None, None)
-    basis = bases[0] if len(bases) == 1 else "mixed"
     peak_tokens = peak_output_tok_s(records)
     return RunSummary(
         **requests.latency_stats(),
@@ -333,8 +401,7 @@ def summarize(
         requests_dropped=requests.dropped(DROPPED_TOO_LONG),
         requests_rejected_over_budget=requests.dropped(DROPPED_OVER_BUDGET),
         requests_in_flight=records.in_flight,
-        requests_failed=sum(requests.dropped(code) for code in (DROPPED_TOO_LONG, DROPPED_OVER_BUDGET,
-                                                                 DROPPED_REPLICA_FAILED, DROPPED_THROTTLED)),
+        requests_failed=_requests_failed(requests),
         mean_concurrency=records.in_system.time_mean(t0, t1),
         peak_concurrency=records.in_system.maximum(),
         peak_output_tok_s=peak_tokens,
@@ -345,36 +412,20 @@ def summarize(
         input_tok_s=input_tokens / window,
         goodput_requests_per_s=float(requests.meeting(slo)) / window,
         preemptions=requests.preemptions(),
-        mean_batch_size=float(np.mean([b.time_mean(t0, t1) for b in records.batch])),
-        mean_queue_length=float(np.mean([q.time_mean(t0, t1) for q in records.queue])),
-        mean_kv_occupancy=float(np.mean([
-            k.time_mean(t0, t1) / max(b.kv_blocks_per_replica, 1) for k, b in zip(records.kv_blocks, owner, strict=True)
-        ])),
-        replicas=[
-            ReplicaSummary(
-                backend=b.name,
-                busy_fraction=t.busy_s / max(t1, 1e-12),
-                compute_utilisation=t.flops / (b.chips_per_replica * b.peak_flops_per_chip * max(t1, 1e-12)),
-                memory_bandwidth_utilisation=t.bytes_moved
-                / (b.chips_per_replica * b.peak_bandwidth_per_chip * max(t1, 1e-12)),
-                iterations=t.iterations,
-            )
-            for t, b in zip(records.totals, owner, strict=True)
-        ],
+        mean_batch_size=_mean_level(records.batch, t0, t1),
+        mean_queue_length=_mean_level(records.queue, t0, t1),
+        mean_kv_occupancy=_mean_kv_occupancy(records, owner, t0, t1),
+        replicas=_replica_summaries(records, owner, t1),
         replica_count=replicas,
         prefix_cache_hit_rate=cached / prompts if prompts else 0.0,
         tasks=tasks,
         classes=per_class,
         backends={b.name: backend_summary(records, requests, b, cost_spec) for b in records.backends},
-        kv_transfers={k.prefill_backend: kv_transfer_summary(records, k) for k in records.kv_transfers} or None,
-        kv_tiers=kv_tier_summaries(records.kv_tiers) or None,
-        failures=failure_summary(records, requests) if records.failures is not None else None,
-        power=power_summaries(records) or None,
-        api={a.backend: api_summary(a) for a in records.api} or None,
-        cost=_fleet_cost(functools.reduce(RunCost.plus, parts), basis, per_class, split),
+        **_optional_sections(records, requests),
+        cost=_fleet_cost(functools.reduce(RunCost.plus, parts), _pricing_basis(records), per_class, split),
         capacity_requests_per_s=capacity,
         offered_requests_per_s=offered,
-        overloaded=bool(offered is not None and capacity == capacity and offered > capacity),
+        overloaded=_overloaded(offered, capacity),
         statistics=statistics(records, requests),
         undefined={"peak_output_tok_s": SHORT_WINDOW} if math.isnan(peak_tokens) else None,
     )  # fmt: skip
@@ -436,6 +487,19 @@ def _class_summaries(records: RunRecords, requests: Requests, classes: Sequence[
     return summaries, split
 
 
+def _task_class_costs(classes: dict[str, ClassSummary]) -> list[ClassCost]:
+    """The attributed costs of the classes that run tasks."""
+    return [c.cost for c in classes.values() if c.tasks is not None and c.cost is not None]
+
+
+def _merged_reasons(record: FleetCost, per_task: FleetCost) -> dict[str, str]:
+    """Why figures are undefined: the fleet record's reasons for whole-fleet figures, the task
+    classes' record's reasons for the per-task ones."""
+    fleet_reasons = {k: v for k, v in (record.undefined or {}).items() if k not in PER_TASK}
+    task_reasons = {k: v for k, v in (per_task.undefined or {}).items() if k in PER_TASK}
+    return fleet_reasons | task_reasons
+
+
 def _fleet_cost(fleet: RunCost, basis: str, classes: dict[str, ClassSummary] | None, split: ClassCosts | None,
                 ) -> FleetCost:  # fmt: skip
     """The fleet's cost; with classes, per-task figures charge only the task classes' attributed spend."""
@@ -443,13 +507,12 @@ def _fleet_cost(fleet: RunCost, basis: str, classes: dict[str, ClassSummary] | N
     if classes is None or split is None:
         return record
     attributed = {"attribution": ATTRIBUTION, "unattributed_usd": split.unattributed_usd}
-    with_tasks = [c.cost for c in classes.values() if c.tasks is not None and c.cost is not None]
+    with_tasks = _task_class_costs(classes)
     if not with_tasks:
         return record.model_copy(update=attributed)
     task_cost = RunCost(0.0, sum(c.usd for c in with_tasks), sum(c.joules for c in with_tasks), 0.0, fleet.tasks)
     per_task = cost_record(FleetCost, basis, task_cost)
-    reasons = {k: v for k, v in (record.undefined or {}).items() if k not in PER_TASK} | {
-        k: v for k, v in (per_task.undefined or {}).items() if k in PER_TASK}  # fmt: skip
+    reasons = _merged_reasons(record, per_task)
     per_task_figures = {name: getattr(per_task, name) for name in PER_TASK}
     return record.model_copy(update={**per_task_figures, **attributed, "undefined": reasons or None})
 
@@ -485,36 +548,40 @@ def kv_transfer_summary(records: RunRecords, kv: KVTransferRecords) -> KVTransfe
     )
 
 
+def _tier_summary(replicas: Sequence[KVTierRecords], i: int) -> KVTierSummary:
+    """Tier ``i`` of one backend, summed over its replicas; only the last tier drops blocks."""
+    first = replicas[0]
+    hits = int(sum(r.loaded[i] for r in replicas))
+    peaks = [r.occupancy[i].maximum() / max(r.capacity_blocks[i], 1) for r in replicas]
+    return KVTierSummary(
+        capacity_blocks=first.capacity_blocks[i],
+        peak_occupancy=max(peaks),
+        blocks_in=int(sum(r.demoted[i] for r in replicas)),
+        hit_blocks=hits,
+        hit_tokens=hits * first.block_tokens,
+        bytes_up=hits * first.block_bytes,
+        blocks_dropped=sum(r.dropped for r in replicas) if i == len(first.names) - 1 else 0,
+    )
+
+
+def _tiers_summary(replicas: Sequence[KVTierRecords]) -> KVTiersSummary:
+    """One backend's tiers and loads, summed over its replicas."""
+    return KVTiersSummary(
+        tiers={tier: _tier_summary(replicas, i) for i, tier in enumerate(replicas[0].names)},
+        loads=sum(len(r.load_pairs_s) for r in replicas),
+        loads_declined=sum(r.declined for r in replicas),
+        blocks_lost=sum(r.lost for r in replicas),
+        load_s=sum(float(r.load_pairs_s[:, 0].sum()) for r in replicas),
+        ttft_saved_s=sum(float((r.load_pairs_s[:, 1] - r.load_pairs_s[:, 0]).sum()) for r in replicas),
+    )
+
+
 def kv_tier_summaries(tiers: Sequence[KVTierRecords]) -> dict[str, KVTiersSummary]:
     """Each backend's KV tiers, summed over its replicas (counts over the whole run)."""
     backends: dict[str, list[KVTierRecords]] = {}
     for replica in tiers:
         backends.setdefault(replica.backend, []).append(replica)
-    out = {}
-    for name, replicas in backends.items():
-        first = replicas[0]
-        per_tier = {}
-        for i, tier in enumerate(first.names):
-            hits = int(sum(r.loaded[i] for r in replicas))
-            peaks = [r.occupancy[i].maximum() / max(r.capacity_blocks[i], 1) for r in replicas]
-            per_tier[tier] = KVTierSummary(
-                capacity_blocks=first.capacity_blocks[i],
-                peak_occupancy=max(peaks),
-                blocks_in=int(sum(r.demoted[i] for r in replicas)),
-                hit_blocks=hits,
-                hit_tokens=hits * first.block_tokens,
-                bytes_up=hits * first.block_bytes,
-                blocks_dropped=sum(r.dropped for r in replicas) if i == len(first.names) - 1 else 0,
-            )
-        out[name] = KVTiersSummary(
-            tiers=per_tier,
-            loads=sum(len(r.load_pairs_s) for r in replicas),
-            loads_declined=sum(r.declined for r in replicas),
-            blocks_lost=sum(r.lost for r in replicas),
-            load_s=sum(float(r.load_pairs_s[:, 0].sum()) for r in replicas),
-            ttft_saved_s=sum(float((r.load_pairs_s[:, 1] - r.load_pairs_s[:, 0]).sum()) for r in replicas),
-        )
-    return out
+    return {name: _tiers_summary(replicas) for name, replicas in backends.items()}
 
 
 def task_summary(records: RunRecords, klass: int | None = None) -> TaskSummary:

@@ -90,11 +90,12 @@ import functools
 import itertools
 import math
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.config.distributions import Constant
+from simulator.config.fleet import BackendSpec
 from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import RequestLengths, Scenario, SLOTarget, WorkloadClass
@@ -385,6 +386,17 @@ class _TaskTimeTarget:
     over: int = 0  # of those, the ones that took longer than the bound
 
 
+def _closed_loop_agents(klass: WorkloadClass) -> bool:
+    """Whether the class is a closed loop of agents (``agents: N``)."""
+    return isinstance(klass.load, AgentsLoad) and klass.load.agents is not None
+
+
+def _settleable(target: SLOTarget) -> bool:
+    """Whether :class:`SettledMiss` can settle a miss of the target: a positive ``max`` bound on a
+    percentile of ``task_time_s``."""
+    return target.metric == "task_time_s" and target.upper and target.stat.startswith("p") and target.bound > 0
+
+
 @dataclass
 class SettledMiss:
     """Stop a plan's run once a task-time target provably misses, whatever the rest of the run does.
@@ -426,10 +438,10 @@ class SettledMiss:
         targets = [
             _TaskTimeTarget(k, klass.name, t.describe(), int(t.stat[1:]), t.bound)
             for k, klass in enumerate(scenario.workload_classes)
-            if isinstance(klass.load, AgentsLoad) and klass.load.agents is not None
+            if _closed_loop_agents(klass)
             for t in klass.slo.targets
-            if t.metric == "task_time_s" and t.upper and t.stat.startswith("p") and t.bound > 0
-        ]  # fmt: skip
+            if _settleable(t)
+        ]
         if not targets:
             return None
         counted = scenario.router.budget_usd_per_hour is None and scenario.run.horizon is None
@@ -440,8 +452,16 @@ class SettledMiss:
         return StopWhen(self.from_s, min(t.bound_s for t in self.targets) / SETTLE_CHECKS_PER_BOUND, self)
 
     def __call__(self, recorder: Recorder, now_s: float) -> bool:
-        tasks, width = recorder.tasks, len(TASK_COLUMNS)
-        for row in range(self.read, len(tasks), width):
+        self._count_finished(recorder.tasks)
+        running = [(start_s, klass) for start_s, klass in recorder.running.values() if start_s >= self.warmup_s]
+        for t in self.targets:
+            self._settle(t, running, now_s)
+        return bool(self.settled)
+
+    def _count_finished(self, tasks: Sequence[float]) -> None:
+        """Count the tasks finished since the last call (flat records from :attr:`read` on) that
+        count: top level, started after the warm-up, not failed; and those above their bound."""
+        for row in range(self.read, len(tasks), len(TASK_COLUMNS)):
             if tasks[row + _PARENT] != -1 or tasks[row + _FAILED] or tasks[row + _START] < self.warmup_s:
                 continue
             for t in self.targets:
@@ -449,16 +469,17 @@ class SettledMiss:
                     t.measured += 1
                     t.over += tasks[row + _END] - tasks[row + _START] > t.bound_s * (1 + 1e-9)
         self.read = len(tasks)
-        running = [(start_s, klass) for start_s, klass in recorder.running.values() if start_s >= self.warmup_s]
-        for t in self.targets:
-            ages = [now_s - start_s for start_s, klass in running if klass == t.klass]
-            late = sum(age > t.bound_s * (1 + 1e-9) for age in ages) if self.running_count else 0
-            most = t.measured + len(ages)
-            if t.over + late >= miss_tasks_needed(t.percent, most):
-                self.settled.append(
-                    {"class": t.name, "target": t.target, "over": t.over + late, "of_at_most": most, "at_s": now_s}
-                )
-        return bool(self.settled)
+
+    def _settle(self, t: _TaskTimeTarget, running: list[tuple[float, int]], now_s: float) -> None:
+        """Record target ``t`` as settled when its tasks above the bound, finished (and running,
+        when each is sure to count), reach :func:`miss_tasks_needed` of the most that can count."""
+        ages = [now_s - start_s for start_s, klass in running if klass == t.klass]
+        late = sum(age > t.bound_s * (1 + 1e-9) for age in ages) if self.running_count else 0
+        most = t.measured + len(ages)
+        if t.over + late >= miss_tasks_needed(t.percent, most):
+            self.settled.append(
+                {"class": t.name, "target": t.target, "over": t.over + late, "of_at_most": most, "at_s": now_s}
+            )
 
 
 def summary_run(
@@ -483,6 +504,60 @@ class Ask:
 
 
 Search = Generator[Ask, "Evaluation", "Evaluation | None"]
+
+
+def _measured_misses(
+    summary: RunSummary, classes: list[WorkloadClass], settled_targets: list[dict[str, Any]]
+) -> list[Miss]:
+    """The run's target ratios (:func:`target_ratios`); of a run stopped once targets missed
+    (``settled_targets`` not empty), only those targets, each with how it was settled: the others
+    were not measured to the end."""
+    settled = {(s["class"], s["target"]): s for s in settled_targets}
+    ratios = target_ratios(summary, classes)
+    if not settled:
+        return ratios
+    return [
+        dataclasses.replace(miss, settled=settled[(miss.klass, miss.target)])
+        for miss in ratios
+        if (miss.klass, miss.target) in settled
+    ]
+
+
+def _keep_worst(misses: dict[tuple[str, str], Miss], miss: Miss) -> None:
+    """Record ``miss`` under its class and target when it misses (ratio over 1) by more than the
+    replication recorded there so far."""
+    known = misses.get((miss.klass, miss.target))
+    if miss.ratio > 1.0 and (known is None or miss.ratio > known.ratio):
+        misses[(miss.klass, miss.target)] = miss
+
+
+def _require_targets(scenario: Scenario) -> None:
+    """A plan needs a target to miss: raise ScenarioError when no class has ``slo.targets``."""
+    if not any(c.slo.targets for c in scenario.workload_classes):
+        raise ScenarioError(
+            f"{scenario.name}: no class has slo.targets, so every fleet meets them; add targets such as "
+            "{metric: ttft_s, stat: p99, max: 1 s}"
+        )
+
+
+def _cost_basis(basis: str, metered: Sequence[bool]) -> str:
+    """The plan's cost basis, naming the API per-token spend when a rented backend is metered."""
+    return basis if basis == "api" or not any(metered) else f"{basis} + API per-token spend"
+
+
+def _splits(fleet: Sequence[BackendSpec], names: Sequence[str]) -> tuple[tuple[int, int], ...]:
+    """``(prefill, decode)`` backend indices of each backend that hands its decode to another."""
+    return tuple((i, names.index(b.decode_on)) for i, b in enumerate(fleet) if b.decode_on)
+
+
+def _replica_limits(scenario: Scenario, metered: Sequence[bool]) -> tuple[tuple[int, int], ...]:
+    """Each backend's ``(least, most)`` replicas: a metered API backend keeps its count, the others
+    range from 0 to ``plan.max_replicas`` (else ``plan.default_max_replicas``)."""
+    plan = scenario.plan
+    return tuple(
+        (b.replicas, b.replicas) if is_metered else (0, plan.max_replicas.get(b.name, plan.default_max_replicas))
+        for b, is_metered in zip(scenario.fleet, metered, strict=True)
+    )
 
 
 class Planner:
@@ -512,26 +587,15 @@ class Planner:
         self.fleet = scenario.fleet
         self.names = tuple(b.name for b in self.fleet)
         self.classes = scenario.workload_classes
-        if not any(c.slo.targets for c in self.classes):
-            raise ScenarioError(
-                f"{scenario.name}: no class has slo.targets, so every fleet meets them; add targets such as "
-                "{metric: ttft_s, stat: p99, max: 1 s}"
-            )
+        _require_targets(scenario)
         self.usd_per_replica_hour: tuple[float, ...] = tuple(p.usd_per_replica_hour for p in plans)
         self.metered: tuple[bool, ...] = tuple(p.pricing.token_price is not None for p in plans)
-        self.cost_basis = basis if basis == "api" or not any(self.metered) else f"{basis} + API per-token spend"
-        self.splits = tuple((i, self.names.index(b.decode_on)) for i, b in enumerate(self.fleet) if b.decode_on)
+        self.cost_basis = _cost_basis(basis, self.metered)
+        self.splits = _splits(self.fleet, self.names)
         self.replica_shapes = {name: _shape(p) for name, p in zip(self.names, plans, strict=True)}
         self.demand_calls_per_s = agent_call_demand(self.classes, catalog)
-        self.replica_calls_per_s: tuple[float, ...] = tuple(
-            CAPACITY_MARGIN * _calls_per_s(p, self.classes, catalog) if self.demand_calls_per_s else math.inf
-            for p in plans
-        )
-        self.limits = tuple(
-            (b.replicas, b.replicas) if metered
-            else (0, scenario.plan.max_replicas.get(b.name, scenario.plan.default_max_replicas))
-            for b, metered in zip(self.fleet, self.metered, strict=True)
-        )  # fmt: skip
+        self.replica_calls_per_s = self._replica_calls_per_s(plans)
+        self.limits = _replica_limits(scenario, self.metered)
         self.replica_kw = tuple(replica_kw(p, scenario.cost.pue) for p in plans)  # plan.budget_kw
         self.limits = power_limits(self.limits, self.replica_kw, scenario.plan.budget_kw)
         self._memo: dict[tuple[Counts, str], Evaluation] = {}
@@ -543,6 +607,14 @@ class Planner:
         self._singles_left = self._single_candidates()  # bounds on the candidates each phase has left
         self._mixed_left = self._most_candidates() - self._singles_left
         self._pruned = 0
+
+    def _replica_calls_per_s(self, plans: Sequence[BackendPlan]) -> tuple[float, ...]:
+        """Each backend's calls/s per replica for the capacity bound, :data:`CAPACITY_MARGIN` x the
+        closed form's; infinite (no bound) when the classes make no agent calls."""
+        return tuple(
+            CAPACITY_MARGIN * _calls_per_s(p, self.classes, self.catalog) if self.demand_calls_per_s else math.inf
+            for p in plans
+        )
 
     def split_of(self, counts: Counts) -> tuple[str, ...]:
         """The prefill -> decode pairs of the fleet that serve split (both pools with replicas)."""
@@ -608,25 +680,21 @@ class Planner:
         worst, api_spend = 0.0, 0.0
         for document in self.runs.wait(keys).values():
             summary = RunSummary.model_validate(document["summary"])
-            settled = {(s["class"], s["target"]): s for s in document["settled"]}
-            for miss in target_ratios(summary, self.classes):
-                if settled:  # stopped once these targets missed: the others were not measured to the end
-                    if (miss.klass, miss.target) not in settled:
-                        continue
-                    miss = dataclasses.replace(miss, settled=settled[(miss.klass, miss.target)])
+            for miss in _measured_misses(summary, self.classes, document["settled"]):
                 worst = max(worst, miss.ratio)
-                known = misses.get((miss.klass, miss.target))
-                if miss.ratio > 1.0 and (known is None or miss.ratio > known.ratio):
-                    misses[(miss.klass, miss.target)] = miss
-            api_spend += sum(
-                b.cost.usd_per_hour for b, metered in zip(summary.backends.values(), self.metered, strict=True)
-                if metered
-            ) / self.scenario.plan.replications  # fmt: skip
+                _keep_worst(misses, miss)
+            api_spend += self._api_spend(summary) / self.scenario.plan.replications
         fixed = self.fixed_cost(counts)
         evaluation = Evaluation(counts, self.names, fixed, fixed + api_spend, worst, tuple(misses.values()), kind,
                                 self.split_of(counts))  # fmt: skip
         self._memo[key] = evaluation
         return evaluation
+
+    def _api_spend(self, summary: RunSummary) -> float:
+        """The run's per-token spend on the metered (API) backends, in $/h."""
+        return sum(
+            b.cost.usd_per_hour for b, metered in zip(summary.backends.values(), self.metered, strict=True) if metered
+        )
 
     def _drive(self, searches: list[Search]) -> list[Evaluation | None]:
         """Run ``searches`` side by side: each step asks every live search's candidate (then the
@@ -690,7 +758,7 @@ class Planner:
     def _most_candidates(self) -> int:
         """An upper bound on the candidates the search evaluates (a bisection of ``[low, m]`` asks
         at most ``1 + ceil(log2(m - low + 1))``)."""
-        searched = [i for i, metered in enumerate(self.metered) if not metered]
+        searched = self._searched()
         steps = self._single_candidates()
         if len(searched) > 1:
             others, last = self._mixed_axes()
@@ -703,15 +771,22 @@ class Planner:
         the most replicas allowed, then the cheapest replica, then listed last (the fewest count
         vectors to enumerate, the finest cost steps bisected). Which one it is changes no answer:
         every vector with two or more backends in use is a candidate either way."""
-        searched = [i for i, metered in enumerate(self.metered) if not metered]
+        searched = self._searched()
         last = max(searched, key=lambda i: (self.limits[i][1], -self.usd_per_replica_hour[i], i))
         return [i for i in searched if i != last], last
 
     def _single_candidates(self) -> int:
         """An upper bound on the candidates the single-architecture searches evaluate (and the API
         backends alone, when there are any)."""
-        steps = sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i, m in enumerate(self.metered) if not m)
-        return steps + any(self.metered)
+        return self._single_bisections(self._searched()) + any(self.metered)
+
+    def _searched(self) -> list[int]:
+        """The backends the plan searches a count for: every one not metered per token."""
+        return [i for i, metered in enumerate(self.metered) if not metered]
+
+    def _single_bisections(self, indices: list[int]) -> int:
+        """The most candidates the single-architecture bisections of backends ``indices`` ask for."""
+        return sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in indices)
 
     @staticmethod
     def _bisection_steps(most: int) -> int:
@@ -761,26 +836,41 @@ class Planner:
         """Each searched backend alone, cheapest possible first (its capacity bound's replicas x
         its price): bisect its fewest replicas that meet among those that pass the bound and cost
         no more than the best found so far. The best, ties to the backend listed first."""
-        searched = [i for i, metered in enumerate(self.metered) if not metered]
+        searched = self._searched()
         least = {i: self._fewest_passing(i, {}, 1) for i in searched}
         order = sorted(searched, key=lambda i: (self.fixed_cost(self._vector({i: least[i]})), i))
         found: dict[int, Evaluation] = {}
-        if any(self.metered):  # the API backends alone: every searched backend at 0
-            alone = yield Ask(self._vector({}), "single")
-            if alone.meets:
-                found[-1] = alone
+        alone = yield from self._api_alone()
+        if alone is not None:
+            found[-1] = alone
         for position, index in enumerate(order):
-            self._singles_left = sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in order[position:])
+            self._singles_left = self._single_bisections(order[position:])
             best = min(found.values(), key=lambda e: e.usd_per_hour, default=None)
-            low, high = least[index], self.limits[index][1]
-            while high >= low and best is not None and self.fixed_cost(self._vector({index: high})) > best.usd_per_hour:
-                high -= 1  # API spend is never negative: a fleet whose fixed cost is over the best cannot win
+            low = least[index]
+            high = self._single_high(index, low, best)
             make = functools.partial(self._with_last, {}, index)
             result = yield from self._fewest(make, low, high, "single", high - low + 1 <= SHORT_RANGE)
             if result is not None:
                 found[index] = result
         self._singles_left = 0
         return min((found[i] for i in sorted(found)), key=lambda e: e.usd_per_hour, default=None)
+
+    def _api_alone(self) -> Search:
+        """The API backends alone (every searched backend at 0) when there are any and that fleet
+        meets; else None without a run."""
+        if not any(self.metered):
+            return None
+        alone = yield Ask(self._vector({}), "single")
+        return alone if alone.meets else None
+
+    def _single_high(self, index: int, low: int, best: Evaluation | None) -> int:
+        """The most replicas of backend ``index`` alone worth a run: its limit, lowered (not below
+        ``low - 1``) while the fleet's fixed cost is over the best so far (API spend is never
+        negative: a fleet whose fixed cost is over the best cannot win)."""
+        high = self.limits[index][1]
+        while high >= low and best is not None and self.fixed_cost(self._vector({index: high})) > best.usd_per_hour:
+            high -= 1
+        return high
 
     def _known_miss(self, counts: dict[int, int], last: int) -> int:
         """The most replicas of ``last`` in an evaluated fleet that misses and has at least
@@ -810,16 +900,10 @@ class Planner:
         """For each count vector of all searched backends but the last (cheapest first), bisect
         the last backend's fewest replicas under the best cost so far, from the fewest that pass
         the capacity bound and are above every known miss."""
-        searched = [i for i, metered in enumerate(self.metered) if not metered]
-        if len(searched) < 2:
+        if len(self._searched()) < 2:
             return best
         others, last = self._mixed_axes()
-
-        def cost(prefix: Counts) -> float:
-            return self.fixed_cost(self._vector(dict(zip(others, prefix, strict=True))))
-
-        prefixes = sorted(itertools.product(*(range(self.limits[i][1] + 1) for i in others)), key=cost)
-        costs = [cost(p) for p in prefixes]  # ascending
+        prefixes, costs = self._sorted_prefixes(others)
         for position, prefix in enumerate(prefixes):
             counts = dict(zip(others, prefix, strict=True))
             used = sum(1 for n in prefix if n)
@@ -830,19 +914,39 @@ class Planner:
                 break
             if used == 0:
                 continue  # the last backend alone: a single-architecture fleet
-            least = self._least_last(counts, last)
-            if least is None:
+            span = self._last_range(counts, last, used, bound)
+            if span is None:
                 continue  # a class's every allowed backend (router.rules) at 0, whatever the last's count
-            low = self._fewest_passing(last, counts, max(least, 1 if used == 1 else 0))
-            low = max(low, self._known_miss(counts, last) + 1)
-            high = self.limits[last][1]
-            while high >= low and self.fixed_cost(self._vector(counts | {last: high})) >= bound:
-                high -= 1
-            found = yield from self._fewest(functools.partial(self._with_last, counts, last), low, high, "mixed")
-            if found is not None and (best is None or found.usd_per_hour < best.usd_per_hour):
-                best = found
+            make = functools.partial(self._with_last, counts, last)
+            found = yield from self._fewest(make, *span, "mixed")
+            best = _cheaper(found, best)
         self._mixed_left = 0
         return best
+
+    def _prefix_cost(self, others: list[int], prefix: Counts) -> float:
+        """The fixed cost of the fleet with ``prefix`` replicas of backends ``others`` (the rest at 0)."""
+        return self.fixed_cost(self._vector(dict(zip(others, prefix, strict=True))))
+
+    def _sorted_prefixes(self, others: list[int]) -> tuple[list[Counts], list[float]]:
+        """Every count vector of backends ``others`` within their limits, cheapest first, and their costs."""
+        cost = functools.partial(self._prefix_cost, others)
+        prefixes = sorted(itertools.product(*(range(self.limits[i][1] + 1) for i in others)), key=cost)
+        return prefixes, [cost(p) for p in prefixes]
+
+    def _last_range(self, counts: dict[int, int], last: int, used: int, bound: float) -> tuple[int, int] | None:
+        """The replicas ``[low, high]`` of ``last`` to bisect beside ``counts`` (``used`` of them in
+        use): from the fewest that serve every class, pass the capacity bound (at least one when
+        only one other backend is in use) and are above every known miss, up to the most whose
+        fleet's fixed cost is under ``bound``; None when no count of ``last`` serves every class."""
+        least = self._least_last(counts, last)
+        if least is None:
+            return None
+        low = self._fewest_passing(last, counts, max(least, 1 if used == 1 else 0))
+        low = max(low, self._known_miss(counts, last) + 1)
+        high = self.limits[last][1]
+        while high >= low and self.fixed_cost(self._vector(counts | {last: high})) >= bound:
+            high -= 1
+        return low, high
 
     def search(self) -> PlanResult:
         replications = self.scenario.plan.replications
@@ -863,35 +967,62 @@ class Planner:
         return result
 
     def _explain(self, result: PlanResult, cap: float, cheapest: Evaluation | None) -> str:
+        """The answer in a sentence: over the budget cap, none found, or how it compares with the
+        best single-architecture fleet."""
         if result.answer is None and cheapest is not None:
             return (
                 f"the cheapest fleet meeting every target, {cheapest.fleet} at ${cheapest.usd_per_hour:,.2f}/h, "
                 f"is over the budget cap plan.max_usd_per_hour = ${cap:,.2f}/h"
             )
         if result.answer is None:
-            closest = min(result.evaluations, key=lambda e: e.worst, default=None)
-            why = "; ".join(m.describe() for m in closest.misses) if closest else "no candidate was evaluated"
-            limit = f" within ${cap:,.2f}/h" if math.isfinite(cap) else ""
-            largest = [e for e in result.evaluations if e.kind == "single" and not e.meets
-                       and max(e.counts) == self.limits[e.counts.index(max(e.counts))][1]]  # fmt: skip
-            each = "".join(f"\n  {e.fleet} alone: " + "; ".join(m.describe() for m in e.misses) for e in largest)
-            return (
-                f"no fleet up to the replica limits{limit} meets every target; the closest, "
-                f"{closest.fleet if closest else '-'}, misses: {why}{each}"
-            )
-        answer, single = result.answer, result.best_single
-        if single is None:
-            return f"{answer.fleet} at ${answer.usd_per_hour:,.2f}/h; no single-architecture fleet meets every target"
-        if answer is single:
-            return (
-                f"{answer.fleet} at ${answer.usd_per_hour:,.2f}/h: no mixed fleet cheaper than the best "
-                f"single-architecture fleet meets every target"
-            )
-        saving = 1.0 - answer.usd_per_hour / single.usd_per_hour
+            return self._explain_none(result.evaluations, cap)
+        return _explain_answer(result.answer, result.best_single)
+
+    def _at_limit(self, evaluation: Evaluation) -> bool:
+        """Whether a candidate's largest count is its backend's replica limit."""
+        most = max(evaluation.counts)
+        return most == self.limits[evaluation.counts.index(most)][1]
+
+    def _explain_none(self, evaluations: list[Evaluation], cap: float) -> str:
+        """Why no fleet meets every target: the closest candidate's misses, and each backend's
+        misses alone at its replica limit."""
+        closest = min(evaluations, key=lambda e: e.worst, default=None)
+        why = _misses_text(closest) if closest else "no candidate was evaluated"
+        limit = f" within ${cap:,.2f}/h" if math.isfinite(cap) else ""
+        largest = [e for e in evaluations if e.kind == "single" and not e.meets and self._at_limit(e)]
+        each = "".join(f"\n  {e.fleet} alone: " + _misses_text(e) for e in largest)
         return (
-            f"{answer.fleet} at ${answer.usd_per_hour:,.2f}/h, {saving:.0%} cheaper than the best "
-            f"single-architecture fleet ({single.fleet}, ${single.usd_per_hour:,.2f}/h)"
+            f"no fleet up to the replica limits{limit} meets every target; the closest, "
+            f"{closest.fleet if closest else '-'}, misses: {why}{each}"
         )
+
+
+def _misses_text(evaluation: Evaluation) -> str:
+    """A candidate's misses, described and joined with semicolons."""
+    return "; ".join(m.describe() for m in evaluation.misses)
+
+
+def _cheaper(found: Evaluation | None, best: Evaluation | None) -> Evaluation | None:
+    """``found`` when it costs less than ``best`` (or there is no best yet), else ``best``."""
+    if found is not None and (best is None or found.usd_per_hour < best.usd_per_hour):
+        return found
+    return best
+
+
+def _explain_answer(answer: Evaluation, single: Evaluation | None) -> str:
+    """The answer, with its saving over the best single-architecture fleet (or why there is none)."""
+    if single is None:
+        return f"{answer.fleet} at ${answer.usd_per_hour:,.2f}/h; no single-architecture fleet meets every target"
+    if answer is single:
+        return (
+            f"{answer.fleet} at ${answer.usd_per_hour:,.2f}/h: no mixed fleet cheaper than the best "
+            f"single-architecture fleet meets every target"
+        )
+    saving = 1.0 - answer.usd_per_hour / single.usd_per_hour
+    return (
+        f"{answer.fleet} at ${answer.usd_per_hour:,.2f}/h, {saving:.0%} cheaper than the best "
+        f"single-architecture fleet ({single.fleet}, ${single.usd_per_hour:,.2f}/h)"
+    )
 
 
 def plan_fleet(

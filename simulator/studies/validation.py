@@ -172,6 +172,103 @@ def parse_layout(text: str, where: str) -> dict[str, object]:
     return fields
 
 
+def _text(raw: dict[str, str], column: str) -> str:
+    """An optional column's text, stripped; empty when the column is absent or blank."""
+    return (raw.get(column) or "").strip()
+
+
+def _check_choice(where: str, column: str, value: str, allowed: Sequence[str], *, or_empty: bool = False) -> None:
+    """Raise ConfigError unless ``value`` is one of ``allowed`` (or empty, when ``or_empty``)."""
+    if or_empty and not value:
+        return
+    if value not in allowed:
+        empty = " or empty" if or_empty else ""
+        raise ConfigError(f"{where}: {column}: expected one of {list(allowed)}{empty}, got {value!r}")
+
+
+def _unique_id(raw: dict[str, str], where: str, line_number: int, seen: dict[str, int]) -> str:
+    """The row's id, recorded in ``seen`` (id -> line); an empty or repeated id raises ConfigError."""
+    row_id = raw["id"].strip()
+    if not row_id:
+        raise ConfigError(f"{where}: id: empty (every row needs an id)")
+    if row_id in seen:
+        raise ConfigError(f"{where}: id: {row_id!r} is also the id of line {seen[row_id]}; ids must be unique")
+    seen[row_id] = line_number
+    return row_id
+
+
+@dataclass(frozen=True)
+class _LoadColumns:
+    """The checked load columns of one row: the load's kind and what that kind needs."""
+
+    load: str
+    concurrency: str
+    rate: str
+    requests: int | None
+    burstiness: str
+
+
+def _load_columns(raw: dict[str, str], where: str) -> _LoadColumns:
+    """The load columns, checked against the load kind (an open load needs a rate and a count, a
+    gamma load a burstiness); the closed-load needs are checked by :func:`_check_queued_load`."""
+    load = _text(raw, "load") or "closed"
+    _check_choice(where, "load", load, LOADS, or_empty=True)
+    rate = _text(raw, "request_rate_per_s")
+    requests = _int_or_none(raw.get("requests") or "", "requests", where)
+    if load in OPEN_LOADS and (not rate or requests is None):
+        raise ConfigError(f"{where}: a {load} load needs request_rate_per_s and requests")
+    burstiness = _text(raw, "burstiness")
+    if load == "gamma" and not burstiness:
+        raise ConfigError(f"{where}: burstiness: a gamma load needs it (CV^2 of the gaps)")
+    return _LoadColumns(load, raw["concurrency"].strip(), rate, requests, burstiness)
+
+
+def _check_queued_load(where: str, columns: _LoadColumns) -> None:
+    """An offline load needs its request count, a closed or static one its concurrency."""
+    if columns.load == "offline" and columns.requests is None:
+        raise ConfigError(f"{where}: an offline load needs requests (how many were queued at once)")
+    if columns.load in ("closed", "static") and not columns.concurrency:
+        raise ConfigError(f"{where}: concurrency: a {columns.load} load needs it (an integer or max)")
+
+
+def _measurement_row(raw: dict[str, str], where: str, row_id: str) -> MeasurementRow:
+    """One checked CSV row as a :class:`MeasurementRow` (the checks run in column order)."""
+    _check_choice(where, "metric", raw["metric"], METRICS)
+    _check_choice(where, "weights", raw["weights"], get_args(Precision))
+    _check_choice(where, "spec_decoding", raw["spec_decoding"], SPEC_DECODING)
+    columns = _load_columns(raw, where)
+    statistic = _text(raw, "statistic") or "mean"
+    kv_cache = _text(raw, "kv_cache")
+    _check_choice(where, "kv_cache", kv_cache, get_args(Precision), or_empty=True)
+    _check_choice(where, "statistic", statistic, STATISTICS, or_empty=True)
+    _check_queued_load(where, columns)
+    conc, rate, burstiness = columns.concurrency, columns.rate, columns.burstiness
+    return MeasurementRow(
+        id=row_id,
+        hardware=raw["hardware"].strip(),
+        chips=_int_or_none(raw["chips"], "chips", where),
+        model=raw["model"].strip(),
+        weights=raw["weights"],  # type: ignore[arg-type]
+        spec_decoding=raw["spec_decoding"],
+        input_tokens=_int_or_none(raw["input_tokens"], "input_tokens", where) or DEFAULT_INPUT_TOKENS,
+        output_tokens=_int_or_none(raw["output_tokens"], "output_tokens", where) or DEFAULT_OUTPUT_TOKENS,
+        concurrency=None if conc in ("max", "") else _int_or_none(conc, "concurrency", where),
+        metric=raw["metric"],
+        value=number(raw["value"], where, "value", positive=True),
+        claim_type=raw.get("claim_type", ""),
+        load=columns.load,
+        request_rate_per_s=number(rate, where, "request_rate_per_s", positive=True) if rate else None,
+        requests=columns.requests,
+        stack=_text(raw, "stack") or None,
+        layout=parse_layout(raw.get("layout") or "", where),
+        statistic=statistic,
+        burstiness=number(burstiness, where, "burstiness", positive=True) if burstiness else None,
+        source=_text(raw, "source"),
+        flag=_text(raw, "flag"),
+        kv_cache=kv_cache or None,  # type: ignore[arg-type]
+    )
+
+
 def read_table(path: Path) -> list[MeasurementRow]:
     """Rows of a measurement CSV; a malformed row raises ConfigError naming file, line and column."""
     _, lines = read_csv(path, REQUIRED_COLUMNS)
@@ -179,68 +276,7 @@ def read_table(path: Path) -> list[MeasurementRow]:
     seen: dict[str, int] = {}
     for line_number, raw in lines:
         where = f"{path}:{line_number}"
-        row_id = raw["id"].strip()
-        if not row_id:
-            raise ConfigError(f"{where}: id: empty (every row needs an id)")
-        if row_id in seen:
-            raise ConfigError(f"{where}: id: {row_id!r} is also the id of line {seen[row_id]}; ids must be unique")
-        seen[row_id] = line_number
-        if raw["metric"] not in METRICS:
-            raise ConfigError(f"{where}: metric: expected one of {list(METRICS)}, got {raw['metric']!r}")
-        if raw["weights"] not in get_args(Precision):
-            raise ConfigError(f"{where}: weights: expected one of {list(get_args(Precision))}, got {raw['weights']!r}")
-        if raw["spec_decoding"] not in SPEC_DECODING:
-            raise ConfigError(
-                f"{where}: spec_decoding: expected one of {list(SPEC_DECODING)}, got {raw['spec_decoding']!r}"
-            )
-        conc = raw["concurrency"].strip()
-        load = (raw.get("load") or "").strip() or "closed"
-        if load not in LOADS:
-            raise ConfigError(f"{where}: load: expected one of {list(LOADS)} or empty, got {load!r}")
-        rate = (raw.get("request_rate_per_s") or "").strip()
-        requests = _int_or_none(raw.get("requests") or "", "requests", where)
-        if load in OPEN_LOADS and (not rate or requests is None):
-            raise ConfigError(f"{where}: a {load} load needs request_rate_per_s and requests")
-        burstiness = (raw.get("burstiness") or "").strip()
-        if load == "gamma" and not burstiness:
-            raise ConfigError(f"{where}: burstiness: a gamma load needs it (CV^2 of the gaps)")
-        statistic = (raw.get("statistic") or "").strip() or "mean"
-        kv_cache = (raw.get("kv_cache") or "").strip()
-        if kv_cache and kv_cache not in get_args(Precision):
-            expected = list(get_args(Precision))
-            raise ConfigError(f"{where}: kv_cache: expected one of {expected} or empty, got {kv_cache!r}")
-        if statistic not in STATISTICS:
-            raise ConfigError(f"{where}: statistic: expected one of {list(STATISTICS)} or empty, got {statistic!r}")
-        if load == "offline" and requests is None:
-            raise ConfigError(f"{where}: an offline load needs requests (how many were queued at once)")
-        if load in ("closed", "static") and not conc:
-            raise ConfigError(f"{where}: concurrency: a {load} load needs it (an integer or max)")
-        rows.append(
-            MeasurementRow(
-                id=row_id,
-                hardware=raw["hardware"].strip(),
-                chips=_int_or_none(raw["chips"], "chips", where),
-                model=raw["model"].strip(),
-                weights=raw["weights"],  # type: ignore[arg-type]
-                spec_decoding=raw["spec_decoding"],
-                input_tokens=_int_or_none(raw["input_tokens"], "input_tokens", where) or DEFAULT_INPUT_TOKENS,
-                output_tokens=_int_or_none(raw["output_tokens"], "output_tokens", where) or DEFAULT_OUTPUT_TOKENS,
-                concurrency=None if conc in ("max", "") else _int_or_none(conc, "concurrency", where),
-                metric=raw["metric"],
-                value=number(raw["value"], where, "value", positive=True),
-                claim_type=raw.get("claim_type", ""),
-                load=load,
-                request_rate_per_s=number(rate, where, "request_rate_per_s", positive=True) if rate else None,
-                requests=requests,
-                stack=(raw.get("stack") or "").strip() or None,
-                layout=parse_layout(raw.get("layout") or "", where),
-                statistic=statistic,
-                burstiness=number(burstiness, where, "burstiness", positive=True) if burstiness else None,
-                source=(raw.get("source") or "").strip(),
-                flag=(raw.get("flag") or "").strip(),
-                kv_cache=kv_cache or None,  # type: ignore[arg-type]
-            )
-        )
+        rows.append(_measurement_row(raw, where, _unique_id(raw, where, line_number, seen)))
     if not rows:
         raise ConfigError(f"{path}: no measurement rows")
     return rows
@@ -280,21 +316,30 @@ def _ceiling_flag(row: MeasurementRow, deployment: Deployment) -> str:
     )
 
 
+def _setup(r: MeasurementRow) -> tuple[object, ...]:
+    """What two rows must share to be measurements of the same closed-loop run."""
+    return (r.hardware, r.model, r.chips, r.weights, r.input_tokens, r.output_tokens, r.concurrency, r.load)
+
+
+def _above_itl_bound(r: MeasurementRow, itl: MeasurementRow | None) -> str:
+    """The flag of an aggregate row above ``C / ITL`` of its run's ITL row ``itl``; else empty."""
+    if r.metric != "aggregate_output_tok_s" or not itl or not r.concurrency:
+        return ""
+    bound = r.concurrency / itl.value
+    if r.value > bound:
+        return f"inconsistent with {itl.id}: C / ITL = {bound:.0f} tok/s < {r.value:.4g}"
+    return ""
+
+
 def consistency_flags(rows: Sequence[MeasurementRow]) -> dict[str, str]:
     """Aggregate rows above ``C / ITL`` of a matching ITL row, by row id."""
-
-    def key(r: MeasurementRow) -> tuple[object, ...]:
-        return (r.hardware, r.model, r.chips, r.weights, r.input_tokens, r.output_tokens, r.concurrency, r.load)
-
     closed = [r for r in rows if r.load == "closed" and r.concurrency]
-    itl = {key(r): r for r in closed if r.metric == "itl_s"}
+    itl = {_setup(r): r for r in closed if r.metric == "itl_s"}
     flags = {}
     for r in closed:
-        match = itl.get(key(r))
-        if r.metric == "aggregate_output_tok_s" and match and r.concurrency:
-            bound = r.concurrency / match.value
-            if r.value > bound:
-                flags[r.id] = f"inconsistent with {match.id}: C / ITL = {bound:.0f} tok/s < {r.value:.4g}"
+        flag = _above_itl_bound(r, itl.get(_setup(r)))
+        if flag:
+            flags[r.id] = flag
     return flags
 
 
@@ -437,6 +482,15 @@ def _engine_value(
     return summary.metric(path.replace(".mean", f".{row.statistic}"))
 
 
+def _engine_row(row: MeasurementRow, concurrency: int) -> MeasurementRow:
+    """The row as its engine run simulates it: an offline or open-loop row's requests capped at
+    ``max(MIN_ENGINE_REQUESTS, ENGINE_REQUESTS_PER_SLOT x concurrency)``; else the row itself."""
+    cap = max(MIN_ENGINE_REQUESTS, ENGINE_REQUESTS_PER_SLOT * concurrency)
+    if row.load in ("offline", *OPEN_LOADS) and row.requests is not None and row.requests > cap:
+        return replace(row, requests=cap)
+    return row
+
+
 def predict_row(row: MeasurementRow, catalog: Catalog, runs: Runs | None = None) -> RowResult:
     """The model's prediction for one row, or the reason it has none.
 
@@ -452,9 +506,7 @@ def predict_row(row: MeasurementRow, catalog: Catalog, runs: Runs | None = None)
         concurrency = row.concurrency or saturation_concurrency(deployment, row.input_tokens, row.output_tokens)
         result = estimate(deployment, row.input_tokens, row.output_tokens, concurrency)
         predicted = metric_value(result, row.metric)
-        simulated, cap = row, max(MIN_ENGINE_REQUESTS, ENGINE_REQUESTS_PER_SLOT * concurrency)
-        if row.load in ("offline", *OPEN_LOADS) and row.requests is not None and row.requests > cap:
-            simulated = replace(row, requests=cap)
+        simulated = _engine_row(row, concurrency)
         if not row.single_stream:
             predicted = _engine_value(simulated, concurrency, result.e2e_s, catalog, _pinned(fields, deployment), runs)
     except InfersimError as exc:  # the row asks for what the deployment cannot serve: reported, not dropped
@@ -556,13 +608,35 @@ def summarize(results: Sequence[RowResult], cv: bool = False) -> dict[str, objec
     summary: dict[str, object] = {
         "overall": _both(predicted, cv),
         "unflagged": _both(unflagged, cv),
-        "by_architecture": _grouped(predicted, lambda r: r.family, cv),
-        "by_model_family": _grouped(predicted, lambda r: r.model_family, cv),
-        "by_model_kind": _grouped(predicted, lambda r: "moe" if r.moe else "dense", cv),
+        "by_architecture": _grouped(predicted, _family, cv),
+        "by_model_family": _grouped(predicted, _model_family, cv),
+        "by_model_kind": _grouped(predicted, _model_kind, cv),
         "flagged": [{"id": r.row.id, "flag": r.flag} for r in predicted if r.flag],
-        "unpredicted": [{"id": r.row.id, "reason": r.reason} for r in results if r.predicted is None],
+        "unpredicted": _unpredicted(results),
     }
     if cv:
-        summary["not_cross_validated"] = [{"id": r.row.id, "reason": r.cv_reason} for r in predicted
-                                          if r.predicted_cv is None]  # fmt: skip
+        summary["not_cross_validated"] = _not_cross_validated(predicted)
     return summary
+
+
+def _family(r: RowResult) -> str:
+    return r.family
+
+
+def _model_family(r: RowResult) -> str:
+    return r.model_family
+
+
+def _model_kind(r: RowResult) -> str:
+    """``moe`` or ``dense``."""
+    return "moe" if r.moe else "dense"
+
+
+def _unpredicted(results: Sequence[RowResult]) -> list[dict[str, str]]:
+    """The rows without a prediction, each with the reason."""
+    return [{"id": r.row.id, "reason": r.reason} for r in results if r.predicted is None]
+
+
+def _not_cross_validated(predicted: Sequence[RowResult]) -> list[dict[str, str]]:
+    """The predicted rows without a cross-validated prediction, each with the reason."""
+    return [{"id": r.row.id, "reason": r.cv_reason} for r in predicted if r.predicted_cv is None]

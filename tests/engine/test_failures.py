@@ -30,9 +30,9 @@ def _hardware(mtbf_s: float, restart_s: float) -> HardwareProfile:
     return H100.model_copy(update={"reliability": reliability})
 
 
-def _fleet(hardware: Any, replicas: int, rate: float, run: dict[str, Any], **failures: Any) -> Any:
+def _fleet(hardware: Any, replicas: int, rate: float, run: dict[str, Any], rtt: str = "0 s", **failures: Any) -> Any:
     return scenario(
-        backends=[{"name": "gpu", "replicas": replicas,
+        backends=[{"name": "gpu", "replicas": replicas, "network_rtt": rtt,
                    "deployment": {"hardware": hardware, "model": "llama-3.1-8b", "chips": 1}}],
         router={"policy": "join-shortest-queue"}, requests=LENGTHS,
         load={"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": rate}},
@@ -58,12 +58,12 @@ def test_observed_availability_is_mtbf_over_mtbf_plus_mttr() -> None:
     assert failures.failures > 4 * 20000.0 / (m + d) * 0.8  # about one per cycle of each replica
 
 
-@pytest.mark.parametrize("on_failure", ["retry", "fail"])
-def test_every_request_is_completed_failed_or_in_flight(on_failure: str) -> None:
+@pytest.mark.parametrize(("on_failure", "rtt"), [("retry", "0 s"), ("fail", "0 s"), ("retry", "40 ms")])
+def test_every_request_is_completed_failed_or_in_flight(on_failure: str, rtt: str) -> None:
     """Arrived = completed + failed + in flight, with requests lost mid-stream; a drained run leaves
-    none in flight, and retried requests complete."""
+    none in flight, and retried requests complete (also when each retry crosses the network again)."""
     run = {"seed": 5, "duration": "150 s", "max_requests": 400}
-    s = _fleet(_hardware(20.0, 5.0), 3, 4.0, run, on_failure=on_failure)
+    s = _fleet(_hardware(20.0, 5.0), 3, 4.0, run, rtt, on_failure=on_failure)
     summary = simulate(s, CATALOG).summary
     failures = summary.failures
     assert failures is not None and failures.failures > 0

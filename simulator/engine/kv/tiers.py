@@ -195,12 +195,7 @@ class KVTiers:
         full = int((request.input_tokens + request.generated - 1) // kv.block_tokens)
         keys = request.block_keys(0, full)
         first, _ = kv.leading(keys)
-        found: list[tuple[Hashable, int]] = []
-        for key in keys[first:]:
-            tier = self.where.get(key)
-            if tier is None:
-                break
-            found.append((key, tier))
+        found = self._found_below(keys[first:])
         if not found:
             return 0.0
         load_s = self.load_s(found)
@@ -210,15 +205,30 @@ class KVTiers:
         if load_s >= recompute_s:
             self.declined += 1
             return 0.0
+        self._take_up(found, now)
+        self.load_pairs.extend((load_s, recompute_s))
+        self._landing[request.id] = [key for key, _ in found]
+        return load_s
+
+    def _found_below(self, keys: Sequence[Hashable]) -> list[tuple[Hashable, int]]:
+        """``(key, tier)`` of the leading run of ``keys`` held in a tier below (up to the first missing)."""
+        found: list[tuple[Hashable, int]] = []
+        for key in keys:
+            tier = self.where.get(key)
+            if tier is None:
+                break
+            found.append((key, tier))
+        return found
+
+    def _take_up(self, found: list[tuple[Hashable, int]], now: float) -> None:
+        """Take the ``found`` blocks out of their tiers (counted as loaded) and record each tier's
+        occupancy after."""
         for key, tier in found:
             self.tiers[tier].remove(key)
             del self.where[key]
             self.loaded[tier] += 1
         for t in {t for _, t in found}:
             self.occupancy[t].record(now, len(self.tiers[t]))
-        self.load_pairs.extend((load_s, recompute_s))
-        self._landing[request.id] = [key for key, _ in found]
-        return load_s
 
     def land(self, request: Request, now: float) -> None:
         """The loaded blocks join the serving tier's cache as its most recent (as many as fit)."""
