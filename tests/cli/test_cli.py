@@ -103,8 +103,8 @@ def _profiles_copy(tmp_path: Path) -> Path:
     [
         ("  layer_pipelined: false", "  layer_pipelined: false\n  turbo: true", "execution.turbo: unknown key"),
         ("value: 3.35 TB/s", "value: 3.35", "memory.1.bandwidth.value"),
-        ("value: 80 GB,", "value: -80 GB,", "memory.1.capacity.value"),
-        ("value: 80 GB,", "value: 0 GB,", "physical range of a size"),
+        ("value: 81559 MiB,", "value: -80 GB,", "memory.1.capacity.value"),
+        ("value: 81559 MiB,", "value: 0 GB,", "physical range of a size"),
     ],
 )
 def test_bad_profile_names_the_file_and_field(tmp_path: Path, old: str, new: str, expected: str) -> None:
