@@ -18,10 +18,15 @@ Assumptions:
   it needs, so the KV is stored ``tp / min(tp, kv_heads)`` times; an MLA latent is stored
   ``tp`` times (every chip needs the whole latent).
 
-Capacity law (Vidur's MemoryPlanner, generalised over tiers)::
+Capacity law (Vidur's MemoryPlanner, generalised over tiers): the serving stack's documented
+rule where it has one (``StackProfile.kv_memory``: TensorRT-LLM a fraction of the memory free
+after weights and its runtime reserve, vLLM and SGLang a fraction of total memory less both),
+else the weights tier's usable share less the weights::
 
     kv_budget = chips * capacity * usable_fraction - weight_bytes
     max_tokens = floor(kv_budget / kv_bytes_per_token)
+
+The tier's ``usable_fraction`` still decides where the weights fit and how many chips they need.
 """
 
 from __future__ import annotations
@@ -244,6 +249,14 @@ def _check_replicated_fit(
         )
 
 
+def kv_budget_bytes(stack: StackProfile, tier: MemoryTier, chips: int, weight_bytes: float) -> float:
+    """KV bytes on ``chips`` chips of ``tier`` holding ``weight_bytes`` of weights: the stack's rule, else
+    ``chips * capacity * usable_fraction - weight_bytes`` (module docstring)."""
+    if stack.kv_memory is not None:
+        return stack.kv_memory.kv_bytes(chips, tier.capacity.value, weight_bytes)
+    return chips * tier.capacity.value * tier.usable_fraction.value - weight_bytes
+
+
 def kv_replication(model: ModelSpec, tensor_parallel: int) -> float:
     if model.attention.mla is not None:
         return float(tensor_parallel)
@@ -367,7 +380,7 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
         tp, pp = _layout(hardware, model, spec, chips, tier, precision)
         chips = tp * pp
         kv_per_token = kv_per_token_unreplicated * kv_replication(model, tp)
-        kv_budget = chips * tier.capacity.value * tier.usable_fraction.value - (weight_bytes - elsewhere)
+        kv_budget = kv_budget_bytes(stack, tier, chips, weight_bytes - elsewhere)
         floor = kv_per_token * spec.min_kv_tokens
         if kv_budget >= floor:
             break
@@ -378,7 +391,7 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
                 f"tokens need; use at least {_chips_needed(weight_bytes, floor, tier)} chips"
             )
         # KV replicated across a wider tensor split needs more room: grow and lay out again.
-        chips = _round_chips(hardware, _chips_needed(weight_bytes, floor, tier))
+        chips = _round_chips(hardware, max(_chips_needed(weight_bytes, floor, tier), chips + 1))
     if pp > model.num_layers:
         field = "pipeline_parallel" if spec.pipeline_parallel else "chips"
         raise PlacementError(
@@ -392,7 +405,7 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
         kv_per_token = kv_per_token_unreplicated  # each sequence's KV lives on its own rank, once
         weight_bytes = weight_bytes_of(model, precision, dp)
         _check_replicated_fit(model, precision, tier, dp, pp, spec, hardware)
-        kv_budget = chips * tier.capacity.value * tier.usable_fraction.value - weight_bytes
+        kv_budget = kv_budget_bytes(stack, tier, chips, weight_bytes)
     ep = spec.expert_parallel or _default_expert_parallel(model, tp * dp)
     if ep > tp * dp or (tp * dp) % ep:
         raise PlacementError(f"expert_parallel {ep} must divide the {tp * dp} chips of a stage")

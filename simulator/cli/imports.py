@@ -87,12 +87,13 @@ def _warn_if_other_model(given: str | None, stated: str | None, cat: Catalog, so
 
 def _warn_if_other_memory(path: Path, hardware: HardwareProfile) -> None:
     """Warn when the result file's path states a memory size per chip (``a100-40gb``) that no
-    weight-holding memory of ``--hardware`` has (within 5 %): the A100's 40 GB and 80 GB variants
-    share everything but their capacity, which sets the batch a run could hold."""
+    weight-holding memory of ``--hardware`` has (within 5 %, read in GB or GiB: datasheets round binary
+    sizes, and profiles hold what CUDA sees): the A100's 40 GB and 80 GB variants share everything but
+    their capacity, which sets the batch a run could hold."""
     stated = {int(n) for n in re.findall(r"(?<![0-9.])([0-9]{2,3}) ?gb(?![a-z])", str(path).lower())}
     tiers = {t.name: t.capacity.value / 1e9 for t in hardware.memory if t.holds_weights}
     for size in sorted(stated):
-        if tiers and not any(abs(gb - size) <= 0.05 * size for gb in tiers.values()):
+        if tiers and not any(abs(r - size) <= 0.05 * size for gb in tiers.values() for r in (gb, gb * 1e9 / 2**30)):
             have = ", ".join(f"{gb:g} GB of {name}" for name, gb in tiers.items())
             warnings.warn(
                 f"{path}: its path states {size} GB per chip, but --hardware {hardware.id} has {have}; "

@@ -21,6 +21,16 @@ runs the stack (``layer_latency``) is one number, shared, not copied into each h
   BF16); ``narrow-weights`` is FP8 when the weights are 8-bit or narrower, else the
   activation dtype (an assumption for stacks that document no default); a precision: that
   precision always.
+- ``kv_memory``: how the stack sizes its KV cache from a chip's memory ``C`` (the weights
+  tier's capacity) once its share of the weights ``W`` and its runtime ``reserve`` ``R``
+  (activation peak of the profiling forward pass, CUDA graphs, communication buffers) are
+  taken, per chip: ``of-free`` gives KV ``fraction x (C - W - R)`` (TensorRT-LLM's
+  ``free_gpu_memory_fraction``: a share of the memory still free after the weights and the
+  profiled peak); ``of-total`` gives ``fraction x C - W - R`` (vLLM's
+  ``gpu_memory_utilization``: the engine's share of total memory, less weights and profiled
+  peak; SGLang's ``mem_fraction_static`` with ``fraction`` 1 and ``R`` the reserve its rule
+  leaves outside the static pool). None: the weights tier's ``usable_fraction`` of capacity
+  less the weights (machines whose stack documents no rule).
 - ``chunked_prefill``: a prompt may be split across iterations (Sarathi, vLLM V1); without it a
   prompt's prefill runs whole in one iteration (TensorRT-LLM's benchmark default).
 - ``priority``: ``decode-first`` runs every decode and fills the rest of the token budget with
@@ -55,7 +65,7 @@ from pydantic import Discriminator, Field, Tag
 
 from simulator.config.base import Precision, Profile, Sourced, Spec, reference_tag
 from simulator.config.speculation import SpeculativeSpec
-from simulator.units import MAX_LATENCY_S, Seconds
+from simulator.units import MAX_LATENCY_S, Bytes, Seconds
 
 PositiveInt = Annotated[int, Field(ge=1)]
 #: A fixed latency: at most a day (:data:`simulator.units.MAX_LATENCY_S`).
@@ -97,6 +107,25 @@ KV_QUANTISED_CHECKPOINTS: frozenset[Precision] = frozenset({"fp8", "fp4"})
 NARROW_WEIGHTS: frozenset[Precision] = frozenset({"fp8", "int8", "fp4", "mxfp4"})
 
 
+class KvMemory(Spec):
+    """How the stack sizes its KV cache from a chip's memory (module docstring, ``kv_memory``)."""
+
+    rule: Literal["of-free", "of-total"] = Field(
+        description="of-free: fraction x (memory - weights - reserve); of-total: fraction x memory - weights - reserve"
+    )
+    fraction: Sourced[Annotated[float, Field(gt=0.0, le=1.0)]] = Field(description="the stack's default memory share")
+    reserve: Sourced[Annotated[Bytes, Field(ge=0.0)]] = Field(
+        description="per chip, neither weights nor KV: activation peak, CUDA graphs, communication buffers"
+    )
+
+    def kv_bytes(self, chips: int, capacity_bytes: float, weight_bytes: float) -> float:
+        """KV bytes on ``chips`` chips of ``capacity_bytes`` each holding ``weight_bytes`` of weights in all."""
+        reserve = chips * self.reserve.value
+        if self.rule == "of-free":
+            return self.fraction.value * (chips * capacity_bytes - weight_bytes - reserve)
+        return chips * self.fraction.value * capacity_bytes - weight_bytes - reserve
+
+
 class StackCaps(Spec):
     """Batching caps a stack defaults to on particular chips, where they differ from its own."""
 
@@ -117,6 +146,9 @@ class StackProfile(Profile):
         description="KV-cache precision when the deployment does not say: auto (the activations'), "
         "checkpoint (fp8 for FP8/NVFP4 checkpoints, else the activations'), narrow-weights (fp8 for 8-bit or "
         "narrower weights, else the activations'), or a precision"
+    )
+    kv_memory: KvMemory | None = Field(
+        None, description="how the KV cache is sized from a chip's memory; none: the weights tier's usable_fraction"
     )
     chunked_prefill: bool = Field(description="a prompt may be split across iterations")
     priority: Literal["decode-first", "prefill-first"]

@@ -18,11 +18,13 @@ def test_kv_bytes_per_token_by_hand(h100_70b_tp4) -> None:
     assert h100_70b_tp4.kv_bytes_per_token == 80 * 2 * 8 * 128 * 2
 
 
-def test_kv_budget_is_capacity_minus_weights(h100_70b_tp4) -> None:
-    """kv_budget = chips * capacity * usable - weights; max tokens = floor(budget / per token)."""
+def test_kv_budget_is_the_stacks_share_of_free_memory(h100_70b_tp4) -> None:
+    """TensorRT-LLM: kv_budget = f * (chips * capacity - weights - chips * reserve);
+    max tokens = floor(budget / per token)."""
     d = h100_70b_tp4
-    hbm = d.hardware.tier("hbm")
-    budget = 4 * hbm.capacity.value * hbm.usable_fraction.value - total_params(d.model) * 2
+    hbm, memory = d.hardware.tier("hbm"), d.stack.kv_memory
+    assert memory is not None and memory.rule == "of-free"
+    budget = memory.fraction.value * (4 * hbm.capacity.value - total_params(d.model) * 2 - 4 * memory.reserve.value)
     assert d.kv_budget_bytes == pytest.approx(budget, rel=1e-12)
     assert d.max_kv_tokens == math.floor(budget / d.kv_bytes_per_token)
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator.analytic.estimate import estimate
-from simulator.analytic.placement import PlacementError, plan
+from simulator.analytic.placement import PlacementError, kv_budget_bytes, plan
 from simulator.analytic.step_time import StepCostModel
 from simulator.analytic.torus import TorusSlice, slice_shape
 from simulator.api import override
@@ -118,12 +118,15 @@ def test_tpu_decode_is_memory_bound_and_falls_with_hbm_bandwidth(catalog: Catalo
 
 @pytest.mark.parametrize("hardware_id", ["google-tpu-v6e", "google-tpu-v7", "nvidia-b300", "amd-mi355x"])
 def test_capacity_arithmetic_places_or_refuses(catalog: Catalog, hardware_id: str) -> None:
-    """kv_budget = chips * capacity * usable - weights; a model that cannot fit one chip is refused at plan time."""
+    """kv_budget is the stack's rule (kv_memory), else chips * capacity * usable - weights; a model that
+    cannot fit one chip is refused at plan time."""
     hw = catalog.hardware(hardware_id)
     hbm = hw.tier("hbm")
     room = hbm.capacity.value * hbm.usable_fraction.value
     d = _plan_70b(hw, catalog)
-    assert d.kv_budget_bytes == pytest.approx(d.chips * room - d.weight_bytes, rel=1e-12)
+    assert d.kv_budget_bytes == pytest.approx(kv_budget_bytes(d.stack, hbm, d.chips, d.weight_bytes), rel=1e-12)
+    if d.stack.kv_memory is None:
+        assert d.kv_budget_bytes == pytest.approx(d.chips * room - d.weight_bytes, rel=1e-12)
     assert d.chips >= math.ceil(d.weight_bytes / room)
     big = catalog.model("llama-3.1-405b")
     if big.published.params_total.value * 2 > room:  # bf16 405B never fits one chip

@@ -44,11 +44,12 @@ def test_estimate_text_shows_each_groups_precision_and_weight_only_paths(capsys:
 
 
 #: Bounds on the bundled 127-row table's plain errors, rounded up from the figures so far, so that no
-#: change makes them worse: overall, GPU and MoE since the dequantising MXFP4 expert kernel and the
-#: rows' stated KV precision; wafer-scale, LPU and dataflow since the SRAM machines' mechanisms
-#: (the launch release's stack, unfitted fabric latencies, documented drafts, the served formats).
-PLAIN_BOUNDS = {"median": 0.09, "p90": 0.41, "wafer-scale": 0.25, "lpu": 0.08, "dataflow": 0.18, "gpu": 0.085,
-                "moe": 0.16}  # fmt: skip
+#: change makes them worse: the overall median and GPU since the dequantising MXFP4 expert kernel and
+#: the rows' stated KV precision; p90 and MoE since the stacks' own KV-memory rules (p90 30.7 %, MoE
+#: 11.5 %); wafer-scale, LPU and dataflow since the SRAM machines' mechanisms (the launch release's
+#: stack, unfitted fabric latencies, documented drafts, the served formats).
+PLAIN_BOUNDS = {"median": 0.09, "p90": 0.33, "wafer-scale": 0.25, "lpu": 0.08, "dataflow": 0.18, "gpu": 0.085,
+                "moe": 0.12}  # fmt: skip
 
 
 def test_validate_meets_the_error_targets_on_the_bundled_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -103,8 +104,8 @@ def _profiles_copy(tmp_path: Path) -> Path:
     [
         ("  layer_pipelined: false", "  layer_pipelined: false\n  turbo: true", "execution.turbo: unknown key"),
         ("value: 3.35 TB/s", "value: 3.35", "memory.1.bandwidth.value"),
-        ("value: 80 GB,", "value: -80 GB,", "memory.1.capacity.value"),
-        ("value: 80 GB,", "value: 0 GB,", "physical range of a size"),
+        ("value: 81559 MiB,", "value: -80 GB,", "memory.1.capacity.value"),
+        ("value: 81559 MiB,", "value: 0 GB,", "physical range of a size"),
     ],
 )
 def test_bad_profile_names_the_file_and_field(tmp_path: Path, old: str, new: str, expected: str) -> None:
