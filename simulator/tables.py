@@ -16,16 +16,21 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     """
     cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    numeric = [all(isinstance(row[i], int | float) for row in rows) and rows for i in range(len(headers))]
-    lines = []
-    for index, row in enumerate(cells):
-        parts = [
-            cell.rjust(widths[i]) if numeric[i] and index > 0 else cell.ljust(widths[i]) for i, cell in enumerate(row)
-        ]
-        lines.append("  ".join(parts).rstrip())
-        if index == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    numeric = _numeric_columns(rows, len(headers))
+    lines = [_line(cells[0], widths, [False] * len(widths)), "  ".join("-" * w for w in widths)]
+    lines += [_line(row, widths, numeric) for row in cells[1:]]
     return "\n".join(lines)
+
+
+def _numeric_columns(rows: Sequence[Sequence[object]], count: int) -> list[bool]:
+    """Whether each column holds numbers only (right-aligned); no column does in a table without rows."""
+    return [bool(rows) and all(isinstance(row[i], int | float) for row in rows) for i in range(count)]
+
+
+def _line(row: list[str], widths: list[int], right: list[bool]) -> str:
+    """One row padded to the column widths, the ``right`` columns right-aligned, trailing spaces cut."""
+    parts = [cell.rjust(widths[i]) if right[i] else cell.ljust(widths[i]) for i, cell in enumerate(row)]
+    return "  ".join(parts).rstrip()
 
 
 def _cell(value: object) -> str:

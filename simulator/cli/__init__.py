@@ -183,18 +183,23 @@ def _handle(args: argparse.Namespace, handler: Callable[[Any], int]) -> int:
     except OSError as exc:
         return _os_error(exc)
     except Exception as exc:  # a bug: say so briefly, the traceback on request
-        if args.debug:
-            traceback.print_exc()
-        print(
-            f"infersim: internal error: {type(exc).__name__}: {exc}\n"
-            f"This is a bug in infersim. Please report it with the command you ran"
-            f"{'' if args.debug else ' (rerun with --debug for the traceback)'}.",
-            file=sys.stderr,
-        )
-        return EXIT_BUG
+        return _internal_error(exc, args.debug)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _internal_error(exc: Exception, debug: bool) -> int:
+    """A bug, while it is being handled: the traceback with --debug, then one line saying how to report it."""
+    if debug:
+        traceback.print_exc()
+    print(
+        f"infersim: internal error: {type(exc).__name__}: {exc}\n"
+        f"This is a bug in infersim. Please report it with the command you ran"
+        f"{'' if debug else ' (rerun with --debug for the traceback)'}.",
+        file=sys.stderr,
+    )
+    return EXIT_BUG
 
 
 STDOUT = "standard output"

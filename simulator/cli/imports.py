@@ -21,7 +21,7 @@ import re
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simulator.cli.common import catalog, json_text, messages_aside
 from simulator.cli.output import ResultsFolder, subfolder
@@ -108,14 +108,36 @@ def _slug(text: str) -> str:
 
 
 def import_command(args: argparse.Namespace) -> int:
-    from simulator.io.importers import read_file
-    from simulator.io.importers.rows import COLUMNS, rows
+    """Import measured results: the rows table, the manifest and each replayable run's trace and scenario."""
+    from simulator.io.importers.rows import COLUMNS
 
     if not 0 <= args.seed <= MAX_INTEGER:
         raise ConfigError(f"--seed: expected an integer from 0 to 2**63 - 1, got {args.seed}")
     cat = catalog(args)
     _check_known(args, cat)
     out = ResultsFolder(args.out or Path("runs") / "import", "import", args.overwrite)
+    table, files, manifest = _import_runs(args, cat, out.path)
+    files[TABLE] = _csv(table, COLUMNS)
+    files[MANIFEST] = json_text({"schema_version": 1, "runs": manifest})
+    out.write(files)
+    with messages_aside(args):
+        _import_text(table, manifest, out.path)
+    if args.json:
+        print(
+            json_text({"folder": str(out.path), "rows": len(table), "table": str(out.path / TABLE), "runs": manifest}),
+            end="",
+        )
+    return 0
+
+
+def _import_runs(
+    args: argparse.Namespace, cat: Catalog, folder: Path
+) -> tuple[list[dict[str, str]], dict[str, str], list[dict[str, object]]]:
+    """Every run of every result file, flagged and compared on its deployment: the table rows, the
+    replay files and the manifest entries."""
+    from simulator.io.importers import read_file
+    from simulator.io.importers.rows import rows
+
     table: list[dict[str, str]] = []
     files: dict[str, str] = {}
     manifest: list[dict[str, object]] = []
@@ -131,19 +153,9 @@ def import_command(args: argparse.Namespace) -> int:
             flagged = _flagged(args, cat, run, deployment)
             table += rows(flagged, deployment, run_id)
             entry = _entry(flagged, deployment, run_id)
-            files |= _replay_files(args, cat, out.path, flagged, entry)
+            files |= _replay_files(args, cat, folder, flagged, entry)
             manifest.append(entry)
-    files[TABLE] = _csv(table, COLUMNS)
-    files[MANIFEST] = json_text({"schema_version": 1, "runs": manifest})
-    out.write(files)
-    with messages_aside(args):
-        _import_text(table, manifest, out.path)
-    if args.json:
-        print(
-            json_text({"folder": str(out.path), "rows": len(table), "table": str(out.path / TABLE), "runs": manifest}),
-            end="",
-        )
-    return 0
+    return table, files, manifest
 
 
 def _check_known(args: argparse.Namespace, cat: Catalog) -> None:
@@ -308,14 +320,9 @@ def _csv(rows: list[dict[str, str]], columns: tuple[str, ...]) -> str:
 
 
 def compare_measured(args: argparse.Namespace) -> int:
+    """Replay each traced run of an import and compare it with what was measured, request by request."""
     folder: Path = args.folder
-    data = read_json(folder / MANIFEST)
-    runs = data.get("runs") if isinstance(data, dict) else None
-    if not isinstance(runs, list):
-        raise ConfigError(f"{folder / MANIFEST}: runs: expected a list (a folder written by infersim import)")
-    traced = [r for r in runs if isinstance(r, dict) and "trace" in r]
-    if not traced:
-        raise ConfigError(f"{folder}: no run of this import has per-request data to replay")
+    traced = _traced_runs(folder)
     cat = catalog(args)
     out = ResultsFolder(args.out or subfolder(folder, "compare"), "compare-measured", args.overwrite)
     files: dict[str, str | bytes] = {}
@@ -331,6 +338,18 @@ def compare_measured(args: argparse.Namespace) -> int:
     else:
         print(f"wrote {', '.join(sorted(f for f in files if '/' not in f))} to {out.path}")
     return 0
+
+
+def _traced_runs(folder: Path) -> list[dict[str, object]]:
+    """The manifest's runs with per-request data (a trace) to replay; none is an error."""
+    data = read_json(folder / MANIFEST)
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, list):
+        raise ConfigError(f"{folder / MANIFEST}: runs: expected a list (a folder written by infersim import)")
+    traced = [r for r in runs if isinstance(r, dict) and "trace" in r]
+    if not traced:
+        raise ConfigError(f"{folder}: no run of this import has per-request data to replay")
+    return traced
 
 
 def _replay(
@@ -414,22 +433,38 @@ def models_import(args: argparse.Namespace) -> int:
 
 def export_command(args: argparse.Namespace) -> int:
     """A run folder's results in a peer's format, written beside them (:mod:`simulator.io.exporters`)."""
-    import datetime
-
-    import numpy as np
-
-    from simulator.config.files import read_csv, read_yaml
-    from simulator.io import exporters
-    from simulator.units import parse_quantity
-    from simulator.version import __version__
-
     folder: Path = args.folder
     out = ResultsFolder(folder, None)
+    columns = _request_columns(folder)
+    summary, scenario = _run_documents(folder)
+    document = _exported(args.format, folder, columns, summary, scenario)
+    name = f"summary.{args.format}.json"
+    out.write({name: json_text(document)})
+    if args.json:
+        print(json_text({"file": str(folder / name), "format": args.format, "summary": document}), end="")
+    else:
+        print(f"wrote {folder / name}")
+    return 0
+
+
+def _request_columns(folder: Path) -> dict[str, Any]:
+    """requests.csv as one float array per column (an empty cell is NaN)."""
+    import numpy as np
+
+    from simulator.config.files import read_csv
+
     header, lines = read_csv(folder / "requests.csv", ("arrival_s", "first_token_s", "done_s", "dropped"))
     try:
-        columns = {name: np.array([float(row[name] or "nan") for _, row in lines]) for name in header}
+        return {name: np.array([float(row[name] or "nan") for _, row in lines]) for name in header}
     except ValueError:
         raise ConfigError(f"{folder / 'requests.csv'}: expected numbers in every column") from None
+
+
+def _run_documents(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """summary.json and scenario.resolved.yaml, the scenario's run.warmup in seconds."""
+    from simulator.config.files import read_yaml
+    from simulator.units import parse_quantity
+
     summary, scenario = read_json(folder / "summary.json"), read_yaml(folder / "scenario.resolved.yaml")
     if not isinstance(summary, dict) or not isinstance(scenario, dict):
         raise ConfigError(f"{folder}: summary.json and scenario.resolved.yaml: expected a run folder's mappings")
@@ -439,15 +474,19 @@ def export_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"{folder / 'scenario.resolved.yaml'}: run.warmup: {exc}") from None
     scenario["run"] = (scenario.get("run") or {}) | {"warmup": seconds}
-    if args.format == "vllm-bench":
+    return summary, scenario
+
+
+def _exported(
+    kind: str, folder: Path, columns: dict[str, Any], summary: dict[str, Any], scenario: dict[str, Any]
+) -> object:
+    """The document in the peer's format; vLLM's names the time summary.json was written."""
+    import datetime
+
+    from simulator.io import exporters
+    from simulator.version import __version__
+
+    if kind == "vllm-bench":
         written = datetime.datetime.fromtimestamp((folder / "summary.json").stat().st_mtime)
-        document = exporters.vllm_bench(columns, summary, scenario, __version__, written.strftime("%Y%m%d-%H%M%S"))
-    else:
-        document = getattr(exporters, args.format)(columns, summary, scenario, __version__)
-    name = f"summary.{args.format}.json"
-    out.write({name: json_text(document)})
-    if args.json:
-        print(json_text({"file": str(folder / name), "format": args.format, "summary": document}), end="")
-    else:
-        print(f"wrote {folder / name}")
-    return 0
+        return exporters.vllm_bench(columns, summary, scenario, __version__, written.strftime("%Y%m%d-%H%M%S"))
+    return getattr(exporters, kind)(columns, summary, scenario, __version__)

@@ -142,26 +142,18 @@ class ResultsFolder:
         path = self.path
         _check_reachable(path)
         if self.command is None and not path.is_dir():
-            found = "a file" if os.path.lexists(path) else "no such folder"
-            raise ConfigError(f"{path}: {found} (expected a results folder)")
-        reason = _forbidden_reason(path)
-        if reason:
-            raise ConfigError(
-                f"refusing to write results into {str(path) or '.'!r}: {reason}; name a folder of its own, "
-                f"e.g. -o runs/my-run"
-            )
+            _refuse_missing(path)
+        _refuse_forbidden(path)
         if path.exists() and not path.is_dir():
             raise ConfigError(f"{path}: is a file, not a folder; results need a folder of their own")
         if path.is_dir():
             self._check_existing(path)
-        ancestor = next((p for p in [path, *path.parents] if p.exists()), Path("."))
-        _probe(path, ancestor)
+        _probe(path, _nearest_existing(path))
 
     def _check_existing(self, path: Path) -> None:
-        try:
-            entries = [p.name for p in path.iterdir() if not _internal(p.name)]
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read the folder: {exc.strerror}") from None
+        """Refuse a folder whose marker lists a file outside it, whose sub-folders are links, or (unless
+        --overwrite) that holds files and is not this command's results; one with no results to add to."""
+        entries = _entries(path)
         marker = read_marker(path)
         self._listed(marker or {})  # a listing that reaches outside refuses every command, before any work
         for name in FILLED_SUBFOLDERS:
@@ -172,6 +164,10 @@ class ResultsFolder:
             return
         if self.overwrite or not entries:
             return
+        self._refuse_not_ours(path, marker, entries)
+
+    def _refuse_not_ours(self, path: Path, marker: Mapping[str, object] | None, entries: list[str]) -> None:
+        """Refuse a folder holding ``entries`` that is no results folder, or another command's."""
         if marker is None:
             example = ", ".join(sorted(entries)[:3])
             raise ConfigError(
@@ -268,13 +264,7 @@ class ResultsFolder:
         stale = {n for n in earlier - set(files) - kept if (replace and same_command) or n.startswith(owned)}
         for name in [*files, *sorted(stale)]:
             _refuse_unsafe(self.path, name)
-        theirs = sorted(n for n in files if n not in earlier and os.path.lexists(self.path / n))
-        if theirs:
-            raise ConfigError(
-                f"{self.path}: refusing to replace {len(theirs)} file{'s' if len(theirs) != 1 else ''} infersim did "
-                f"not write ({', '.join(theirs[:3])}{', ...' if len(theirs) > 3 else ''}); --overwrite replaces only "
-                "infersim's own files: move them or choose another folder"
-            )
+        _refuse_theirs(self.path, files, earlier)
         return marker, earlier, stale
 
     def _commit(
@@ -321,6 +311,46 @@ class ResultsFolder:
             yield
         finally:
             os.close(handle)  # releases the lock
+
+
+def _refuse_missing(path: Path) -> None:
+    """Refuse adding to ``path`` that is no folder: a file, or nothing."""
+    found = "a file" if os.path.lexists(path) else "no such folder"
+    raise ConfigError(f"{path}: {found} (expected a results folder)")
+
+
+def _refuse_forbidden(path: Path) -> None:
+    """Refuse a folder results must never go into (:func:`_forbidden_reason`)."""
+    reason = _forbidden_reason(path)
+    if reason:
+        raise ConfigError(
+            f"refusing to write results into {str(path) or '.'!r}: {reason}; name a folder of its own, "
+            f"e.g. -o runs/my-run"
+        )
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists (the working folder if none does)."""
+    return next((p for p in [path, *path.parents] if p.exists()), Path("."))
+
+
+def _entries(path: Path) -> list[str]:
+    """The names in the folder, less infersim's own working files."""
+    try:
+        return [p.name for p in path.iterdir() if not _internal(p.name)]
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the folder: {exc.strerror}") from None
+
+
+def _refuse_theirs(path: Path, files: Mapping[str, FileContents], earlier: set[str]) -> None:
+    """Refuse to replace a file in the folder that infersim did not write (not in the marker's listing)."""
+    theirs = sorted(n for n in files if n not in earlier and os.path.lexists(path / n))
+    if theirs:
+        raise ConfigError(
+            f"{path}: refusing to replace {len(theirs)} file{'s' if len(theirs) != 1 else ''} infersim did "
+            f"not write ({', '.join(theirs[:3])}{', ...' if len(theirs) > 3 else ''}); --overwrite replaces only "
+            "infersim's own files: move them or choose another folder"
+        )
 
 
 def subfolder(folder: Path, name: str) -> Path:
@@ -374,25 +404,51 @@ def _unsafe_reason(
     place ('' when it can): a symbolic link or a file among the folders on its way, or (unless not
     ``leaf``) a folder where the file is. ``real_folders``: folders already found real (added to)."""
     parts = name.split("/")  # (a name checked by _name_reason or _check_relative)
-    for depth in range(1, len(parts) + (1 if leaf or folder else 0)):
+    for depth in _depths(len(parts), folder, leaf):
         shown = "/".join(parts[:depth])
         if real_folders is not None and shown in real_folders and depth < len(parts):
             continue
         path = os.path.join(root, shown)
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return ""
-        except OSError as exc:
-            return f"{path}: {exc.strerror}"
+        mode, reason = _lstat_mode(path)
+        if mode is None:
+            return reason
         if depth == len(parts) and not folder:
-            return f"{shown} is a folder, not a file" if stat.S_ISDIR(mode) else ""
-        if stat.S_ISLNK(mode):
-            return f"{shown} is a symbolic link (to {os.readlink(path)!r}), not a folder of its own"
-        if not stat.S_ISDIR(mode):
-            return f"{shown} is not a folder"
+            return _leaf_reason(shown, mode)
+        reason = _not_real_folder_reason(path, shown, mode)
+        if reason:
+            return reason
         if real_folders is not None:
             real_folders.add(shown)
+    return ""
+
+
+def _depths(count: int, folder: bool, leaf: bool) -> range:
+    """The depths of a name of ``count`` parts to look at: the last only for a leaf or a folder."""
+    return range(1, count + (1 if leaf or folder else 0))
+
+
+def _lstat_mode(path: str) -> tuple[int | None, str]:
+    """The mode of ``path`` (not following a link); ``None`` with '' when it is missing, or with why
+    it cannot be looked at."""
+    try:
+        return os.lstat(path).st_mode, ""
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror}"
+
+
+def _leaf_reason(shown: str, mode: int) -> str:
+    """Why the file ``shown`` cannot be written: a folder is there ('' when it can)."""
+    return f"{shown} is a folder, not a file" if stat.S_ISDIR(mode) else ""
+
+
+def _not_real_folder_reason(path: str, shown: str, mode: int) -> str:
+    """Why ``shown``, on the way to a file, is no real folder: a symbolic link or a file ('' when it is)."""
+    if stat.S_ISLNK(mode):
+        return f"{shown} is a symbolic link (to {os.readlink(path)!r}), not a folder of its own"
+    if not stat.S_ISDIR(mode):
+        return f"{shown} is not a folder"
     return ""
 
 

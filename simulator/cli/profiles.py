@@ -6,7 +6,7 @@ import argparse
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
@@ -40,6 +40,8 @@ from simulator.tables import format_number, format_table
 from simulator.units import format_seconds
 
 if TYPE_CHECKING:
+    from simulator.config.hardware import HardwareProfile
+    from simulator.studies.calibration import Fit, Parameter
     from simulator.studies.cross_validation import CrossValidation
 
 GB = 1e9
@@ -148,6 +150,14 @@ def _group_text(d: Deployment, group: TensorGroup, precision: Precision) -> str:
 
 
 def estimate_text(e: Estimate, choice: LayoutChoice | None = None) -> str:
+    """The estimate for people: the deployment, the speeds with their notes, the decode pass breakdown."""
+    lines = [*_deployment_lines(e, choice), *_speed_lines(e), *_breakdown_lines(e)]
+    lines.append(f"  bottleneck: {e.explanation()}")
+    return "\n".join(lines)
+
+
+def _deployment_lines(e: Estimate, choice: LayoutChoice | None) -> list[str]:
+    """What runs where: weights by group, memory, the layout chosen and any further resident models."""
     d = e.deployment
     info = estimate_dict(e)
     groups = ", ".join(_group_text(d, g, p) for g, p in d.precision.items() if g != "router")
@@ -165,13 +175,18 @@ def estimate_text(e: Estimate, choice: LayoutChoice | None = None) -> str:
             f"  slower tiers ({', '.join(t.name for t in d.resident_tiers)}) hold "
             f"{d.resident_models_capacity_bytes / GB:,.0f} GB of further resident models"
         )
+    return lines
+
+
+def _speed_lines(e: Estimate) -> list[str]:
+    """TTFT, ITL and throughput, then the notes on capacity, placement and a 1-token answer."""
     capacity = of_estimate(e)
     itl = format_seconds(e.itl_s)
     per_user = capacity.marked(format_number(e.per_user_output_tok_s, ",.0f"))
-    lines.append(
+    lines = [
         f"  TTFT {capacity.marked(format_seconds(e.ttft_s))}   ITL {itl}   per-user {per_user} tok/s"
         f"   aggregate {e.aggregate_output_tok_s:,.0f} tok/s at concurrency {e.concurrency}"
-    )
+    ]
     if capacity.limited:
         lines.append(
             f"  note: {capacity.note()}: {e.capacity_note()}; averaged over all {e.concurrency:,} users "
@@ -181,14 +196,18 @@ def estimate_text(e: Estimate, choice: LayoutChoice | None = None) -> str:
         lines.append(f"  note: {placement_note(e)}")
     if e.itl_s is None:
         lines.append("  note: a 1-token answer has no inter-token latency (per-user decode speed is undefined)")
-    lines.append("  decode pass breakdown:")
+    return lines
+
+
+def _breakdown_lines(e: Estimate) -> list[str]:
+    """Each nonzero component of the decode pass, in ms and as a share of the pass."""
     total = e.decode_step.total_s
+    lines = ["  decode pass breakdown:"]
     for key in COMPONENTS:
         value = e.decode_step.components_s[key]
         if value > 0:
             lines.append(f"    {key:<15} {value * 1e3:9.3f} ms  {value / total:5.1%}")
-    lines.append(f"  bottleneck: {e.explanation()}")
-    return "\n".join(lines)
+    return lines
 
 
 def estimate_command(args: argparse.Namespace) -> int:
@@ -322,14 +341,17 @@ def _print_rows(results: list[RowResult], summary: dict[str, object], cv: CrossV
                 f"  {r.row.id} (spec_decoding {r.row.spec_decoding}): {r.served}"
                 + (f"; for information, {r.other_way}" if r.other_way else "")
             )
-    for item in summary["flagged"]:  # type: ignore[attr-defined]
-        print(f"  flagged {item['id']}: {item['flag']}")
-    for item in summary["unpredicted"]:  # type: ignore[attr-defined]
-        print(f"  not predicted {item['id']}: {item['reason']}")
+    _print_left_out(summary, "flagged", "flagged", "flag")
+    _print_left_out(summary, "unpredicted", "not predicted", "reason")
     if cv is not None:
-        for item in summary["not_cross_validated"]:  # type: ignore[attr-defined]
-            print(f"  not cross-validated {item['id']}: {item['reason']}")
+        _print_left_out(summary, "not_cross_validated", "not cross-validated", "reason")
         _print_fits(cv)
+
+
+def _print_left_out(summary: dict[str, object], key: str, label: str, why: str) -> None:
+    """One line per row of ``summary[key]``: the label, the row id and why."""
+    for item in summary[key]:  # type: ignore[attr-defined]
+        print(f"  {label} {item['id']}: {item[why]}")
 
 
 def _print_errors(summary: dict[str, object], cv: CrossValidation | None) -> None:
@@ -376,52 +398,16 @@ def _stat_cells_cv(stats: dict[str, float]) -> list[object]:
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
-    from simulator.studies.calibration import (
-        derived_paths,
-        fit,
-        fit_report,
-        parse_parameters,
-        row_stack,
-        sensitivity_table,
-        undetermined,
-    )
+    """Fit the named (or previously fitted) parameters to the measured rows; write the profiles and fit.json."""
+    from simulator.studies.calibration import fit, fit_report
 
     cat = catalog(args)
-    hardware_ids = [h.strip() for h in args.hardware.split(",") if h.strip()]
+    hardware_ids = _comma_names(args.hardware)
     profiles = [cat.hardware(h) for h in hardware_ids]
-    name = "-".join(hardware_ids) if len(hardware_ids) <= 2 else f"{len(hardware_ids)}-hardware"
-    out = ResultsFolder(args.out or Path("runs") / f"calibrate-{name}", "calibrate", args.overwrite)
+    out = _calibrate_folder(args, hardware_ids)
     table = [r for r in read_table(args.table or BUNDLED_TABLE) if r.hardware in hardware_ids]
-    if args.rows:
-        chosen = [r.strip() for r in args.rows.split(",") if r.strip()]
-        unknown = sorted(set(chosen) - {r.id for r in table})
-        if unknown or not chosen:
-            raise ConfigError(
-                f"--rows: {', '.join(unknown) or '(none given)'}: not a row of {', '.join(hardware_ids)} in the "
-                f"table (its rows: {', '.join(r.id for r in table) or 'none'})"
-            )
-        rows = [r for r in table if r.id in set(chosen)]
-    else:
-        results = validate(table, cat)
-        rows = [r.row for r in results if not r.flag and r.predicted is not None]
-        left_out = [reason for reason in map(undetermined, rows) if reason]
-        if left_out:
-            warnings.warn(
-                f"left out (name them with --rows to be refused): {'; '.join(left_out)}", InfersimWarning, stacklevel=1
-            )
-            rows = [r for r in rows if not undetermined(r)]
-    if args.fit is not None:
-        paths = _names(args.fit, "--fit", "compute.efficiency,memory.hbm.efficiency")
-        per_hardware = {h: paths for h in hardware_ids}
-    else:
-        per_hardware = {p.id: derived_paths(p) for p in profiles}
-    if args.shared is not None:
-        shared = _names(args.shared, "--shared", "trtllm.layer_latency")
-    else:
-        stacks = sorted({row_stack(r, cat) for r in rows})
-        shared = [f"{s}.{path}" for s in stacks for path in derived_paths(cat.stack(s))]
-    parameters = [q for h, paths in per_hardware.items() for q in parse_parameters([h], paths, [])]
-    parameters += parse_parameters([], [], shared)
+    rows = _chosen_rows(args.rows, table, hardware_ids) if args.rows else _fittable_rows(table, cat)
+    parameters = _calibration_parameters(args, cat, hardware_ids, profiles, rows)
     if not parameters:
         raise ConfigError(
             f"{', '.join(hardware_ids)} and their stacks have no previously fitted parameters; name "
@@ -435,30 +421,115 @@ def calibrate_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json_text(report), end="")
         return 0
-    table_rows = [
-        [
-            r["id"],
-            r["hardware"],
-            f"{r['measured']:.4g}",
-            f"{r['before']:.4g}",
-            f"{r['rel_error_before']:+.0%}",
-            f"{r['after']:.4g}",
-            f"{r['rel_error_after']:+.0%}",
-            "-" if r["loo_abs_rel_error"] is None else f"{r['loo_abs_rel_error']:.0%}",
-        ]
-        for r in report["rows"]
+    _print_fit(result, report)
+    _print_written(result, files, out)
+    return 0
+
+
+def _comma_names(text: str) -> list[str]:
+    """The non-empty, stripped names of a comma-separated list."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _calibrate_folder(args: argparse.Namespace, hardware_ids: list[str]) -> ResultsFolder:
+    """--out, else runs/calibrate-<the hardware ids> (or -<n>-hardware for more than two)."""
+    name = "-".join(hardware_ids) if len(hardware_ids) <= 2 else f"{len(hardware_ids)}-hardware"
+    return ResultsFolder(args.out or Path("runs") / f"calibrate-{name}", "calibrate", args.overwrite)
+
+
+def _print_written(result: Fit, files: dict[str, str], out: ResultsFolder) -> None:
+    """Which profiles were written where, and the flags that use them."""
+    hint = f"--hardware-dir {out.path}" + (f" --stack-dir {out.path}" if result.stacks else "")
+    print(f"\nwrote {', '.join(files)} to {out.path} (use them with {hint})")
+
+
+def _chosen_rows(text: str, table: list[MeasurementRow], hardware_ids: list[str]) -> list[MeasurementRow]:
+    """The rows --rows names; naming none, or a row not in the hardware's table, is an error."""
+    chosen = _comma_names(text)
+    unknown = sorted(set(chosen) - {r.id for r in table})
+    if unknown or not chosen:
+        raise _unknown_rows(unknown, table, hardware_ids)
+    return [r for r in table if r.id in set(chosen)]
+
+
+def _unknown_rows(unknown: list[str], table: list[MeasurementRow], hardware_ids: list[str]) -> ConfigError:
+    """The error for --rows naming no row, or rows not in the hardware's table (listing its rows)."""
+    return ConfigError(
+        f"--rows: {', '.join(unknown) or '(none given)'}: not a row of {', '.join(hardware_ids)} in the "
+        f"table (its rows: {', '.join(r.id for r in table) or 'none'})"
+    )
+
+
+def _fittable_rows(table: list[MeasurementRow], cat: Catalog) -> list[MeasurementRow]:
+    """The unflagged, predicted rows, less (with a warning) those a fit could not determine."""
+    from simulator.studies.calibration import undetermined
+
+    results = validate(table, cat)
+    rows = [r.row for r in results if not r.flag and r.predicted is not None]
+    left_out = [reason for reason in map(undetermined, rows) if reason]
+    if left_out:
+        warnings.warn(
+            f"left out (name them with --rows to be refused): {'; '.join(left_out)}", InfersimWarning, stacklevel=1
+        )
+        rows = [r for r in rows if not undetermined(r)]
+    return rows
+
+
+def _calibration_parameters(
+    args: argparse.Namespace,
+    cat: Catalog,
+    hardware_ids: list[str],
+    profiles: list[HardwareProfile],
+    rows: list[MeasurementRow],
+) -> list[Parameter]:
+    """The per-hardware parameters (--fit, else each profile's fitted ones), then the shared stack ones."""
+    from simulator.studies.calibration import derived_paths, parse_parameters, row_stack
+
+    if args.fit is not None:
+        paths = _names(args.fit, "--fit", "compute.efficiency,memory.hbm.efficiency")
+        per_hardware = {h: paths for h in hardware_ids}
+    else:
+        per_hardware = {p.id: derived_paths(p) for p in profiles}
+    if args.shared is not None:
+        shared = _names(args.shared, "--shared", "trtllm.layer_latency")
+    else:
+        stacks = sorted({row_stack(r, cat) for r in rows})
+        shared = [f"{s}.{path}" for s in stacks for path in derived_paths(cat.stack(s))]
+    parameters = [q for h, paths in per_hardware.items() for q in parse_parameters([h], paths, [])]
+    return parameters + parse_parameters([], [], shared)
+
+
+def _fit_cells(r: dict[str, Any]) -> list[object]:
+    """One row of the fit table: measured, before and after with their errors, the held-out error."""
+    return [
+        r["id"],
+        r["hardware"],
+        f"{r['measured']:.4g}",
+        f"{r['before']:.4g}",
+        f"{r['rel_error_before']:+.0%}",
+        f"{r['after']:.4g}",
+        f"{r['rel_error_after']:+.0%}",
+        "-" if r["loo_abs_rel_error"] is None else f"{r['loo_abs_rel_error']:.0%}",
     ]
+
+
+def _parameter_line(result: Fit, parameter: str, value: float) -> str:
+    """A fitted value, from where it started, or why it did not move."""
+    moved = result.not_moved.get(parameter)
+    start = result.start[parameter]
+    return f"{parameter} = {value:.4g}" + (
+        f"  did not move from {start:.4g}: {moved}" if moved else f"  (from {start:.4g})"
+    )
+
+
+def _print_fit(result: Fit, report: dict[str, Any]) -> None:
+    """The fit table, the fitted values, the sensitivity table and the leave-one-out error."""
+    from simulator.studies.calibration import sensitivity_table
+
+    table_rows = [_fit_cells(r) for r in report["rows"]]
     print(format_table(["row", "hardware", "measured", "before", "error", "after", "error", "held out"], table_rows))
     for parameter, value in result.parameters.items():
-        moved = result.not_moved.get(parameter)
-        print(
-            f"{parameter} = {value:.4g}"
-            + (
-                f"  did not move from {result.start[parameter]:.4g}: {moved}"
-                if moved
-                else f"  (from {result.start[parameter]:.4g})"
-            )
-        )
+        print(_parameter_line(result, parameter, value))
     names = list(result.parameters)
     rows_fitted = [b.row for b in result.before]
     matrix = np.array([[result.sensitivity[n][r.id] for n in names] for r in rows_fitted])
@@ -469,14 +540,11 @@ def calibrate_command(args: argparse.Namespace) -> int:
         if loo is not None
         else "leave-one-out: needs more rows than parameters"
     )
-    hint = f"--hardware-dir {out.path}" + (f" --stack-dir {out.path}" if result.stacks else "")
-    print(f"\nwrote {', '.join(files)} to {out.path} (use them with {hint})")
-    return 0
 
 
 def _names(text: str, flag: str, example: str) -> list[str]:
     """The comma-separated names of a flag; naming none is an error (not a fall-back to the default)."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    names = _comma_names(text)
     if not names:
         raise ConfigError(f"{flag}: names no parameter; expected comma-separated names, e.g. {flag} {example}")
     return names

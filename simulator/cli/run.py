@@ -17,7 +17,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from simulator.capacity import LIMITED_MARK, Capacity, of_run
 from simulator.cli import Terminated
@@ -79,12 +79,10 @@ class Finished(NamedTuple):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Simulate the scenario (once per --set combination); write the run folder(s) and print the results."""
     cat = catalog(args)
     data = load_scenario_data(args.scenario)
-    count, how = count_values(args.set or [])  # counted before any combination is built
-    check_runs(count, limits(args), f"{args.scenario}: --set", how, "give fewer comma values")
-    combos = sweep_values(args.set or [])
-    scenarios = [scenario_from(data, combo, str(args.scenario), cat) for combo in combos]  # all validated first
+    count, how, combos, scenarios = _combinations(args, data, cat)
     say = progress_lines("run", args) if count > 1 else None
     if say:
         say(f"{count:,} runs ({how}), one after another")
@@ -95,6 +93,30 @@ def run(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Terminated) as exc:
         exc.kept = folder.kept()  # type: ignore[union-attr]
         raise
+    _write_results(results, last, out, folder)
+    maybe_report(args, out)
+    empty = [(set_label(r.combo), why) for r in results if (why := nothing_measured(r.summary, r.arrived))]
+    if args.json:  # the summary document, with the capacity verdict beside it (simulator.capacity)
+        print(json_text(_json_payload(results)), end="")
+        return measured_nothing(empty, out.path)
+    _print_results(results, out.path)
+    return measured_nothing(empty, out.path)
+
+
+def _combinations(
+    args: argparse.Namespace, data: dict[str, Any], cat: Catalog
+) -> tuple[int, str, list[dict[str, object]], list[Scenario]]:
+    """How many --set combinations and how counted (refused past the limits before any is built), then
+    each combination with its scenario, every one validated before any runs."""
+    count, how = count_values(args.set or [])  # counted before any combination is built
+    check_runs(count, limits(args), f"{args.scenario}: --set", how, "give fewer comma values")
+    combos = sweep_values(args.set or [])
+    scenarios = [scenario_from(data, combo, str(args.scenario), cat) for combo in combos]  # all validated first
+    return count, how, combos, scenarios
+
+
+def _write_results(results: list[Finished], last: RunResult, out: ResultsFolder, folder: PartialFolder) -> None:
+    """One run: its files in the folder itself; several: sweep.json and the index beside their run folders."""
     if len(results) == 1:
         out.write(run_files(last))
     else:
@@ -104,19 +126,13 @@ def run(args: argparse.Namespace) -> int:
                 "index.txt": run_index(["--set"], [[set_label(r.combo)] for r in results]),
             }
         )
-    maybe_report(args, out)
-    empty = [(set_label(r.combo), why) for r in results if (why := nothing_measured(r.summary, r.arrived))]
-    if args.json:  # the summary document, with the capacity verdict beside it (simulator.capacity)
-        first = results[0]
-        payload: object = (
-            first.summary.to_dict() | {"capacity": first.capacity.to_dict()}
-            if len(results) == 1
-            else [r.document() for r in results]
-        )
-        print(json_text(payload), end="")
-        return measured_nothing(empty, out.path)
-    _print_results(results, out.path)
-    return measured_nothing(empty, out.path)
+
+
+def _json_payload(results: list[Finished]) -> object:
+    """One run: its summary with the capacity verdict; several: each run's document."""
+    if len(results) == 1:
+        return results[0].summary.to_dict() | {"capacity": results[0].capacity.to_dict()}
+    return [r.document() for r in results]
 
 
 def _run_each(
@@ -151,13 +167,28 @@ def _run_each(
 
 def _print_results(results: list[Finished], path: Path) -> None:
     """Overload warnings on stderr; the summary, task and KV tables and each run's breakdown on stdout."""
+    _warn_overloads(results)
+    labels = [set_label(r.combo) or r.name for r in results]
+    _print_summary_table(results, labels)
+    _print_task_and_kv_tables(labels, [r.summary for r in results])
+    _print_breakdowns(labels, [r.summary for r in results])
+    print(
+        f"\nwrote {path} (everything above and more per run, e.g. per-replica utilisation, ITL and task time "
+        f"shares, is in summary.json; --json prints it)"
+    )
+
+
+def _warn_overloads(results: list[Finished]) -> None:
+    """A warning on stderr for each overloaded run, named by its --set label."""
     for r in results:
         message = overload_message(r.summary)
         if message:
             label = set_label(r.combo)
             print(f"infersim: warning: {label + ': ' if label else ''}{message}", file=sys.stderr)
-    labels = [set_label(r.combo) or r.name for r in results]
-    summaries = [r.summary for r in results]
+
+
+def _print_summary_table(results: list[Finished], labels: list[str]) -> None:
+    """The summary table, and the legend of its capacity-limited mark when a run is."""
     print(
         format_table(
             SUMMARY_HEADERS,
@@ -169,23 +200,25 @@ def _print_results(results: list[Finished], path: Path) -> None:
             f"{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the users (KV or batch cap) or "
             f"preempted; TTFT and speed are those of the users running, the others queue"
         )
+
+
+def _print_task_and_kv_tables(labels: list[str], summaries: list[RunSummary]) -> None:
+    """The task table and the KV motion table, each only when some run has rows for it."""
     task_rows = [task_row(label, s) for label, s in zip(labels, summaries, strict=True) if s.tasks]
     motion = [row for label, s in zip(labels, summaries, strict=True) for row in kv_rows(label, s)]
     for headers, rows in ((TASK_HEADERS, task_rows), (KV_HEADERS, motion)):
         if rows:
             print()
             print(format_table(headers, rows))
+
+
+def _print_breakdowns(labels: list[str], summaries: list[RunSummary]) -> None:
+    """Each run's speculation and time breakdown (labelled when there are several runs)."""
     for label, summary in zip(labels, summaries, strict=True):
-        speculation = speculation_text(label if len(results) > 1 else "", summary)
-        if speculation:
-            print(f"\n{speculation}")
-        breakdown = breakdown_text(label if len(results) > 1 else "", summary)
-        if breakdown:
-            print(f"\n{breakdown}")
-    print(
-        f"\nwrote {path} (everything above and more per run, e.g. per-replica utilisation, ITL and task time "
-        f"shares, is in summary.json; --json prints it)"
-    )
+        name = label if len(summaries) > 1 else ""
+        for text in (speculation_text(name, summary), breakdown_text(name, summary)):
+            if text:
+                print(f"\n{text}")
 
 
 def measured_nothing(empty: list[tuple[str, str]], folder: Path) -> int:

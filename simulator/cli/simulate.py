@@ -74,21 +74,58 @@ def compare_run(scenario_json: str, profiles: Profiles, run_limits: Limits | Non
 
 
 def compare(args: argparse.Namespace) -> int:
+    """Run the scenario on each hardware (and each --set load); write and print the comparison."""
     cat = catalog(args)
     data = load_scenario_data(args.scenario)
-    hardware = [h.strip() for h in args.hardware.split(",") if h.strip()]
+    hardware = _compare_hardware(args.hardware)
+    how = _check_compare_count(args, hardware)
+    name, cases = _compare_cases(args, data, hardware, cat)
+    check_address(args.address)
+    out = ResultsFolder(args.out or Path("runs") / f"compare-{name}", "compare", args.overwrite)
+    folder = PartialFolder(out, "compare", cases[0][2].run.seed)
+    with naming(str(args.scenario)):
+        texts, keys = _checked_case_texts(args, cases, cat)
+        found = _compare_runs(args, cases, texts, keys, folder, how)
+    rows = [
+        found[key]["row"] | {"hardware": hw, "load": label} for key, (hw, label, _) in zip(keys, cases, strict=True)
+    ]
+    summaries = [RunSummary.model_validate(found[key]["summary"]) for key in keys]
+    empty = _measured_nothing_cases(found, keys, rows, summaries)
+    folder.finish(_compare_files(rows))
+    maybe_report(args, out)
+    if args.json:
+        print(json_text(rows), end="")
+        return measured_nothing(empty, out.path)
+    _print_comparison(args, rows, summaries, cases, cat)
+    print(f"\nwrote {out.path} (index.txt says which run-NNN folder holds which hardware and load)")
+    return measured_nothing(empty, out.path)
+
+
+def _compare_hardware(text: str) -> list[str]:
+    """The hardware ids of --hardware: at least one, each once."""
+    hardware = [h.strip() for h in text.split(",") if h.strip()]
     if not hardware:
-        raise ConfigError(
-            f"--hardware {args.hardware!r}: no hardware profile ids given (e.g. nvidia-h100-sxm,cerebras-cs3)"
-        )
+        raise ConfigError(f"--hardware {text!r}: no hardware profile ids given (e.g. nvidia-h100-sxm,cerebras-cs3)")
     twice = sorted(hw for hw, n in Counter(hardware).items() if n > 1)
     if twice:
         raise ConfigError(f"--hardware: {', '.join(twice)} named more than once (each id once)")
-    count, how = count_values(args.set or [])  # counted before any case is built
+    return hardware
+
+
+def _check_compare_count(args: argparse.Namespace, hardware: list[str]) -> str:
+    """Refuse more runs than the limits allow (counted before any case is built); says how they were counted."""
+    count, how = count_values(args.set or [])
     how = f"{len(hardware):,} hardware x {count:,} load{'s' if count > 1 else ''}" + (f" ({how})" if count > 1 else "")
     check_runs(
         len(hardware) * count, limits(args), f"{args.scenario}: compare", how, "name fewer hardware ids or comma values"
     )
+    return how
+
+
+def _compare_cases(
+    args: argparse.Namespace, data: dict[str, Any], hardware: list[str], cat: Catalog
+) -> tuple[str, list[tuple[str, str, Scenario]]]:
+    """The scenario's name and its (hardware, load label, scenario) cases, load by load."""
     for hw in hardware:
         cat.hardware(hw)  # unknown ids fail before any simulation
     name = str(data.get("name", args.scenario.stem))
@@ -101,40 +138,54 @@ def compare(args: argparse.Namespace) -> int:
         for c in combos
         for hw in hardware
     ]
-    check_address(args.address)
-    out = ResultsFolder(args.out or Path("runs") / f"compare-{name}", "compare", args.overwrite)
-    folder = PartialFolder(out, "compare", cases[0][2].run.seed)
-    with naming(str(args.scenario)):
-        run_limits = limits(args)
-        for _, _, scenario in cases:  # a case that cannot run, or is too large, fails before any runs
-            size = resolve(scenario, cat).size
-            if run_limits is not None:
-                check_size(size, run_limits)
-        texts = [write_in(scenario, cat).model_dump_json(by_alias=True) for _, _, scenario in cases]
-        keys = [
-            run_key(text, inputs_digest(scenario, "compare-run"))
-            for text, (_, _, scenario) in zip(texts, cases, strict=True)
-        ]
-        found = _compare_runs(args, cases, texts, keys, folder, how)
-    rows = [
-        found[key]["row"] | {"hardware": hw, "load": label} for key, (hw, label, _) in zip(keys, cases, strict=True)
+    return name, cases
+
+
+def _checked_case_texts(
+    args: argparse.Namespace, cases: list[tuple[str, str, Scenario]], cat: Catalog
+) -> tuple[list[str], list[str]]:
+    """Each case's scenario text and cache key, once every case is known to resolve and fit the limits."""
+    run_limits = limits(args)
+    for _, _, scenario in cases:  # a case that cannot run, or is too large, fails before any runs
+        size = resolve(scenario, cat).size
+        if run_limits is not None:
+            check_size(size, run_limits)
+    texts = [write_in(scenario, cat).model_dump_json(by_alias=True) for _, _, scenario in cases]
+    keys = [
+        run_key(text, inputs_digest(scenario, "compare-run"))
+        for text, (_, _, scenario) in zip(texts, cases, strict=True)
     ]
-    summaries = [RunSummary.model_validate(found[key]["summary"]) for key in keys]
-    empty = [
+    return texts, keys
+
+
+def _measured_nothing_cases(
+    found: dict[str, dict[str, Any]], keys: list[str], rows: list[dict[str, Any]], summaries: list[RunSummary]
+) -> list[tuple[str, str]]:
+    """The cases that measured nothing, by hardware and load, with why."""
+    return [
         (f"{row['hardware']} {row['load']}".strip(), reason)
         for key, row, summary in zip(keys, rows, summaries, strict=True)
         if (reason := nothing_measured(summary, found[key].get("arrived")))
     ]
-    files = {
+
+
+def _compare_files(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """compare.json, the run index and the comparison table with its sources."""
+    return {
         "compare.json": json_text(rows),
         "index.txt": run_index(["hardware", "load"], [[row["hardware"], row["load"] or "-"] for row in rows]),
         "compare.txt": comparison_table(rows) + "\n\n" + sources_text(rows) + "\n",
     }
-    folder.finish(files)
-    maybe_report(args, out)
-    if args.json:
-        print(json_text(rows), end="")
-        return measured_nothing(empty, out.path)
+
+
+def _print_comparison(
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    summaries: list[RunSummary],
+    cases: list[tuple[str, str, Scenario]],
+    cat: Catalog,
+) -> None:
+    """The comparison table, its sources (every number with --explain) and each case's breakdown."""
     print(comparison_table(rows))
     print()
     print(sources_text(rows, _every_number(cases, cat) if args.explain else None))
@@ -142,8 +193,6 @@ def compare(args: argparse.Namespace) -> int:
         breakdown = breakdown_text(f"{row['hardware']} {row['load']}".strip(), summary)
         if breakdown:
             print(f"\n{breakdown}")
-    print(f"\nwrote {out.path} (index.txt says which run-NNN folder holds which hardware and load)")
-    return measured_nothing(empty, out.path)
 
 
 def _every_number(cases: list[tuple[str, str, Scenario]], cat: Catalog) -> list[SourcedNumber]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -24,22 +26,28 @@ from simulator.config.loading import parse_override
 from simulator.config.scenario import Scenario
 from simulator.results.views import sweep_table
 from simulator.studies.execution import check_address
-from simulator.studies.sweep import cached_runs, expand, load_sweep, run_sweep, summarize_rows, table_file
+from simulator.studies.sweep import (
+    RunPoint,
+    SweepSpec,
+    cached_runs,
+    expand,
+    load_sweep,
+    run_sweep,
+    summarize_rows,
+    table_file,
+)
 from simulator.tables import format_table
 from simulator.version import __version__
 
 
 def sweep(args: argparse.Namespace) -> int:
+    """Run the sweep's runs (through the folder's cache); write the runs and summary tables and print the results."""
     spec = load_sweep(args.sweep, dict(parse_override(text) for text in args.set or []))
     runs = expand(spec, args.sweep, catalog(args), limits(args))  # counted (and refused past the limit) first
     check_address(args.address)
     out = ResultsFolder(args.out or Path("runs") / f"sweep-{spec.name}", "sweep", args.overwrite)
     reused = cached_runs(runs, out.path)
-    say = progress_lines("sweep", args)
-    if say:
-        say(f"{len(runs):,} runs ({spec.runs_how}), {reused:,} of them in the cache")
-    bar = progress_bar(f"sweep of {len(runs)} runs") if interactive(args) else None
-    progress = (lambda done, total: bar(done / total)) if bar else None
+    progress = _sweep_progress(args, spec, runs, reused)
     started = False
 
     def ready() -> None:  # the executor is up: the folder exists, marked as a sweep's, before its cache fills
@@ -59,29 +67,54 @@ def sweep(args: argparse.Namespace) -> int:
     summary = summarize_rows(rows, factors, spec.metrics)
     runs_name, runs_table = table_file(rows, "runs")
     summary_name, summary_table = table_file(summary, "summary")
-    resolved = spec.model_dump(mode="json") | {"provenance": {"version": __version__, "runs": len(runs)}}
-    first = Scenario.model_validate_json(runs[0].scenario_json)  # the captions' model, lengths, window, load
-    out.write(
-        {
-            runs_name: runs_table,
-            summary_name: summary_table,
-            "sweep.resolved.yaml": yaml.safe_dump(resolved, sort_keys=False),
-            "scenario.resolved.yaml": scenario_yaml(first),
-        }
-    )
-    failed = sum(1 for r in rows if r["error"])
+    out.write({runs_name: runs_table, summary_name: summary_table, **_resolved_files(spec, runs)})
     maybe_report(args, out)
     if args.json:
         print(json_text({"runs": rows, "summary": summary}), end="")
-    else:
-        print(results_text(summary, factors, spec.metrics))
-        print(
-            f"\n{len(rows)} runs ({failed} failed; {reused} reused from the cache in {out.path / 'cache'}), "
-            f"{len(summary)} factor combinations, mean ± 95 % CI half-width over {spec.replications} "
-            f"replication{'s' if spec.replications > 1 else ''}; wrote {out.path / runs_name} and "
-            f"{out.path / summary_name}"
-        )
+        return 0
+    print(results_text(summary, factors, spec.metrics))
+    print(_done_line(rows, summary, spec, reused, out.path, (runs_name, summary_name)))
     return 0
+
+
+def _done_line(
+    rows: list[dict[str, Any]],
+    summary: list[dict[str, object]],
+    spec: SweepSpec,
+    reused: int,
+    path: Path,
+    names: tuple[str, str],
+) -> str:
+    """How many runs failed or came from the cache, over how many replications, and the tables written."""
+    failed = sum(1 for r in rows if r["error"])
+    return (
+        f"\n{len(rows)} runs ({failed} failed; {reused} reused from the cache in {path / 'cache'}), "
+        f"{len(summary)} factor combinations, mean ± 95 % CI half-width over {spec.replications} "
+        f"replication{'s' if spec.replications > 1 else ''}; wrote {path / names[0]} and "
+        f"{path / names[1]}"
+    )
+
+
+def _sweep_progress(
+    args: argparse.Namespace, spec: SweepSpec, runs: list[RunPoint], reused: int
+) -> Callable[[int, int], None] | None:
+    """Say how many runs (and how many cached); the progress bar's update on a terminal, else None."""
+    say = progress_lines("sweep", args)
+    if say:
+        say(f"{len(runs):,} runs ({spec.runs_how}), {reused:,} of them in the cache")
+    bar = progress_bar(f"sweep of {len(runs)} runs") if interactive(args) else None
+    return (lambda done, total: bar(done / total)) if bar else None
+
+
+def _resolved_files(spec: SweepSpec, runs: list[RunPoint]) -> dict[str, str]:
+    """The sweep as resolved (with its provenance) and its first run's scenario (the captions' model,
+    lengths, window and load)."""
+    resolved = spec.model_dump(mode="json") | {"provenance": {"version": __version__, "runs": len(runs)}}
+    first = Scenario.model_validate_json(runs[0].scenario_json)
+    return {
+        "sweep.resolved.yaml": yaml.safe_dump(resolved, sort_keys=False),
+        "scenario.resolved.yaml": scenario_yaml(first),
+    }
 
 
 def results_text(summary: list[dict[str, object]], factors: list[str], metrics: list[str]) -> str:

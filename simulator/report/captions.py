@@ -205,33 +205,49 @@ def best_under_load(
     ...                 per_user_speed=True)  # doctest: +ELLIPSIS
     'a has the highest per-user speed averaged over all users (83.4 tok/s), 4.6x that of b; ⚠ capacity-limited: a...'
     """
-    limited = [k for k, v in values.items() if k in capacities and capacities[k].limited and v == v]
+    limited = _limited_entries(values, capacities)
     if not limited:
         return best(dict(values), unit, what, highest)
     shown = dict(values)
     if per_user_speed:
-        shown = {k: capacities[k].averaged(v) or math.nan if k in capacities else v for k, v in values.items()}
+        shown = _averaged_over_all_users(values, capacities)
         what = f"{what} averaged over all users"
     text = best(shown, unit, what, highest)
-    defined = [k for k, v in shown.items() if v == v and v > 0]
-    ends = (
-        {
-            (max if highest else min)(defined, key=shown.__getitem__),
-            (min if highest else max)(defined, key=shown.__getitem__),
-        }
-        if defined
-        else set()
-    )
-
-    def why(k: str) -> str:
-        note = capacities[k].note()[len(LIMITED_MARK) + 1 :]
-        return f"{k} {note}" + (f" ({significant(values[k])} {unit} for each running user)" if per_user_speed else "")
-
-    named = [why(k) for k in limited if k in ends]
+    ends = _ends(shown, highest)
+    named = [_limited_note(k, values, capacities, unit, per_user_speed) for k in limited if k in ends]
     others = [k for k in limited if k not in ends]
-    return (
-        text
-        + f"; {LIMITED_MARK} capacity-limited: "
-        + "; ".join(named)
-        + (("; also " if named else "") + ", ".join(others) if others else "")
-    )
+    return text + f"; {LIMITED_MARK} capacity-limited: " + "; ".join(named) + _also(named, others)
+
+
+def _limited_entries(values: Mapping[str, float], capacities: Mapping[str, Capacity]) -> list[str]:
+    """The entries with a defined value whose capacity limited them."""
+    return [k for k, v in values.items() if k in capacities and capacities[k].limited and v == v]
+
+
+def _averaged_over_all_users(values: Mapping[str, float], capacities: Mapping[str, Capacity]) -> dict[str, float]:
+    """Each per-user speed averaged over all users where a capacity is known (NaN where it averages to none)."""
+    return {k: capacities[k].averaged(v) or math.nan if k in capacities else v for k, v in values.items()}
+
+
+def _ends(shown: Mapping[str, float], highest: bool) -> set[str]:
+    """The best and the worst of the defined, positive values (none without any)."""
+    defined = [k for k, v in shown.items() if v == v and v > 0]
+    if not defined:
+        return set()
+    return {
+        (max if highest else min)(defined, key=shown.__getitem__),
+        (min if highest else max)(defined, key=shown.__getitem__),
+    }
+
+
+def _limited_note(
+    k: str, values: Mapping[str, float], capacities: Mapping[str, Capacity], unit: str, per_user_speed: bool
+) -> str:
+    """What a capacity-limited entry holds, with (for a per-user speed) its running users' speed."""
+    note = capacities[k].note()[len(LIMITED_MARK) + 1 :]
+    return f"{k} {note}" + (f" ({significant(values[k])} {unit} for each running user)" if per_user_speed else "")
+
+
+def _also(named: list[str], others: list[str]) -> str:
+    """The capacity-limited entries not named in full, listed after those that are."""
+    return ("; also " if named else "") + ", ".join(others) if others else ""

@@ -102,14 +102,20 @@ def _labels(rows: list[dict[str, Any]]) -> list[str]:
     return [f"{r['hardware']} {r['load']}".strip() for r in rows]
 
 
-def _frontier_section(rows: list[dict[str, Any]], a: Assumptions | None) -> Section:
+def _frontier_curves(rows: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """Per hardware, each load's (per-user speed p50, output per chip) where both are numbers."""
     curves: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
         point = (r["per_user_output_tok_s_p50"], r["output_tok_s_per_chip"])
         if all(isinstance(v, int | float) and v == v for v in point):  # a run that measured nothing has no point
             curves.setdefault(r["hardware"], []).append(point)
-    front = plots.pareto([p for points in curves.values() for p in points])
-    on_front = sorted({h for h, points in curves.items() if any(p in front for p in points)})
+    return curves
+
+
+def _frontier_section(rows: list[dict[str, Any]], a: Assumptions | None) -> Section:
+    """Per-user speed against output per chip, one curve per hardware, the Pareto set named."""
+    curves = _frontier_curves(rows)
+    on_front = plots.on_front(curves)
     what = (
         "Per-user speed against aggregate output per chip, one curve per hardware through the loads compared "
         "(more loads draw more of each curve); the Pareto set is ringed."

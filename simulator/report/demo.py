@@ -39,21 +39,33 @@ def speed_gap_sections(manifest: Manifest) -> list[Section]:
     users = fitted[0]["loaded"]["concurrency"]
     lengths = (first["input_tokens"], first["output_tokens"])
     sections = [_model_section(model, [r for r in fitted if r["model"] == model], lengths, users) for model in models]
+    table = _table_section(manifest, rows, fitted, models, lengths, users)
+    deployments = [r["single_stream"]["deployment"] for r in fitted if r["model"] == models[0]]
+    return [table, *sections, _roofline_section(models[0], deployments)]
+
+
+def _table_section(
+    manifest: Manifest,
+    rows: list[dict[str, Any]],
+    fitted: list[dict[str, Any]],
+    models: list[str],
+    lengths: tuple[int, int],
+    users: int,
+) -> Section:
+    """The speed-gap table: how many pairs do not fit, and how many are capacity-limited under load."""
     table_a = closed_form_assumptions(", ".join(models), ["every bundled hardware profile"], *lengths, (1, users))
     what = (
         "Per-user speed, TTFT and aggregate throughput of each model on each hardware; "
         f"{LIMITED_MARK} marks capacity-limited figures."
     )
     limited = sum(1 for r in fitted if r["loaded"].get("capacity_limited"))
-    table = Section(
+    return Section(
         "The speed gap (table)",
         text=read_text_file(manifest, "speed_gap.txt"),
         caption=caption(what, table_a),
         takeaway=f"{sum(1 for r in rows if 'error' in r)} model-hardware pairs do not fit; "
         f"{limited} are capacity-limited at {users} users ({LIMITED_MARK}).",
     )
-    deployments = [r["single_stream"]["deployment"] for r in fitted if r["model"] == models[0]]
-    return [table, *sections, _roofline_section(models[0], deployments)]
 
 
 def _model_section(model: str, mine: list[dict[str, Any]], lengths: tuple[int, int], users: int) -> Section:

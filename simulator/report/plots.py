@@ -169,21 +169,45 @@ def frontier(
     CIs over replications) draw error bars."""
     ax = _axes(ax)
     for name, points in curves.items():
-        order = sorted(range(len(points)), key=lambda i: points[i])
-        xs, ys = [points[i][0] for i in order], [points[i][1] for i in order]
-        (line,) = ax.plot(xs, ys, marker="o", label=name)
-        if half_widths is not None and name in half_widths:
-            bars = [half_widths[name][i] for i in order]
-            ax.errorbar(
-                xs,
-                ys,
-                xerr=[b[0] for b in bars],
-                yerr=[b[1] for b in bars],
-                fmt="none",
-                ecolor=line.get_color(),
-                alpha=0.6,
-            )
-    best = pareto([p for points in curves.values() for p in points])
+        _frontier_curve(ax, name, points, None if half_widths is None else half_widths.get(name))
+    _ring_pareto_set(ax, pareto([p for points in curves.values() for p in points]), per)
+    _plain_log(ax, "x")
+    _plain_log(ax, "y")
+    ax.set_xlabel("per-user output speed (tok/s)")
+    ax.set_ylabel(f"aggregate output per {per} (tok/s)")
+    ax.set_title("Throughput-interactivity frontier")
+    _legend(ax)
+    return ax
+
+
+def on_front(curves: Mapping[str, Sequence[tuple[float, float]]]) -> list[str]:
+    """The names of the curves with a point on the Pareto set over every curve, sorted."""
+    front = pareto([p for points in curves.values() for p in points])
+    return sorted({h for h, points in curves.items() if any(p in front for p in points)})
+
+
+def _frontier_curve(
+    ax: Axes, name: str, points: Sequence[tuple[float, float]], half_widths: Sequence[tuple[float, float]] | None
+) -> None:
+    """One hardware's curve in order of speed, with its error bars when ``half_widths`` are given."""
+    order = sorted(range(len(points)), key=lambda i: points[i])
+    xs, ys = [points[i][0] for i in order], [points[i][1] for i in order]
+    (line,) = ax.plot(xs, ys, marker="o", label=name)
+    if half_widths is not None:
+        bars = [half_widths[i] for i in order]
+        ax.errorbar(
+            xs,
+            ys,
+            xerr=[b[0] for b in bars],
+            yerr=[b[1] for b in bars],
+            fmt="none",
+            ecolor=line.get_color(),
+            alpha=0.6,
+        )
+
+
+def _ring_pareto_set(ax: Axes, best: list[tuple[float, float]], per: str) -> None:
+    """Ring the Pareto set (if any point is on it)."""
     if best:
         ax.plot(
             [p[0] for p in best],
@@ -194,13 +218,6 @@ def frontier(
             markeredgecolor="black",
             label="Pareto set (nothing is both faster per user and higher per " + per + ")",
         )
-    _plain_log(ax, "x")
-    _plain_log(ax, "y")
-    ax.set_xlabel("per-user output speed (tok/s)")
-    ax.set_ylabel(f"aggregate output per {per} (tok/s)")
-    ax.set_title("Throughput-interactivity frontier")
-    _legend(ax)
-    return ax
 
 
 def _series_against_load(

@@ -148,6 +148,23 @@ def _backend_section(label: str, summary: RunSummary, a: Assumptions | None) -> 
 
 
 def _class_section(label: str, summary: RunSummary, a: Assumptions | None) -> Section:
+    """One row per workload class, then the fleet; the dearest class's share and each task class's $/task."""
+    assert summary.classes is not None
+    rule = summary.cost.attribution or ""
+    what = (
+        f"One row per workload class, then the fleet. {rule[:1].upper()}{rule[1:]}; the classes' $ sum to the fleet's."
+    )
+    return Section(
+        f"{label}: per class",
+        (CLASS_HEADERS, class_rows(summary)),
+        caption=captioned(what, a),
+        takeaway=_class_takeaway(summary) + ".",
+        headline=True,
+    )
+
+
+def _class_takeaway(summary: RunSummary) -> str:
+    """The dearest class's share of the fleet's $, then the $/task of each class with tasks."""
     assert summary.classes is not None
     costs = {name: c.cost for name, c in summary.classes.items() if c.cost is not None}
     dearest = max(costs, key=lambda name: costs[name].usd) if costs else ""
@@ -161,17 +178,7 @@ def _class_section(label: str, summary: RunSummary, a: Assumptions | None) -> Se
         takeaway += "; " + ", ".join(
             f"{name} cost ${format_number(c.usd_per_task, '.3g')} per task on its own spend" for name, c in tasks
         )
-    rule = summary.cost.attribution or ""
-    what = (
-        f"One row per workload class, then the fleet. {rule[:1].upper()}{rule[1:]}; the classes' $ sum to the fleet's."
-    )
-    return Section(
-        f"{label}: per class",
-        (CLASS_HEADERS, class_rows(summary)),
-        caption=captioned(what, a),
-        takeaway=takeaway + ".",
-        headline=True,
-    )
+    return takeaway
 
 
 def _task_section(label: str, summary: RunSummary, a: Assumptions | None) -> Section:

@@ -47,13 +47,23 @@ def swept_axis(sets: list[dict[str, Any]]) -> tuple[list[float], str, list[str]]
     a run's group names its values of the other varied fields (one line per group, '' when there are none).
     None when no varied field is numeric in every run."""
     varied = _varied(sets)
-    numeric = [k for k in varied if all(isinstance(item.get(k), int | float) for item in sets)]
+    numeric = _numeric(varied, sets)
     if not numeric:
         return None
     path = max(numeric, key=lambda k: len({item[k] for item in sets}))  # the first of the most-valued
-    name = SWEPT_LABELS.get(path.rsplit(".", 1)[-1], path)
     groups = [", ".join(f"{k}={item.get(k)}" for k in varied if k != path) for item in sets]
-    return [float(item[path]) for item in sets], f"{name} ({path})" if name != path else path, groups
+    return [float(item[path]) for item in sets], _axis_label(path), groups
+
+
+def _numeric(varied: list[str], sets: list[dict[str, Any]]) -> list[str]:
+    """The varied fields that are a number in every run."""
+    return [k for k in varied if all(isinstance(item.get(k), int | float) for item in sets)]
+
+
+def _axis_label(path: str) -> str:
+    """The swept field's name with its path (the path alone when it has no name of its own)."""
+    name = SWEPT_LABELS.get(path.rsplit(".", 1)[-1], path)
+    return f"{name} ({path})" if name != path else path
 
 
 def by_group(
@@ -142,6 +152,7 @@ def _label(values: dict[str, Any], keys: list[str]) -> str:
 
 
 def _sweep(manifest: Manifest, runs: list[SweepRun]) -> Sweep:
+    """The run sweep as the page draws it (:class:`Sweep`)."""
     sets = [run.values for run in runs]
     summaries = [run.summary for run in runs]
     first = manifest.runs()
@@ -150,16 +161,27 @@ def _sweep(manifest: Manifest, runs: list[SweepRun]) -> Sweep:
     changing = _varied(sets)
     # the fields every run shares are in the caption's "Varied" and the scenario
     labels = [_label(item, changing) or _label(item, list(item)) for item in sets]
-    capacities = [
+    capacities = _capacities(manifest, runs)
+    notes = [limit_note(s, c) for s, c in zip(summaries, capacities, strict=True)]
+    x, x_label, groups = _x_axis(sets)
+    varied = f" Varied: {', '.join(keys)} (per row)."
+    return Sweep(labels, summaries, capacities, notes, x, x_label, groups, varied, a)
+
+
+def _capacities(manifest: Manifest, runs: list[SweepRun]) -> list[Capacity]:
+    """Each run's capacity verdict: as the sweep recorded it, else worked out from its run folder."""
+    return [
         run.capacity if run.capacity is not None else run_capacity(manifest.sub(f"run-{i:03d}", RUN), run.summary)
         for i, run in enumerate(runs)
     ]
-    notes = [limit_note(s, c) for s, c in zip(summaries, capacities, strict=True)]
+
+
+def _x_axis(sets: list[dict[str, Any]]) -> tuple[list[float], str, list[str]]:
+    """The swept axis (:func:`swept_axis`), else the runs in sweep order, all in one group."""
     axis = swept_axis(sets)
-    run_order = [float(i) for i in range(1, len(runs) + 1)]
-    x, x_label, groups = axis if axis is not None else (run_order, "run (in sweep order)", [""] * len(runs))
-    varied = f" Varied: {', '.join(keys)} (per row)."
-    return Sweep(labels, summaries, capacities, notes, x, x_label, groups, varied, a)
+    if axis is not None:
+        return axis
+    return [float(i) for i in range(1, len(sets) + 1)], "run (in sweep order)", [""] * len(sets)
 
 
 def page(manifest: Manifest) -> list[Section]:
