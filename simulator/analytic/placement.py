@@ -32,7 +32,7 @@ The tier's ``usable_fraction`` still decides where the weights fit and how many 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from simulator.analytic.architecture import group_params, kv_tokens_held, layer_shapes, moe_layer_params
 from simulator.analytic.precision import BYTES_PER_ELEMENT, group_precisions
@@ -328,54 +328,155 @@ def _layout(
     return tp, pp
 
 
-def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stack: StackProfile) -> Deployment:
-    """Resolve a deployment: precisions, tier, chips, layout and KV budget.
+def _served_model(model: ModelSpec, spec: DeploymentSpec) -> ModelSpec:
+    """The model as served: with the deployment's context window when it sets one."""
+    if spec.context_tokens is None:
+        return model
+    return model.model_copy(update={"max_context_tokens": spec.context_tokens})
+
+
+def _storage_precisions(model: ModelSpec, spec: DeploymentSpec, stack: StackProfile) -> tuple[Precision, Precision]:
+    """(weights, KV cache) precisions: as the spec pins them, else the model's native weights and the
+    stack's default KV precision for them."""
+    weights: Precision = spec.weights or model.native_precision
+    kv: Precision = spec.kv_cache or stack.kv_precision(weights, spec.activations)
+    return weights, kv
+
+
+def _max_chips(hardware: HardwareProfile) -> int:
+    """Largest system the automatic placement considers: :data:`MAX_DOMAINS` scale-up domains."""
+    return hardware.interconnect.domain_chips.value * MAX_DOMAINS
+
+
+def _spill_fit(
+    hardware: HardwareProfile,
+    model: ModelSpec,
+    chips: int,
+    candidate: MemoryTier,
+    precision: dict[TensorGroup, Precision],
+    kv_floor: float,
+) -> dict[TensorGroup, tuple[MemoryTier, float]]:
+    """Groups spilled from the fastest tier to the next so that the rest fits ``chips`` chips, with
+    the KV floor replicated over the widest split of a domain; empty when ``candidate`` is not the
+    fastest of several weight tiers or even spilling does not fit."""
+    tiers = hardware.weight_tiers
+    if candidate is not tiers[0] or len(tiers) <= 1:
+        return {}
+    domain = hardware.interconnect.domain_chips.value
+    widest = kv_floor * kv_replication(model, min(chips, domain))  # KV replicated over a split
+    return spill(model, precision, chips, widest, tiers)
+
+
+def _fit_on_tier(
+    hardware: HardwareProfile,
+    model: ModelSpec,
+    spec: DeploymentSpec,
+    candidate: MemoryTier,
+    precision: dict[TensorGroup, Precision],
+    weight_bytes: float,
+    kv_floor: float,
+) -> tuple[int, dict[TensorGroup, tuple[MemoryTier, float]]] | None:
+    """(chips, spilled groups) when weights plus the KV floor fit ``candidate``: the fewest deployable
+    chips up to :func:`_max_chips`, or the spec's chips, on which the fastest tier may spill part of
+    the weights to the next (:func:`spill`); None when they do not fit."""
+    needed = _chips_needed(weight_bytes, kv_floor, candidate)
+    if spec.chips is None:
+        return (_round_chips(hardware, needed), {}) if needed <= _max_chips(hardware) else None
+    if needed <= spec.chips:
+        return spec.chips, {}
+    spilled = _spill_fit(hardware, model, spec.chips, candidate, precision, kv_floor)
+    return (spec.chips, spilled) if spilled else None
+
+
+def _choose_tier(
+    hardware: HardwareProfile,
+    model: ModelSpec,
+    spec: DeploymentSpec,
+    precision: dict[TensorGroup, Precision],
+    weights: Precision,
+    weight_bytes: float,
+    kv_floor: float,
+) -> tuple[MemoryTier, int, dict[TensorGroup, tuple[MemoryTier, float]]]:
+    """(weights tier, chips, spilled groups): the fastest weight tier that fits (module docstring).
 
     Raises
     ------
     PlacementError
-        If the weights do not fit on the chips given, or on any system of this hardware.
+        If no tier fits on the spec's chips or on up to :func:`_max_chips` chips.
     """
-    if spec.context_tokens is not None:  # served with another context window than the model's own
-        model = model.model_copy(update={"max_context_tokens": spec.context_tokens})
-    weights: Precision = spec.weights or model.native_precision
-    kv: Precision = spec.kv_cache or stack.kv_precision(weights, spec.activations)  # the stack's default
-    precision = group_precisions(model, spec)
-    weight_bytes = weight_bytes_of(model, precision)
-    kv_per_token_unreplicated = layer_shapes(model).kv_elements_per_token * model.num_layers * BYTES_PER_ELEMENT[kv]
-    kv_floor = kv_per_token_unreplicated * spec.min_kv_tokens
-    domain = hardware.interconnect.domain_chips.value
-    max_chips = domain * MAX_DOMAINS
-
     tiers = hardware.weight_tiers
-    tier = tiers[-1]
-    chips = spec.chips
-    spilled: dict[TensorGroup, tuple[MemoryTier, float]] = {}
     for candidate in tiers:
-        needed = _chips_needed(weight_bytes, kv_floor, candidate)
-        if spec.chips is None and needed <= max_chips:
-            tier, chips = candidate, _round_chips(hardware, needed)
-            break
-        if spec.chips is not None and needed <= spec.chips:
-            tier = candidate
-            break
-        if spec.chips is not None and candidate is tiers[0] and len(tiers) > 1:
-            widest = kv_floor * kv_replication(model, min(spec.chips, domain))  # KV replicated over a split
-            spilled = spill(model, precision, spec.chips, widest, tiers)
-            if spilled:  # the fast tier keeps what it can; the rest is read from the slower one
-                tier = candidate
-                break
-    else:
-        needed = _chips_needed(weight_bytes, kv_floor, tiers[-1])
-        where = f"on {spec.chips} chips" if spec.chips else f"on up to {max_chips} chips"
-        raise PlacementError(
-            f"{model.id} ({weight_bytes / 1e9:.1f} GB of {weights} weights + "
-            f"{kv_floor / 1e9:.1f} GB KV floor) does not fit {where} of {hardware.id}; "
-            f"it needs at least {needed} chips of {tiers[-1].name}"
-        )
-    assert chips is not None
-    elsewhere = sum(_group_bytes(model, precision, g) * share for g, (_, share) in spilled.items())
+        fit = _fit_on_tier(hardware, model, spec, candidate, precision, weight_bytes, kv_floor)
+        if fit is not None:
+            return candidate, fit[0], fit[1]
+    needed = _chips_needed(weight_bytes, kv_floor, tiers[-1])
+    where = f"on {spec.chips} chips" if spec.chips else f"on up to {_max_chips(hardware)} chips"
+    raise PlacementError(
+        f"{model.id} ({weight_bytes / 1e9:.1f} GB of {weights} weights + "
+        f"{kv_floor / 1e9:.1f} GB KV floor) does not fit {where} of {hardware.id}; "
+        f"it needs at least {needed} chips of {tiers[-1].name}"
+    )
 
+
+def _spilled_bytes(
+    model: ModelSpec, precision: dict[TensorGroup, Precision], spilled: dict[TensorGroup, tuple[MemoryTier, float]]
+) -> float:
+    """Weight bytes read from the slower tier: each spilled group's bytes times its moved share."""
+    return sum(_group_bytes(model, precision, g) * share for g, (_, share) in spilled.items())
+
+
+@dataclass(frozen=True)
+class _Sizing:
+    """A layout and the KV it leaves room for."""
+
+    tensor_parallel: int
+    pipeline_parallel: int
+    chips: int
+    attention_dp: int
+    weight_bytes: float
+    kv_bytes_per_token: float
+    kv_budget_bytes: float
+
+
+def _check_may_grow(
+    hardware: HardwareProfile,
+    model: ModelSpec,
+    spec: DeploymentSpec,
+    tier: MemoryTier,
+    chips: int,
+    weight_bytes: float,
+    kv_budget: float,
+    floor: float,
+) -> None:
+    """A deployment whose chips or layout the spec pins cannot grow to make room for the KV floor.
+
+    Raises
+    ------
+    PlacementError
+        If the spec pins chips, tensor_parallel or pipeline_parallel.
+    """
+    if spec.chips is not None or spec.tensor_parallel or spec.pipeline_parallel:
+        raise PlacementError(
+            f"{model.id} on {chips} x {hardware.id}: {weight_bytes / 1e9:.1f} GB of weights leave "
+            f"{max(kv_budget, 0) / 1e9:.2f} GB for KV in {tier.name}, less than {spec.min_kv_tokens} "
+            f"tokens need; use at least {_chips_needed(weight_bytes, floor, tier)} chips"
+        )
+
+
+def _size_layout(
+    hardware: HardwareProfile,
+    model: ModelSpec,
+    spec: DeploymentSpec,
+    stack: StackProfile,
+    tier: MemoryTier,
+    chips: int,
+    precision: dict[TensorGroup, Precision],
+    weight_bytes: float,
+    elsewhere: float,
+    kv_per_token_unreplicated: float,
+) -> _Sizing:
+    """Lay out ``chips`` chips and size the KV; where the replicated KV floor does not fit, grow the
+    chips and lay out again, at most :data:`MAX_LAYOUT_ATTEMPTS` times."""
     for _ in range(MAX_LAYOUT_ATTEMPTS):
         tp, pp = _layout(hardware, model, spec, chips, tier, precision)
         chips = tp * pp
@@ -384,44 +485,113 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
         floor = kv_per_token * spec.min_kv_tokens
         if kv_budget >= floor:
             break
-        if spec.chips is not None or spec.tensor_parallel or spec.pipeline_parallel:
-            raise PlacementError(
-                f"{model.id} on {chips} x {hardware.id}: {weight_bytes / 1e9:.1f} GB of weights leave "
-                f"{max(kv_budget, 0) / 1e9:.2f} GB for KV in {tier.name}, less than {spec.min_kv_tokens} "
-                f"tokens need; use at least {_chips_needed(weight_bytes, floor, tier)} chips"
-            )
+        _check_may_grow(hardware, model, spec, tier, chips, weight_bytes, kv_budget, floor)
         # KV replicated across a wider tensor split needs more room: grow and lay out again.
         chips = _round_chips(hardware, max(_chips_needed(weight_bytes, floor, tier), chips + 1))
+    return _Sizing(tp, pp, chips, 1, weight_bytes, kv_per_token, kv_budget)
+
+
+def _check_stage_count(model: ModelSpec, spec: DeploymentSpec, sizing: _Sizing) -> None:
+    """A pipeline cannot have more stages than the model has layers.
+
+    Raises
+    ------
+    PlacementError
+        Naming ``pipeline_parallel`` when the spec pins it, else ``chips``.
+    """
+    tp, pp = sizing.tensor_parallel, sizing.pipeline_parallel
     if pp > model.num_layers:
         field = "pipeline_parallel" if spec.pipeline_parallel else "chips"
         raise PlacementError(
-            f"{field}: {chips} chips as {tp} x {pp} stages need {pp} pipeline stages, more than "
+            f"{field}: {sizing.chips} chips as {tp} x {pp} stages need {pp} pipeline stages, more than "
             f"the model's {model.num_layers} layers (at most {tp * model.num_layers} chips here)",
             field=field,
         )
-    dp = 1
-    if spec.attention_parallel == "data":
-        dp, tp = _data_parallel_attention(model, tp)
-        kv_per_token = kv_per_token_unreplicated  # each sequence's KV lives on its own rank, once
-        weight_bytes = weight_bytes_of(model, precision, dp)
-        _check_replicated_fit(model, precision, tier, dp, pp, spec, hardware)
-        kv_budget = kv_budget_bytes(stack, tier, chips, weight_bytes)
-    ep = spec.expert_parallel or _default_expert_parallel(model, tp * dp)
-    if ep > tp * dp or (tp * dp) % ep:
-        raise PlacementError(f"expert_parallel {ep} must divide the {tp * dp} chips of a stage")
+
+
+def _attention_sizing(
+    hardware: HardwareProfile,
+    model: ModelSpec,
+    spec: DeploymentSpec,
+    stack: StackProfile,
+    tier: MemoryTier,
+    precision: dict[TensorGroup, Precision],
+    sizing: _Sizing,
+    kv_per_token_unreplicated: float,
+) -> _Sizing:
+    """The sizing as the spec's attention parallelism leaves it: unchanged for tensor-parallel
+    attention; with data-parallel attention every chip of a stage is its own attention rank, keeps
+    its own copy of the replicated weights and each sequence's KV once."""
+    if spec.attention_parallel != "data":
+        return sizing
+    dp, tp = _data_parallel_attention(model, sizing.tensor_parallel)
+    weight_bytes = weight_bytes_of(model, precision, dp)
+    _check_replicated_fit(model, precision, tier, dp, sizing.pipeline_parallel, spec, hardware)
+    return replace(
+        sizing,
+        tensor_parallel=tp,
+        attention_dp=dp,
+        weight_bytes=weight_bytes,
+        kv_bytes_per_token=kv_per_token_unreplicated,  # each sequence's KV lives on its own rank, once
+        kv_budget_bytes=kv_budget_bytes(stack, tier, sizing.chips, weight_bytes),
+    )
+
+
+def _expert_parallel(model: ModelSpec, spec: DeploymentSpec, stage_chips: int) -> int:
+    """Expert-parallel ranks: as the spec pins them, else :func:`_default_expert_parallel`.
+
+    Raises
+    ------
+    PlacementError
+        If they do not divide the stage's chips, or outnumber the routed experts.
+    """
+    ep = spec.expert_parallel or _default_expert_parallel(model, stage_chips)
+    if ep > stage_chips or stage_chips % ep:
+        raise PlacementError(f"expert_parallel {ep} must divide the {stage_chips} chips of a stage")
     if model.moe is not None and ep > model.moe.num_routed_experts:
         raise PlacementError(
             f"expert_parallel {ep} exceeds {model.id}'s {model.moe.num_routed_experts} routed experts (a rank "
             "needs at least one; split experts over more chips with a smaller expert_parallel)"
         )
-    slower = tuple(t for t in tiers if t.bandwidth.value < tier.bandwidth.value)
+    return ep
+
+
+def _slower_tiers(hardware: HardwareProfile, tier: MemoryTier) -> tuple[MemoryTier, ...]:
+    """Weight tiers slower than ``tier``: they hold further resident models, not read."""
+    return tuple(t for t in hardware.weight_tiers if t.bandwidth.value < tier.bandwidth.value)
+
+
+def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stack: StackProfile) -> Deployment:
+    """Resolve a deployment: precisions, tier, chips, layout and KV budget.
+
+    Raises
+    ------
+    PlacementError
+        If the weights do not fit on the chips given, or on any system of this hardware.
+    """
+    model = _served_model(model, spec)
+    weights, kv = _storage_precisions(model, spec, stack)
+    precision = group_precisions(model, spec)
+    weight_bytes = weight_bytes_of(model, precision)
+    kv_per_token_unreplicated = layer_shapes(model).kv_elements_per_token * model.num_layers * BYTES_PER_ELEMENT[kv]
+    kv_floor = kv_per_token_unreplicated * spec.min_kv_tokens
+
+    tier, chips, spilled = _choose_tier(hardware, model, spec, precision, weights, weight_bytes, kv_floor)
+    elsewhere = _spilled_bytes(model, precision, spilled)
+    sizing = _size_layout(
+        hardware, model, spec, stack, tier, chips, precision, weight_bytes, elsewhere, kv_per_token_unreplicated
+    )
+    _check_stage_count(model, spec, sizing)
+    sizing = _attention_sizing(hardware, model, spec, stack, tier, precision, sizing, kv_per_token_unreplicated)
+    tp, dp = sizing.tensor_parallel, sizing.attention_dp
+    ep = _expert_parallel(model, spec, tp * dp)
     return Deployment(
         hardware=hardware,
         model=model,
         stack=stack,
-        chips=chips,
+        chips=sizing.chips,
         tensor_parallel=tp,
-        pipeline_parallel=pp,
+        pipeline_parallel=sizing.pipeline_parallel,
         expert_parallel=ep,
         attention_dp=dp,
         weights=weights,
@@ -429,11 +599,11 @@ def plan(hardware: HardwareProfile, model: ModelSpec, spec: DeploymentSpec, stac
         activations=spec.activations,
         speculative=spec.speculative,
         weights_tier=tier,
-        resident_tiers=slower,
-        weight_bytes=weight_bytes,
-        kv_bytes_per_token=kv_per_token,
-        kv_budget_bytes=kv_budget,
-        chips_per_replica_domain=min(chips, domain),
+        resident_tiers=_slower_tiers(hardware, tier),
+        weight_bytes=sizing.weight_bytes,
+        kv_bytes_per_token=sizing.kv_bytes_per_token,
+        kv_budget_bytes=sizing.kv_budget_bytes,
+        chips_per_replica_domain=min(sizing.chips, hardware.interconnect.domain_chips.value),
         precision=precision,
         spilled=spilled,
     )
