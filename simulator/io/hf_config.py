@@ -168,18 +168,31 @@ def _attention(r: _Reader, kind: str) -> dict[str, Any]:
     heads = r.int("num_attention_heads")
     kv_heads = r.int("num_key_value_heads", heads)
     if kind in MLA:
-        q_rank = r.int("q_lora_rank") if r.get("q_lora_rank") is not None else None
-        mla = {
-            "q_lora_rank": q_rank,
-            "kv_lora_rank": r.int("kv_lora_rank"),
-            "qk_nope_head_dim": r.int("qk_nope_head_dim"),
-            "qk_rope_head_dim": r.int("qk_rope_head_dim"),
-            "v_head_dim": r.int("v_head_dim"),
-        }
-        return {"kind": "mla", "num_heads": heads, "num_kv_heads": heads, "head_dim": mla["v_head_dim"], "mla": mla}
+        return _mla_attention(r, heads)
     head_dim = r.int("head_dim", r.get("attention_head_dim") or r.int("hidden_size") // heads)
     out: dict[str, Any] = {"kind": "gqa", "num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim}
-    layers = r.int("num_hidden_layers")
+    return out | _sliding_window(r, kind, r.int("num_hidden_layers"))
+
+
+def _mla_attention(r: _Reader, heads: builtins.int) -> dict[str, Any]:
+    """Multi-head latent attention (DeepSeek): the low-rank query and KV projections' shapes."""
+    q_rank = r.int("q_lora_rank") if r.get("q_lora_rank") is not None else None
+    mla = {
+        "q_lora_rank": q_rank,
+        "kv_lora_rank": r.int("kv_lora_rank"),
+        "qk_nope_head_dim": r.int("qk_nope_head_dim"),
+        "qk_rope_head_dim": r.int("qk_rope_head_dim"),
+        "v_head_dim": r.int("v_head_dim"),
+    }
+    return {"kind": "mla", "num_heads": heads, "num_kv_heads": heads, "head_dim": mla["v_head_dim"], "mla": mla}
+
+
+def _sliding_window(r: _Reader, kind: str, layers: builtins.int) -> dict[str, Any]:
+    """The sliding window and how many layers use it (empty for full attention on every layer):
+    interleaved on gpt-oss and Gemma, Llama 4's chunked layers (all but every
+    :data:`LLAMA4_NOPE_INTERVAL`-th), every layer on Mistral, Qwen and Phi-3 when the window is
+    shorter than the context."""
+    out: dict[str, Any] = {}
     if kind in ("gpt_oss", "gemma2", "gemma3"):
         out |= {"sliding_window": r.int("sliding_window"), "sliding_window_layers": _sliding_layers(r, kind, layers)}
     elif kind == "llama4_text" and r.get("attention_chunk_size"):
@@ -233,66 +246,86 @@ def _hybrid(r: _Reader, kind: str) -> tuple[dict[str, Any], builtins.int]:
     layers, hidden = r.int("num_hidden_layers"), r.int("hidden_size")
     if kind == "nemotron-nas":  # the per-block counts _nas_shapes derived
         return dict(r.get("_nas_hybrid")), 3
-    if kind == "falcon_h1":  # attention and Mamba-2 side by side in every layer, then the FFN
-        width = r.get("mamba_d_ssm") or r.int("mamba_expand", 2) * hidden
-        params, state = _mamba2(
-            width,
-            r.int("mamba_n_heads"),
-            r.int("mamba_n_groups", 1),
-            r.int("mamba_d_state"),
-            r.int("mamba_d_conv", 4),
-            hidden,
+    return _HYBRIDS.get(kind, _minimax_hybrid)(r, layers, hidden)
+
+
+def _falcon_h1_hybrid(r: _Reader, layers: builtins.int, hidden: builtins.int) -> tuple[dict[str, Any], builtins.int]:
+    """Falcon-H1: attention and Mamba-2 side by side in every layer, then the FFN."""
+    width = r.get("mamba_d_ssm") or r.int("mamba_expand", 2) * hidden
+    params, state = _mamba2(
+        width,
+        r.int("mamba_n_heads"),
+        r.int("mamba_n_groups", 1),
+        r.int("mamba_d_state"),
+        r.int("mamba_d_conv", 4),
+        hidden,
+    )
+    return {
+        "attention_layers": layers,
+        "mixer_layers": layers,
+        "mixer_params": params,
+        "state_elements_per_sequence": layers * state,
+    }, 3
+
+
+def _nemotron_h_hybrid(r: _Reader, layers: builtins.int, hidden: builtins.int) -> tuple[dict[str, Any], builtins.int]:
+    """Nemotron-H: one of Mamba-2 (M), attention (*), FFN (-) per layer; a two-matrix FFN with relu2."""
+    pattern = r.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*-"):
+        raise ConfigError(
+            f"{r.where}: {r.prefix}hybrid_override_pattern: expected {layers} characters of "
+            f"M (Mamba-2), * (attention), - (FFN), got {pattern!r}"
         )
-        return {
-            "attention_layers": layers,
-            "mixer_layers": layers,
-            "mixer_params": params,
-            "state_elements_per_sequence": layers * state,
-        }, 3
-    if kind == "nemotron_h":  # one of Mamba-2 (M), attention (*), FFN (-) per layer
-        pattern = r.get("hybrid_override_pattern")
-        if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*-"):
-            raise ConfigError(
-                f"{r.where}: {r.prefix}hybrid_override_pattern: expected {layers} characters of "
-                f"M (Mamba-2), * (attention), - (FFN), got {pattern!r}"
-            )
-        heads = r.int("mamba_num_heads")
-        params, state = _mamba2(
-            heads * r.int("mamba_head_dim"),
-            heads,
-            r.int("n_groups", 1),
-            r.int("ssm_state_size"),
-            r.int("conv_kernel", 4),
-            hidden,
-        )
-        mixers = pattern.count("M")
-        block = {
-            "attention_layers": pattern.count("*"),
-            "mixer_layers": mixers,
-            "mixer_params": params,
-            "ffn_layers": pattern.count("-"),
-            "state_elements_per_sequence": mixers * state,
-        }
-        return block, 2 if r.get("mlp_hidden_act", "relu2") == "relu2" else 3
-    if kind == "qwen3_next":  # Gated DeltaNet on 3 of 4 layers
-        types = r.strings("layer_types", layers)
-        interval = r.int("full_attention_interval", 4)
-        attention = (
-            [t == "full_attention" for t in types] if types else [(i + 1) % interval == 0 for i in range(layers)]
-        )
-        key_width = r.int("linear_num_key_heads") * r.int("linear_key_head_dim")
-        value_heads, value_dim = r.int("linear_num_value_heads"), r.int("linear_value_head_dim")
-        value_width, kernel = value_heads * value_dim, r.int("linear_conv_kernel_dim", 4)
-        conv_channels = 2 * key_width + value_width
-        # in_proj_qkvz, in_proj_ba (beta and decay per value head), conv, out_proj, A and dt bias
-        params = hidden * (2 * key_width + 2 * value_width + 2 * value_heads) + conv_channels * kernel
-        params += value_width * hidden + 2 * value_heads
-        state = value_heads * r.int("linear_key_head_dim") * value_dim + conv_channels * (kernel - 1)
-    else:  # minimax: lightning (linear) attention, softmax attention on the layers attn_type_list marks 1
-        attention = _attention_flags(r, "attn_type_list", layers, 1)
-        heads, head_dim = r.int("num_attention_heads"), r.int("head_dim", hidden // r.int("num_attention_heads"))
-        # q, k, v, output gate and out projections; state: a head_dim x head_dim matrix per head
-        params, state = 5 * hidden * heads * head_dim, heads * head_dim * head_dim
+    heads = r.int("mamba_num_heads")
+    params, state = _mamba2(
+        heads * r.int("mamba_head_dim"),
+        heads,
+        r.int("n_groups", 1),
+        r.int("ssm_state_size"),
+        r.int("conv_kernel", 4),
+        hidden,
+    )
+    mixers = pattern.count("M")
+    block = {
+        "attention_layers": pattern.count("*"),
+        "mixer_layers": mixers,
+        "mixer_params": params,
+        "ffn_layers": pattern.count("-"),
+        "state_elements_per_sequence": mixers * state,
+    }
+    return block, 2 if r.get("mlp_hidden_act", "relu2") == "relu2" else 3
+
+
+def _qwen3_next_hybrid(r: _Reader, layers: builtins.int, hidden: builtins.int) -> tuple[dict[str, Any], builtins.int]:
+    """Qwen3-Next: Gated DeltaNet on 3 of 4 layers. Parameters: in_proj_qkvz, in_proj_ba (beta and
+    decay per value head), conv, out_proj, A and dt bias; state: a key x value matrix per value head
+    plus the convolution's last ``kernel - 1`` inputs."""
+    types = r.strings("layer_types", layers)
+    interval = r.int("full_attention_interval", 4)
+    attention = [t == "full_attention" for t in types] if types else [(i + 1) % interval == 0 for i in range(layers)]
+    key_width = r.int("linear_num_key_heads") * r.int("linear_key_head_dim")
+    value_heads, value_dim = r.int("linear_num_value_heads"), r.int("linear_value_head_dim")
+    value_width, kernel = value_heads * value_dim, r.int("linear_conv_kernel_dim", 4)
+    conv_channels = 2 * key_width + value_width
+    params = hidden * (2 * key_width + 2 * value_width + 2 * value_heads) + conv_channels * kernel
+    params += value_width * hidden + 2 * value_heads
+    state = value_heads * r.int("linear_key_head_dim") * value_dim + conv_channels * (kernel - 1)
+    return _linear_hybrid(attention, layers, params, state)
+
+
+def _minimax_hybrid(r: _Reader, layers: builtins.int, hidden: builtins.int) -> tuple[dict[str, Any], builtins.int]:
+    """MiniMax: lightning (linear) attention, softmax attention on the layers ``attn_type_list``
+    marks 1. Parameters: q, k, v, output gate and out projections; state: a head_dim x head_dim
+    matrix per head."""
+    attention = _attention_flags(r, "attn_type_list", layers, 1)
+    heads, head_dim = r.int("num_attention_heads"), r.int("head_dim", hidden // r.int("num_attention_heads"))
+    return _linear_hybrid(attention, layers, 5 * hidden * heads * head_dim, heads * head_dim * head_dim)
+
+
+def _linear_hybrid(
+    attention: list[bool], layers: builtins.int, params: builtins.int, state: builtins.int
+) -> tuple[dict[str, Any], builtins.int]:
+    """The hybrid block of linear-attention mixers on the layers without (softmax) attention."""
     mixers = layers - sum(attention)
     return {
         "attention_layers": sum(attention),
@@ -302,52 +335,81 @@ def _hybrid(r: _Reader, kind: str) -> tuple[dict[str, Any], builtins.int]:
     }, 3
 
 
+#: The hybrid families' block builders by ``model_type`` (MiniMax otherwise).
+_HYBRIDS = {
+    "falcon_h1": _falcon_h1_hybrid,
+    "nemotron_h": _nemotron_h_hybrid,
+    "qwen3_next": _qwen3_next_hybrid,
+}
+
+
 def _moe(r: _Reader, kind: str) -> tuple[dict[str, Any] | None, int | None]:
     """The MoE block and the dense FFN width (None when no layer is dense)."""
     layers = r.int("num_hidden_layers")
     if kind in (*DENSE, "falcon_h1", "nemotron_h", "nemotron-nas"):
         return None, r.int("intermediate_size")
     if kind in ("mixtral", "gpt_oss", "minimax"):
-        per_token = r.int("num_experts_per_tok", r.get("experts_per_token"))
-        block = {
-            "num_routed_experts": r.int("num_local_experts"),
-            "num_shared_experts": 0,
-            "experts_per_token": per_token,
-            "expert_intermediate_size": r.int("intermediate_size"),
-            "num_moe_layers": layers,
-        }
-        return block, None
+        return _every_layer_moe(r, layers)
     if kind in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
-        width = r.int("moe_intermediate_size")
-        step = r.int("decoder_sparse_step", 1)
-        dense_only = set(r.ints("mlp_only_layers"))
-        moe_layers = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
-        shared_width = r.int("shared_expert_intermediate_size", 0, minimum=0)
-        if shared_width % width:
-            raise ConfigError(
-                f"{r.where}: shared_expert_intermediate_size: {shared_width} is not a multiple of "
-                f"moe_intermediate_size {width}"
-            )
-        block = {
-            "num_routed_experts": r.int("num_experts"),
-            "num_shared_experts": shared_width // width,
-            "experts_per_token": r.int("num_experts_per_tok"),
-            "expert_intermediate_size": width,
-            "num_moe_layers": moe_layers,
-        }
-        return block, (r.int("intermediate_size") if moe_layers < layers else None)
+        return _qwen_moe(r, layers)
     if kind == "llama4_text":
-        step = r.int("interleave_moe_layer_step", 1)
-        moe_layers = layers // step
-        block = {
-            "num_routed_experts": r.int("num_local_experts"),
-            "num_shared_experts": 1,
-            "experts_per_token": r.int("num_experts_per_tok"),
-            "expert_intermediate_size": r.int("intermediate_size"),
-            "num_moe_layers": moe_layers,
-        }
-        return block, (r.int("intermediate_size_mlp") if moe_layers < layers else None)
-    # deepseek_v2 / deepseek_v3 / kimi_k2 / glm4_moe
+        return _llama4_moe(r, layers)
+    return _deepseek_moe(r, layers)
+
+
+def _every_layer_moe(r: _Reader, layers: builtins.int) -> tuple[dict[str, Any], None]:
+    """Mixtral, gpt-oss, MiniMax: routed experts on every layer, none shared."""
+    per_token = r.int("num_experts_per_tok", r.get("experts_per_token"))
+    block = {
+        "num_routed_experts": r.int("num_local_experts"),
+        "num_shared_experts": 0,
+        "experts_per_token": per_token,
+        "expert_intermediate_size": r.int("intermediate_size"),
+        "num_moe_layers": layers,
+    }
+    return block, None
+
+
+def _qwen_moe(r: _Reader, layers: builtins.int) -> tuple[dict[str, Any], builtins.int | None]:
+    """Qwen2-MoE, Qwen3-MoE, Qwen3-Next: MoE on every ``decoder_sparse_step``-th layer not in
+    ``mlp_only_layers``; the shared expert as a whole number of experts of the routed width."""
+    width = r.int("moe_intermediate_size")
+    step = r.int("decoder_sparse_step", 1)
+    dense_only = set(r.ints("mlp_only_layers"))
+    moe_layers = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+    shared_width = r.int("shared_expert_intermediate_size", 0, minimum=0)
+    if shared_width % width:
+        raise ConfigError(
+            f"{r.where}: shared_expert_intermediate_size: {shared_width} is not a multiple of "
+            f"moe_intermediate_size {width}"
+        )
+    block = {
+        "num_routed_experts": r.int("num_experts"),
+        "num_shared_experts": shared_width // width,
+        "experts_per_token": r.int("num_experts_per_tok"),
+        "expert_intermediate_size": width,
+        "num_moe_layers": moe_layers,
+    }
+    return block, (r.int("intermediate_size") if moe_layers < layers else None)
+
+
+def _llama4_moe(r: _Reader, layers: builtins.int) -> tuple[dict[str, Any], builtins.int | None]:
+    """Llama 4: MoE with one shared expert on every ``interleave_moe_layer_step``-th layer."""
+    step = r.int("interleave_moe_layer_step", 1)
+    moe_layers = layers // step
+    block = {
+        "num_routed_experts": r.int("num_local_experts"),
+        "num_shared_experts": 1,
+        "experts_per_token": r.int("num_experts_per_tok"),
+        "expert_intermediate_size": r.int("intermediate_size"),
+        "num_moe_layers": moe_layers,
+    }
+    return block, (r.int("intermediate_size_mlp") if moe_layers < layers else None)
+
+
+def _deepseek_moe(r: _Reader, layers: builtins.int) -> tuple[dict[str, Any], builtins.int | None]:
+    """DeepSeek-V2/V3, Kimi K2, GLM-4-MoE: dense first ``first_k_dense_replace`` layers, then MoE on
+    every ``moe_layer_freq``-th."""
     first_dense = r.int("first_k_dense_replace", 0, minimum=0)
     freq = r.int("moe_layer_freq", 1)
     moe_layers = sum(1 for i in range(first_dense, layers) if i % freq == 0)
@@ -421,27 +483,7 @@ def _nas_shapes(data: dict[str, Any], where: str) -> dict[str, Any]:
     blocks = data.get("block_configs")
     if not isinstance(blocks, list) or len(blocks) != layers or not all(isinstance(b, dict) for b in blocks):
         raise ConfigError(f"{where}: block_configs: expected {layers} objects, one per layer")
-    groups: set[int] = set()
-    attention_layers = linear = 0
-    widths: list[int] = []
-    for i, block in enumerate(blocks):
-        attention, ffn = (
-            _Reader(block.get("attention") or {}, where, f"block_configs.{i}.attention."),
-            _Reader(block.get("ffn") or {}, where, f"block_configs.{i}.ffn."),
-        )
-        if attention.get("replace_with_linear"):
-            linear += 1
-        elif not attention.get("no_op"):
-            attention_layers += 1
-            groups.add(attention.int("n_heads_in_group"))
-        if ffn.get("replace_with_linear"):
-            linear += 1
-        elif not ffn.get("no_op"):
-            mult = ffn.get("ffn_mult")
-            if isinstance(mult, bool) or not isinstance(mult, int | float) or not 0 < mult < 1e3:
-                raise ConfigError(f"{where}: block_configs.{i}.ffn.ffn_mult: expected a positive number, got {mult!r}")
-            width = int(2 * mult * hidden / 3)
-            widths.append(-(-width // NAS_FFN_MULTIPLE) * NAS_FFN_MULTIPLE)
+    attention_layers, linear, groups, widths = _nas_blocks(blocks, where, hidden)
     if len(groups) > 1:
         raise ConfigError(
             f"{where}: block_configs: attention layers of different KV head counts "
@@ -464,18 +506,68 @@ def _nas_shapes(data: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
+def _nas_blocks(
+    blocks: list[dict[str, Any]], where: str, hidden: builtins.int
+) -> tuple[builtins.int, builtins.int, set[builtins.int], list[builtins.int]]:
+    """Nemotron-NAS ``block_configs`` counted (:func:`_nas_shapes`): the real attention layers, the
+    linear replacements, the ``n_heads_in_group`` values of the attention layers, and the real FFNs'
+    widths."""
+    groups: set[int] = set()
+    attention_layers = linear = 0
+    widths: list[int] = []
+    for i, block in enumerate(blocks):
+        attention, ffn = (
+            _Reader(block.get("attention") or {}, where, f"block_configs.{i}.attention."),
+            _Reader(block.get("ffn") or {}, where, f"block_configs.{i}.ffn."),
+        )
+        if attention.get("replace_with_linear"):
+            linear += 1
+        elif not attention.get("no_op"):
+            attention_layers += 1
+            groups.add(attention.int("n_heads_in_group"))
+        if ffn.get("replace_with_linear"):
+            linear += 1
+        elif not ffn.get("no_op"):
+            widths.append(_nas_ffn_width(ffn.get("ffn_mult"), f"{where}: block_configs.{i}.ffn.ffn_mult", hidden))
+    return attention_layers, linear, groups, widths
+
+
+def _nas_ffn_width(mult: object, where: str, hidden: builtins.int) -> builtins.int:
+    """A Nemotron-NAS FFN's width: ``2 x ffn_mult x hidden / 3`` rounded up to a multiple of
+    :data:`NAS_FFN_MULTIPLE`."""
+    if isinstance(mult, bool) or not isinstance(mult, int | float) or not 0 < mult < 1e3:
+        raise ConfigError(f"{where}: expected a positive number, got {mult!r}")
+    width = int(2 * mult * hidden / 3)
+    return -(-width // NAS_FFN_MULTIPLE) * NAS_FFN_MULTIPLE
+
+
 def _language_model(data: dict[str, Any], where: str) -> tuple[_Reader, str]:
     """The reader of the language model's keys (a multimodal wrapper's ``text_config``) and its family."""
     kind = data.get("model_type")
     if kind in WRAPPERS and "text_config" in data:
-        text = data.get("text_config")
-        if not isinstance(text, dict):
-            raise ConfigError(f"{where}: text_config: expected the language model's config (a JSON object)")
-        inner = text.get("model_type") or WRAPPERS[kind]
-        family = ALIASES.get(inner, inner)
-        return _Reader(FAMILY_DEFAULTS.get(family, {}) | text, where, "text_config."), family
+        return _wrapped_language_model(data, kind, where)
     if kind == "llama4":
         raise ConfigError(f"{where}: text_config: missing (expected Llama 4's text model config)")
+    family = _supported_family(data, kind, where)
+    if family == "nemotron-nas":
+        return _Reader(_nas_shapes(data, where), where), family
+    return _Reader(FAMILY_DEFAULTS.get(family, {}) | data, where), family
+
+
+def _wrapped_language_model(data: dict[str, Any], kind: str, where: str) -> tuple[_Reader, str]:
+    """The reader of a multimodal wrapper's ``text_config`` and its family (the wrapper's default
+    family where the text config names none)."""
+    text = data.get("text_config")
+    if not isinstance(text, dict):
+        raise ConfigError(f"{where}: text_config: expected the language model's config (a JSON object)")
+    inner = text.get("model_type") or WRAPPERS[kind]
+    family = ALIASES.get(inner, inner)
+    return _Reader(FAMILY_DEFAULTS.get(family, {}) | text, where, "text_config."), family
+
+
+def _supported_family(data: dict[str, Any], kind: object, where: str) -> str:
+    """The family of ``model_type`` ``kind``; refused when it is not one infersim reads, naming the
+    decoder keys the file lacks."""
     if not isinstance(kind, str) or ALIASES.get(kind, kind) not in SUPPORTED:
         missing = [k for k in DECODER_KEYS if k not in data]
         lacks = f"; of a decoder's keys it lacks {missing}" if missing else ""
@@ -483,10 +575,7 @@ def _language_model(data: dict[str, Any], where: str) -> tuple[_Reader, str]:
             f"{where}: model_type: {kind!r} is not an architecture infersim reads (expected one of "
             f"{list(SUPPORTED)}){lacks}; write the profile by hand (model_profiles/README)"
         )
-    family = ALIASES.get(kind, kind)
-    if family == "nemotron-nas":
-        return _Reader(_nas_shapes(data, where), where), family
-    return _Reader(FAMILY_DEFAULTS.get(family, {}) | data, where), family
+    return ALIASES.get(kind, kind)
 
 
 def profile_from_config(path: Path, name: str | None = None, hf_repo: str | None = None) -> ModelSpec:

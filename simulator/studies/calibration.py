@@ -342,68 +342,19 @@ def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog
         row cannot determine any parameter (:func:`undetermined`), or there are fewer rows than
         parameters.
     """
-    if not parameters:
-        raise CalibrationError("no parameters to fit")
-    refused = [reason for reason in map(undetermined, rows) if reason]
-    if refused:
-        raise CalibrationError("refused: " + "; ".join(refused))
+    _check_determinable(parameters, rows)
     problem = _Problem(parameters, rows, catalog)
-    idle = [p.name for j, p in enumerate(parameters) if not problem.touches[:, j].any()]
-    if idle:
-        raise CalibrationError(
-            f"no rows for {', '.join(idle)} in the table (a hardware parameter needs rows on that "
-            "hardware; a stack parameter rows served by that stack)"
-        )
-    if len(rows) < len(parameters):
-        raise CalibrationError(
-            f"{len(parameters)} parameters ({', '.join(p.name for p in parameters)}) cannot be identified from "
-            f"{len(rows)} row{'s' if len(rows) > 1 else ''} ({', '.join(r.id for r in rows)}): any of many values "
-            f"would fit exactly; fit at most {len(rows)} or add rows"
-        )
+    _check_enough_rows(problem, parameters, rows)
     start_jacobian = problem.jacobian(problem.x0 / problem.scale)
     sensitivity = _log_sensitivity(start_jacobian, problem.x0 / problem.scale)
     names = [p.name for p in parameters]
-    reach = np.where(problem.x0 > 0, 1.0, problem.upper / problem.scale)  # from 0: as far as its upper bound
-    blind = [n for j, n in enumerate(names) if np.max(np.abs(start_jacobian[:, j])) * reach[j] < SENSITIVE]
-    if blind:
-        raise CalibrationError(
-            f"refused: {', '.join(blind)} cannot explain the error of rows {', '.join(r.id for r in rows)}: no "
-            "row's prediction depends on it (doubling it, or raising it from 0 to its bound, moves none by 0.1 %), so "
-            "a fit would return its starting value; fit parameters these rows depend on (the table below), or add "
-            "rows that depend on it\n" + sensitivity_table(names, rows, sensitivity)
-        )
-    if len(rows) == len(parameters):
-        warnings.warn(
-            f"{len(parameters)} parameters fitted to {len(rows)} rows: the fit is exact and cannot be "
-            "cross-validated (no leave-one-out); treat the result as unvalidated",
-            InfersimWarning,
-            stacklevel=2,
-        )
-    points = {load_point(r) for r in rows}
-    if len(points) == 1 and len(parameters) > 1:
-        warnings.warn(
-            f"every row comes from one load point ({rows[0].load}, {len(rows)} metrics of it): the fit "
-            "cannot tell costs that grow with load from fixed ones, and its leave-one-out errors say "
-            "little; add rows at other loads or lengths",
-            InfersimWarning,
-            stacklevel=2,
-        )
+    _check_sensitive(problem, names, rows, start_jacobian, sensitivity)
+    _warn_weak_design(parameters, rows)
     x, jacobian = problem.solve(problem.x0)
     residuals = problem.residuals(x / problem.scale)
     unidentified = unidentified_combinations(jacobian, names)
-    for combination in unidentified:
-        warnings.warn(
-            f"the rows cannot tell {', '.join(combination) or 'some parameters'} apart (they move no row "
-            "independently): add rows at other loads or lengths, or fit fewer parameters",
-            InfersimWarning,
-            stacklevel=2,
-        )
-    h = leverages(jacobian)
-    loo = {
-        row.id: abs(math.expm1(r / (1.0 - hi)))
-        for row, r, hi in zip(rows, residuals, h, strict=True)
-        if hi < MAX_LEVERAGE and len(rows) > len(parameters)
-    }
+    _warn_unidentified(unidentified)
+    loo = _leave_one_out(rows, residuals, leverages(jacobian), len(parameters))
     notes = {p.name: _provenance(p, rows, problem.touches[:, j]) for j, p in enumerate(parameters)}
     hardware, stacks = problem.profiles(x, FIT, notes)
     before_hw, before_stacks = problem.hardware, problem.stacks
@@ -423,6 +374,95 @@ def fit(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow], catalog
         },
         not_moved=_not_moved(problem, x),
     )
+
+
+def _check_determinable(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow]) -> None:
+    """Refuse a fit of no parameters, or one with a row that cannot determine any (:func:`undetermined`)."""
+    if not parameters:
+        raise CalibrationError("no parameters to fit")
+    refused = [reason for reason in map(undetermined, rows) if reason]
+    if refused:
+        raise CalibrationError("refused: " + "; ".join(refused))
+
+
+def _check_enough_rows(problem: _Problem, parameters: Sequence[Parameter], rows: Sequence[MeasurementRow]) -> None:
+    """Refuse a fit where a parameter touches no row, or there are fewer rows than parameters."""
+    idle = [p.name for j, p in enumerate(parameters) if not problem.touches[:, j].any()]
+    if idle:
+        raise CalibrationError(
+            f"no rows for {', '.join(idle)} in the table (a hardware parameter needs rows on that "
+            "hardware; a stack parameter rows served by that stack)"
+        )
+    if len(rows) < len(parameters):
+        raise CalibrationError(
+            f"{len(parameters)} parameters ({', '.join(p.name for p in parameters)}) cannot be identified from "
+            f"{len(rows)} row{'s' if len(rows) > 1 else ''} ({', '.join(r.id for r in rows)}): any of many values "
+            f"would fit exactly; fit at most {len(rows)} or add rows"
+        )
+
+
+def _check_sensitive(
+    problem: _Problem,
+    names: Sequence[str],
+    rows: Sequence[MeasurementRow],
+    start_jacobian: np.ndarray,
+    sensitivity: np.ndarray,
+) -> None:
+    """Refuse a fit where a parameter moves no row by :data:`SENSITIVE` over its reach (doubling it,
+    or from 0 up to its upper bound): the fit would return its starting value."""
+    reach = np.where(problem.x0 > 0, 1.0, problem.upper / problem.scale)  # from 0: as far as its upper bound
+    blind = [n for j, n in enumerate(names) if np.max(np.abs(start_jacobian[:, j])) * reach[j] < SENSITIVE]
+    if blind:
+        raise CalibrationError(
+            f"refused: {', '.join(blind)} cannot explain the error of rows {', '.join(r.id for r in rows)}: no "
+            "row's prediction depends on it (doubling it, or raising it from 0 to its bound, moves none by 0.1 %), so "
+            "a fit would return its starting value; fit parameters these rows depend on (the table below), or add "
+            "rows that depend on it\n" + sensitivity_table(names, rows, sensitivity)
+        )
+
+
+def _warn_weak_design(parameters: Sequence[Parameter], rows: Sequence[MeasurementRow]) -> None:
+    """Warn (at :func:`fit`'s caller) when the fit is exact, or every row comes from one load point."""
+    if len(rows) == len(parameters):
+        warnings.warn(
+            f"{len(parameters)} parameters fitted to {len(rows)} rows: the fit is exact and cannot be "
+            "cross-validated (no leave-one-out); treat the result as unvalidated",
+            InfersimWarning,
+            stacklevel=3,
+        )
+    points = {load_point(r) for r in rows}
+    if len(points) == 1 and len(parameters) > 1:
+        warnings.warn(
+            f"every row comes from one load point ({rows[0].load}, {len(rows)} metrics of it): the fit "
+            "cannot tell costs that grow with load from fixed ones, and its leave-one-out errors say "
+            "little; add rows at other loads or lengths",
+            InfersimWarning,
+            stacklevel=3,
+        )
+
+
+def _warn_unidentified(unidentified: Sequence[Sequence[str]]) -> None:
+    """Warn (at :func:`fit`'s caller) once per parameter combination the rows cannot tell apart."""
+    for combination in unidentified:
+        warnings.warn(
+            f"the rows cannot tell {', '.join(combination) or 'some parameters'} apart (they move no row "
+            "independently): add rows at other loads or lengths, or fit fewer parameters",
+            InfersimWarning,
+            stacklevel=3,
+        )
+
+
+def _leave_one_out(
+    rows: Sequence[MeasurementRow], residuals: np.ndarray, h: np.ndarray, n_parameters: int
+) -> dict[str, float]:
+    """Each row's leave-one-out absolute relative error ``|exp(r / (1 - h)) - 1|`` from its log
+    residual ``r`` and leverage ``h``; rows at leverage :data:`MAX_LEVERAGE` or above, and every row
+    of an exact fit, have none."""
+    return {
+        row.id: abs(math.expm1(r / (1.0 - hi)))
+        for row, r, hi in zip(rows, residuals, h, strict=True)
+        if hi < MAX_LEVERAGE and len(rows) > n_parameters
+    }
 
 
 def _log_sensitivity(jacobian: np.ndarray, z0: np.ndarray) -> np.ndarray:

@@ -73,14 +73,27 @@ def source_key(source: str) -> str:
     """The source a row's ``source`` column names (module docstring), e.g.
     ``https://github.com/NVIDIA/TensorRT-LLM/blob/00f3/docs/a.md`` -> ``github.com/NVIDIA/TensorRT-LLM/docs/a.md``."""
     text = source.strip()
-    found = [(m.start(), m.group(0)) for m in _URL.finditer(text)]
-    found += [(m.start(), "https://" + m.group(1)) for m in _BARE.finditer(text)]
     short = _SHORT_REPO.match(text)
     if short and "." not in short.group(1):  # owner/repo, GitHub's short form
         return f"github.com/{short.group(1)}/{short.group(2)}"
-    if not found:
+    url = _first_url(text)
+    if url is None:
         return " ".join(text.split())
+    return _url_key(url)
+
+
+def _first_url(text: str) -> str | None:
+    """The first address in ``text``, a bare host (``example.org/a``) given ``https://``; None if none."""
+    found = [(m.start(), m.group(0)) for m in _URL.finditer(text)]
+    found += [(m.start(), "https://" + m.group(1)) for m in _BARE.finditer(text)]
+    if not found:
+        return None
     _, url = min(found)
+    return url
+
+
+def _url_key(url: str) -> str:
+    """``host/path`` of ``url`` without ``www.``; a GitHub document without its version (blob/ref)."""
     parts = urlsplit(url)
     host = parts.netloc.lower().removeprefix("www.")
     path = [p for p in parts.path.split("/") if p]
@@ -143,35 +156,9 @@ class FitGroup:
 def fit_groups(catalog: Catalog, table_ids: Sequence[str]) -> tuple[list[FitGroup], list[str]]:
     """The fits behind the catalogue's fitted parameters (module docstring), and the fitted
     parameters held at their value (no rows named)."""
-    fitted: dict[str, tuple[Parameter, str]] = {}
-    for h in catalog.hardware_ids():
-        profile: Profile = catalog.hardware(h)
-        fitted |= {f"{h}.{p}": (Parameter("hardware", h, p), _note(profile, p)) for p in derived_paths(profile)}
-    for s in catalog.stack_ids():
-        profile = catalog.stack(s)
-        fitted |= {f"{s}.{p}": (Parameter("stack", s, p), _note(profile, p)) for p in derived_paths(profile)}
-    parent = {name: name for name in fitted}
-
-    def root(name: str) -> str:
-        while parent[name] != name:
-            name = parent[name]
-        return name
-
-    def join(a: str, b: str) -> None:
-        parent[root(a)] = root(b)
-
+    fitted = _fitted_parameters(catalog)
     rows = {name: _named_rows(note, table_ids) for name, (_, note) in fitted.items()}
-    by_rows: dict[tuple[str, ...], str] = {}
-    for name, (_, note) in fitted.items():
-        if rows[name]:
-            join(name, by_rows.setdefault(tuple(rows[name]), name))
-        for command in _COMMAND.findall(note):
-            for parameter in _command_parameters(command, catalog):
-                if parameter.name in fitted:
-                    join(name, parameter.name)
-    members: dict[str, list[str]] = {}
-    for name in fitted:
-        members.setdefault(root(name), []).append(name)
+    members = _joint_fits(fitted, rows, catalog)
     groups, held = [], []
     for names in members.values():
         ids = {i for n in names for i in rows[n]}
@@ -180,6 +167,52 @@ def fit_groups(catalog: Catalog, table_ids: Sequence[str]) -> tuple[list[FitGrou
             continue
         groups.append(FitGroup(tuple(fitted[n][0] for n in names), tuple(i for i in table_ids if i in ids)))
     return groups, held
+
+
+def _fitted_parameters(catalog: Catalog) -> dict[str, tuple[Parameter, str]]:
+    """The catalogue's fitted parameters by name, each with its note (hardware first, then stacks)."""
+    fitted: dict[str, tuple[Parameter, str]] = {}
+    for h in catalog.hardware_ids():
+        profile: Profile = catalog.hardware(h)
+        fitted |= {f"{h}.{p}": (Parameter("hardware", h, p), _note(profile, p)) for p in derived_paths(profile)}
+    for s in catalog.stack_ids():
+        profile = catalog.stack(s)
+        fitted |= {f"{s}.{p}": (Parameter("stack", s, p), _note(profile, p)) for p in derived_paths(profile)}
+    return fitted
+
+
+def _joint_fits(
+    fitted: dict[str, tuple[Parameter, str]], rows: dict[str, list[str]], catalog: Catalog
+) -> dict[str, list[str]]:
+    """Fitted parameters joined into fits (union-find): those naming the same rows, and those a
+    quoted ``infersim calibrate`` command fits together; by the fit's root parameter."""
+    parent = {name: name for name in fitted}
+    by_rows: dict[tuple[str, ...], str] = {}
+    for name, (_, note) in fitted.items():
+        linked = [by_rows.setdefault(tuple(rows[name]), name)] if rows[name] else []
+        for other in linked + _command_links(note, catalog, fitted):
+            parent[_root(parent, name)] = _root(parent, other)
+    members: dict[str, list[str]] = {}
+    for name in fitted:
+        members.setdefault(_root(parent, name), []).append(name)
+    return members
+
+
+def _root(parent: dict[str, str], name: str) -> str:
+    """The root of ``name``'s set in the union-find forest ``parent``."""
+    while parent[name] != name:
+        name = parent[name]
+    return name
+
+
+def _command_links(note: str, catalog: Catalog, fitted: dict[str, tuple[Parameter, str]]) -> list[str]:
+    """The fitted parameters that the ``infersim calibrate`` commands quoted in ``note`` fit."""
+    return [
+        parameter.name
+        for command in _COMMAND.findall(note)
+        for parameter in _command_parameters(command, catalog)
+        if parameter.name in fitted
+    ]
 
 
 @dataclass(frozen=True)
@@ -279,40 +312,85 @@ def cross_validate(rows: Sequence[MeasurementRow], catalog: Catalog, plain: Sequ
     plain predictions (:func:`~simulator.studies.validation.validate`)."""
     sources = {r.id: source_key(r.source) for r in rows}
     predict = _Predictions(catalog, plain)
+    predicted, usable = _plain_predictions(plain)
+    groups, held = fit_groups(catalog, [r.id for r in rows])
+    fits = _linearised_fits(groups, rows, usable, predict)
+    held_out = _usable_by_source(rows, sources, usable)
+    reasons: dict[str, str] = {}
+    refits: dict[str, dict[str, float]] = {}
+    for source in sorted(set(sources.values())):
+        values, unfitted = _refit_without(fits, sources, source)
+        if not values:
+            continue
+        refits[source] = {p.name: v for p, v in values.items()}
+        for row in held_out.get(source, []):
+            predicted[row.id], reason = _held_out(row, values, unfitted, catalog, predict)
+            if reason:
+                reasons[row.id] = reason
+    return CrossValidation(predicted, reasons, sources, groups, held, refits)
+
+
+def _plain_predictions(plain: Sequence[RowResult]) -> tuple[dict[str, float | None], set[str]]:
+    """The plain predictions by row id, and the ids of the rows that have one."""
     predicted = {r.row.id: r.predicted for r in plain}
     usable = {r.row.id for r in plain if r.predicted is not None}
-    groups, held = fit_groups(catalog, [r.id for r in rows])
+    return predicted, usable
+
+
+def _usable_by_source(
+    rows: Sequence[MeasurementRow], sources: dict[str, str], usable: set[str]
+) -> dict[str, list[MeasurementRow]]:
+    """The rows with a plain prediction, by source key, each source's in table order."""
+    found: dict[str, list[MeasurementRow]] = {}
+    for row in rows:
+        if row.id in usable:
+            found.setdefault(sources[row.id], []).append(row)
+    return found
+
+
+def _held_out(
+    row: MeasurementRow,
+    values: dict[Parameter, float],
+    unfitted: Sequence[str],
+    catalog: Catalog,
+    predict: _Predictions,
+) -> tuple[float | None, str]:
+    """``row``'s prediction at its source's refitted ``values``, and ``""``; or None and why, where
+    the row depends on a parameter no other source fits."""
+    blind = [n for n in unfitted if _parameter(n, values).touches(row, catalog)]
+    if blind:
+        return None, f"no other source fits {', '.join(blind)}"
+    return predict(row, values), ""
+
+
+def _linearised_fits(
+    groups: Sequence[FitGroup], rows: Sequence[MeasurementRow], usable: set[str], predict: _Predictions
+) -> list[_Linearised]:
+    """Each fit linearised on its rows that have a plain prediction; fits with none are left out."""
     by_id = {r.id: r for r in rows}
     fits = []
     for group in groups:
         fit_rows = [by_id[i] for i in group.row_ids if i in usable]
         if fit_rows:
             fits.append(_Linearised.build(group, fit_rows, predict))
-    reasons: dict[str, str] = {}
-    refits: dict[str, dict[str, float]] = {}
-    for source in sorted({sources[r.id] for r in rows}):
-        values: dict[Parameter, float] = {}
-        unfitted: list[str] = []
-        for fit in fits:
-            keep = np.array([sources[r.id] != source for r in fit.rows])
-            if keep.all():
-                continue
-            refit, missing = fit.refit(keep)
-            values |= refit
-            unfitted += missing
-        if not values:
+    return fits
+
+
+def _refit_without(
+    fits: Sequence[_Linearised], sources: dict[str, str], source: str
+) -> tuple[dict[Parameter, float], list[str]]:
+    """Every fit that used a row from ``source`` refitted without that source's rows: the refitted
+    values, and the parameters no remaining row moves."""
+    values: dict[Parameter, float] = {}
+    unfitted: list[str] = []
+    for fit in fits:
+        keep = np.array([sources[r.id] != source for r in fit.rows])
+        if keep.all():
             continue
-        refits[source] = {p.name: v for p, v in values.items()}
-        for row in rows:
-            if sources[row.id] != source or row.id not in usable:
-                continue
-            blind = [n for n in unfitted if _parameter(n, values).touches(row, catalog)]
-            if blind:
-                predicted[row.id] = None
-                reasons[row.id] = f"no other source fits {', '.join(blind)}"
-            else:
-                predicted[row.id] = predict(row, values)
-    return CrossValidation(predicted, reasons, sources, groups, held, refits)
+        refit, missing = fit.refit(keep)
+        values |= refit
+        unfitted += missing
+    return values, unfitted
 
 
 def _parameter(name: str, values: dict[Parameter, float]) -> Parameter:

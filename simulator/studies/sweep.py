@@ -136,25 +136,30 @@ def factor_points(spec: SweepSpec) -> list[dict[str, Any]]:
         points = [p | {path: v} for p in points for v in values]
     if spec.sample is None:
         return points
-    s = spec.sample
+    samples = _sample_points(spec.sample)
+    return [p | q for p in points for q in samples]
+
+
+def _sample_points(s: SampleSpec) -> list[dict[str, Any]]:
+    """The sample's points (field path -> value): unit-cube draws (Latin hypercube or uniform
+    random, seeded) mapped onto each range by :func:`_from_unit`."""
     names = list(s.ranges)
     if s.method == "latin-hypercube":
         unit = qmc.LatinHypercube(d=len(names), seed=s.seed).random(s.points)
     else:
         unit = np.random.default_rng(s.seed).random((s.points, len(names)))
-    samples = []
-    for row in unit:
-        point: dict[str, Any] = {}
-        for name, u in zip(names, row, strict=True):
-            r = s.ranges[name]
-            if r.integer and not r.log:  # every integer in [ceil(low), floor(high)] equally likely
-                lo, hi = math.ceil(r.low), math.floor(r.high)
-                point[name] = lo + min(math.floor(u * (hi - lo + 1)), hi - lo)
-                continue
-            value = math.exp(math.log(r.low) + u * math.log(r.high / r.low)) if r.log else r.low + u * (r.high - r.low)
-            point[name] = round(value) if r.integer else float(value)
-        samples.append(point)
-    return [p | q for p in points for q in samples]
+    return [{name: _from_unit(s.ranges[name], u) for name, u in zip(names, row, strict=True)} for row in unit]
+
+
+def _from_unit(r: RangeSpec, u: float) -> float:
+    """The value of range ``r`` at unit coordinate ``u``: an integer range without ``log`` makes
+    every integer in ``[ceil(low), floor(high)]`` equally likely; otherwise ``low + u (high - low)``,
+    or ``low (high / low)^u`` on a log range, rounded on an integer range."""
+    if r.integer and not r.log:
+        lo, hi = math.ceil(r.low), math.floor(r.high)
+        return lo + min(math.floor(u * (hi - lo + 1)), hi - lo)
+    value = math.exp(math.log(r.low) + u * math.log(r.high / r.low)) if r.log else r.low + u * (r.high - r.low)
+    return round(value) if r.integer else float(value)
 
 
 def replication_seeds(base_seed: int, replications: int) -> list[int]:
@@ -191,12 +196,20 @@ def expand(
                 _check_size(base, catalog, limits)
         if number == 0 and "metrics" in spec.model_fields_set:  # the defaults may name task metrics a chat run lacks
             check_metrics(spec.metrics, summary_shape(base, catalog), sweep_path)
-        inputs = inputs_digest(base, spec.metrics)
-        seeds = replication_seeds(base.run.seed, spec.replications) if spec.replications > 1 else [base.run.seed]
-        for replication, seed in enumerate(seeds):
-            scenario = base.model_copy(update={"run": base.run.model_copy(update={"seed": seed})})
-            text = scenario.model_dump_json(by_alias=True)
-            runs.append(RunPoint(len(runs), factors, replication, seed, text, run_key(text, inputs)))
+        runs += _replications(base, factors, spec, len(runs))
+    return runs
+
+
+def _replications(base: Scenario, factors: dict[str, Any], spec: SweepSpec, first: int) -> list[RunPoint]:
+    """The runs of one grid point, numbered from ``first``: one per replication, each at its seed
+    (:func:`replication_seeds`; the scenario's own seed when there is one replication)."""
+    inputs = inputs_digest(base, spec.metrics)
+    seeds = replication_seeds(base.run.seed, spec.replications) if spec.replications > 1 else [base.run.seed]
+    runs = []
+    for replication, seed in enumerate(seeds):
+        scenario = base.model_copy(update={"run": base.run.model_copy(update={"seed": seed})})
+        text = scenario.model_dump_json(by_alias=True)
+        runs.append(RunPoint(first + replication, factors, replication, seed, text, run_key(text, inputs)))
     return runs
 
 
@@ -319,15 +332,21 @@ def summarize_rows(rows: list[dict[str, Any]], factors: list[str], metrics: list
         entry: dict[str, Any] = {f: members[0][f] for f in factors}
         entry |= {"runs": len(members), "failed": sum(1 for m in members if m["error"])}
         for name in metrics:
-            values = np.array([m[name] for m in members if not m["error"]], dtype=float)
-            values = values[np.isfinite(values)]
-            entry[f"{name}.mean"] = float(values.mean()) if values.size else math.nan
-            entry[f"{name}.ci95"] = math.nan
-            if values.size > 1:
-                t = stats.t.ppf(0.975, values.size - 1)
-                entry[f"{name}.ci95"] = float(t * values.std(ddof=1) / math.sqrt(values.size))
+            entry[f"{name}.mean"], entry[f"{name}.ci95"] = _mean_ci95(members, name)
         out.append(entry)
     return out
+
+
+def _mean_ci95(members: list[dict[str, Any]], name: str) -> tuple[float, float]:
+    """Mean of metric ``name`` over the runs without error (finite values), and the 95 % CI
+    half-width ``t(0.975, n - 1) s / sqrt(n)``; NaN where there are too few values."""
+    values = np.array([m[name] for m in members if not m["error"]], dtype=float)
+    values = values[np.isfinite(values)]
+    mean = float(values.mean()) if values.size else math.nan
+    if values.size <= 1:
+        return mean, math.nan
+    t = stats.t.ppf(0.975, values.size - 1)
+    return mean, float(t * values.std(ddof=1) / math.sqrt(values.size))
 
 
 def load_sweep(path: Path, overrides: dict[str, list[Any]] | None = None) -> SweepSpec:
@@ -352,18 +371,24 @@ def override_sweep(data: dict[str, Any], overrides: dict[str, list[Any]]) -> dic
         elif head == "metrics" and not rest:
             out["metrics"] = values
         elif head in SweepSpec.model_fields:
-            node = out
-            parts = path.split(".")
-            for part in parts[:-1]:
-                child = dict(node.get(part) or {})
-                node[part] = child
-                node = child
-            if len(values) != 1:
-                raise ConfigError(f"--set {path}: takes one value (a comma list sweeps only grid and scenario fields)")
-            node[parts[-1]] = values[0]
+            _set_spec_field(out, path, values)
         else:
             out["grid"] = dict(out.get("grid") or {}) | {path: values}
     return out
+
+
+def _set_spec_field(out: dict[str, Any], path: str, values: list[Any]) -> None:
+    """Set the spec field at dotted ``path`` in ``out`` (copying the mappings on the way) to the
+    single value in ``values``."""
+    node = out
+    parts = path.split(".")
+    for part in parts[:-1]:
+        child = dict(node.get(part) or {})
+        node[part] = child
+        node = child
+    if len(values) != 1:
+        raise ConfigError(f"--set {path}: takes one value (a comma list sweeps only grid and scenario fields)")
+    node[parts[-1]] = values[0]
 
 
 def cached_runs(runs: list[RunPoint], out: Path) -> int:

@@ -79,15 +79,8 @@ def _parsed(path: Path, text: str, source: str) -> tuple[object, list[tuple[str,
             raise whole_error from None
 
 
-def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
-    """The runs of one result file, in the named format or the one detected."""
-    if format is not None and format not in FORMATS:
-        raise ConfigError(f"format: expected one of {list(FORMATS)}, got {format!r}")
-    source = str(path)
-    text = read_text(path)
-    if not text.strip():
-        raise ConfigError(f"{source}: empty file (expected a benchmark result)")
-    document, lines = _parsed(path, text, source)
+def _format(document: object, lines: list[tuple[str, object]] | None, format: str | None, source: str) -> str:
+    """The format detected in the file; refused when none is, or it is not the one named."""
     detected = _detected(document, lines)
     wanted = aiperf.FORMAT if format == "genai-perf" else format
     if detected is None:
@@ -98,12 +91,30 @@ def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
         )
     if wanted is not None and wanted != detected:
         raise ConfigError(f"{source}: named as {format}, but its fields are those of {detected}")
+    return detected
+
+
+def _runs(detected: str, document: object, lines: list[tuple[str, object]] | None, source: str) -> list[ImportedRun]:
+    """The runs of a file of format ``detected``: a line (or the document) per run for SGLang's
+    bench_serving, AIPerf's records for JSON lines, else the format's document reader."""
     if detected == sglang_bench.FORMAT:
-        runs = [sglang_bench.read_line(record, where) for where, record in lines or [(f"{source}:1", document)]]
-    elif lines is not None:
-        runs = aiperf.read_records(lines)
-    else:
-        runs = _DOCUMENTS[detected][1](document, source)
+        return [sglang_bench.read_line(record, where) for where, record in lines or [(f"{source}:1", document)]]
+    if lines is not None:
+        return aiperf.read_records(lines)
+    return _DOCUMENTS[detected][1](document, source)
+
+
+def read_file(path: Path, format: str | None = None) -> list[ImportedRun]:
+    """The runs of one result file, in the named format or the one detected."""
+    if format is not None and format not in FORMATS:
+        raise ConfigError(f"format: expected one of {list(FORMATS)}, got {format!r}")
+    source = str(path)
+    text = read_text(path)
+    if not text.strip():
+        raise ConfigError(f"{source}: empty file (expected a benchmark result)")
+    document, lines = _parsed(path, text, source)
+    detected = _format(document, lines, format, source)
+    runs = _runs(detected, document, lines, source)
     from simulator.io.importers.checks import check_plausible  # its physics needs pydantic: not at parser start-up
 
     for run in runs:

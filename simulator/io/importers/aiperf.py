@@ -91,15 +91,20 @@ def _load_node(data: Mapping[str, object], where: str) -> tuple[Mapping[str, obj
     for path in ("input_config.loadgen.phases", "input_config.phases"):
         phases = optional(data, path)
         if isinstance(phases, list):
-            measured = [(i, p) for i, p in enumerate(phases) if isinstance(p, Mapping) and not _warmup(p)]
-            if len(measured) != 1:
-                raise ConfigError(f"{where}: {path}: expected one phase besides warm-up, got {len(measured)}")
-            return measured[0][1], f"{path}.{measured[0][0]}"
+            return _measured_phase(phases, path, where)
     for path in ("input_config.loadgen", "input_config.perf_analyzer.stimulus"):
         node = optional(data, path)
         if isinstance(node, Mapping) and ("concurrency" in node or "request_rate" in node):
             return node, path
     return {}, "input_config.loadgen"
+
+
+def _measured_phase(phases: list[object], path: str, where: str) -> tuple[Mapping[str, object], str]:
+    """The one phase of ``phases`` (at ``path``) that is not a warm-up, and its path."""
+    measured = [(i, p) for i, p in enumerate(phases) if isinstance(p, Mapping) and not _warmup(p)]
+    if len(measured) != 1:
+        raise ConfigError(f"{where}: {path}: expected one phase besides warm-up, got {len(measured)}")
+    return measured[0][1], f"{path}.{measured[0][0]}"
 
 
 def _load(data: Mapping[str, object], where: str) -> tuple[Load | None, str]:
@@ -154,39 +159,51 @@ def read(data: object, where: str) -> list[ImportedRun]:
     ]
 
 
-def read_records(records: list[tuple[str, object]]) -> list[ImportedRun]:
-    """Per-request records (``where`` names each line); warm-up and cancelled records are left out."""
-    rows: list[tuple[float, int, int, float, float]] = []
-    skipped = 0
-    for where, record in records:
-        if not isinstance(record, Mapping):
-            raise ConfigError(f"{where}: expected a JSON object (one AIPerf request record)")
-        meta = get(record, "metadata", where, "the request's metadata")
-        assert isinstance(meta, Mapping)
-        if meta.get("benchmark_phase") == "warmup" or meta.get("was_cancelled") or "error" in record:
-            skipped += 1
-            continue
-        rows.append(
-            (
-                num(record, "metadata.request_start_ns", where),
-                whole(record, "metrics.input_sequence_length.value", where, minimum=1),
-                whole(record, "metrics.output_sequence_length.value", where, minimum=1),
-                num(record, "metrics.time_to_first_token.value", where, minimum=0.0) / MS_PER_S,
-                num(record, "metrics.request_latency.value", where, minimum=0.0) / MS_PER_S,
-            )
-        )
-    source = records[0][0].rsplit(":", 1)[0] if records else "?"
-    if not rows:
-        raise ConfigError(f"{source}: no profiling record (only warm-up or cancelled ones)")
+def _record_row(where: str, record: object) -> tuple[float, int, int, float, float] | None:
+    """One request record as (start ns, input tokens, output tokens, TTFT s, latency s); None for a
+    warm-up, cancelled or failed request."""
+    if not isinstance(record, Mapping):
+        raise ConfigError(f"{where}: expected a JSON object (one AIPerf request record)")
+    meta = get(record, "metadata", where, "the request's metadata")
+    assert isinstance(meta, Mapping)
+    if meta.get("benchmark_phase") == "warmup" or meta.get("was_cancelled") or "error" in record:
+        return None
+    return (
+        num(record, "metadata.request_start_ns", where),
+        whole(record, "metrics.input_sequence_length.value", where, minimum=1),
+        whole(record, "metrics.output_sequence_length.value", where, minimum=1),
+        num(record, "metrics.time_to_first_token.value", where, minimum=0.0) / MS_PER_S,
+        num(record, "metrics.request_latency.value", where, minimum=0.0) / MS_PER_S,
+    )
+
+
+def _in_send_order(rows: list[tuple[float, int, int, float, float]]) -> PerRequest:
+    """The requests of :func:`_record_row` rows sorted by start, arrivals from the first start."""
     rows.sort(key=lambda r: r[0])
     start = np.array([r[0] for r in rows])
-    per = PerRequest(
+    return PerRequest(
         np.array([r[1] for r in rows]),
         np.array([r[2] for r in rows]),
         np.array([r[3] for r in rows]),
         np.array([r[4] for r in rows]),
         arrival_s=(start - start[0]) / NS_PER_S,
     )
+
+
+def read_records(records: list[tuple[str, object]]) -> list[ImportedRun]:
+    """Per-request records (``where`` names each line); warm-up and cancelled records are left out."""
+    rows: list[tuple[float, int, int, float, float]] = []
+    skipped = 0
+    for where, record in records:
+        row = _record_row(where, record)
+        if row is None:
+            skipped += 1
+        else:
+            rows.append(row)
+    source = records[0][0].rsplit(":", 1)[0] if records else "?"
+    if not rows:
+        raise ConfigError(f"{source}: no profiling record (only warm-up or cancelled ones)")
+    per = _in_send_order(rows)
     return [
         ImportedRun(
             source=source,

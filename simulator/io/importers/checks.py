@@ -97,31 +97,47 @@ def floor_flags(
     empty when they do not, or when the chips are not known."""
     if chips is None:
         return ()
-    flags = []
-    ttft = run.metrics.get("ttft_s")
-    if ttft is not None and "mean" in ttft.values:
-        floor_s = prefill_floor_s(model, hardware, chips, run.input_tokens_mean)
-        if ttft.values["mean"] < floor_s:
-            flags.append(
-                f"mean TTFT {ttft.values['mean']:.4g} s is below the prefill floor {floor_s:.4g} s of "
-                f"{run.input_tokens_mean:.0f} prompt tokens on {chips} x {hardware.id} at peak "
-                "(prefix-cache hits, or a unit off)"
-            )
+    flags = _prefill_flags(run, model, hardware, chips)
     if spec_decoding == "none":
-        floor_s = decode_floor_s(model, hardware, chips, weights)
-        tpot = run.metrics.get("tpot_s")
-        if tpot is not None and {"mean", "p50"} & tpot.values.keys() and tpot.central[1] < floor_s:
-            flags.append(
-                f"TPOT {tpot.central[1]:.4g} s is below the decode roofline {floor_s:.4g} s (active "
-                f"weights read once per token on {chips} x {hardware.id} at peak)"
-            )
-        speed = run.metrics.get("per_user_output_tok_s")
-        if speed is not None and {"mean", "p50"} & speed.values.keys() and speed.central[1] > 1.0 / floor_s:
-            flags.append(
-                f"per-user speed {speed.central[1]:.4g} tok/s is above the decode roofline "
-                f"{1.0 / floor_s:.4g} tok/s on {chips} x {hardware.id}"
-            )
+        flags += _decode_flags(run, model, hardware, chips, weights)
     return tuple(flags)
+
+
+def _prefill_flags(run: ImportedRun, model: ModelSpec, hardware: HardwareProfile, chips: int) -> list[str]:
+    """Why the run's mean TTFT beats :func:`prefill_floor_s` of its mean prompt (none if it does not)."""
+    ttft = run.metrics.get("ttft_s")
+    if ttft is None or "mean" not in ttft.values:
+        return []
+    floor_s = prefill_floor_s(model, hardware, chips, run.input_tokens_mean)
+    if not ttft.values["mean"] < floor_s:
+        return []
+    return [
+        f"mean TTFT {ttft.values['mean']:.4g} s is below the prefill floor {floor_s:.4g} s of "
+        f"{run.input_tokens_mean:.0f} prompt tokens on {chips} x {hardware.id} at peak "
+        "(prefix-cache hits, or a unit off)"
+    ]
+
+
+def _decode_flags(
+    run: ImportedRun, model: ModelSpec, hardware: HardwareProfile, chips: int, weights: Precision
+) -> list[str]:
+    """Why the run's TPOT or per-user speed beats the decode roofline :func:`decode_floor_s` (none if
+    neither does)."""
+    floor_s = decode_floor_s(model, hardware, chips, weights)
+    flags = []
+    tpot = run.metrics.get("tpot_s")
+    if tpot is not None and {"mean", "p50"} & tpot.values.keys() and tpot.central[1] < floor_s:
+        flags.append(
+            f"TPOT {tpot.central[1]:.4g} s is below the decode roofline {floor_s:.4g} s (active "
+            f"weights read once per token on {chips} x {hardware.id} at peak)"
+        )
+    speed = run.metrics.get("per_user_output_tok_s")
+    if speed is not None and {"mean", "p50"} & speed.values.keys() and speed.central[1] > 1.0 / floor_s:
+        flags.append(
+            f"per-user speed {speed.central[1]:.4g} tok/s is above the decode roofline "
+            f"{1.0 / floor_s:.4g} tok/s on {chips} x {hardware.id}"
+        )
+    return flags
 
 
 def cache_warning(run: ImportedRun, model: ModelSpec, hardware: HardwareProfile, chips: int | None) -> str:
@@ -142,11 +158,26 @@ def cache_warning(run: ImportedRun, model: ModelSpec, hardware: HardwareProfile,
 
 
 def _stats_plausible(run: ImportedRun, metric: str, stats: Stats) -> None:
+    """Refuse a statistics block that is negative, out of order, or outside ``metric``'s plausible range."""
     where = f"{run.source}: {stats.field}"
+    _stats_nonnegative(where, stats)
+    _stats_ordered(where, stats)
+    if metric not in PLAUSIBLE or not {"mean", "p50"} & stats.values.keys():
+        return
+    _stats_in_range(where, metric, stats)
+
+
+def _stats_nonnegative(where: str, stats: Stats) -> None:
+    """Refuse a negative statistic: a time, length or speed never is."""
     for name in STAT_NAMES:
         value = stats.values.get(name)
         if value is not None and not value >= 0:
             raise ConfigError(f"{where} ({name}): {value:g} is negative; a time, length or speed never is")
+
+
+def _stats_ordered(where: str, stats: Stats) -> None:
+    """Refuse statistics of one distribution out of order (min <= percentiles <= max), to
+    :data:`_REL_TOLERANCE`, or a mean outside min and max (:func:`_mean_within`)."""
     ordered = [(name, stats.values[name]) for name in _ORDERED if name in stats.values]
     for (low_name, low), (high_name, high) in itertools.pairwise(ordered):
         if low > high * (1 + _REL_TOLERANCE):
@@ -154,13 +185,20 @@ def _stats_plausible(run: ImportedRun, metric: str, stats: Stats) -> None:
                 f"{where}: {low_name} {low:g} exceeds {high_name} {high:g}; statistics of one "
                 "distribution are ordered (a damaged file, or mixed units)"
             )
+    _mean_within(where, stats)
+
+
+def _mean_within(where: str, stats: Stats) -> None:
+    """Refuse a mean below the min or above the max, to :data:`_REL_TOLERANCE`."""
     mean, least, most = (stats.values.get(name) for name in ("mean", "min", "max"))
     if mean is not None and least is not None and mean < least * (1 - _REL_TOLERANCE):
         raise ConfigError(f"{where}: mean {mean:g} is below min {least:g}")
     if mean is not None and most is not None and mean > most * (1 + _REL_TOLERANCE):
         raise ConfigError(f"{where}: mean {mean:g} is above max {most:g}")
-    if metric not in PLAUSIBLE or not {"mean", "p50"} & stats.values.keys():
-        return
+
+
+def _stats_in_range(where: str, metric: str, stats: Stats) -> None:
+    """Refuse a central statistic outside :data:`PLAUSIBLE`'s range for ``metric``."""
     statistic, value = stats.central
     low, high, why = PLAUSIBLE[metric]
     if not low <= value <= high:

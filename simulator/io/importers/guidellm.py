@@ -79,28 +79,37 @@ def read(data: object, where: str) -> list[ImportedRun]:
         at = f"{where}: benchmarks.{index}"
         if not isinstance(bench, Mapping):
             raise ConfigError(f"{at}: expected an object")
-        metrics = {}
-        for key, (metric, factor) in _METRICS.items():
-            node = optional(bench, f"metrics.{key}.successful")
-            if isinstance(node, Mapping):
-                metrics[metric] = _stats(node, f"metrics.{key}.successful", at, factor)
-        count = whole(bench, "metrics.request_latency.successful.count", at, minimum=1)
-        runs.append(
-            ImportedRun(
-                source=at,
-                format=FORMAT,
-                model_name=str(
-                    optional(bench, "args.model")
-                    or optional(bench, "config.requests.model")
-                    or optional(data, "args.model")
-                    or ""
-                )
-                or None,
-                input_tokens_mean=num(bench, "metrics.prompt_token_count.successful.mean", at, minimum=1.0),
-                output_tokens_mean=num(bench, "metrics.output_token_count.successful.mean", at, minimum=1.0),
-                metrics=metrics,
-                load=_load(bench, at, count),
-                notes=("warm-up: GuideLLM's warmup requests, if any, are excluded by the tool",),
-            )
-        )
+        runs.append(_bench_run(data, bench, at))
     return runs
+
+
+def _bench_run(data: Mapping[str, object], bench: Mapping[str, object], at: str) -> ImportedRun:
+    """The run of one benchmark of the report (its statistics of successful requests, its load)."""
+    metrics = _bench_metrics(bench, at)
+    count = whole(bench, "metrics.request_latency.successful.count", at, minimum=1)
+    return ImportedRun(
+        source=at,
+        format=FORMAT,
+        model_name=str(
+            optional(bench, "args.model")
+            or optional(bench, "config.requests.model")
+            or optional(data, "args.model")
+            or ""
+        )
+        or None,
+        input_tokens_mean=num(bench, "metrics.prompt_token_count.successful.mean", at, minimum=1.0),
+        output_tokens_mean=num(bench, "metrics.output_token_count.successful.mean", at, minimum=1.0),
+        metrics=metrics,
+        load=_load(bench, at, count),
+        notes=("warm-up: GuideLLM's warmup requests, if any, are excluded by the tool",),
+    )
+
+
+def _bench_metrics(bench: Mapping[str, object], at: str) -> dict[str, Stats]:
+    """The benchmark's statistics of successful requests, for each metric of :data:`_METRICS` it states."""
+    metrics = {}
+    for key, (metric, factor) in _METRICS.items():
+        node = optional(bench, f"metrics.{key}.successful")
+        if isinstance(node, Mapping):
+            metrics[metric] = _stats(node, f"metrics.{key}.successful", at, factor)
+    return metrics

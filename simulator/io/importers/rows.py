@@ -163,17 +163,22 @@ def arrival_times(run: ImportedRun, seed: int) -> FloatArray:
         if load is not None and load.kind == "closed":
             raise ConfigError(f"{run.source}: a closed loop without recorded send times has no replay trace")
         return np.zeros(count)
+    gaps = _gaps_s(load, count, seed)
+    return np.concatenate([[0.0], np.cumsum(gaps[:-1])])
+
+
+def _gaps_s(load: Load, count: int, seed: int) -> FloatArray:
+    """``count`` gaps between sends at the load's rate: constant, gamma of the load's CV^2 (shape
+    ``k = 1/CV^2``, scale ``mean gap x CV^2``), or exponential (Poisson arrivals), drawn from ``seed``."""
     assert load.rate_per_s is not None
     rng = np.random.default_rng(seed)
     mean_gap_s = 1.0 / load.rate_per_s
     if load.kind == "constant":
-        gaps = np.full(count, mean_gap_s)
-    elif load.kind == "gamma":
+        return np.full(count, mean_gap_s)
+    if load.kind == "gamma":
         assert load.cv2 is not None
-        gaps = rng.gamma(1.0 / load.cv2, mean_gap_s * load.cv2, count)  # shape k = 1/CV^2, mean k * scale
-    else:
-        gaps = rng.exponential(mean_gap_s, count)
-    return np.concatenate([[0.0], np.cumsum(gaps[:-1])])
+        return rng.gamma(1.0 / load.cv2, mean_gap_s * load.cv2, count)  # shape k = 1/CV^2, mean k * scale
+    return rng.exponential(mean_gap_s, count)
 
 
 def trace_lines(run: ImportedRun, seed: int) -> str:

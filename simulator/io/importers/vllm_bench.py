@@ -154,12 +154,11 @@ def _send_times_s(starts: list[Any], ok: list[int], where: str) -> np.ndarray:
     return sent
 
 
-def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
-    """The successful requests of the per-request arrays, or None when the file has none."""
-    lists = _arrays(data, where)
-    if lists is None:
-        return None
-    ok = [i for i, error in enumerate(lists["errors"]) if not error]
+def _successful_columns(
+    lists: Mapping[str, Any], ok: list[int], where: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The successful requests' TTFTs, sums of inter-token gaps, input and output lengths; refused
+    when one is not a number or a request has no tokens."""
     try:
         ttft = np.array([float(lists["ttfts"][i]) for i in ok])
         gaps = np.array([math.fsum(lists["itls"][i]) for i in ok])
@@ -171,6 +170,16 @@ def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
         ) from None
     if np.any(outputs < 1) or np.any(inputs < 1):
         raise ConfigError(f"{where}: input_lens/output_lens: a successful request with no tokens")
+    return ttft, gaps, inputs, outputs
+
+
+def per_request(data: Mapping[str, object], where: str) -> PerRequest | None:
+    """The successful requests of the per-request arrays, or None when the file has none."""
+    lists = _arrays(data, where)
+    if lists is None:
+        return None
+    ok = [i for i, error in enumerate(lists["errors"]) if not error]
+    ttft, gaps, inputs, outputs = _successful_columns(lists, ok, where)
     arrivals = None
     if "start_times" in lists and ok:
         sent = _send_times_s(lists["start_times"], ok, where)
