@@ -78,9 +78,14 @@ def replica_energy_j(chip: ChipPower, chips: int, busy_s: float, span_s: float) 
     return chips * (chip.busy_w * busy + chip.idle_w * (span_s - busy))
 
 
-def replicas_within(budget_w: float, replica_w: float) -> int:
-    """The most replicas drawing ``replica_w`` each that fit in ``budget_w`` (a large number when free)."""
-    return math.floor(budget_w / replica_w + 1e-9) if replica_w > 0 else 2**31
+#: Relative allowance when a fleet's draw is compared with a site budget: float sums of replica
+#: draws that equal the budget exactly must fit it.
+BUDGET_ROUNDING = 1e-9
+
+
+def replicas_within(budget_kw: float, replica_kw: float) -> int:
+    """The most replicas drawing ``replica_kw`` (> 0) each that fit in ``budget_kw``."""
+    return math.floor(budget_kw / replica_kw * (1.0 + BUDGET_ROUNDING))
 
 
 class CappedCost:

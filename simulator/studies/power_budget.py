@@ -9,7 +9,7 @@ provisioned (nameplate) draw, not the mean, since a site's breakers must hold th
 
 from __future__ import annotations
 
-from simulator.analytic.power import replicas_within
+from simulator.analytic.power import BUDGET_ROUNDING, replicas_within
 from simulator.plan.resolve import BackendPlan
 
 
@@ -23,7 +23,9 @@ def replica_kw(plan: BackendPlan, pue: float) -> float:
 
 def within_budget(counts: tuple[int, ...], kw: tuple[float, ...], budget_kw: float | None) -> bool:
     """Whether replica counts drawing ``kw`` each fit ``budget_kw`` (always, without a budget)."""
-    return budget_kw is None or sum(n * k for n, k in zip(counts, kw, strict=True)) <= budget_kw * (1 + 1e-12)
+    if budget_kw is None:
+        return True
+    return sum(n * k for n, k in zip(counts, kw, strict=True)) <= budget_kw * (1.0 + BUDGET_ROUNDING)
 
 
 def power_limits(limits: tuple[tuple[int, int], ...], kw: tuple[float, ...], budget_kw: float | None,
@@ -31,5 +33,5 @@ def power_limits(limits: tuple[tuple[int, int], ...], kw: tuple[float, ...], bud
     """Each backend's (least, most) replicas, the most lowered to what fits ``budget_kw`` alone."""
     if budget_kw is None:
         return limits
-    return tuple((low, min(high, replicas_within(budget_kw * 1000.0, k * 1000.0)) if k > 0 else high)
+    return tuple((low, min(high, replicas_within(budget_kw, k)) if k > 0 else high)
                  for (low, high), k in zip(limits, kw, strict=True))  # fmt: skip
