@@ -302,7 +302,7 @@ class Replica:
         """Fail now, down until ``up_at`` with the empty ``policy``: the requests it held (queued
         first, then running), its KV gone; the step in progress ends at its boundary, void."""
         now = self.env.now
-        held = held_requests(self.policy)
+        held = self.policy.held()
         self._awaiting.clear()  # their second tokens will come from another replica, if any
         self.policy, self.up_at, self.epoch = policy, up_at, self.epoch + 1
         self._cuttable = None
@@ -337,15 +337,6 @@ class Jump:
         boundary = env.timeout(max(self.start + self.cumulative[self.done - 1] - now, 0.0))
         boundary.callbacks, self.end.callbacks = self.end.callbacks, []
         return boundary
-
-
-def held_requests(policy: BatchPolicy) -> list[Request]:
-    """Every request a paged policy holds: its waiting queue, then its running slots."""
-    waiting = getattr(policy, "waiting", None)
-    slots = getattr(policy, "slots", None)
-    if waiting is None or slots is None:
-        raise TypeError(f"{type(policy).__name__} does not expose its waiting queue and slots; failures need them")
-    return [*waiting, *[slot.request for slot in slots.table if slot.request is not None]]
 
 
 def _trigger(event: simpy.Event) -> None:

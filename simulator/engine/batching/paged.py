@@ -71,6 +71,9 @@ class PagedBatching:
     def queued(self) -> int:
         return len(self.waiting)
 
+    def held(self) -> list[Request]:
+        return [*self.waiting, *(slot.request for slot in self.slots.table if slot.request is not None)]
+
     @property
     def running(self) -> int:
         return self.slots.count

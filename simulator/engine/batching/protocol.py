@@ -143,6 +143,10 @@ class BatchPolicy(Protocol):
         """A request arrives at the replica."""
         ...
 
+    def held(self) -> list[Request]:
+        """Every request the policy holds, waiting first, then running (what a failure loses)."""
+        ...
+
     def plan(self, now: float) -> Plan:
         """Form the next iteration: admit what fits, choose each slot's new tokens."""
         ...
