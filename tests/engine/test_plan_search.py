@@ -4,13 +4,14 @@ The exhaustive search simulates every candidate (each backend alone at 1..max re
 mixed count vector) and takes the cheapest that meets; the planner prunes by cost, by the
 capacity bound and by known misses, and bisects, on runs stopped as soon as a task-time target
 provably misses (:class:`~simulator.studies.planning.SettledMiss`); the exhaustive search runs every
-candidate to its end. The cases are small (8B model, 60-90 s runs) so each takes seconds.
+candidate to its end. The cases are small (8B model, 60-120 s runs) so each takes seconds.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from simulator.config.scenario import Scenario
 from simulator.plan.limits import Limits
 from simulator.plan.resolve import ScenarioError
 from simulator.report import plan_figure
-from simulator.runner import simulate
+from simulator.runner import load_scenario_data, scenario_from, simulate
 from simulator.studies.execution import Executor, Runs
 from simulator.studies.planning import (
     Evaluation,
@@ -106,6 +107,19 @@ def _split_pools() -> Scenario:
         slo={"targets": [{"metric": "ttft_s", "stat": "p99", "max": "2 s"}]},
         plan={"max_replicas": {"h100": 3, "a100": 3}, "replications": 1}, run=RUN,
     )  # fmt: skip
+
+
+SPLIT_FLEET = Path(__file__).resolve().parents[2] / "scenarios" / "plan-split-fleet.yaml"
+
+
+def _bundled_split_fleet(split: bool = True) -> Scenario:
+    """``scenarios/plan-split-fleet.yaml`` as bundled, or without its split (each backend whole)."""
+    data = load_scenario_data(SPLIT_FLEET)
+    backends = data["backends"]
+    assert isinstance(backends, list)
+    if not split:
+        data["backends"] = [{k: v for k, v in b.items() if k not in ("decode_on", "kv_link")} for b in backends]
+    return scenario_from(data, {}, str(SPLIT_FLEET))
 
 
 def exhaustive(planner: Planner) -> tuple[Evaluation | None, list[Evaluation]]:
@@ -278,3 +292,36 @@ def test_a_fleet_whose_tasks_all_outlast_the_bound_stops_at_the_end_of_the_arriv
     assert rule.settled[0]["over"] == rule.settled[0]["of_at_most"] == 24  # every agent's first task, running
     assert full.summary.tasks is not None and full.summary.tasks.task_time_s.p95 > 30.0
     assert early.records.end_s < full.records.end_s
+
+
+def test_the_bundled_split_fleet_is_cheapest_as_each_phase_runs_on_the_chip_cheapest_for_it() -> None:
+    """``scenarios/plan-split-fleet.yaml``: long RAG prompts, short answers, TTFT and TPOT targets,
+    owned H100s (2.5x an A100's FLOP/s per $/h) and A100s (1.5x an H100's HBM bytes/s per $/h).
+    The plan answers a split fleet, the exhaustive search's answer, strictly cheaper than every
+    fleet that meets without the split (each backend alone, or both serving whole requests):
+    alone, the A100s lack the FLOP/s to prefill in time (TTFT misses) and a co-located H100 has
+    them but runs its prompts inside its decode iterations (only TPOT misses); split, the H100
+    only prefills and the A100 only decodes."""
+    s = _bundled_split_fleet()
+    result = Planner(s, CATALOG).search()
+    everything = Planner(s, CATALOG, runs=Runs(Executor(), summary_run, (CATALOG, Limits(), False), None))
+    answer, evaluated = exhaustive(everything)
+    assert answer is not None and result.answer is not None
+    assert result.answer.split == answer.split == ("h100 -> a100",)
+    assert (result.answer.counts, result.answer.usd_per_hour) == (answer.counts, answer.usd_per_hour)
+    whole = Planner(_bundled_split_fleet(split=False), CATALOG)
+    whole_mixed = [whole.evaluate(c, "mixed") for c in itertools.product(*(range(1, m + 1) for _, m in whole.limits))]
+    assert not any(e.split for e in whole_mixed)  # both backends serving whole requests
+    singles = [e for e in evaluated if e.kind == "single"]
+    unsplit = [e.usd_per_hour for e in singles + whole_mixed if e.meets]
+    assert unsplit, "some fleet meets without the split"
+    assert answer.usd_per_hour < min(unsplit)
+    # the mechanism, on the single-backend fleets cheaper than the answer (h100 listed first)
+    cheaper = [e for e in singles if e.usd_per_hour < answer.usd_per_hour]
+    assert cheaper
+    for e in cheaper:
+        missed = {m.target.split()[1] for m in e.misses}
+        if e.counts[0]:  # the H100 has the FLOP/s to prefill in time; its co-located decode is slow
+            assert missed == {"tpot_s"}, e.misses
+        else:  # A100s alone cannot prefill in time
+            assert "ttft_s" in missed, e.misses
