@@ -2,7 +2,9 @@
 
 Each spec is a tagged union member (``dist: ...``) with ``.mean``, ``.variance``,
 ``.sample(rng, n)`` and ``.draw(rng)``: one value, the same number as ``sample(rng, 1)[0]`` and
-the stream left in the same state (a test holds them equal), without a size-1 array. Lengths
+the stream left in the same state (a test holds them equal), without a size-1 array; and
+``.quantile(u)``, the inverse CDF ``F^-1(u) = inf {x : F(x) >= u}`` of what ``sample`` draws, at
+each ``u`` in ``[0, 1)`` (for bounds that need a distribution's lower tail). Lengths
 (token counts) are rounded to integers >= 1 by the caller; the moments here are of the
 continuous distribution as written.
 """
@@ -29,6 +31,13 @@ NonNegative = Annotated[float, Field(ge=0.0, le=MAX_PARAMETER)]
 FloatArray = npt.NDArray[np.float64]
 
 
+def _standard_normal_quantile(u: FloatArray) -> FloatArray:
+    """``Phi^-1(u)`` (``-inf`` at 0); scipy is imported only when a bound asks for it."""
+    from scipy.special import ndtri
+
+    return np.asarray(ndtri(u), dtype=np.float64)
+
+
 class Constant(Spec):
     dist: Literal["constant"] = "constant"
     value: NonNegative
@@ -43,6 +52,9 @@ class Constant(Spec):
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return np.full(n, self.value)
+
+    def quantile(self, u: FloatArray) -> FloatArray:
+        return np.full(np.shape(u), self.value)
 
     def draw(self, rng: np.random.Generator) -> float:
         return self.value
@@ -70,6 +82,9 @@ class Uniform(Spec):
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return rng.uniform(self.low, self.high, n)
 
+    def quantile(self, u: FloatArray) -> FloatArray:
+        return self.low + np.asarray(u) * (self.high - self.low)
+
     def draw(self, rng: np.random.Generator) -> float:
         return float(rng.uniform(self.low, self.high))
 
@@ -91,6 +106,12 @@ class Normal(Spec):
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return np.maximum(rng.normal(self.mean_value, self.std, n), 0.0)
+
+    def quantile(self, u: FloatArray) -> FloatArray:
+        """Of the draws as clipped at 0: ``max(0, mean + std Phi^-1(u))``."""
+        if self.std == 0:
+            return np.full(np.shape(u), max(self.mean_value, 0.0))
+        return np.maximum(self.mean_value + self.std * _standard_normal_quantile(u), 0.0)
 
     def draw(self, rng: np.random.Generator) -> float:
         return max(0.0, float(rng.normal(self.mean_value, self.std)))  # as np.maximum: 0.0, not -0.0
@@ -119,6 +140,11 @@ class LogNormal(Spec):
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return rng.lognormal(math.log(self.median), self.sigma, n)
 
+    def quantile(self, u: FloatArray) -> FloatArray:
+        if self.sigma == 0:  # exp(log median), as the sampler computes it
+            return np.full(np.shape(u), math.exp(math.log(self.median)))
+        return np.exp(math.log(self.median) + self.sigma * _standard_normal_quantile(u))
+
     def draw(self, rng: np.random.Generator) -> float:
         return float(rng.lognormal(math.log(self.median), self.sigma))
 
@@ -137,6 +163,9 @@ class Exponential(Spec):
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return rng.exponential(self.mean_value, n)
+
+    def quantile(self, u: FloatArray) -> FloatArray:
+        return -self.mean_value * np.log1p(-np.asarray(u))
 
     def draw(self, rng: np.random.Generator) -> float:
         return float(rng.exponential(self.mean_value))
@@ -162,6 +191,12 @@ class Geometric(Spec):
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return rng.geometric(self.p, n).astype(np.float64)
+
+    def quantile(self, u: FloatArray) -> FloatArray:
+        """``max(1, ceil(log(1 - u) / log(1 - p)))``: the trials whose CDF ``1 - (1 - p)^k`` reaches ``u``."""
+        if self.p == 1.0:
+            return np.ones(np.shape(u))
+        return np.maximum(np.ceil(np.log1p(-np.asarray(u)) / math.log1p(-self.p)), 1.0)
 
     def draw(self, rng: np.random.Generator) -> float:
         return float(rng.geometric(self.p))
@@ -196,6 +231,9 @@ class Empirical(Spec):
 
     def sample(self, rng: np.random.Generator, n: int) -> FloatArray:
         return rng.choice(self.values(), n, replace=True)
+
+    def quantile(self, u: FloatArray) -> FloatArray:
+        return np.quantile(self.values(), u, method="inverted_cdf")
 
     def draw(self, rng: np.random.Generator) -> float:
         return float(self.sample(rng, 1)[0])

@@ -50,9 +50,10 @@ from simulator.records.store import REQUEST_ROWS_KEPT, BackendRecord, RunRecords
 
 @dataclass(frozen=True)
 class StopWhen:
-    """Stop a run once ``settled(recorder, now_s)`` says its outcome is decided: asked at simulated times
-    ``from_s``, ``from_s + every_s``, ... (before the run's own end), each time after every event
-    up to that time has run. The run stops at its last event so far; nothing is scheduled for the
+    """Stop a run once ``settled(recorder, at_s)`` says its outcome is decided: asked at simulated times
+    ``at_s = from_s, from_s + every_s, ...`` (before the run's own end), each time after every event
+    up to that time has run (so the state it sees is the run's at ``at_s``). The run stops at its
+    last event so far; nothing is scheduled for the
     checks, so a run never stopped is the same run as without them."""
 
     from_s: float
@@ -105,7 +106,7 @@ class Simulation:
                 env.step()
             if env.peek() == math.inf:
                 return False  # nothing left to run: the run ends as it would unchecked
-            if stop.settled(self.recorder, env.now):
+            if stop.settled(self.recorder, at):  # the state at ``at``: no event falls in (now, at]
                 return True
             at += stop.every_s
         return False

@@ -42,14 +42,16 @@ caching, as the whole context: the most calls/s any of the task's calls gets). T
 is the engine's step-time model at its best batch; the margin covers the engine finding a better
 schedule than the closed form's steady state. Classes without such a target add no demand.
 
-**Runs stopped once a miss is settled** (:class:`SettledMiss`): a run whose ``pQ task_time_s``
-target of closed-loop agents already misses, whatever its unfinished tasks do, stops there (from
-the end of ``run.duration``, when no task can start any more: at least ``need(F + R)`` of the
-``F`` finished tasks, and of the ``R`` still running those already past the bound, over it). A proof,
-not an estimate: such a run misses exactly when the full run does; a candidate it stopped lists
-only the targets settled (the others were not measured to the end), with the numbers so far.
-Nothing else stops early: a *meets* is never settled before the end (a running task may still
-end late), nor a target on other metrics.
+**Runs stopped once a miss is settled** (:class:`~simulator.studies.settled.SettledMiss`): a run
+whose ``pQ task_time_s`` target of closed-loop agents already misses, whatever its unfinished tasks
+do, stops there: from the end of ``run.duration`` (no task can start any more: at least ``need(F +
+R)`` of the ``F`` finished tasks, and of the ``R`` still running those already past the bound,
+over it) a proof, and before it at a stated risk (:data:`~simulator.studies.settled.STOP_RISK`,
+1e-6, over the workload's tool latencies: the tasks still to start are bounded by the shortest a
+task can take but with that chance). A candidate it stopped lists only the targets settled (the
+others were not measured to the end), with the numbers so far and the risk. Nothing else stops
+early: a *meets* is never settled before the end (a running task may still end late), nor a
+target on other metrics.
 
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
@@ -100,16 +102,14 @@ from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import RequestLengths, Scenario, SLOTarget, WorkloadClass
 from simulator.config.workload import AgentsLoad
-from simulator.engine.build import StopWhen
-from simulator.engine.recorder import Recorder
 from simulator.errors import InfersimError
 from simulator.plan.limits import Limits, check_runs
 from simulator.plan.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
-from simulator.records.store import TASK_COLUMNS
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
 from simulator.studies.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
 from simulator.studies.power_budget import power_limits, replica_kw, within_budget
+from simulator.studies.settled import STOP_RISK, SettledMiss
 from simulator.studies.tolerance import tolerating_failures
 from simulator.tables import format_table
 
@@ -244,9 +244,10 @@ class Miss:
         if self.settled is not None:
             s = self.settled
             got = f"got {self.achieved:.4g} so far" if math.isfinite(self.achieved) else "no task had ended"
+            sure = f"but with chance {s['risk']:.0e}" if s.get("risk") else "whatever the rest of the run"
             return (
                 f"{self.klass}: {self.target}: {s['over']:,} of at most {s['of_at_most']:,} tasks over, a miss "
-                f"whatever the rest of the run (stopped at {s['at_s']:,.0f} s of simulated time; {got})"
+                f"{sure} (stopped at {s['at_s']:,.0f} s of simulated time; {got})"
             )
         if not math.isfinite(self.achieved):
             return f"{self.klass}: {self.target}: nothing measured (no completed requests or tasks in the window)"
@@ -354,134 +355,6 @@ def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Mis
     return found
 
 
-def miss_tasks_needed(percent: int, tasks: int) -> int:
-    """The fewest of ``tasks`` task times above a bound that put their ``p<percent>`` above it.
-
-    The percentile interpolates (:func:`numpy.percentile`, linear) between order statistics
-    ``x_lo`` and ``x_lo+1``, ``lo = floor(h)``, ``h = percent / 100 x (tasks - 1)``; it is above the
-    bound when ``x_lo`` is, that is when ``tasks - lo`` times are. Taken at ``lo = ceil(h) - 1``
-    (one lower when ``h`` is whole, so a rounding of ``h`` in floating point cannot matter; 0 when
-    ``h`` is 0). It never falls as ``tasks`` grows, and grows by at most 1 a task."""
-    lo = max(-(-percent * (tasks - 1) // 100) - 1, 0)
-    return tasks - lo
-
-
-#: Checks of :class:`SettledMiss` per task-time bound of simulated time (every 6 s under a 10-minute bound).
-SETTLE_CHECKS_PER_BOUND = 100
-_START, _END, _FAILED, _PARENT, _CLASS = (
-    TASK_COLUMNS.index(c) for c in ("start_s", "end_s", "failed", "parent", "class")
-)
-
-
-@dataclass
-class _TaskTimeTarget:
-    """One ``pQ task_time_s <= T`` target of a class of closed-loop agents, and its tasks so far."""
-
-    klass: int
-    name: str
-    target: str
-    percent: int
-    bound_s: float
-    measured: int = 0  # tasks that count (top level, started after the warm-up, not failed), finished
-    over: int = 0  # of those, the ones that took longer than the bound
-
-
-def _closed_loop_agents(klass: WorkloadClass) -> bool:
-    """Whether the class is a closed loop of agents (``agents: N``)."""
-    return isinstance(klass.load, AgentsLoad) and klass.load.agents is not None
-
-
-def _settleable(target: SLOTarget) -> bool:
-    """Whether :class:`SettledMiss` can settle a miss of the target: a positive ``max`` bound on a
-    percentile of ``task_time_s``."""
-    return target.metric == "task_time_s" and target.upper and target.stat.startswith("p") and target.bound > 0
-
-
-@dataclass
-class SettledMiss:
-    """Stop a plan's run once a task-time target provably misses, whatever the rest of the run does.
-
-    Applies to ``max`` targets on a percentile (``p50`` ... ``p99``) of ``task_time_s`` of a class
-    of closed-loop agents (``agents: N``), in a run with a ``run.duration``; checked every
-    :data:`SETTLE_CHECKS_PER_BOUND`-th of the tightest bound of simulated time from the end of
-    ``run.duration`` on. From then no task starts (agents start one only before it), so the tasks
-    the summary will count are the ``F`` finished so far that count, plus at most the ``R``
-    top-level tasks still running that started after the warm-up (the recorder's
-    :attr:`~simulator.engine.recorder.Recorder.running`, each task's start). Of the ``F``, ``a``
-    took longer than ``T``; of the ``R``, ``l`` have run longer than ``T`` already. Whatever the
-    running tasks do, the final count is at most ``F + R`` with at least ``a`` above ``T``, and
-    when nothing can drop a running task from the count (no ``router.budget_usd_per_hour`` to
-    refuse a call, no ``run.horizon`` to cut it) exactly ``F + R`` with at least ``a + l`` above
-    ``T``. Since :func:`miss_tasks_needed` never falls with the count, ``a (+ l) >= need(F + R)``
-    settles ``pQ > T``: the run misses, exactly when the full run does (no confidence level: a
-    proof, not an estimate). A fleet so slow that no task has ended by then is settled at the end
-    of ``run.duration`` by its running tasks alone. Nothing is decided before the arrivals end (the
-    count of tasks still to start is unbounded), nor a *meets* (a running task may still end above
-    ``T``), nor targets on other metrics or stats. A time counts as above only when over
-    ``T (1 + 1e-9)``, so the summary's own division cannot round it back to the bound.
-
-    ``settled`` (after a stop) names the targets decided, with ``over`` of ``at most`` tasks.
-    """
-
-    targets: list[_TaskTimeTarget]
-    warmup_s: float
-    from_s: float  # the end of run.duration
-    running_count: bool  # whether every running task is sure to be counted (no budget, no horizon)
-    read: int = 0  # floats of the recorder's flat task records read so far
-    settled: list[dict[str, Any]] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, scenario: Scenario) -> SettledMiss | None:
-        """The stop condition for a run of ``scenario``; None when no target qualifies."""
-        if scenario.run.duration is None:
-            return None
-        targets = [
-            _TaskTimeTarget(k, klass.name, t.describe(), int(t.stat[1:]), t.bound)
-            for k, klass in enumerate(scenario.workload_classes)
-            if _closed_loop_agents(klass)
-            for t in klass.slo.targets
-            if _settleable(t)
-        ]
-        if not targets:
-            return None
-        counted = scenario.router.budget_usd_per_hour is None and scenario.run.horizon is None
-        return cls(targets, scenario.run.warmup, scenario.run.duration, counted)
-
-    def when(self) -> StopWhen:
-        """The engine's stop condition: this rule, asked from ``from_s`` on."""
-        return StopWhen(self.from_s, min(t.bound_s for t in self.targets) / SETTLE_CHECKS_PER_BOUND, self)
-
-    def __call__(self, recorder: Recorder, now_s: float) -> bool:
-        self._count_finished(recorder.tasks)
-        running = [(start_s, klass) for start_s, klass in recorder.running.values() if start_s >= self.warmup_s]
-        for t in self.targets:
-            self._settle(t, running, now_s)
-        return bool(self.settled)
-
-    def _count_finished(self, tasks: Sequence[float]) -> None:
-        """Count the tasks finished since the last call (flat records from :attr:`read` on) that
-        count: top level, started after the warm-up, not failed; and those above their bound."""
-        for row in range(self.read, len(tasks), len(TASK_COLUMNS)):
-            if tasks[row + _PARENT] != -1 or tasks[row + _FAILED] or tasks[row + _START] < self.warmup_s:
-                continue
-            for t in self.targets:
-                if t.klass == tasks[row + _CLASS]:
-                    t.measured += 1
-                    t.over += tasks[row + _END] - tasks[row + _START] > t.bound_s * (1 + 1e-9)
-        self.read = len(tasks)
-
-    def _settle(self, t: _TaskTimeTarget, running: list[tuple[float, int]], now_s: float) -> None:
-        """Record target ``t`` as settled when its tasks above the bound, finished (and running,
-        when each is sure to count), reach :func:`miss_tasks_needed` of the most that can count."""
-        ages = [now_s - start_s for start_s, klass in running if klass == t.klass]
-        late = sum(age > t.bound_s * (1 + 1e-9) for age in ages) if self.running_count else 0
-        most = t.measured + len(ages)
-        if t.over + late >= miss_tasks_needed(t.percent, most):
-            self.settled.append(
-                {"class": t.name, "target": t.target, "over": t.over + late, "of_at_most": most, "at_s": now_s}
-            )
-
-
 def summary_run(
     scenario_json: str, profiles: Profiles, limits: Limits | None, stop_early: bool = True
 ) -> dict[str, Any]:
@@ -489,8 +362,9 @@ def summary_run(
     :class:`SettledMiss` stopped it on (``settled``: empty when it ran to its end; ``stop_early``
     False: never stopped)."""
     scenario = Scenario.model_validate_json(scenario_json)
-    rule = SettledMiss.of(scenario) if stop_early else None
-    result = simulate(scenario, catalog_of(profiles), limits=limits, stop=rule.when() if rule else None)
+    catalog = catalog_of(profiles)
+    rule = SettledMiss.of(scenario, catalog) if stop_early else None
+    result = simulate(scenario, catalog, limits=limits, stop=rule.when() if rule else None)
     return {"summary": result.summary.to_dict(), "settled": rule.settled if rule and result.stopped else []}
 
 
@@ -582,7 +456,7 @@ class Planner:
         self.progress = progress or (lambda _: None)
         self.checkpoint = checkpoint or (lambda _: None)
         self.runs = runs or Runs(Executor(), summary_run, (catalog, run_limits), None)
-        self.inputs = inputs_digest(scenario, ["summary", "stopped once a miss is settled"])
+        self.inputs = inputs_digest(scenario, ["summary", f"stopped once a miss is settled (risk {STOP_RISK:g})"])
         self.started = time.monotonic()
         self.fleet = scenario.fleet
         self.names = tuple(b.name for b in self.fleet)
@@ -763,7 +637,7 @@ class Planner:
         if len(searched) > 1:
             others, last = self._mixed_axes()
             prefixes = math.prod(self.limits[i][1] + 1 for i in others) - 1  # all at 0: skipped
-            steps += prefixes * self._bisection_steps(self.limits[last][1])
+            steps += 1 + prefixes * self._bisection_steps(self.limits[last][1])  # 1: the ceiling probe
         return steps
 
     def _mixed_axes(self) -> tuple[list[int], int]:
@@ -902,6 +776,10 @@ class Planner:
         the capacity bound and are above every known miss."""
         if len(self._searched()) < 2:
             return best
+        ceiling = self._ceiling(min(best.usd_per_hour if best else math.inf, cap))
+        if ceiling is not None:
+            probe = yield Ask(ceiling, "mixed")
+            best = _cheaper(probe if probe.meets else None, best)
         others, last = self._mixed_axes()
         prefixes, costs = self._sorted_prefixes(others)
         for position, prefix in enumerate(prefixes):
@@ -922,6 +800,31 @@ class Planner:
             best = _cheaper(found, best)
         self._mixed_left = 0
         return best
+
+    def _ceiling(self, bound: float) -> Counts | None:
+        """The probe of the mixed search: every searched backend at its most replicas, dropping
+        whole backends, dearest replica first (skipping one whose drop would leave a class without
+        a backend its ``router.rules`` allow), until the fleet's fixed cost is under ``bound``;
+        None unless two or more backends are left in use and the fleet passes the capacity bound
+        (else no fleet below it does). If it misses, so does every fleet below it (monotone
+        feasibility), and the prefix walk then skips them all as known misses."""
+        counts = {i: self.limits[i][1] for i in self._searched()}
+        for index in sorted(counts, key=lambda i: (-self.usd_per_replica_hour[i], -i)):
+            if self.fixed_cost(self._vector(counts)) < bound:
+                break
+            if self._serves_every_class(self._vector(counts | {index: 0})):
+                counts[index] = 0
+        fleet = self._vector(counts)
+        if len([n for n in counts.values() if n]) < 2 or self.fixed_cost(fleet) >= bound or not self.could_meet(fleet):
+            return None
+        return fleet
+
+    def _serves_every_class(self, counts: Counts) -> bool:
+        """Whether every class has a backend with replicas among those its ``router.rules`` allow."""
+        return all(
+            any(counts[self.names.index(name)] for name in allowed if name in self.names)
+            for allowed in self.scenario.router.rules.values()
+        )
 
     def _prefix_cost(self, others: list[int], prefix: Counts) -> float:
         """The fixed cost of the fleet with ``prefix`` replicas of backends ``others`` (the rest at 0)."""

@@ -3,33 +3,29 @@
 The exhaustive search simulates every candidate (each backend alone at 1..max replicas, every
 mixed count vector) and takes the cheapest that meets; the planner prunes by cost, by the
 capacity bound and by known misses, and bisects, on runs stopped as soon as a task-time target
-provably misses (:class:`~simulator.studies.planning.SettledMiss`); the exhaustive search runs every
+misses (:class:`~simulator.studies.settled.SettledMiss`); the exhaustive search runs every
 candidate to its end. The cases are small (8B model, 60-120 s runs) so each takes seconds.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from simulator.config.scenario import Scenario
 from simulator.plan.limits import Limits
 from simulator.plan.resolve import ScenarioError
 from simulator.report import plan_figure
-from simulator.runner import load_scenario_data, scenario_from, simulate
+from simulator.runner import load_scenario_data, scenario_from
 from simulator.studies.execution import Executor, Runs
 from simulator.studies.planning import (
     Evaluation,
     Planner,
     PlanResult,
-    SettledMiss,
     agent_call_demand,
-    miss_tasks_needed,
     plan_text,
     summary_run,
 )
@@ -204,46 +200,6 @@ def test_plan_ranks_every_fleet_on_one_cost_basis() -> None:
         Planner(auto.model_copy(update={"backends": fleet}), CATALOG)
 
 
-@pytest.mark.parametrize("percent", [50, 90, 95, 99])
-def test_miss_tasks_needed_put_the_percentile_over_the_bound(percent: int) -> None:
-    """``need(n)`` times over the bound among ``n`` put numpy's percentile over it; need never
-    falls as ``n`` grows and grows by at most 1 a task (what SettledMiss's proof uses)."""
-    needs = [miss_tasks_needed(percent, n) for n in range(1, 300)]
-    assert all(b - a in (0, 1) for a, b in itertools.pairwise(needs))
-    for n, need in enumerate(needs, start=1):
-        assert 1 <= need <= n
-        times = np.array([0.0] * (n - need) + [10.0 + 1e-9] * need)
-        assert np.percentile(times, percent) > 10.0
-
-
-@pytest.mark.parametrize("bound_s", ["14 s", "9 s", "30 s"])
-def test_a_run_stopped_once_settled_misses_exactly_when_the_full_run_does_in_less_simulated_time(
-    bound_s: str,
-) -> None:
-    """Candidate fleets of the agents case under three bounds, run to the end and with the stop rule:
-    the same verdict; stopped only when the full run misses (a miss by a little may not be settled
-    before the end), and then before the full run's end; else the very same run."""
-    s = _agents_task_time(bound_s)
-    target = s.slo.targets[0]
-    planner = Planner(s, CATALOG)
-    stopped = 0
-    for counts in [(1, 0), (2, 0), (3, 0), (4, 0), (0, 1), (0, 2), (0, 4), (1, 1), (2, 2)]:
-        run = Scenario.model_validate_json(planner._run_keys(counts, "mixed")[0][1])
-        full = simulate(run, CATALOG)
-        rule = SettledMiss.of(run)
-        assert rule is not None
-        early = simulate(run, CATALOG, stop=rule.when())
-        assert full.summary.tasks is not None and early.summary.tasks is not None
-        misses = full.summary.tasks.task_time_s.p95 > target.bound
-        assert (early.summary.tasks.task_time_s.p95 > target.bound) == misses, f"{counts}: {rule.settled}"
-        if early.stopped:
-            stopped += 1
-            assert misses and early.records.end_s < full.records.end_s
-        else:  # never stopped: the very same run
-            assert json.dumps(early.summary.to_dict()) == json.dumps(full.summary.to_dict())
-    assert stopped, "some fleet misses"
-
-
 def test_split_fleets_are_candidates_labelled_and_never_pruned_by_the_whole_call_bound() -> None:
     """With a prefill pool and its decode pool both serving, a fleet is split: the plan lists it as
     such, and the capacity bound (a sum of whole-call rates) does not prune it."""
@@ -271,27 +227,6 @@ def test_an_api_backend_alone_is_a_candidate_and_its_spend_is_on_the_stated_basi
     alone = next(e for e in result.evaluations if e.counts == (0, 0, 1))
     assert alone.fixed_usd_per_hour == 0 and alone.usd_per_hour > 0
     assert f"$/h ({planner.cost_basis})" in plan_text(result)
-
-
-def test_a_fleet_whose_tasks_all_outlast_the_bound_stops_at_the_end_of_the_arrivals() -> None:
-    """Tasks of 80 s of tool time under a 30 s bound, arrivals for 60 s: no task has ended when the
-    arrivals end, yet every task then running is already over the bound, so the rule (which sees
-    the running tasks' starts) settles the miss at its first check, at the last event before the
-    arrivals' end, and the full run misses."""
-    slow = SMALL_AGENT | {
-        "task": SMALL_AGENT["task"]
-        | {"tool": {"kind": "code-execution", "latency_s": {"dist": "constant", "value": 20.0}}}
-    }
-    planner = Planner(_agents_task_time("30 s", slow), CATALOG)
-    run = Scenario.model_validate_json(planner._run_keys((4, 4), "mixed")[0][1])
-    rule = SettledMiss.of(run)
-    assert rule is not None and run.run.duration is not None
-    early = simulate(run, CATALOG, stop=rule.when())
-    full = simulate(run, CATALOG)
-    assert early.stopped and len(rule.settled) == 1 and rule.settled[0]["at_s"] <= run.run.duration  # its first check
-    assert rule.settled[0]["over"] == rule.settled[0]["of_at_most"] == 24  # every agent's first task, running
-    assert full.summary.tasks is not None and full.summary.tasks.task_time_s.p95 > 30.0
-    assert early.records.end_s < full.records.end_s
 
 
 def test_the_bundled_split_fleet_is_cheapest_as_each_phase_runs_on_the_chip_cheapest_for_it() -> None:

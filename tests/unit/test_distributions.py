@@ -57,3 +57,20 @@ def test_draws_have_the_stated_mean_within_five_standard_errors(data: dict[str, 
     n = 20_000
     draws = np.array([spec.draw(rng) for _ in range(n)])
     assert abs(draws.mean() - spec.mean) <= 5 * np.sqrt(spec.variance / n) + 1e-12
+
+
+@pytest.mark.parametrize("data", SPECS, ids=str)
+def test_the_quantile_inverts_the_cdf_of_what_sample_draws(data: dict[str, Any]) -> None:
+    """``quantile(u) = inf {x : F(x) >= u}`` of the draws: at most a fraction ``u`` of a large sample
+    lies below it and at least ``u`` at or below it (each within four binomial standard errors),
+    and it never falls as ``u`` grows."""
+    spec = spec_of(data)
+    draws = spec.sample(np.random.default_rng(3), 200_000)
+    u = np.array([0.0, 0.001, 0.05, 0.3, 0.5, 0.9, 0.999])
+    q = spec.quantile(u)
+    assert np.all(np.diff(q) >= 0)
+    slack = 4 * np.sqrt(np.maximum(u * (1 - u), 1e-6) / draws.size)
+    below = (draws[:, None] < q).mean(axis=0)
+    at_or_below = (draws[:, None] <= q).mean(axis=0)
+    assert np.all(below <= u + slack), (below, u)
+    assert np.all(at_or_below >= u - slack), (at_or_below, u)
