@@ -18,9 +18,13 @@ checks it on every candidate of its cases):
    of its cheapest possible fleet (the fewest replicas passing the capacity bound x its price):
    bisect the fewest replicas that meet among those that pass the bound and whose fixed cost is
    not over the best fleet so far (API spend is never negative, so such a fleet cannot be
-   cheaper). The best, ties to the API backends alone, then to the backend listed first.
+   cheaper): over more than :data:`SHORT_RANGE` counts from the middle, then after a miss there
+   the largest (a miss settles the backend in two runs), else the largest first. The best, ties
+   to the API backends alone, then to the backend listed first.
 2. **Mixed fleets** (two or more searched backends in use, the scenario's router and rules):
-   for each count vector of all searched backends but one (:meth:`Planner._mixed_axes`: the one
+   first the *ceiling* (:meth:`Planner._ceiling`), the largest fleet under the best cost so far
+   (every backend at its most, whole backends dropped dearest first until under it): if it
+   misses, every mixed fleet below it misses and is never simulated. Then for each count vector of all searched backends but one (:meth:`Planner._mixed_axes`: the one
    with the most replicas allowed, then the cheapest), cheapest first while cheaper
    than the best so far, bisect that backend's fewest replicas among those that keep the
    fleet cheaper, pass the capacity bound, leave no class without a backend its rules allow,
@@ -56,7 +60,7 @@ target on other metrics.
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
 assumptions hold (``tests/engine/test_plan_search.py`` compares them on four cases, one with a
-split pair). With API backends the bisection's *fewest* replicas is taken as a prefix's cheapest,
+split pair, and on ``scenarios/plan-split-fleet.yaml``, where a split fleet wins). With API backends the bisection's *fewest* replicas is taken as a prefix's cheapest,
 which holds while one more replica does not cut the API spend by more than its own price.
 
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
@@ -74,8 +78,8 @@ their seeds, each run's summary reaches the planner as the same JSON document wh
 made it (or the cache, keyed by the resolved scenario, so a fleet two candidates share is
 simulated once), and nothing the search decides depends on which runs finished first.
 
-Size: the search evaluates at most ``sum_b (1 + ceil(log2 m_b))`` single-architecture candidates
-plus ``(prod_{b != last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
+Size: the search evaluates at most ``sum_b (1 + [m_b > 3] + ceil(log2 m_b))`` single-architecture
+candidates plus ``1 + (prod_{b != last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
 searched backend's most replicas), each ``plan.replications`` runs. More than
 :attr:`~simulator.plan.limits.Limits.max_runs` such runs are refused up front unless
 ``--allow-large-runs``. Progress lines count the candidates simulated, pruned (settled by a
