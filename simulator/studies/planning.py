@@ -24,7 +24,8 @@ checks it on every candidate of its cases):
 2. **Mixed fleets** (two or more searched backends in use, the scenario's router and rules):
    first the *ceiling* (:meth:`Planner._ceiling`), the largest fleet under the best cost so far
    (every backend at its most, whole backends dropped dearest first until under it): if it
-   misses, every mixed fleet below it misses and is never simulated. Then for each count vector of all searched backends but one (:meth:`Planner._mixed_axes`: the one
+   misses, every mixed fleet below it misses and is never simulated. Then for each count vector
+   of all searched backends but one (:meth:`Planner._mixed_axes`: the one
    with the most replicas allowed, then the cheapest), cheapest first while cheaper
    than the best so far, bisect that backend's fewest replicas among those that keep the
    fleet cheaper, pass the capacity bound, leave no class without a backend its rules allow,
@@ -60,7 +61,8 @@ target on other metrics.
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
 assumptions hold (``tests/engine/test_plan_search.py`` compares them on four cases, one with a
-split pair, and on ``scenarios/plan-split-fleet.yaml``, where a split fleet wins). With API backends the bisection's *fewest* replicas is taken as a prefix's cheapest,
+split pair, and on ``scenarios/plan-split-fleet.yaml``, where a split fleet wins). With API
+backends the bisection's *fewest* replicas is taken as a prefix's cheapest,
 which holds while one more replica does not cut the API spend by more than its own price.
 
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
