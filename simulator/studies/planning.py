@@ -18,9 +18,14 @@ checks it on every candidate of its cases):
    of its cheapest possible fleet (the fewest replicas passing the capacity bound x its price):
    bisect the fewest replicas that meet among those that pass the bound and whose fixed cost is
    not over the best fleet so far (API spend is never negative, so such a fleet cannot be
-   cheaper). The best, ties to the API backends alone, then to the backend listed first.
+   cheaper): over more than :data:`SHORT_RANGE` counts from the middle, then after a miss there
+   the largest (a miss settles the backend in two runs), else the largest first. The best, ties
+   to the API backends alone, then to the backend listed first.
 2. **Mixed fleets** (two or more searched backends in use, the scenario's router and rules):
-   for each count vector of all searched backends but one (:meth:`Planner._mixed_axes`: the one
+   first the *ceiling* (:meth:`Planner._ceiling`), the largest fleet under the best cost so far
+   (every backend at its most, whole backends dropped dearest first until under it): if it
+   misses, every mixed fleet below it misses and is never simulated. Then for each count vector
+   of all searched backends but one (:meth:`Planner._mixed_axes`: the one
    with the most replicas allowed, then the cheapest), cheapest first while cheaper
    than the best so far, bisect that backend's fewest replicas among those that keep the
    fleet cheaper, pass the capacity bound, leave no class without a backend its rules allow,
@@ -56,7 +61,8 @@ target on other metrics.
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
 assumptions hold (``tests/engine/test_plan_search.py`` compares them on four cases, one with a
-split pair). With API backends the bisection's *fewest* replicas is taken as a prefix's cheapest,
+split pair, and on ``scenarios/plan-split-fleet.yaml``, where a split fleet wins). With API
+backends the bisection's *fewest* replicas is taken as a prefix's cheapest,
 which holds while one more replica does not cut the API spend by more than its own price.
 
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
@@ -74,8 +80,8 @@ their seeds, each run's summary reaches the planner as the same JSON document wh
 made it (or the cache, keyed by the resolved scenario, so a fleet two candidates share is
 simulated once), and nothing the search decides depends on which runs finished first.
 
-Size: the search evaluates at most ``sum_b (1 + ceil(log2 m_b))`` single-architecture candidates
-plus ``(prod_{b != last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
+Size: the search evaluates at most ``sum_b (1 + [m_b > 3] + ceil(log2 m_b))`` single-architecture
+candidates plus ``1 + (prod_{b != last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
 searched backend's most replicas), each ``plan.replications`` runs. More than
 :attr:`~simulator.plan.limits.Limits.max_runs` such runs are refused up front unless
 ``--allow-large-runs``. Progress lines count the candidates simulated, pruned (settled by a
@@ -117,8 +123,9 @@ Counts = tuple[int, ...]
 
 
 #: A single-architecture bisection over at most this many replica counts asks the largest first
-#: (one run settles a backend that cannot meet); over more it starts in the middle, so the
-#: largest fleet, the dearest run, is simulated only when every smaller one misses.
+#: (one run settles a backend that cannot meet); over more it starts in the middle and asks the
+#: largest after a miss there, so the largest fleet, the dearest run, is simulated only when the
+#: middle misses, and a backend that cannot meet at all costs two runs.
 SHORT_RANGE = 3
 
 
@@ -244,10 +251,10 @@ class Miss:
         if self.settled is not None:
             s = self.settled
             got = f"got {self.achieved:.4g} so far" if math.isfinite(self.achieved) else "no task had ended"
-            sure = f"but with chance {s['risk']:.0e}" if s.get("risk") else "whatever the rest of the run"
+            sure = f"but with chance {s['risk']:.0e}" if s["risk"] else "whatever the rest of the run"
             return (
                 f"{self.klass}: {self.target}: {s['over']:,} of at most {s['of_at_most']:,} tasks over, a miss "
-                f"{sure} (stopped at {s['at_s']:,.0f} s of simulated time; {got})"
+                f"{sure}, at least {s['at_least_s']:.4g} (stopped at {s['at_s']:,.0f} s of simulated time; {got})"
             )
         if not math.isfinite(self.achieved):
             return f"{self.klass}: {self.target}: nothing measured (no completed requests or tasks in the window)"
@@ -384,14 +391,17 @@ def _measured_misses(
     summary: RunSummary, classes: list[WorkloadClass], settled_targets: list[dict[str, Any]]
 ) -> list[Miss]:
     """The run's target ratios (:func:`target_ratios`); of a run stopped once targets missed
-    (``settled_targets`` not empty), only those targets, each with how it was settled: the others
-    were not measured to the end."""
+    (``settled_targets`` not empty), only those targets, each with how it was settled and a ratio
+    of at least the settled floor's (``at_least_s`` over the bound): the others were not measured
+    to the end."""
     settled = {(s["class"], s["target"]): s for s in settled_targets}
     ratios = target_ratios(summary, classes)
     if not settled:
         return ratios
     return [
-        dataclasses.replace(miss, settled=settled[(miss.klass, miss.target)])
+        dataclasses.replace(
+            miss, settled=(s := settled[(miss.klass, miss.target)]), ratio=max(miss.ratio, s["at_least_s"] / miss.bound)
+        )
         for miss in ratios
         if (miss.klass, miss.target) in settled
     ]
@@ -660,7 +670,9 @@ class Planner:
 
     def _single_bisections(self, indices: list[int]) -> int:
         """The most candidates the single-architecture bisections of backends ``indices`` ask for."""
-        return sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in indices)
+        return sum(
+            1 + (self.limits[i][1] > SHORT_RANGE) + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in indices
+        )
 
     @staticmethod
     def _bisection_steps(most: int) -> int:
@@ -681,11 +693,13 @@ class Planner:
         """Bisect the fewest ``n`` in ``[low, high]`` whose ``make(n)`` meets (monotone in ``n``);
         each step names the two candidates the next step may need as spare. ``top_first`` asks
         ``high`` first (a miss there settles the range in one run); else the bisection starts in
-        the middle and ``high`` (the largest fleet, the dearest to simulate) is simulated only
-        when every count below it misses. Either way at most ``1 + ceil(log2(high - low + 1))``
-        candidates, and the same answer."""
+        the middle, and after a miss there asks ``high`` (a miss settles the range: the backend
+        cannot meet), so the largest fleet, the dearest to simulate, is simulated only when the
+        middle misses. At most ``2 + ceil(log2(high - low + 1))`` candidates (one fewer top first),
+        and the same answer either way."""
         if high < low:
             return None
+        asked_top = top_first
         if top_first:
             top = yield Ask(make(high), kind, (make((low + high) // 2),) if low < high else ())
             if not top.meets:
@@ -694,9 +708,13 @@ class Planner:
             mid = (low + high) // 2
             after = {(low + mid) // 2, (mid + 1 + high) // 2} - {mid, high}
             if (yield Ask(make(mid), kind, tuple(make(n) for n in sorted(after)))).meets:
-                high = mid
-            else:
-                low = mid + 1
+                high, asked_top = mid, True  # the top is known to meet from here on
+                continue
+            low = mid + 1
+            if not asked_top:
+                asked_top = True
+                if not (yield Ask(make(high), kind, (make((low + high) // 2),) if low < high else ())).meets:
+                    return None
         found = yield Ask(make(high), kind)
         return found if found.meets else None
 

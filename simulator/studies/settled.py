@@ -30,6 +30,11 @@ the run will end with:
   before). Used only where no call can be refused (no API limits on a backend, no failures, no
   budget, no horizon, and no task failed so far), so every task runs all its calls.
 
+The percentile the full run reports is then at least ``L``, the ``need(M)``-th longest of the
+times known above ``T`` (finished tasks' times, running tasks' ages): numpy's ``pQ`` of the ``n <=
+M`` tasks is at least their ``(n - floor(Q (n - 1) / 100))``-th longest, and that rank is at most
+``need(M)``. So a settled miss states ``pQ >= L > T`` (``at_least_s``), a floor on its ratio.
+
 Nothing settles a *meets* (a running task may still end above ``T``), nor targets on other
 metrics or stats. A time counts as above only when over ``T (1 + 1e-9)``, so the summary's own
 division cannot round it back to the bound. Checks run every :data:`SETTLE_CHECKS_PER_BOUND`-th
@@ -89,7 +94,7 @@ class _TaskTimeTarget:
     percent: int
     bound_s: float
     measured: int = 0  # tasks that count (top level, started after the warm-up, not failed), finished
-    over: int = 0  # of those, the ones that took longer than the bound
+    over_s: list[float] = field(default_factory=list)  # of those, the times of the ones above the bound
 
 
 def _closed_loop_agents(klass: WorkloadClass) -> bool:
@@ -203,7 +208,9 @@ class SettledMiss:
             for t in self.targets:
                 if t.klass == tasks[row + _CLASS]:
                     t.measured += 1
-                    t.over += tasks[row + _END] - tasks[row + _START] > t.bound_s * (1 + 1e-9)
+                    took_s = tasks[row + _END] - tasks[row + _START]
+                    if took_s > t.bound_s * (1 + 1e-9):
+                        t.over_s.append(took_s)
         self.read = len(tasks)
 
     def _still_to_start(self, klass: int, now_s: float) -> int | None:
@@ -219,15 +226,18 @@ class SettledMiss:
 
     def _settle(self, t: _TaskTimeTarget, running: list[tuple[float, int]], now_s: float) -> None:
         """Record target ``t`` as settled when its tasks above the bound, finished (and running,
-        when each is sure to count), reach :func:`miss_tasks_needed` of the most that can count."""
+        when each is sure to count), reach :func:`miss_tasks_needed` of the most that can count,
+        with ``at_least_s``, the ``need``-th longest of their times so far (module docstring)."""
         to_start = self._still_to_start(t.klass, now_s)
         if to_start is None:
             return
         ages = [now_s - start_s for start_s, klass in running if klass == t.klass]
-        late = sum(age > t.bound_s * (1 + 1e-9) for age in ages) if self.running_count else 0
+        late = [age for age in ages if age > t.bound_s * (1 + 1e-9)] if self.running_count else []
         most = t.measured + len(ages) + to_start
-        if t.over + late >= miss_tasks_needed(t.percent, most):
+        need = miss_tasks_needed(t.percent, most)
+        if len(t.over_s) + len(late) >= need:
+            at_least_s = sorted(t.over_s + late, reverse=True)[need - 1]
             self.settled.append({
-                "class": t.name, "target": t.target, "over": t.over + late, "of_at_most": most, "at_s": now_s,
-                "risk": STOP_RISK if to_start else 0.0,
+                "class": t.name, "target": t.target, "over": len(t.over_s) + len(late), "of_at_most": most,
+                "at_s": now_s, "risk": STOP_RISK if to_start else 0.0, "at_least_s": at_least_s,
             })  # fmt: skip

@@ -152,6 +152,8 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
     assert result.answer is not None and (result.answer.counts, result.answer.kind) == (answer.counts, answer.kind)
     assert result.answer.usd_per_hour == answer.usd_per_hour
     assert len(result.evaluations) < len(evaluated)
+    # a candidate stopped on a settled miss misses, its ratio at least the settled floor's (> 1)
+    assert all(not e.meets and m.ratio > 1 for e in result.evaluations for m in e.misses if m.settled)
     # progress: 0 <= simulated <= total and simulated + pruned + left = total, at every step
     assert tallies
     for total, simulated, cut, left in [*tallies, pruned.tally()]:

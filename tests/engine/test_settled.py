@@ -45,8 +45,8 @@ def test_a_run_stopped_once_settled_misses_exactly_when_the_full_run_does_in_les
 ) -> None:
     """Candidate fleets of the agents case under three bounds, run to the end and with the stop rule
     (by proof after the arrivals, at a risk of 1e-6 before): stopped only when the full run misses
-    (a miss by a little may not be settled before the end), and then before the full run's end;
-    else the very same run."""
+    (a miss by a little may not be settled before the end), and then before the full run's end,
+    with a floor on the percentile over the bound and under the full run's; else the very same run."""
     s = _agents_task_time(bound_s)
     target = s.slo.targets[0]
     planner = Planner(s, CATALOG)
@@ -62,6 +62,7 @@ def test_a_run_stopped_once_settled_misses_exactly_when_the_full_run_does_in_les
         if early.stopped:  # a miss settled (before any task ended, the summary has no p95 yet)
             stopped += 1
             assert rule.settled and misses and early.records.end_s < full.records.end_s, f"{counts}: {rule.settled}"
+            assert target.bound < rule.settled[0]["at_least_s"] <= full.summary.tasks.task_time_s.p95  # its floor
         else:  # never stopped: the very same run
             assert json.dumps(early.summary.to_dict()) == json.dumps(full.summary.to_dict())
     assert stopped, "some fleet misses"
