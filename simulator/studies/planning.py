@@ -18,9 +18,8 @@ checks it on every candidate of its cases):
    of its cheapest possible fleet (the fewest replicas passing the capacity bound x its price):
    bisect the fewest replicas that meet among those that pass the bound and whose fixed cost is
    not over the best fleet so far (API spend is never negative, so such a fleet cannot be
-   cheaper): over more than :data:`SHORT_RANGE` counts from the middle, then after a miss there
-   the largest (a miss settles the backend in two runs), else the largest first. The best, ties
-   to the API backends alone, then to the backend listed first.
+   cheaper): over more than :data:`SHORT_RANGE` counts from the middle, else the largest first.
+   The best, ties to the API backends alone, then to the backend listed first.
 2. **Mixed fleets** (two or more searched backends in use, the scenario's router and rules):
    first the *ceiling* (:meth:`Planner._ceiling`), the largest fleet under the best cost so far
    (every backend at its most, whole backends dropped dearest first until under it): if it
@@ -80,8 +79,8 @@ their seeds, each run's summary reaches the planner as the same JSON document wh
 made it (or the cache, keyed by the resolved scenario, so a fleet two candidates share is
 simulated once), and nothing the search decides depends on which runs finished first.
 
-Size: the search evaluates at most ``sum_b (1 + [m_b > 3] + ceil(log2 m_b))`` single-architecture
-candidates plus ``1 + (prod_{b != last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
+Size: the search evaluates at most ``sum_b (1 + ceil(log2 m_b))`` single-architecture candidates
+plus ``1 + (prod_{b != last} (m_b + 1) - 1) x (1 + ceil(log2(m_last + 1)))`` mixed ones (``m_b``: a
 searched backend's most replicas), each ``plan.replications`` runs. More than
 :attr:`~simulator.plan.limits.Limits.max_runs` such runs are refused up front unless
 ``--allow-large-runs``. Progress lines count the candidates simulated, pruned (settled by a
@@ -123,9 +122,8 @@ Counts = tuple[int, ...]
 
 
 #: A single-architecture bisection over at most this many replica counts asks the largest first
-#: (one run settles a backend that cannot meet); over more it starts in the middle and asks the
-#: largest after a miss there, so the largest fleet, the dearest run, is simulated only when the
-#: middle misses, and a backend that cannot meet at all costs two runs.
+#: (one run settles a backend that cannot meet); over more it starts in the middle, so the
+#: largest fleet, the dearest run, is simulated only when every smaller one misses.
 SHORT_RANGE = 3
 
 
@@ -670,9 +668,7 @@ class Planner:
 
     def _single_bisections(self, indices: list[int]) -> int:
         """The most candidates the single-architecture bisections of backends ``indices`` ask for."""
-        return sum(
-            1 + (self.limits[i][1] > SHORT_RANGE) + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in indices
-        )
+        return sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in indices)
 
     @staticmethod
     def _bisection_steps(most: int) -> int:
@@ -693,13 +689,11 @@ class Planner:
         """Bisect the fewest ``n`` in ``[low, high]`` whose ``make(n)`` meets (monotone in ``n``);
         each step names the two candidates the next step may need as spare. ``top_first`` asks
         ``high`` first (a miss there settles the range in one run); else the bisection starts in
-        the middle, and after a miss there asks ``high`` (a miss settles the range: the backend
-        cannot meet), so the largest fleet, the dearest to simulate, is simulated only when the
-        middle misses. At most ``2 + ceil(log2(high - low + 1))`` candidates (one fewer top first),
-        and the same answer either way."""
+        the middle and ``high`` (the largest fleet, the dearest to simulate) is simulated only
+        when every count below it misses. Either way at most ``1 + ceil(log2(high - low + 1))``
+        candidates, and the same answer."""
         if high < low:
             return None
-        asked_top = top_first
         if top_first:
             top = yield Ask(make(high), kind, (make((low + high) // 2),) if low < high else ())
             if not top.meets:
@@ -708,13 +702,9 @@ class Planner:
             mid = (low + high) // 2
             after = {(low + mid) // 2, (mid + 1 + high) // 2} - {mid, high}
             if (yield Ask(make(mid), kind, tuple(make(n) for n in sorted(after)))).meets:
-                high, asked_top = mid, True  # the top is known to meet from here on
-                continue
-            low = mid + 1
-            if not asked_top:
-                asked_top = True
-                if not (yield Ask(make(high), kind, (make((low + high) // 2),) if low < high else ())).meets:
-                    return None
+                high = mid
+            else:
+                low = mid + 1
         found = yield Ask(make(high), kind)
         return found if found.meets else None
 
