@@ -186,7 +186,7 @@ def prefill_budget(cost: StepCostModel, riding_decodes: int) -> int:
 def _prefill_s(cost: StepCostModel, input_tokens: int, riding_decodes: int, context: float) -> float:
     """Seconds of a prompt's prefill: its chunks' iterations, one after another, each with
     ``riding_decodes`` decodes of ``context`` cached tokens in it (as the engine runs them)."""
-    window = cost.deployment.model.attention.sliding_window
+    window = cost.deployment.model.attention.window
     total = 0.0
     for q, start in prefill_chunks(cost, input_tokens, riding_decodes):
         new = np.concatenate([[q], np.ones(riding_decodes)])
@@ -197,7 +197,7 @@ def _prefill_s(cost: StepCostModel, input_tokens: int, riding_decodes: int, cont
 
 def loaded_decode_step(cost: StepCostModel, users: int, input_tokens: int, output_tokens: int) -> StepTime:
     """Average decode step of one user among ``users`` (module docstring: interference, speculation)."""
-    window = cost.deployment.model.attention.sliding_window
+    window = cost.deployment.model.attention.window
     context = input_tokens + output_tokens / 2.0
     decode_new = np.full(users, len(cost.accepted) + 1.0)
     decode_ctx = np.full(users, context)
@@ -222,7 +222,7 @@ def _riding_chunks_s(
     """What ``per_step`` chunks of ``q`` tokens (from ``start``) add to a decode iteration on average:
     ``(1 - f) d(n) + f d(n + 1)`` with ``n = floor(per_step)``, ``f`` its fraction and ``d(j)`` the
     iteration with ``j`` such chunks less the iteration without (module docstring)."""
-    window = cost.deployment.model.attention.sliding_window
+    window = cost.deployment.model.attention.window
     alone = cost.iteration_times(BatchAggregates.of(decode_new, decode_ctx, window)).step().scaled(-1.0)
 
     def added(chunks: int) -> StepTime:
@@ -253,7 +253,7 @@ def prompts_sharing_s(
     """``P_shared``: the ``arrivals`` prompts admitted beside this one, as many as the budget holds,
     each adding its marginal time ``m = P - n S_d`` (module docstring)."""
     riders = users - 1
-    window = cost.deployment.model.attention.sliding_window
+    window = cost.deployment.model.attention.window
     decodes = BatchAggregates.of(np.ones(riders), np.full(riders, context), window)
     alone_s = len(prefill_chunks(cost, input_tokens, riders)) * cost.iteration_times(decodes).step().total_s
     beside = max(0.0, (prefill_budget(cost, riders) - input_tokens) / input_tokens)

@@ -76,7 +76,7 @@ class FastStepCost:
         self.reference = reference
         self.accepted = reference.accepted
         self.draft = FastStepCost(reference.draft) if reference.draft is not None else None
-        self.draft_window = reference.draft.deployment.model.attention.sliding_window if reference.draft else None
+        self.draft_window = reference.draft.deployment.model.attention.window if reference.draft else None
         self._base: dict[tuple[float, float], tuple[float, float, float]] = {}
 
     def _base_of(self, tokens: float, sequences: float, m: float) -> tuple[float, float, float]:

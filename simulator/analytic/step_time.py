@@ -5,8 +5,12 @@ the chunk length for prefill, ``gamma + 1`` for a speculative verify) and the to
 in its KV cache (``c``). Assumptions:
 
 - **Operators.** Per layer: attention projections, the attention core (scores and values
-  over the KV), the FFN (dense, or MoE: the busiest expert-parallel rank's experts, see
-  :mod:`simulator.analytic.moe`); once per pass the LM head. Each operator runs at its own
+  over the KV; a windowed layer over its window's keys only: the last ``W`` with a sliding window,
+  those since the chunk boundary, ``(p mod W) + 1`` at position ``p``, with chunked local
+  attention, Llama 4's ``attention_chunk_size`` on all but every 4th layer: transformers'
+  ``Llama4TextConfig``, datasheet confidence; :class:`BatchAggregates`), the FFN (dense, or
+  MoE: the busiest expert-parallel rank's experts, see :mod:`simulator.analytic.moe`); once per
+  pass the LM head. Each operator runs at its own
   roofline of ``m = bytes / (bandwidth * eff)`` and ``c = flops / (rate * eff)``: ``max(m, c)``
   on an ideal machine, ``(m^p + c^p)^(1/p)`` with the hardware's ``roofline_exponent`` ``p``
   (measured kernels overlap memory and compute imperfectly near the ridge: p = 2 fits Vidur's
@@ -72,6 +76,7 @@ roofline would predict them about 100x too fast.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -97,7 +102,7 @@ from simulator.analytic.speculation import acceptance, tokens_per_verify
 from simulator.analytic.torus import TorusSlice
 from simulator.config.base import Precision
 from simulator.config.hardware import HardwareProfile, InterconnectSpec
-from simulator.config.model import MoESpec, TensorGroup
+from simulator.config.model import ChunkedWindow, MoESpec, TensorGroup
 
 COMPONENTS = (
     "weights_memory",
@@ -159,9 +164,29 @@ class BatchShape(NamedTuple):
         if window is None:
             return cls(tokens, float(len(new_tokens)), held, held, pairs, pairs)
         w = float(window)
+        if isinstance(window, ChunkedWindow):
+            held_window = float(sum(chunk_held(q, c, w) for q, c in zip(new_tokens, context_tokens)))
+            pairs_window = float(sum(chunk_pairs(c + q, w) - chunk_pairs(c, w)
+                                     for q, c in zip(new_tokens, context_tokens)))  # fmt: skip
+            return cls(tokens, float(len(new_tokens)), held, held_window, pairs, pairs_window)
         held_window = float(sum(min(c + q, w) for q, c in zip(new_tokens, context_tokens)))
         pairs_window = float(sum(q * min(c + (q + 1.0) / 2.0, w) for q, c in zip(new_tokens, context_tokens)))
         return cls(tokens, float(len(new_tokens)), held, held_window, pairs, pairs_window)
+
+
+def chunk_held(new: float, cached: float, chunk: float) -> float:
+    """Keys a pass of ``new`` tokens after ``cached`` ones reads in a chunked layer: from the start of
+    the first new token's chunk to the last new token, ``c + q - W floor(c / W)`` (a decode:
+    ``(c mod W) + 1``)."""
+    return cached + new - chunk * math.floor(cached / chunk)
+
+
+def chunk_pairs(tokens: float, chunk: float) -> float:
+    """Causal query-key pairs of the first ``n`` positions in a chunked layer, position ``p`` attending
+    to ``(p mod W) + 1`` keys: ``floor(n / W) W (W + 1) / 2 + r (r + 1) / 2`` with ``r = n mod W``."""
+    full = math.floor(tokens / chunk)
+    rest = tokens - full * chunk
+    return full * chunk * (chunk + 1.0) / 2.0 + rest * (rest + 1.0) / 2.0
 
 
 @dataclass(frozen=True)
@@ -171,7 +196,8 @@ class BatchAggregates:
     With ``q`` new and ``c`` cached tokens per sequence and window ``W``:
     ``tokens = sum q``; ``held_full = sum (c + q)``; ``held_window = sum min(c + q, W)``;
     ``pairs_full = sum q (c + (q + 1) / 2)`` (causal query-key pairs);
-    ``pairs_window = sum q min(c + (q + 1) / 2, W)``.
+    ``pairs_window = sum q min(c + (q + 1) / 2, W)``. A :class:`ChunkedWindow` (chunked local
+    attention) holds :func:`chunk_held` and pairs ``chunk_pairs(c + q) - chunk_pairs(c)`` instead.
     """
 
     tokens: FloatArray
@@ -193,7 +219,10 @@ class BatchAggregates:
         tokens = float(q.sum())
         held, pairs = float(c.sum()) + tokens, float(q @ causal)
         held_window, pairs_window = held, pairs
-        if window is not None:
+        if isinstance(window, ChunkedWindow):
+            shape = BatchShape.of(q.tolist(), c.tolist(), window)
+            held_window, pairs_window = shape.held_window, shape.pairs_window
+        elif window is not None:
             w = float(window)
             held_window, pairs_window = float(np.minimum(c + q, w).sum()), float(q @ np.minimum(causal, w))
         return cls(*np.array([[tokens], [float(q.size)], [held], [held_window], [pairs], [pairs_window]]))
@@ -227,6 +256,8 @@ def decode_held(context_tokens: Sequence[float], steps: int, window: int | None)
     if window is None:
         return held, held
     w = float(window)
+    if isinstance(window, ChunkedWindow):
+        return held, _chunk_decode_held(context_tokens, steps, w)
     below = sorted(c for c in context_tokens if c + 1.0 < w)
     k, below_sum = len(below), float(sum(below))
     held_window = []
@@ -237,6 +268,21 @@ def decode_held(context_tokens: Sequence[float], steps: int, window: int | None)
             below_sum -= below[k]
         held_window.append(w * (n - k) + below_sum + k * step)
     return held, held_window
+
+
+def _chunk_decode_held(context_tokens: Sequence[float], steps: int, chunk: float) -> list[float]:
+    """Keys read in a chunked layer at each of ``steps`` decode steps: step ``j`` reads
+    ``((c + j) mod W) + 1`` per sequence. With the residues ``r = c mod W`` sorted and ``s = j mod W``,
+    ``sum ((r + s) mod W) = sum r + n s - W #{r >= W - s}`` (a residue wraps once), so each step costs
+    a bisection, not a pass over the batch."""
+    residues = sorted(c - chunk * math.floor(c / chunk) for c in context_tokens)
+    n, total = float(len(residues)), float(sum(residues))
+    held = []
+    for j in range(steps):
+        shift = float(j) - chunk * math.floor(j / chunk)
+        wrapped = len(residues) - bisect.bisect_left(residues, chunk - shift)
+        held.append(total + n * shift - chunk * wrapped + n)
+    return held
 
 
 @dataclass
@@ -756,7 +802,7 @@ class StepCostModel:
         context_tokens
             Tokens already in each sequence's KV cache, shape (B,).
         """
-        window = self.deployment.model.attention.sliding_window
+        window = self.deployment.model.attention.window
         return self.pass_times(BatchAggregates.of(new_tokens, context_tokens, window)).step()
 
     def iteration_times(self, batch: BatchAggregates) -> PassTimes:
@@ -781,7 +827,7 @@ class StepCostModel:
         """Seconds of the ``gamma`` draft passes of one speculative step over sequences holding
         ``context_tokens`` (one token per sequence each)."""
         assert self.draft is not None
-        window = self.draft.deployment.model.attention.sliding_window
+        window = self.draft.deployment.model.attention.window
         decode = BatchAggregates.of(np.ones(context_tokens.size), context_tokens, window)
         return self.draft.iteration_times(decode).scaled(float(len(self.accepted)))
 
@@ -807,7 +853,7 @@ class StepCostModel:
         -------
         (iteration seconds, its StepTime)
         """
-        window = self.deployment.model.attention.sliding_window
+        window = self.deployment.model.attention.window
         batch = BatchAggregates.of(np.full(batch_size, new_tokens), np.full(batch_size, context_tokens), window)
         step = self.iteration_times(batch).step()
         return step.total_s, step

@@ -1,7 +1,8 @@
 """Model profiles: architecture facts from each model's published config.json.
 
 Dense and MoE (routed + shared experts, experts per token, dense layers interleaved), GQA and
-MLA attention (DeepSeek's compressed KV), sliding-window layers (gpt-oss), hybrid layer stacks
+MLA attention (DeepSeek's compressed KV), windowed layers (gpt-oss's sliding window, Llama 4's
+chunked local attention: :class:`ChunkedWindow`), hybrid layer stacks
 (:class:`HybridSpec`: attention on some layers, a state-space or linear-attention mixer on others,
 an FFN on some or all). Parameter counts are
 *derived* from these facts by :mod:`simulator.analytic.architecture`; the published totals
@@ -39,16 +40,35 @@ class MLASpec(Spec):
     v_head_dim: PositiveInt
 
 
+class ChunkedWindow(int):
+    """The window of chunked local attention, in tokens: a token at position ``p`` (from 0) attends
+    to the keys of its own chunk, ``[W floor(p / W), p]``, so ``(p mod W) + 1`` of them (Llama 4's
+    ``attention_chunk_size``; transformers' chunked attention mask), where a sliding window
+    attends to the last ``min(p + 1, W)``. An ``int`` (the window's length) that says how the
+    window is applied, so it travels wherever a sliding window's length does."""
+
+
 class AttentionSpec(Spec):
     kind: Literal["gqa", "mla"] = "gqa"
     num_heads: PositiveInt
     num_kv_heads: PositiveInt
     head_dim: PositiveInt
-    sliding_window: PositiveInt | None = Field(None, description="tokens, for windowed layers")
+    sliding_window: PositiveInt | None = Field(None, description="tokens, for windowed layers (the chunk when chunked)")
     sliding_window_layers: Annotated[int, Field(ge=0)] = Field(
-        0, description="how many layers use the sliding window (the rest attend to everything)"
+        0, description="how many layers use the window (the rest attend to everything)"
+    )
+    window_kind: Literal["sliding", "chunked"] = Field(
+        "sliding", description="sliding: the last W tokens; chunked: the tokens of the current W-token chunk"
     )
     mla: MLASpec | None = None
+
+    @property
+    def window(self) -> int | None:
+        """The windowed layers' window as the step-time model applies it: its length in tokens, a
+        :class:`ChunkedWindow` for chunked local attention; None without one."""
+        if self.sliding_window is None or self.window_kind == "sliding":
+            return self.sliding_window
+        return ChunkedWindow(self.sliding_window)
 
     @model_validator(mode="after")
     def _consistent(self) -> AttentionSpec:
@@ -58,6 +78,8 @@ class AttentionSpec(Spec):
             raise ValueError("num_heads must be a multiple of num_kv_heads")
         if self.sliding_window_layers and self.sliding_window is None:
             raise ValueError("sliding_window_layers > 0 needs sliding_window")
+        if self.window_kind == "chunked" and self.sliding_window is None:
+            raise ValueError("window_kind chunked needs sliding_window (the chunk, in tokens)")
         return self
 
 

@@ -199,6 +199,7 @@ def _sliding_window(r: _Reader, kind: str, layers: builtins.int) -> dict[str, An
         out |= {
             "sliding_window": r.int("attention_chunk_size"),
             "sliding_window_layers": layers - layers // LLAMA4_NOPE_INTERVAL,
+            "window_kind": "chunked",
         }
     elif (
         kind in ("mistral", "qwen2", "qwen3", "phi3") and r.get("sliding_window") and r.get("use_sliding_window", True)

@@ -113,8 +113,8 @@ class BackendPlan:
 
     @property
     def window(self) -> int | None:
-        """The model's sliding window (tokens), or None."""
-        return self.deployment.model.attention.sliding_window
+        """The model's window (tokens; a chunked one as :class:`~simulator.config.model.ChunkedWindow`), or None."""
+        return self.deployment.model.attention.window
 
     @property
     def decode_step_tokens(self) -> float:
