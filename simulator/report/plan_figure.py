@@ -3,7 +3,8 @@
 Each simulated fleet is a point: its ``$/h`` on the plan's one cost basis (x) against its worst
 target ratio (y): the largest ``achieved / bound`` over its targets and replications (``bound /
 achieved`` for a lower bound), so ``<= 1`` meets every target. A run stopped once its miss was
-settled (:class:`~simulator.studies.planning.SettledMiss`) has the ratio measured when it stopped. The
+settled (:class:`~simulator.studies.settled.SettledMiss`) has the larger of the ratio measured when
+it stopped and the settled floor's (over 1): a lower bound on the full run's. The
 frontier (:attr:`~simulator.studies.planning.PlanResult.frontier`: no fleet is both cheaper and closer to
 its targets) is drawn as a staircase; along it a dearer fleet always has a smaller worst ratio.
 """
