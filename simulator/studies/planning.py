@@ -249,7 +249,7 @@ class Miss:
         if self.settled is not None:
             s = self.settled
             got = f"got {self.achieved:.4g} so far" if math.isfinite(self.achieved) else "no task had ended"
-            sure = f"but with chance {s['risk']:.0e}" if s["risk"] else "whatever the rest of the run"
+            sure = f"except with chance {s['risk']:.0e}" if s["risk"] else "whatever the rest of the run"
             return (
                 f"{self.klass}: {self.target}: {s['over']:,} of at most {s['of_at_most']:,} tasks over, a miss "
                 f"{sure}, at least {s['at_least_s']:.4g} (stopped at {s['at_s']:,.0f} s of simulated time; {got})"
