@@ -54,7 +54,7 @@ from typing import get_args
 import numpy as np
 
 from simulator.analytic.estimate import Estimate, estimate, saturation_concurrency
-from simulator.analytic.layouts import Question, deploy
+from simulator.analytic.layouts import LayoutChoice, Question, choose_layout, deploy
 from simulator.analytic.placement import Deployment
 from simulator.analytic.roofline import deployment_ceiling_tok_s
 from simulator.config.base import Precision
@@ -491,6 +491,17 @@ def _engine_row(row: MeasurementRow, concurrency: int) -> MeasurementRow:
     return row
 
 
+def row_question(row: MeasurementRow) -> Question:
+    """What a row's layout is chosen for: its lengths, and its concurrency in a closed loop (else saturation)."""
+    return Question(row.input_tokens, row.output_tokens, row.concurrency if row.load == "closed" else None)
+
+
+def row_layouts(row: MeasurementRow, catalog: Catalog) -> LayoutChoice:
+    """The layouts tried for a row's deployment (:func:`row_deployment`) and the one it is predicted
+    on (the first): every layout that places, scored for :func:`row_question`."""
+    return choose_layout(catalog, DeploymentSpec.model_validate(row_deployment(row, catalog)), row_question(row))
+
+
 def predict_row(row: MeasurementRow, catalog: Catalog, runs: Runs | None = None) -> RowResult:
     """The model's prediction for one row, or the reason it has none.
 
@@ -501,8 +512,8 @@ def predict_row(row: MeasurementRow, catalog: Catalog, runs: Runs | None = None)
     try:
         hardware = catalog.hardware(row.hardware)
         fields = row_deployment(row, catalog)
-        question = Question(row.input_tokens, row.output_tokens, row.concurrency if row.load == "closed" else None)
-        deployment = deploy(catalog, DeploymentSpec.model_validate(fields), question)
+        question = row_question(row)
+        deployment = row_layouts(row, catalog).deployment
         concurrency = row.concurrency or saturation_concurrency(deployment, row.input_tokens, row.output_tokens)
         result = estimate(deployment, row.input_tokens, row.output_tokens, concurrency)
         predicted = metric_value(result, row.metric)
