@@ -67,7 +67,14 @@ from simulator.config.base import Profile, Sourced
 from simulator.config.loading import Catalog
 from simulator.errors import InfersimError
 from simulator.studies.calibration import ENGINE_STEP, STEP, Parameter, _number, _Problem, derived_paths
-from simulator.studies.validation import MeasurementRow, RowResult, Runs, predict_row, row_layouts
+from simulator.studies.validation import (
+    MeasurementRow,
+    RowResult,
+    Runs,
+    collecting_rarely,
+    predict_row,
+    row_layouts,
+)
 
 #: Ridge on the scaled parameter move (relative change squared) against the squared log errors:
 #: negligible where the kept rows determine a parameter, decisive where they do not.
@@ -379,7 +386,14 @@ class _Linearised:
 
 def cross_validate(rows: Sequence[MeasurementRow], catalog: Catalog, plain: Sequence[RowResult]) -> CrossValidation:
     """Leave-one-source-out predictions of every row (module docstring); ``plain`` are the rows'
-    plain predictions (:func:`~simulator.studies.validation.validate`)."""
+    plain predictions (:func:`~simulator.studies.validation.validate`). Its engine runs collect
+    rarely (:func:`~simulator.studies.validation.collecting_rarely`)."""
+    with collecting_rarely():
+        return _cross_validate(rows, catalog, plain)
+
+
+def _cross_validate(rows: Sequence[MeasurementRow], catalog: Catalog, plain: Sequence[RowResult]) -> CrossValidation:
+    """:func:`cross_validate`'s work: the fits linearised, then each source's fold."""
     sources = {r.id: source_key(r.source) for r in rows}
     predict = _Predictions(catalog, plain)
     predicted, usable = _plain_predictions(plain)

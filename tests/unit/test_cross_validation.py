@@ -244,3 +244,23 @@ def test_a_number_no_step_time_of_a_row_reads_leaves_its_prediction_exactly_and_
     monkeypatch.setattr(validation, "simulate", lambda *a, **k: runs.append(1) or simulate(*a, **k))
     assert _Predictions(CATALOG, [plain])(row, {parameter: value}) == moved
     assert len(runs) == int(reaching)
+
+
+def test_rows_run_collecting_rarely_and_the_collector_is_left_as_it_was() -> None:
+    """Inside :func:`collecting_rarely` the young generation is collected every
+    :data:`ROWS_GC_THRESHOLD` allocations; after it, even after an error, the thresholds are those before."""
+    import gc
+
+    from simulator.studies.validation import ROWS_GC_THRESHOLD, collecting_rarely
+
+    before = gc.get_threshold()
+    inside = []
+
+    def fail() -> None:
+        with collecting_rarely():
+            inside.append(gc.get_threshold())
+            raise KeyError("a row's error")
+
+    with pytest.raises(KeyError, match="a row's error"):
+        fail()
+    assert inside == [(ROWS_GC_THRESHOLD, *before[1:])] and gc.get_threshold() == before
