@@ -39,7 +39,15 @@ Cost: the Jacobian costs one prediction per (fit row, parameter moving it); each
 prediction per held-out row that a refitted parameter moves. Predictions are memoised by (row,
 changed parameter values), engine runs by (scenario, changed parameter values) (rows that are
 metrics of one measured run share one), and rows of a source that no fit used keep their plain
-prediction.
+prediction. A parameter of the row's hardware that the step-time model of none of the row's
+layout candidates reads (:func:`reaches`) is no change for that row: its prediction is the one
+without it, exactly, and nothing runs. Such a number is read nowhere else: placement, which
+picks the candidates, reads memory sizes, not these numbers; the layout choice, the closed form
+and the engine time a step through the step-time model alone. The step-time model reads the
+interconnect's latency and efficiency only in collectives (none on one chip of a switched
+interconnect without pipeline stages or data-parallel attention: an H100's interconnect latency
+on a one-chip row), its all-to-all latency only for data-parallel attention, and a weight-only
+path's efficiency only for a matmul in that format (an H100's MXFP4 path on a BF16 model).
 """
 
 from __future__ import annotations
@@ -54,10 +62,19 @@ from urllib.parse import urlsplit
 import numpy as np
 from scipy.optimize import lsq_linear
 
+from simulator.analytic.placement import Deployment
 from simulator.config.base import Profile, Sourced
 from simulator.config.loading import Catalog
+from simulator.errors import InfersimError
 from simulator.studies.calibration import ENGINE_STEP, STEP, Parameter, _number, _Problem, derived_paths
-from simulator.studies.validation import MeasurementRow, RowResult, Runs, predict_row
+from simulator.studies.validation import (
+    MeasurementRow,
+    RowResult,
+    Runs,
+    collecting_rarely,
+    predict_row,
+    row_layouts,
+)
 
 #: Ridge on the scaled parameter move (relative change squared) against the squared log errors:
 #: negligible where the kept rows determine a parameter, decisive where they do not.
@@ -227,10 +244,56 @@ class CrossValidation:
     refits: dict[str, dict[str, float]] = field(default_factory=dict)  # source -> parameter -> refitted value
 
 
+#: Fitted numbers that only some layouts' step times read (:mod:`simulator.analytic.step_time`), by
+#: path: the interconnect's latency and efficiency only its collectives (a tensor-parallel all-reduce,
+#: an all-to-all of data-parallel attention, a pipeline hop, any collective on a torus); its
+#: all-to-all latency only the all-to-all.
+_LINK_PATHS = ("interconnect.latency", "interconnect.efficiency")
+_ALLTOALL_PATH = "interconnect.alltoall_latency"
+
+
+def reaches(parameter: Parameter, layouts: Sequence[Deployment]) -> bool:
+    """Whether ``parameter``'s number can change a prediction made on one of ``layouts`` (a row's
+    layout candidates, :func:`~simulator.studies.validation.row_layouts`), drafts included; False
+    only where the step-time model provably never reads it (module docstring): a hardware's
+    interconnect latency and efficiency on layouts without collectives, its all-to-all latency
+    without data-parallel attention, a weight-only path's efficiency where no tensor group is
+    stored, nor activations run, in that format."""
+    every = [d for top in layouts for d in _with_drafts(top)]
+    if parameter.kind != "hardware" or any(d.hardware.id != parameter.profile_id for d in every):
+        return True
+    if parameter.path in _LINK_PATHS:
+        return any(_collective(d) for d in every)
+    if parameter.path == _ALLTOALL_PATH:
+        return any(d.attention_dp > 1 for d in every)
+    head, _, rest = parameter.path.partition("compute.weight_only.")
+    if not head and rest.endswith(".efficiency"):
+        return any(_runs_in(d, rest.removesuffix(".efficiency")) for d in every)
+    return True
+
+
+def _with_drafts(d: Deployment) -> list[Deployment]:
+    """A deployment and its speculative draft's, recursively."""
+    return [d, *(_with_drafts(d.draft) if d.draft is not None else [])]
+
+
+def _collective(d: Deployment) -> bool:
+    """Whether a step of ``d`` crosses the interconnect: all-reduce, all-to-all, pipeline hop, torus."""
+    return (d.tensor_parallel > 1 or d.pipeline_parallel > 1 or d.attention_dp > 1
+            or d.hardware.interconnect.torus is not None)  # fmt: skip
+
+
+def _runs_in(d: Deployment, precision: str) -> bool:
+    """Whether a matmul of ``d`` may take the weight-only path of ``precision`` (a stored group's or
+    the headline weight format, the activations or the KV cache: every precision a path is looked up for)."""
+    return precision in {*d.precision.values(), d.weights, d.activations, d.kv_cache}
+
+
 class _Predictions:
     """Predictions by (row, changed parameter values), the unchanged ones from the plain run; the
     engine runs made at each set of changed values, so rows that are metrics of one measured run
-    (one scenario) share one run."""
+    (one scenario) share one run. A changed value that cannot reach a row (:func:`reaches`) is not
+    a change for it."""
 
     def __init__(self, catalog: Catalog, plain: Sequence[RowResult]) -> None:
         self.catalog = catalog
@@ -239,6 +302,16 @@ class _Predictions:
         }
         self.runs: dict[tuple[tuple[str, float], ...], Runs] = {}
         self.current: dict[Parameter, float] = {}
+        self.layouts: dict[str, tuple[Deployment, ...]] = {}  # by row id: the row's layout candidates
+
+    def _reaches(self, parameter: Parameter, row: MeasurementRow) -> bool:
+        if row.id not in self.layouts:
+            try:
+                choice = row_layouts(row, self.catalog)
+            except InfersimError:
+                return True
+            self.layouts[row.id] = tuple(c.deployment for c in choice.ranked)
+        return reaches(parameter, self.layouts[row.id])
 
     def _value(self, parameter: Parameter) -> float:
         if parameter not in self.current:
@@ -248,7 +321,11 @@ class _Predictions:
         return self.current[parameter]
 
     def __call__(self, row: MeasurementRow, values: dict[Parameter, float]) -> float | None:
-        moved = {p: v for p, v in values.items() if p.touches(row, self.catalog) and v != self._value(p)}
+        moved = {
+            p: v
+            for p, v in values.items()
+            if p.touches(row, self.catalog) and v != self._value(p) and self._reaches(p, row)
+        }
         key = (row.id, tuple(sorted((p.name, v) for p, v in moved.items())))
         if key not in self.memo:
             runs = self.runs.setdefault(key[1], {})
@@ -309,7 +386,14 @@ class _Linearised:
 
 def cross_validate(rows: Sequence[MeasurementRow], catalog: Catalog, plain: Sequence[RowResult]) -> CrossValidation:
     """Leave-one-source-out predictions of every row (module docstring); ``plain`` are the rows'
-    plain predictions (:func:`~simulator.studies.validation.validate`)."""
+    plain predictions (:func:`~simulator.studies.validation.validate`). Its engine runs collect
+    rarely (:func:`~simulator.studies.validation.collecting_rarely`)."""
+    with collecting_rarely():
+        return _cross_validate(rows, catalog, plain)
+
+
+def _cross_validate(rows: Sequence[MeasurementRow], catalog: Catalog, plain: Sequence[RowResult]) -> CrossValidation:
+    """:func:`cross_validate`'s work: the fits linearised, then each source's fold."""
     sources = {r.id: source_key(r.source) for r in rows}
     predict = _Predictions(catalog, plain)
     predicted, usable = _plain_predictions(plain)

@@ -201,3 +201,66 @@ def test_metrics_of_one_measured_run_share_one_engine_run_and_predict_as_alone(
     monkeypatch.setattr(validation, "simulate", lambda *a, **k: runs.append(1) or simulate(*a, **k))
     together = [r.predicted for r in validate([ttft, itl], CATALOG)]
     assert together == alone and None not in together and len(runs) == 1
+
+
+_H100 = "nvidia-h100-sxm"
+_ONE_CHIP = MeasurementRow("R1", _H100, 1, "llama-3.1-8b", "bf16", "none", 200, 20, 4, "ttft_s", 0.05)
+_TP2 = dataclasses.replace(_ONE_CHIP, id="R2", chips=2, layout={"tensor_parallel": 2})
+_MXFP4 = dataclasses.replace(_ONE_CHIP, id="R3", model="gpt-oss-20b", weights="mxfp4")
+
+
+@pytest.mark.parametrize(
+    ("row", "path", "value", "reaching"),
+    [
+        (_ONE_CHIP, "interconnect.latency", 1e-4, False),  # no collective on one chip
+        (_ONE_CHIP, "compute.weight_only.mxfp4.efficiency", 0.2, False),  # a BF16 model
+        (_TP2, "interconnect.alltoall_latency", 1e-4, False),  # tensor-parallel attention: all-reduces only
+        (_TP2, "interconnect.latency", 1e-4, True),
+        (_MXFP4, "compute.weight_only.mxfp4.efficiency", 0.2, True),
+    ],
+)  # fmt: skip
+def test_a_number_no_step_time_of_a_row_reads_leaves_its_prediction_exactly_and_runs_nothing(
+    monkeypatch: pytest.MonkeyPatch, row: MeasurementRow, path: str, value: float, reaching: bool
+) -> None:
+    """Law: a prediction depends on a profile's number only through the step times that read it.
+    Where :func:`reaches` says no step time of the row's layouts reads the number, the row predicted
+    with it changed (an engine run) is exactly its plain prediction, and cross-validation's
+    predictions give that without running the engine; where one reads it, the prediction moves and
+    the engine runs once."""
+    import simulator.studies.validation as validation
+    from simulator.studies.calibration import Parameter
+    from simulator.studies.cross_validation import _Predictions, reaches
+    from simulator.studies.validation import row_layouts
+
+    parameter = Parameter("hardware", _H100, path)
+    layouts = [c.deployment for c in row_layouts(row, CATALOG).ranked]
+    assert reaches(parameter, layouts) == reaching
+    plain = predict_row(row, CATALOG)
+    changed = CATALOG.with_profiles(hardware=[with_values(CATALOG.hardware(_H100), {path: value})])
+    moved = predict_row(row, changed).predicted
+    assert plain.predicted is not None and moved is not None and (moved != plain.predicted) == reaching
+    runs = []
+    simulate = validation.simulate
+    monkeypatch.setattr(validation, "simulate", lambda *a, **k: runs.append(1) or simulate(*a, **k))
+    assert _Predictions(CATALOG, [plain])(row, {parameter: value}) == moved
+    assert len(runs) == int(reaching)
+
+
+def test_rows_run_collecting_rarely_and_the_collector_is_left_as_it_was() -> None:
+    """Inside :func:`collecting_rarely` the young generation is collected every
+    :data:`ROWS_GC_THRESHOLD` allocations; after it, even after an error, the thresholds are those before."""
+    import gc
+
+    from simulator.studies.validation import ROWS_GC_THRESHOLD, collecting_rarely
+
+    before = gc.get_threshold()
+    inside = []
+
+    def fail() -> None:
+        with collecting_rarely():
+            inside.append(gc.get_threshold())
+            raise KeyError("a row's error")
+
+    with pytest.raises(KeyError, match="a row's error"):
+        fail()
+    assert inside == [(ROWS_GC_THRESHOLD, *before[1:])] and gc.get_threshold() == before
