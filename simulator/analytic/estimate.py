@@ -24,11 +24,21 @@ A closed-form companion to the engine (which replaces it for loaded runs). Assum
     the end of an iteration, when the next one has just been formed without it (the engine
     forms it at that instant; a server's overlap scheduler forms it ahead). So it waits that
     iteration whole, ``u = 0``: ``W_step = S(C - 1)``, the decode step of the other users.
-  - **Prompts that share its iteration** (``P_shared``). The ``lambda W_step`` prompts that
-    arrive during that wait are admitted with it, into the same iterations, as many as the
-    token budget ``B`` holds beside it (``(B - I) / I``); each adds its marginal time
-    ``m = P - n S_d`` (its prefill less the ``n`` decode-only iterations it rides):
-    ``P_shared = min(lambda W_step, (B - I) / I) m``.
+  - **Prompts that share its iteration** (``P_shared``). The prompts that arrive during that
+    wait are admitted with it, into the same iteration. They arrive as the request does, at an
+    iteration's end, as their users' previous requests complete: each of the other ``C - 1``
+    users' completes in a given iteration independently (answers vary in length) with
+    probability ``p = lambda W_step / (C - 1)``, so ``K ~ Binomial(C - 1, p)`` prompts come
+    with it (``lambda W_step`` on average, about Poisson for many users). The iteration takes
+    as many as the token budget ``B`` holds beside it, ``h = floor((B - I) / I)`` (0 for a
+    prompt longer than ``B``): it runs ``j = 1 + min(K, h)`` prompts beside ``C - j``
+    decodes, and ``P_shared = E[iter(j)] - P``, the expectation taken over whole iterations
+    (``P(K = k)`` below ``1e-9`` left out, the rest renormalised). A step is not linear in its
+    prompts (an MoE expert kernel's tile grows with the rows per expert), so neither the mean
+    ``K`` nor each prompt's marginal time alone gives it: gpt-oss-120b on one H100 at 358
+    users has ``lambda W_step = 2.8`` and an iteration of 1, 2, 3, 4 prompts beside the decodes
+    of 56, 88, 107, 165 ms. The prompts that do not fit wait for a later iteration, which
+    ``W_prompt`` below counts.
   - **Prompts ahead** (``W_prompt``). Prompts share each iteration's token budget ``B`` (the
     stack's, less the decodes riding along): a prompt of ``I <= B`` tokens takes ``I / B`` of
     its iteration's budget (prompts arriving together share one iteration); a longer one
@@ -82,6 +92,10 @@ from simulator.errors import InfersimError
 MAX_QUERY_CONCURRENCY = 10**9
 #: Longest request the closed form is asked about, in tokens (beyond any model's context).
 MAX_QUERY_TOKENS = 10**8
+#: Probability below which a number of prompts arriving together is left out of ``P_shared``.
+CO_ARRIVAL_NEGLIGIBLE = 1e-9
+#: The statistics of a batch, in :class:`BatchAggregates`' order.
+FIELDS = tuple(BatchAggregates.__dataclass_fields__)
 
 
 class EstimateError(InfersimError):
@@ -250,14 +264,41 @@ def step_in_progress_s(cost: StepCostModel, users: int, input_tokens: int, outpu
 def prompts_sharing_s(
     cost: StepCostModel, users: int, input_tokens: int, context: float, prefill_s: float, arrivals: float
 ) -> float:
-    """``P_shared``: the ``arrivals`` prompts admitted beside this one, as many as the budget holds,
-    each adding its marginal time ``m = P - n S_d`` (module docstring)."""
-    riders = users - 1
+    """``P_shared = E[iter(1 + min(K, h))] - P``: the iteration of this prompt and the ``K ~ Binomial(users - 1,
+    arrivals / (users - 1))`` that arrive with it, as many as the budget holds beside it (module docstring)."""
+    others = users - 1
+    beside = max(0, (prefill_budget(cost, others) - input_tokens) // input_tokens)
+    extra, chance = co_arrivals(others, arrivals, beside)
+    if not extra.size:  # nothing arrives with it, or nothing more fits
+        return 0.0
     window = cost.deployment.model.attention.sliding_window
-    decodes = BatchAggregates.of(np.ones(riders), np.full(riders, context), window)
-    alone_s = len(prefill_chunks(cost, input_tokens, riders)) * cost.iteration_times(decodes).step().total_s
-    beside = max(0.0, (prefill_budget(cost, riders) - input_tokens) / input_tokens)
-    return min(arrivals, beside) * max(0.0, prefill_s - alone_s)
+    decode = BatchAggregates.of([1.0], [context], window)
+    prompt = BatchAggregates.of([float(input_tokens)], [0.0], window)
+    decodes, prompts = others - extra, 1.0 + extra
+    batches = BatchAggregates(*[getattr(decode, f) * decodes + getattr(prompt, f) * prompts for f in FIELDS])
+    shared_s = cost.iteration_times(batches).total_s
+    return float(chance @ (shared_s - prefill_s))
+
+
+def co_arrivals(others: int, mean: float, most: int) -> tuple[FloatArray, FloatArray]:
+    """(k, P(min(K, most) = k)) for k >= 1, ``K ~ Binomial(others, mean / others)``: the prompts that reach
+    the replica at the iteration end a request does, as many as ``most`` (module docstring); values of
+    ``P(K = k)`` below 1e-9 left out, the rest renormalised (k = 0 included in the total)."""
+    share = min(1.0, mean / others) if others else 0.0
+    top = min(others, most)
+    if top == 0 or share == 0.0:
+        return np.zeros(0), np.zeros(0)
+    if share == 1.0:
+        return np.array([float(top)]), np.array([1.0])
+    k = np.arange(top + 1, dtype=np.float64)
+    log_n = math.lgamma(others + 1.0)
+    log_pmf = [log_n - math.lgamma(j + 1.0) - math.lgamma(others - j + 1.0) for j in k.tolist()]
+    pmf = np.exp(np.array(log_pmf) + k * math.log(share) + (others - k) * math.log1p(-share))
+    pmf[-1] = max(0.0, 1.0 - float(pmf[:-1].sum()))  # every K >= most fills the budget
+    pmf[pmf < CO_ARRIVAL_NEGLIGIBLE] = 0.0
+    pmf /= pmf.sum()
+    kept = (pmf > 0.0) & (k > 0)
+    return k[kept], pmf[kept]
 
 
 def prompts_ahead_s(cost: StepCostModel, users: int, input_tokens: int, prefill_s: float, rate: float) -> float:
