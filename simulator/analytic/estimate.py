@@ -99,7 +99,7 @@ from simulator.errors import InfersimError
 MAX_QUERY_CONCURRENCY = 10**9
 #: Longest request the closed form is asked about, in tokens (beyond any model's context).
 MAX_QUERY_TOKENS = 10**8
-#: Probability below which a number of prompts arriving together is left out of ``P_shared``.
+#: Probability below which a number of prompts arriving or riding together is left out.
 CO_ARRIVAL_NEGLIGIBLE = 1e-9
 #: The statistics of a batch, in :class:`BatchAggregates`' order.
 FIELDS = tuple(BatchAggregates.__dataclass_fields__)
@@ -252,7 +252,7 @@ def _riding_chunks_s(
     chunks = np.flatnonzero(weight)
     decodes = BatchAggregates.of(decode_new, decode_ctx, window)
     batches = _batches((decodes, np.ones(chunks.size)), (BatchAggregates.of([q], [start], window), chunks))
-    times = cost.iteration_times(_batches((decodes, np.ones(1)))).components_s  # the iteration without
+    times = cost.iteration_times(decodes).components_s  # the iteration without
     with_chunks = cost.iteration_times(batches).components_s
     return StepTime({k: float(weight[chunks] @ (v - times[k][0])) for k, v in with_chunks.items()})
 
