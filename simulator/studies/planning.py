@@ -645,7 +645,7 @@ class Planner:
         if len(searched) > 1:
             others, last = self._mixed_axes()
             prefixes = math.prod(self.limits[i][1] + 1 for i in others) - 1  # all at 0: skipped
-            steps += 1 + prefixes * self._bisection_steps(self.limits[last][1])  # 1: the ceiling probe
+            steps += 1 + prefixes * (self._bisection_steps(self.limits[last][1]) + self._widening_steps())
         return steps
 
     def _mixed_axes(self) -> tuple[list[int], int]:
@@ -669,6 +669,11 @@ class Planner:
     def _single_bisections(self, indices: list[int]) -> int:
         """The most candidates the single-architecture bisections of backends ``indices`` ask for."""
         return sum(1 + math.ceil(math.log2(max(self.limits[i][1], 1))) for i in indices)
+
+    def _widening_steps(self) -> int:
+        """The most probes one :meth:`_widen_miss` asks for: ``ceil(log2(K + 1))``, ``K`` at most the
+        largest replica limit."""
+        return math.ceil(math.log2(max(self.limits[i][1] for i in self._searched()) + 1))
 
     @staticmethod
     def _bisection_steps(most: int) -> int:
@@ -795,7 +800,7 @@ class Planner:
             used = sum(1 for n in prefix if n)
             bound = min(best.usd_per_hour if best else math.inf, cap)
             cheaper = bisect.bisect_left(costs, bound) - position  # the prefixes left that can still win
-            self._mixed_left = max(cheaper, 0) * self._bisection_steps(self.limits[last][1])
+            self._mixed_left = max(cheaper, 0) * (self._bisection_steps(self.limits[last][1]) + self._widening_steps())
             if cheaper <= 0:
                 break
             if used == 0:
@@ -806,8 +811,33 @@ class Planner:
             make = functools.partial(self._with_last, counts, last)
             found = yield from self._fewest(make, *span, "mixed")
             best = _cheaper(found, best)
+            top = self._memo.get((make(span[1]), "mixed"))
+            if found is None and top is not None and not top.meets:
+                yield from self._widen_miss(top.counts, bound)
         self._mixed_left = 0
         return best
+
+    def _widen_miss(self, miss: Counts, bound: float) -> Search:
+        """After a prefix's largest candidate misses, the largest miss on the chain from it up to
+        the ceiling under ``bound`` (:meth:`_ceiling`), bisected: ``q(k) = miss + ceil(k (c - miss)
+        / K)`` coordinate by coordinate (``K`` the largest gap), so ``q`` only rises from ``q(0) =
+        miss`` to ``q(K) = c``. By monotone feasibility every fleet below the largest miss found
+        misses too, and the prefix walk skips them as known misses (a fleet failing the capacity
+        bound counts as a miss without a run). Every probe costs less than ``bound`` and serves
+        every class (it lies above ``miss``); at most ``ceil(log2(K + 1))`` of them."""
+        ceiling = self._ceiling(bound)
+        if ceiling is None or any(m > c for m, c in zip(miss, ceiling, strict=True)):
+            return None
+        gap = max(c - m for m, c in zip(miss, ceiling, strict=True))
+        low, high = 0, gap  # q(low) misses; q(k) for k > high meets
+        while low < high:
+            k = (low + high + 1) // 2
+            point = tuple(m - (-k * (c - m) // gap) for m, c in zip(miss, ceiling, strict=True))
+            if self.could_meet(point) and (yield Ask(point, "mixed")).meets:
+                high = k - 1
+            else:
+                low = k
+        return None
 
     def _ceiling(self, bound: float) -> Counts | None:
         """The probe of the mixed search: every searched backend at its most replicas, dropping
