@@ -50,7 +50,7 @@ FloatArray = npt.NDArray[np.float64]
 BASE_CACHE_SIZE = 1 << 16
 
 #: Methods that put a pass together: a subclass overriding one is not evaluated by :class:`FastStepCost`.
-ASSEMBLY = ("pass_terms", "pass_times", "iteration_times", "plus_core", "micro_batches", "core_totals")
+ASSEMBLY = ("pass_terms", "pass_times", "iteration_times", "plus_core", "micro_batches", "core_totals", "core_steps")
 
 
 class JumpTimes(NamedTuple):
@@ -78,6 +78,9 @@ class FastStepCost:
         self.draft = FastStepCost(reference.draft) if reference.draft is not None else None
         self.draft_window = reference.draft.deployment.model.attention.sliding_window if reference.draft else None
         self._base: dict[tuple[float, float], tuple[float, float, float]] = {}
+        #: Whether a decode jump's core rows run all at once (:meth:`StepCostModel.core_steps`): not for
+        #: a subclass with its own :meth:`~StepCostModel.core_row`.
+        self.core_steps = type(reference).core_row is StepCostModel.core_row
 
     def _base_of(self, tokens: float, sequences: float, m: float) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of the reference's :meth:`shape_terms` of one micro-batch of this shape (cached)."""
@@ -105,14 +108,24 @@ class FastStepCost:
         building the batch's aggregates."""
         n = float(len(context_tokens))
         held, held_window = decode_held(context_tokens, steps, window)
-        total_s, flops, moved = [], [], []
-        for step in range(steps):
-            seconds, step_flops, step_moved = self._iteration(n, n, held[step], held[step], held_window[step],
-                                                              held_window[step])  # fmt: skip
-            total_s.append(seconds)
-            flops.append(step_flops)
-            moved.append(step_moved)
-        return JumpTimes(total_s, flops, moved)
+        if not self.core_steps:  # a subclass's own core row, step by step
+            total_s, flops, moved = [], [], []
+            for full_step, window_step in zip(held.tolist(), held_window.tolist(), strict=True):
+                seconds, step_flops, step_moved = self._iteration(n, n, full_step, full_step, window_step, window_step)
+                total_s.append(seconds)
+                flops.append(step_flops)
+                moved.append(step_moved)
+            return JumpTimes(total_s, flops, moved)
+        reference = self.reference
+        m = reference.micro_batches(n)  # every step of the jump has the same shape
+        base_s, base_flops, base_moved = self._base_of(n, n, m)
+        tokens, full, windowed = n, held, held_window
+        if m != 1.0:
+            scale = 1.0 / m
+            tokens, full, windowed = tokens * scale, full * scale, windowed * scale
+        core_s, core_flops, core_moved = reference.core_steps(tokens, full, full, windowed, windowed)
+        return JumpTimes((base_s + core_s).tolist(), ((base_flops + core_flops) * m).tolist(),
+                         ((base_moved + core_moved) * m).tolist())  # fmt: skip
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one iteration, in plain floats."""

@@ -202,7 +202,7 @@ class BatchAggregates:
     def decode_steps(cls, context_tokens: Sequence[float], steps: int, window: int | None) -> BatchAggregates:
         """Aggregates of ``steps`` decode steps of a fixed batch, one entry per step
         (:func:`decode_held`; a decode's causal pairs equal what it holds)."""
-        held, held_window = [np.array(h, dtype=np.float64) for h in decode_held(context_tokens, steps, window)]
+        held, held_window = decode_held(context_tokens, steps, window)
         batch = np.full(steps, float(len(context_tokens)))
         return cls(tokens=batch, sequences=batch, held_full=held, held_window=held_window, pairs_full=held,
                    pairs_window=held_window)  # fmt: skip
@@ -212,31 +212,42 @@ class BatchAggregates:
         return BatchAggregates(*[getattr(self, f) * factor for f in self.__dataclass_fields__])
 
 
-def decode_held(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[list[float], list[float]]:
+def decode_held(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[FloatArray, FloatArray]:
     """Tokens held in KV at each of ``steps`` decode steps of a fixed batch: (all layers, windowed layers).
 
     Step ``j`` (from 0) decodes one token for each sequence, whose cache then holds ``c + j + 1``
     tokens: ``held_full = sum c + n (j + 1)``; with a window ``W``, ``held_window = sum min(c + j + 1, W)
     = W (n - k) + sum_below c + k (j + 1)``, where the ``k`` sequences still below the window
-    (``c + j + 1 < W``) are the smallest (the largest of them reaches it first). Token counts are
-    whole (or half) numbers, so every sum here is exact, in any order.
+    (``c + j + 1 < W``) are the smallest (the largest of them reaches it first, at the first step
+    where ``c + j + 1 >= W``: ``sum_below`` drops it then). Token counts are whole (or half) numbers,
+    so every sum here is exact, in any order.
     """
     n = float(len(context_tokens))
     total = float(sum(context_tokens))
-    held = [total + n * (j + 1.0) for j in range(steps)]
+    step = np.arange(1.0, steps + 1.0)  # j + 1
+    held = total + n * step
     if window is None:
         return held, held
     w = float(window)
     below = sorted(c for c in context_tokens if c + 1.0 < w)
     k, below_sum = len(below), float(sum(below))
-    held_window = []
-    for j in range(steps):
-        step = j + 1.0
-        while k and below[k - 1] + step >= w:
+    counts, sums = np.empty(steps), np.empty(steps)  # k and sum_below at each step
+    j = 0
+    while j < steps:
+        reached = steps
+        if k:  # the first step from j at which the largest sequence below reaches the window
+            largest = below[k - 1]
+            reached = min(max(j, math.ceil(w - largest) - 1), steps)
+            while reached > j and largest + reached >= w:
+                reached -= 1
+            while reached < steps and largest + (reached + 1.0) < w:
+                reached += 1
+        counts[j:reached], sums[j:reached] = k, below_sum
+        if reached < steps:
             k -= 1
             below_sum -= below[k]
-        held_window.append(w * (n - k) + below_sum + k * step)
-    return held, held_window
+        j = reached
+    return held, w * (n - counts) + sums + counts * step
 
 
 @dataclass
@@ -332,6 +343,17 @@ def roofline_s(memory_s: float, compute_s: float, exponent: float) -> tuple[floa
     memory_p, compute_p = memory_s**exponent, compute_s**exponent
     total = memory_p + compute_p
     return total ** (1.0 / exponent), memory_p / total if total > 0.0 else 0.0
+
+
+def roofline_seconds(memory_s: FloatArray, compute_s: FloatArray, exponent: float) -> FloatArray:
+    """:func:`roofline_s`'s seconds of many operators at once, the same float operations element by
+    element (a general ``p`` runs :func:`roofline_s` itself: a vectorised power may round differently)."""
+    if exponent == 0.0:
+        return np.where(memory_s >= compute_s, memory_s, compute_s)
+    if exponent == 2.0:
+        return np.sqrt(memory_s * memory_s + compute_s * compute_s)
+    pairs = zip(memory_s.tolist(), compute_s.tolist())
+    return np.array([roofline_s(memory, compute, exponent)[0] for memory, compute in pairs], dtype=np.float64)
 
 
 def padded_rows_per_expert(tokens: int, experts: int, experts_per_token: int, tile: int) -> float:
@@ -653,6 +675,36 @@ class StepCostModel:
                                                                     rank_tokens)  # fmt: skip
             seconds, flops, moved = seconds + window_s, flops + window_flops, moved + window_moved
         return seconds, flops, moved
+
+    def core_steps(
+        self, tokens: float, held_full: FloatArray, pairs_full: FloatArray, held_window: FloatArray,
+        pairs_window: FloatArray,
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:  # fmt: skip
+        """:meth:`core_totals` of many batches of ``tokens`` new tokens each (the steps of a decode jump),
+        one entry per batch: the same float operations as :meth:`core_row`, element by element."""
+        share = 1.0 / self.dp
+        rank_tokens = tokens * share
+        count_full, count_window = self.core_counts
+        seconds = flops = moved = np.zeros(held_full.shape)
+        if count_full != 0.0:
+            seconds, flops, moved = self._core_row_steps(count_full, held_full, pairs_full, share, rank_tokens)
+        if count_window != 0.0:
+            window_s, window_flops, window_moved = self._core_row_steps(count_window, held_window, pairs_window,
+                                                                        share, rank_tokens)  # fmt: skip
+            seconds, flops, moved = seconds + window_s, flops + window_flops, moved + window_moved
+        return seconds, flops, moved
+
+    def _core_row_steps(
+        self, count: float, held: FloatArray, pairs: FloatArray, share: float, rank_tokens: float
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(seconds, FLOPs, bytes) of :meth:`core_row` for each entry of ``held`` and ``pairs``."""
+        kv_tokens = held * share + rank_tokens
+        memory_s = kv_tokens * self.kv_s_per_token
+        compute_s = pairs * share * self.s_per_pair
+        seconds = roofline_seconds(memory_s, compute_s, self.exponent)
+        work = self.chips * count
+        return (count * seconds, work * compute_s * self.core_flop_rate,
+                work * kv_tokens * self.kv_bytes_per_token_layer)  # fmt: skip
 
     def micro_batches(self, tokens: float) -> float:
         """Micro-batches a batch of ``tokens`` new tokens is split into: ``clip(tokens, 1, stages)``."""

@@ -123,3 +123,26 @@ def test_every_profile_costs_a_batch_the_same_through_the_fast_path(hardware: st
         evaluated += 1
     if layout == "default":
         assert evaluated
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("hardware", CATALOG.hardware_ids())
+def test_a_decode_jump_costs_each_step_as_one_iteration_to_the_last_bit(hardware: str, layout: str) -> None:
+    """A decode jump costs all its steps at once (arrays); each step is, bit for bit, the plain-float
+    iteration of that step's batch, so a run does not depend on how its steps were grouped."""
+    rng = np.random.default_rng(17)
+    for model in ("llama-3.1-70b", "deepseek-v3", "gpt-oss-120b"):
+        try:
+            reference = StepCostModel(deploy(CATALOG, hardware, model, **LAYOUTS[layout]))
+        except PlacementError:  # this layout does not fit this model on this hardware
+            continue
+        fast = FastStepCost(reference)
+        window = reference.deployment.model.attention.sliding_window
+        for n, steps in rng.integers(1, 200, (4, 2)):
+            contexts = (rng.integers(0, 300, int(n)) * 0.5 + (window or 0) - 50.0).clip(0.0).tolist()
+            jump = fast.decode_jump(contexts, int(steps), window)
+            held, held_window = decode_held(contexts, int(steps), window)
+            each = [fast.iteration(BatchShape(float(n), float(n), held_full=full, held_window=windowed,
+                                              pairs_full=full, pairs_window=windowed))
+                    for full, windowed in zip(held.tolist(), held_window.tolist(), strict=True)]  # fmt: skip
+            assert list(zip(*jump, strict=True)) == each
