@@ -16,10 +16,14 @@ decode batch of ``n`` sequences is one key for every step it runs), and the core
 handful of float operations per step.
 
 The engine costs one iteration in plain floats (:meth:`FastStepCost.iteration` of a
-:class:`~simulator.analytic.step_time.BatchShape`) and a decode jump the same way, step by step,
-straight from its sequences' contexts (:meth:`FastStepCost.decode_jump`). A subclass of the
+:class:`~simulator.analytic.step_time.BatchShape`), and a decode jump straight from its sequences'
+contexts (:meth:`FastStepCost.decode_jump`): its steps share one shape, so their shape terms are
+one lookup, and their core rows are arrays over the steps
+(:meth:`~simulator.analytic.step_time.StepCostModel.core_steps`: element by element the float
+operations of one step's, so every step equals its iteration to the last bit). A subclass of the
 reference model that overrides a mechanism (an operator, the MoE row, a collective, the core row,
-:meth:`shape_terms`) is seen here, since these are its methods; one that overrides how a pass is
+:meth:`shape_terms`) is seen here, since these are its methods (with its own core row a jump runs
+step by step); one that overrides how a pass is
 put together (:data:`ASSEMBLY`: :meth:`pass_terms`, :meth:`plus_core`, :meth:`core_totals`, ...)
 is run through its array interface instead (:class:`ArrayCost`), with a warning. A cost model
 that is not the reference one (a test double, another execution style) is used through its array
@@ -104,8 +108,8 @@ class FastStepCost:
         return IterationTimes(*[np.array(column, dtype=np.float64) for column in columns])
 
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
-        """``steps`` decode steps of a fixed batch, step by step (:func:`decode_held`), without
-        building the batch's aggregates."""
+        """``steps`` decode steps of a fixed batch (tokens held: :func:`decode_held`), without building
+        the batch's aggregates: the shape terms once, the core rows of all steps at once (see module)."""
         n = float(len(context_tokens))
         held, held_window = decode_held(context_tokens, steps, window)
         if not self.core_steps:  # a subclass's own core row, step by step

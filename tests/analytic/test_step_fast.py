@@ -146,3 +146,25 @@ def test_a_decode_jump_costs_each_step_as_one_iteration_to_the_last_bit(hardware
                                               pairs_full=full, pairs_window=windowed))
                     for full, windowed in zip(held.tolist(), held_window.tolist(), strict=True)]  # fmt: skip
             assert list(zip(*jump, strict=True)) == each
+
+
+class WiderCore(StepCostModel):
+    """A variant of one mechanism: the attention core takes twice as long."""
+
+    def core_row(
+        self, count: float, held: float, pairs: float, share: float, rank_tokens: float
+    ) -> tuple[float, float, float, float]:
+        seconds, memory_share, flops, moved = super().core_row(count, held, pairs, share, rank_tokens)
+        return 2.0 * seconds, memory_share, flops, moved
+
+
+def test_a_decode_jump_runs_a_subclass_s_own_core_row() -> None:
+    deployment = deploy(CATALOG, "nvidia-h200", "gpt-oss-120b")
+    variant, plain = FastStepCost(WiderCore(deployment)), FastStepCost(StepCostModel(deployment))
+    contexts = [3000.0, 150.0, 40_000.0]
+    held, held_window = decode_held(contexts, 5, 128)
+    want = [variant.iteration(BatchShape(3.0, 3.0, held_full=full, held_window=windowed, pairs_full=full,
+                                         pairs_window=windowed))
+            for full, windowed in zip(held.tolist(), held_window.tolist(), strict=True)]  # fmt: skip
+    assert list(zip(*variant.decode_jump(contexts, 5, 128), strict=True)) == want
+    assert variant.decode_jump(contexts, 5, 128).total_s[0] > plain.decode_jump(contexts, 5, 128).total_s[0]
