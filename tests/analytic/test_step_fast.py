@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
@@ -101,6 +103,18 @@ LAYOUTS = {
 }
 
 
+def _fitting(
+    hardware: str, layout: str, models: tuple[str, ...]
+) -> Iterator[tuple[StepCostModel, FastStepCost, int | None]]:
+    """(reference, fast path, window) of each of ``models`` that this layout fits on this hardware."""
+    for model in models:
+        try:
+            reference = StepCostModel(deploy(CATALOG, hardware, model, **LAYOUTS[layout]))
+        except PlacementError:  # this layout does not fit this model on this hardware
+            continue
+        yield reference, FastStepCost(reference), reference.deployment.model.attention.sliding_window
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("hardware", CATALOG.hardware_ids())
 def test_every_profile_costs_a_batch_the_same_through_the_fast_path(hardware: str, layout: str) -> None:
@@ -108,13 +122,8 @@ def test_every_profile_costs_a_batch_the_same_through_the_fast_path(hardware: st
     MoE and a windowed model: the engine's plain-float iteration equals the reference arrays."""
     rng = np.random.default_rng(13)
     evaluated = 0
-    for model in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-120b"):
-        try:
-            reference = StepCostModel(deploy(CATALOG, hardware, model, **LAYOUTS[layout]))
-        except PlacementError:  # this layout does not fit this model on this hardware
-            continue
-        fast = FastStepCost(reference)
-        window = reference.deployment.model.attention.sliding_window
+    for reference, fast, window in _fitting(hardware, layout, ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3",
+                                                                "gpt-oss-120b")):  # fmt: skip
         for _ in range(10):
             new, cached = _random_tokens(rng)
             want = reference.iteration_times(BatchAggregates.of(new, cached, window))
@@ -131,13 +140,7 @@ def test_a_decode_jump_costs_each_step_as_one_iteration_to_the_last_bit(hardware
     """A decode jump costs all its steps at once (arrays); each step is, bit for bit, the plain-float
     iteration of that step's batch, so a run does not depend on how its steps were grouped."""
     rng = np.random.default_rng(17)
-    for model in ("llama-3.1-70b", "deepseek-v3", "gpt-oss-120b"):
-        try:
-            reference = StepCostModel(deploy(CATALOG, hardware, model, **LAYOUTS[layout]))
-        except PlacementError:  # this layout does not fit this model on this hardware
-            continue
-        fast = FastStepCost(reference)
-        window = reference.deployment.model.attention.sliding_window
+    for _, fast, window in _fitting(hardware, layout, ("llama-3.1-70b", "deepseek-v3", "gpt-oss-120b")):
         for n, steps in rng.integers(1, 200, (4, 2)):
             contexts = (rng.integers(0, 300, int(n)) * 0.5 + (window or 0) - 50.0).clip(0.0).tolist()
             jump = fast.decode_jump(contexts, int(steps), window)
