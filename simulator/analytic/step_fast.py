@@ -84,7 +84,7 @@ class FastStepCost:
         self._base: dict[tuple[float, float], tuple[float, float, float]] = {}
         #: Whether a decode jump's core rows run all at once (:meth:`StepCostModel.core_steps`): not for
         #: a subclass with its own :meth:`~StepCostModel.core_row`.
-        self.core_steps = type(reference).core_row is StepCostModel.core_row
+        self.steps_at_once = type(reference).core_row is StepCostModel.core_row
 
     def _base_of(self, tokens: float, sequences: float, m: float) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of the reference's :meth:`shape_terms` of one micro-batch of this shape (cached)."""
@@ -112,7 +112,7 @@ class FastStepCost:
         the batch's aggregates: the shape terms once, the core rows of all steps at once (see module)."""
         n = float(len(context_tokens))
         held, held_window = decode_held(context_tokens, steps, window)
-        if not self.core_steps:  # a subclass's own core row, step by step
+        if not self.steps_at_once:  # a subclass's own core row, step by step
             total_s, flops, moved = [], [], []
             for full_step, window_step in zip(held.tolist(), held_window.tolist(), strict=True):
                 seconds, step_flops, step_moved = self._iteration(n, n, full_step, full_step, window_step, window_step)

@@ -152,22 +152,21 @@ class BatchShape(NamedTuple):
     @classmethod
     def of(cls, new_tokens: Sequence[float], context_tokens: Sequence[float], window: int | None) -> BatchShape:
         """:meth:`BatchAggregates.of` in plain Python, for the few sequences of one iteration
-        (whole or half token counts: every sum is exact, so both agree to the last bit). One pass
-        over the sequences, each sum taken in their order."""
-        windowed = window is not None
-        w = float(window) if window is not None else 0.0
-        tokens = cached = pairs = held_window = pairs_window = 0.0
+        (whole or half token counts: every sum is exact, so both agree to the last bit). With a window,
+        one pass over the sequences takes the three sums that need both counts, each in their order."""
+        tokens = float(sum(new_tokens))
+        held = float(sum(context_tokens)) + tokens
+        if window is None:
+            pairs = float(sum(q * (c + (q + 1.0) / 2.0) for q, c in zip(new_tokens, context_tokens)))
+            return cls(tokens, float(len(new_tokens)), held, held, pairs, pairs)
+        w = float(window)
+        pairs = held_window = pairs_window = 0.0
         for q, c in zip(new_tokens, context_tokens):
             causal = c + (q + 1.0) / 2.0
-            tokens += q
-            cached += c
             pairs += q * causal
-            if windowed:
-                held_window += min(c + q, w)
-                pairs_window += q * min(causal, w)
-        held = cached + tokens
-        if not windowed:
-            return cls(tokens, float(len(new_tokens)), held, held, pairs, pairs)
+            held_after = c + q
+            held_window += w if w < held_after else held_after  # min(c + q, W)
+            pairs_window += q * (w if w < causal else causal)
         return cls(tokens, float(len(new_tokens)), held, held_window, pairs, pairs_window)
 
 
