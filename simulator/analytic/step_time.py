@@ -353,13 +353,15 @@ def roofline_s(memory_s: float, compute_s: float, exponent: float) -> tuple[floa
 
 def roofline_seconds(memory_s: FloatArray, compute_s: FloatArray, exponent: float) -> FloatArray:
     """:func:`roofline_s`'s seconds of many operators at once, the same float operations element by
-    element (a general ``p`` runs :func:`roofline_s` itself: a vectorised power may round differently)."""
+    element (a general ``p`` in plain floats, Python's power: a vectorised power may round differently)."""
     if exponent == 0.0:
         return np.where(memory_s >= compute_s, memory_s, compute_s)
     if exponent == 2.0:
         return np.sqrt(memory_s * memory_s + compute_s * compute_s)
+    inverse = 1.0 / exponent
     pairs = zip(memory_s.tolist(), compute_s.tolist())
-    return np.array([roofline_s(memory, compute, exponent)[0] for memory, compute in pairs], dtype=np.float64)
+    return np.array([(memory**exponent + compute**exponent) ** inverse for memory, compute in pairs],
+                    dtype=np.float64)  # fmt: skip
 
 
 def padded_rows_per_expert(tokens: int, experts: int, experts_per_token: int, tile: int) -> float:
