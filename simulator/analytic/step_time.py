@@ -353,15 +353,26 @@ def roofline_s(memory_s: float, compute_s: float, exponent: float) -> tuple[floa
 
 def roofline_seconds(memory_s: FloatArray, compute_s: FloatArray, exponent: float) -> FloatArray:
     """:func:`roofline_s`'s seconds of many operators at once, the same float operations element by
-    element (a general ``p`` in plain floats, Python's power: a vectorised power may round differently)."""
+    element (a general ``p`` in plain floats, Python's power: a vectorised power may round differently;
+    operators that are all alike, such as the windowed layers of a decode jump whose sequences all
+    hold a full window, computed once)."""
     if exponent == 0.0:
         return np.where(memory_s >= compute_s, memory_s, compute_s)
     if exponent == 2.0:
         return np.sqrt(memory_s * memory_s + compute_s * compute_s)
     inverse = 1.0 / exponent
+    if _alike(memory_s) and _alike(compute_s):
+        memory, compute = float(memory_s[0]), float(compute_s[0])
+        return np.full(memory_s.shape, (memory**exponent + compute**exponent) ** inverse)
     pairs = zip(memory_s.tolist(), compute_s.tolist())
     return np.array([(memory**exponent + compute**exponent) ** inverse for memory, compute in pairs],
                     dtype=np.float64)  # fmt: skip
+
+
+def _alike(values: FloatArray) -> bool:
+    """Whether a one-dimensional array of more than one entry holds one value throughout (its ends
+    compared first: a run of steps that changes usually differs there)."""
+    return bool(values.size > 1 and values[0] == values[-1] and (values == values[0]).all())
 
 
 def padded_rows_per_expert(tokens: int, experts: int, experts_per_token: int, tile: int) -> float:
