@@ -16,10 +16,14 @@ decode batch of ``n`` sequences is one key for every step it runs), and the core
 handful of float operations per step.
 
 The engine costs one iteration in plain floats (:meth:`FastStepCost.iteration` of a
-:class:`~simulator.analytic.step_time.BatchShape`) and a decode jump the same way, step by step,
-straight from its sequences' contexts (:meth:`FastStepCost.decode_jump`). A subclass of the
+:class:`~simulator.analytic.step_time.BatchShape`), and a decode jump straight from its sequences'
+contexts (:meth:`FastStepCost.decode_jump`): its steps share one shape, so their shape terms are
+one lookup, and their core rows are arrays over the steps
+(:meth:`~simulator.analytic.step_time.StepCostModel.core_steps`: element by element the float
+operations of one step's, so every step equals its iteration to the last bit). A subclass of the
 reference model that overrides a mechanism (an operator, the MoE row, a collective, the core row,
-:meth:`shape_terms`) is seen here, since these are its methods; one that overrides how a pass is
+:meth:`shape_terms`) is seen here, since these are its methods (with its own core row a jump runs
+step by step); one that overrides how a pass is
 put together (:data:`ASSEMBLY`: :meth:`pass_terms`, :meth:`plus_core`, :meth:`core_totals`, ...)
 is run through its array interface instead (:class:`ArrayCost`), with a warning. A cost model
 that is not the reference one (a test double, another execution style) is used through its array
@@ -50,7 +54,7 @@ FloatArray = npt.NDArray[np.float64]
 BASE_CACHE_SIZE = 1 << 16
 
 #: Methods that put a pass together: a subclass overriding one is not evaluated by :class:`FastStepCost`.
-ASSEMBLY = ("pass_terms", "pass_times", "iteration_times", "plus_core", "micro_batches", "core_totals")
+ASSEMBLY = ("pass_terms", "pass_times", "iteration_times", "plus_core", "micro_batches", "core_totals", "core_steps")
 
 
 class JumpTimes(NamedTuple):
@@ -78,6 +82,9 @@ class FastStepCost:
         self.draft = FastStepCost(reference.draft) if reference.draft is not None else None
         self.draft_window = reference.draft.deployment.model.attention.window if reference.draft else None
         self._base: dict[tuple[float, float], tuple[float, float, float]] = {}
+        #: Whether a decode jump's core rows run all at once (:meth:`StepCostModel.core_steps`): not for
+        #: a subclass with its own :meth:`~StepCostModel.core_row`.
+        self.steps_at_once = type(reference).core_row is StepCostModel.core_row
 
     def _base_of(self, tokens: float, sequences: float, m: float) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of the reference's :meth:`shape_terms` of one micro-batch of this shape (cached)."""
@@ -101,18 +108,28 @@ class FastStepCost:
         return IterationTimes(*[np.array(column, dtype=np.float64) for column in columns])
 
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
-        """``steps`` decode steps of a fixed batch, step by step (:func:`decode_held`), without
-        building the batch's aggregates."""
+        """``steps`` decode steps of a fixed batch (tokens held: :func:`decode_held`), without building
+        the batch's aggregates: the shape terms once, the core rows of all steps at once (see module)."""
         n = float(len(context_tokens))
         held, held_window = decode_held(context_tokens, steps, window)
-        total_s, flops, moved = [], [], []
-        for step in range(steps):
-            seconds, step_flops, step_moved = self._iteration(n, n, held[step], held[step], held_window[step],
-                                                              held_window[step])  # fmt: skip
-            total_s.append(seconds)
-            flops.append(step_flops)
-            moved.append(step_moved)
-        return JumpTimes(total_s, flops, moved)
+        if not self.steps_at_once:  # a subclass's own core row, step by step
+            total_s, flops, moved = [], [], []
+            for full_step, window_step in zip(held.tolist(), held_window.tolist(), strict=True):
+                seconds, step_flops, step_moved = self._iteration(n, n, full_step, full_step, window_step, window_step)
+                total_s.append(seconds)
+                flops.append(step_flops)
+                moved.append(step_moved)
+            return JumpTimes(total_s, flops, moved)
+        reference = self.reference
+        m = reference.micro_batches(n)  # every step of the jump has the same shape
+        base_s, base_flops, base_moved = self._base_of(n, n, m)
+        tokens, full, windowed = n, held, held_window
+        if m != 1.0:
+            scale = 1.0 / m
+            tokens, full, windowed = tokens * scale, full * scale, windowed * scale
+        core_s, core_flops, core_moved = reference.core_steps(tokens, full, full, windowed, windowed)
+        return JumpTimes((base_s + core_s).tolist(), ((base_flops + core_flops) * m).tolist(),
+                         ((base_moved + core_moved) * m).tolist())  # fmt: skip
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one iteration, in plain floats."""

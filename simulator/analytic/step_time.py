@@ -157,20 +157,27 @@ class BatchShape(NamedTuple):
     @classmethod
     def of(cls, new_tokens: Sequence[float], context_tokens: Sequence[float], window: int | None) -> BatchShape:
         """:meth:`BatchAggregates.of` in plain Python, for the few sequences of one iteration
-        (whole or half token counts: every sum is exact, so both agree to the last bit)."""
+        (whole or half token counts: every sum is exact, so both agree to the last bit). With a window,
+        one pass over the sequences takes the three sums that need both counts, each in their order."""
         tokens = float(sum(new_tokens))
         held = float(sum(context_tokens)) + tokens
-        pairs = float(sum(q * (c + (q + 1.0) / 2.0) for q, c in zip(new_tokens, context_tokens)))
-        if window is None:
-            return cls(tokens, float(len(new_tokens)), held, held, pairs, pairs)
-        w = float(window)
-        if isinstance(window, ChunkedWindow):
+        if window is None or isinstance(window, ChunkedWindow):
+            pairs = float(sum(q * (c + (q + 1.0) / 2.0) for q, c in zip(new_tokens, context_tokens)))
+            if window is None:
+                return cls(tokens, float(len(new_tokens)), held, held, pairs, pairs)
+            w = float(window)
             held_window = float(sum(chunk_held(q, c, w) for q, c in zip(new_tokens, context_tokens)))
             pairs_window = float(sum(chunk_pairs(c + q, w) - chunk_pairs(c, w)
                                      for q, c in zip(new_tokens, context_tokens)))  # fmt: skip
             return cls(tokens, float(len(new_tokens)), held, held_window, pairs, pairs_window)
-        held_window = float(sum(min(c + q, w) for q, c in zip(new_tokens, context_tokens)))
-        pairs_window = float(sum(q * min(c + (q + 1.0) / 2.0, w) for q, c in zip(new_tokens, context_tokens)))
+        w = float(window)
+        pairs = held_window = pairs_window = 0.0
+        for q, c in zip(new_tokens, context_tokens):
+            causal = c + (q + 1.0) / 2.0
+            pairs += q * causal
+            held_after = c + q
+            held_window += w if w < held_after else held_after  # min(c + q, W)
+            pairs_window += q * (w if w < causal else causal)
         return cls(tokens, float(len(new_tokens)), held, held_window, pairs, pairs_window)
 
 
@@ -231,7 +238,7 @@ class BatchAggregates:
     def decode_steps(cls, context_tokens: Sequence[float], steps: int, window: int | None) -> BatchAggregates:
         """Aggregates of ``steps`` decode steps of a fixed batch, one entry per step
         (:func:`decode_held`; a decode's causal pairs equal what it holds)."""
-        held, held_window = [np.array(h, dtype=np.float64) for h in decode_held(context_tokens, steps, window)]
+        held, held_window = decode_held(context_tokens, steps, window)
         batch = np.full(steps, float(len(context_tokens)))
         return cls(tokens=batch, sequences=batch, held_full=held, held_window=held_window, pairs_full=held,
                    pairs_window=held_window)  # fmt: skip
@@ -241,18 +248,20 @@ class BatchAggregates:
         return BatchAggregates(*[getattr(self, f) * factor for f in self.__dataclass_fields__])
 
 
-def decode_held(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[list[float], list[float]]:
+def decode_held(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[FloatArray, FloatArray]:
     """Tokens held in KV at each of ``steps`` decode steps of a fixed batch: (all layers, windowed layers).
 
     Step ``j`` (from 0) decodes one token for each sequence, whose cache then holds ``c + j + 1``
     tokens: ``held_full = sum c + n (j + 1)``; with a window ``W``, ``held_window = sum min(c + j + 1, W)
     = W (n - k) + sum_below c + k (j + 1)``, where the ``k`` sequences still below the window
-    (``c + j + 1 < W``) are the smallest (the largest of them reaches it first). Token counts are
-    whole (or half) numbers, so every sum here is exact, in any order.
+    (``c + j + 1 < W``) are the smallest (the largest of them reaches it first, at the first step
+    where ``c + j + 1 >= W``: ``sum_below`` drops it then). Token counts are whole (or half) numbers,
+    so every sum here is exact, in any order.
     """
     n = float(len(context_tokens))
     total = float(sum(context_tokens))
-    held = [total + n * (j + 1.0) for j in range(steps)]
+    step = np.arange(1.0, steps + 1.0)  # j + 1
+    held = total + n * step
     if window is None:
         return held, held
     w = float(window)
@@ -260,17 +269,26 @@ def decode_held(context_tokens: Sequence[float], steps: int, window: int | None)
         return held, _chunk_decode_held(context_tokens, steps, w)
     below = sorted(c for c in context_tokens if c + 1.0 < w)
     k, below_sum = len(below), float(sum(below))
-    held_window = []
-    for j in range(steps):
-        step = j + 1.0
-        while k and below[k - 1] + step >= w:
+    counts, sums = np.empty(steps), np.empty(steps)  # k and sum_below at each step
+    j = 0
+    while j < steps:
+        reached = steps
+        if k:  # the first step from j at which the largest sequence below reaches the window
+            largest = below[k - 1]
+            reached = min(max(j, math.ceil(w - largest) - 1), steps)
+            while reached > j and largest + reached >= w:
+                reached -= 1
+            while reached < steps and largest + (reached + 1.0) < w:
+                reached += 1
+        counts[j:reached], sums[j:reached] = k, below_sum
+        if reached < steps:
             k -= 1
             below_sum -= below[k]
-        held_window.append(w * (n - k) + below_sum + k * step)
-    return held, held_window
+        j = reached
+    return held, w * (n - counts) + sums + counts * step
 
 
-def _chunk_decode_held(context_tokens: Sequence[float], steps: int, chunk: float) -> list[float]:
+def _chunk_decode_held(context_tokens: Sequence[float], steps: int, chunk: float) -> FloatArray:
     """Keys read in a chunked layer at each of ``steps`` decode steps: step ``j`` reads
     ``((c + j) mod W) + 1`` per sequence. With the residues ``r = c mod W`` sorted and ``s = j mod W``,
     ``sum ((r + s) mod W) = sum r + n s - W #{r >= W - s}`` (a residue wraps once), so each step costs
@@ -282,7 +300,7 @@ def _chunk_decode_held(context_tokens: Sequence[float], steps: int, chunk: float
         shift = float(j) - chunk * math.floor(j / chunk)
         wrapped = len(residues) - bisect.bisect_left(residues, chunk - shift)
         held.append(total + n * shift - chunk * wrapped + n)
-    return held
+    return np.array(held, dtype=np.float64)
 
 
 @dataclass
@@ -378,6 +396,30 @@ def roofline_s(memory_s: float, compute_s: float, exponent: float) -> tuple[floa
     memory_p, compute_p = memory_s**exponent, compute_s**exponent
     total = memory_p + compute_p
     return total ** (1.0 / exponent), memory_p / total if total > 0.0 else 0.0
+
+
+def roofline_seconds(memory_s: FloatArray, compute_s: FloatArray, exponent: float) -> FloatArray:
+    """:func:`roofline_s`'s seconds of many operators at once, the same float operations element by
+    element (a general ``p`` in plain floats, Python's power: a vectorised power may round differently;
+    operators that are all alike, such as the windowed layers of a decode jump whose sequences all
+    hold a full window, computed once)."""
+    if exponent == 0.0:
+        return np.where(memory_s >= compute_s, memory_s, compute_s)
+    if exponent == 2.0:
+        return np.sqrt(memory_s * memory_s + compute_s * compute_s)
+    inverse = 1.0 / exponent
+    if _alike(memory_s) and _alike(compute_s):
+        memory, compute = float(memory_s[0]), float(compute_s[0])
+        return np.full(memory_s.shape, (memory**exponent + compute**exponent) ** inverse)
+    pairs = zip(memory_s.tolist(), compute_s.tolist())
+    return np.array([(memory**exponent + compute**exponent) ** inverse for memory, compute in pairs],
+                    dtype=np.float64)  # fmt: skip
+
+
+def _alike(values: FloatArray) -> bool:
+    """Whether a one-dimensional array of more than one entry holds one value throughout (its ends
+    compared first: a run of steps that changes usually differs there)."""
+    return bool(values.size > 1 and values[0] == values[-1] and (values == values[0]).all())
 
 
 def padded_rows_per_expert(tokens: int, experts: int, experts_per_token: int, tile: int) -> float:
@@ -699,6 +741,36 @@ class StepCostModel:
                                                                     rank_tokens)  # fmt: skip
             seconds, flops, moved = seconds + window_s, flops + window_flops, moved + window_moved
         return seconds, flops, moved
+
+    def core_steps(
+        self, tokens: float, held_full: FloatArray, pairs_full: FloatArray, held_window: FloatArray,
+        pairs_window: FloatArray,
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:  # fmt: skip
+        """:meth:`core_totals` of many batches of ``tokens`` new tokens each (the steps of a decode jump),
+        one entry per batch: the same float operations as :meth:`core_row`, element by element."""
+        share = 1.0 / self.dp
+        rank_tokens = tokens * share
+        count_full, count_window = self.core_counts
+        seconds = flops = moved = np.zeros(held_full.shape)
+        if count_full != 0.0:
+            seconds, flops, moved = self._core_row_steps(count_full, held_full, pairs_full, share, rank_tokens)
+        if count_window != 0.0:
+            window_s, window_flops, window_moved = self._core_row_steps(count_window, held_window, pairs_window,
+                                                                        share, rank_tokens)  # fmt: skip
+            seconds, flops, moved = seconds + window_s, flops + window_flops, moved + window_moved
+        return seconds, flops, moved
+
+    def _core_row_steps(
+        self, count: float, held: FloatArray, pairs: FloatArray, share: float, rank_tokens: float
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(seconds, FLOPs, bytes) of :meth:`core_row` for each entry of ``held`` and ``pairs``."""
+        kv_tokens = held * share + rank_tokens
+        memory_s = kv_tokens * self.kv_s_per_token
+        compute_s = pairs * share * self.s_per_pair
+        seconds = roofline_seconds(memory_s, compute_s, self.exponent)
+        work = self.chips * count
+        return (count * seconds, work * compute_s * self.core_flop_rate,
+                work * kv_tokens * self.kv_bytes_per_token_layer)  # fmt: skip
 
     def micro_batches(self, tokens: float) -> float:
         """Micro-batches a batch of ``tokens`` new tokens is split into: ``clip(tokens, 1, stages)``."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import SupportsIndex
 
 import numpy as np
+import numpy.typing as npt
 import simpy
 
 from simulator.config.distributions import Distribution
@@ -59,17 +60,21 @@ class TaskCounter:
 
 
 class LengthSampler:
-    """Integer token counts >= 1 from a distribution, drawn in chunks."""
+    """Integer token counts >= 1 from a distribution, drawn in chunks (a client that draws a few
+    converts only those few to Python integers)."""
 
     def __init__(self, spec: Distribution, rng: np.random.Generator) -> None:
         self.spec, self.rng = spec, rng
-        self._buffer: list[int] = []
+        self._chunk: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._next = 0
 
     def draw(self) -> int:
-        if not self._buffer:
+        if self._next == len(self._chunk):
             values = np.maximum(np.rint(self.spec.sample(self.rng, LENGTH_CHUNK)), 1.0)
-            self._buffer = values.astype(np.int64)[::-1].tolist()
-        return self._buffer.pop()
+            self._chunk, self._next = values.astype(np.int64), 0
+        value = int(self._chunk[self._next])
+        self._next += 1
+        return value
 
 
 class RequestFactory:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
@@ -101,6 +103,18 @@ LAYOUTS = {
 }
 
 
+def _fitting(
+    hardware: str, layout: str, models: tuple[str, ...]
+) -> Iterator[tuple[StepCostModel, FastStepCost, int | None]]:
+    """(reference, fast path, window) of each of ``models`` that this layout fits on this hardware."""
+    for model in models:
+        try:
+            reference = StepCostModel(deploy(CATALOG, hardware, model, **LAYOUTS[layout]))
+        except PlacementError:  # this layout does not fit this model on this hardware
+            continue
+        yield reference, FastStepCost(reference), reference.deployment.model.attention.sliding_window
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("hardware", CATALOG.hardware_ids())
 def test_every_profile_costs_a_batch_the_same_through_the_fast_path(hardware: str, layout: str) -> None:
@@ -108,13 +122,8 @@ def test_every_profile_costs_a_batch_the_same_through_the_fast_path(hardware: st
     MoE and a windowed model: the engine's plain-float iteration equals the reference arrays."""
     rng = np.random.default_rng(13)
     evaluated = 0
-    for model in ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-120b"):
-        try:
-            reference = StepCostModel(deploy(CATALOG, hardware, model, **LAYOUTS[layout]))
-        except PlacementError:  # this layout does not fit this model on this hardware
-            continue
-        fast = FastStepCost(reference)
-        window = reference.deployment.model.attention.sliding_window
+    for reference, fast, window in _fitting(hardware, layout, ("llama-3.1-70b", "mixtral-8x7b", "deepseek-v3",
+                                                                "gpt-oss-120b")):  # fmt: skip
         for _ in range(10):
             new, cached = _random_tokens(rng)
             want = reference.iteration_times(BatchAggregates.of(new, cached, window))
@@ -123,3 +132,43 @@ def test_every_profile_costs_a_batch_the_same_through_the_fast_path(hardware: st
         evaluated += 1
     if layout == "default":
         assert evaluated
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("hardware", CATALOG.hardware_ids())
+def test_a_decode_jump_costs_each_step_as_one_iteration_to_the_last_bit(hardware: str, layout: str) -> None:
+    """A decode jump costs all its steps at once (arrays); each step is, bit for bit, the plain-float
+    iteration of that step's batch, so a run does not depend on how its steps were grouped."""
+    rng = np.random.default_rng(17)
+    for _, fast, window in _fitting(hardware, layout, ("llama-3.1-70b", "deepseek-v3", "gpt-oss-120b")):
+        for n, steps in rng.integers(1, 200, (4, 2)):
+            below = float(rng.choice([50.0, 0.0]))  # some sequences reach the window during the jump, or all hold it
+            contexts = (rng.integers(0, 300, int(n)) * 0.5 + (window or 0) - below).clip(0.0).tolist()
+            jump = fast.decode_jump(contexts, int(steps), window)
+            held, held_window = decode_held(contexts, int(steps), window)
+            each = [fast.iteration(BatchShape(float(n), float(n), held_full=full, held_window=windowed,
+                                              pairs_full=full, pairs_window=windowed))
+                    for full, windowed in zip(held.tolist(), held_window.tolist(), strict=True)]  # fmt: skip
+            assert list(zip(*jump, strict=True)) == each
+
+
+class WiderCore(StepCostModel):
+    """A variant of one mechanism: the attention core takes twice as long."""
+
+    def core_row(
+        self, count: float, held: float, pairs: float, share: float, rank_tokens: float
+    ) -> tuple[float, float, float, float]:
+        seconds, memory_share, flops, moved = super().core_row(count, held, pairs, share, rank_tokens)
+        return 2.0 * seconds, memory_share, flops, moved
+
+
+def test_a_decode_jump_runs_a_subclass_s_own_core_row() -> None:
+    deployment = deploy(CATALOG, "nvidia-h200", "gpt-oss-120b")
+    variant, plain = FastStepCost(WiderCore(deployment)), FastStepCost(StepCostModel(deployment))
+    contexts = [3000.0, 150.0, 40_000.0]
+    held, held_window = decode_held(contexts, 5, 128)
+    want = [variant.iteration(BatchShape(3.0, 3.0, held_full=full, held_window=windowed, pairs_full=full,
+                                         pairs_window=windowed))
+            for full, windowed in zip(held.tolist(), held_window.tolist(), strict=True)]  # fmt: skip
+    assert list(zip(*variant.decode_jump(contexts, 5, 128), strict=True)) == want
+    assert variant.decode_jump(contexts, 5, 128).total_s[0] > plain.decode_jump(contexts, 5, 128).total_s[0]
