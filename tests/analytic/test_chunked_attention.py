@@ -41,7 +41,7 @@ def test_decode_steps_read_the_keys_since_each_chunk_boundary(contexts: list[int
     cached = [float(c) for c in contexts]
     full, chunked = decode_held(cached, steps, ChunkedWindow(CHUNK))
     _, sliding = decode_held(cached, steps, CHUNK)
-    assert chunked == [float(sum(_keys(c + j, CHUNK) for c in contexts)) for j in range(steps)]
+    assert chunked.tolist() == [float(sum(_keys(c + j, CHUNK) for c in contexts)) for j in range(steps)]
     assert all(ch <= sl <= f for ch, sl, f in zip(chunked, sliding, full, strict=True))
 
 
