@@ -18,9 +18,10 @@ handful of float operations per step.
 The engine costs one iteration in plain floats (:meth:`FastStepCost.iteration` of a
 :class:`~simulator.analytic.step_time.BatchShape`), and a decode jump straight from its sequences'
 contexts (:meth:`FastStepCost.decode_jump`): its steps share one shape, so their shape terms are
-one lookup, and their core rows are arrays over the steps
+one lookup, and from :data:`ARRAY_JUMP_STEPS` steps on their core rows are arrays over the steps
 (:meth:`~simulator.analytic.step_time.StepCostModel.core_steps`: element by element the float
-operations of one step's, so every step equals its iteration to the last bit). A subclass of the
+operations of one step's, so every step equals its iteration to the last bit); a shorter jump
+runs its steps one by one, where numpy's set-up per call costs more than it saves. A subclass of the
 reference model that overrides a mechanism (an operator, the MoE row, a collective, the core row,
 :meth:`shape_terms`) is seen here, since these are its methods (with its own core row a jump runs
 step by step); one that overrides how a pass is
@@ -56,6 +57,10 @@ BASE_CACHE_SIZE = 1 << 16
 #: Methods that put a pass together: a subclass overriding one is not evaluated by :class:`FastStepCost`.
 ASSEMBLY = ("pass_terms", "pass_times", "iteration_times", "plus_core", "micro_batches", "core_totals", "core_steps")
 
+
+#: Steps from which a decode jump costs its core rows as arrays (measured with the compiled engine on
+#: a plan candidate of 12 MI300X: below it the step-by-step loop is faster).
+ARRAY_JUMP_STEPS = 64
 
 class JumpTimes(NamedTuple):
     """Seconds, FLOPs and bytes of each step of a decode jump, as lists (one float per step)."""
@@ -112,7 +117,7 @@ class FastStepCost:
         the batch's aggregates: the shape terms once, the core rows of all steps at once (see module)."""
         n = float(len(context_tokens))
         held, held_window = decode_held(context_tokens, steps, window)
-        if not self.steps_at_once:  # a subclass's own core row, step by step
+        if not self.steps_at_once or steps < ARRAY_JUMP_STEPS:  # step by step
             total_s, flops, moved = [], [], []
             for full_step, window_step in zip(held.tolist(), held_window.tolist(), strict=True):
                 seconds, step_flops, step_moved = self._iteration(n, n, full_step, full_step, window_step, window_step)
