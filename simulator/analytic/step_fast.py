@@ -62,6 +62,7 @@ ASSEMBLY = ("pass_terms", "pass_times", "iteration_times", "plus_core", "micro_b
 #: a plan candidate of 12 MI300X: below it the step-by-step loop is faster).
 ARRAY_JUMP_STEPS = 64
 
+
 class JumpTimes(NamedTuple):
     """Seconds, FLOPs and bytes of each step of a decode jump, as lists (one float per step)."""
 
