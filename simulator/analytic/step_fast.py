@@ -63,6 +63,17 @@ ASSEMBLY = ("pass_terms", "pass_times", "iteration_times", "plus_core", "micro_b
 ARRAY_JUMP_STEPS = 64
 
 
+def _held_lists(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[list[float], list[float]]:
+    """:func:`decode_held` as lists of floats; without a window in plain floats (the same two
+    operations a step, ``sum c + n (j + 1)``, without numpy's set-up for a short jump)."""
+    if window is None:
+        n, total = float(len(context_tokens)), float(sum(context_tokens))
+        held = [total + n * float(j + 1) for j in range(steps)]
+        return held, held
+    full, windowed = decode_held(context_tokens, steps, window)
+    return full.tolist(), windowed.tolist()
+
+
 class JumpTimes(NamedTuple):
     """Seconds, FLOPs and bytes of each step of a decode jump, as lists (one float per step)."""
 
@@ -117,15 +128,15 @@ class FastStepCost:
         """``steps`` decode steps of a fixed batch (tokens held: :func:`decode_held`), without building
         the batch's aggregates: the shape terms once, the core rows of all steps at once (see module)."""
         n = float(len(context_tokens))
-        held, held_window = decode_held(context_tokens, steps, window)
         if not self.steps_at_once or steps < ARRAY_JUMP_STEPS:  # step by step
             total_s, flops, moved = [], [], []
-            for full_step, window_step in zip(held.tolist(), held_window.tolist(), strict=True):
+            for full_step, window_step in zip(*_held_lists(context_tokens, steps, window), strict=True):
                 seconds, step_flops, step_moved = self._iteration(n, n, full_step, full_step, window_step, window_step)
                 total_s.append(seconds)
                 flops.append(step_flops)
                 moved.append(step_moved)
             return JumpTimes(total_s, flops, moved)
+        held, held_window = decode_held(context_tokens, steps, window)
         reference = self.reference
         m = reference.micro_batches(n)  # every step of the jump has the same shape
         base_s, base_flops, base_moved = self._base_of(n, n, m)
