@@ -86,10 +86,17 @@ def run_key(scenario_json: str, inputs: str) -> str:
 
 
 class Cache:
-    """One JSON file per finished run, written atomically (a killed command leaves only whole files)."""
+    """One JSON file per finished run, written atomically: each row goes to a temporary file named
+    ``<pid>-*.tmp`` by the process writing it (only a command's own process writes its cache), then
+    is renamed into place, so a killed command leaves whole rows and at most a temporary file,
+    which the next command on the folder deletes (its writer is no longer running)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        for path in folder.glob("*.tmp"):
+            writer = path.name.split("-", 1)[0]
+            if writer.isdigit() and not _running(int(writer)):
+                path.unlink(missing_ok=True)
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The cached row, or None when absent or unreadable (then the run is simply repeated)."""
@@ -104,10 +111,21 @@ class Cache:
 
     def put(self, key: str, row: dict[str, Any]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+        handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=f"{os.getpid()}-", suffix=".tmp")
         with os.fdopen(handle, "w") as f:
             json.dump(row, f)
         os.replace(temporary, self.folder / f"{key}.json")
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (signal 0 checks without sending)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 class _Deferred(Future):  # type: ignore[type-arg]

@@ -16,6 +16,7 @@ from distributed import LocalCluster
 
 from simulator.config.loading import Catalog, ConfigError, bundled_dir
 from simulator.errors import InfersimWarning
+from simulator.studies.execution import Cache
 from simulator.studies.sweep import (
     SweepSpec,
     expand,
@@ -92,6 +93,19 @@ def test_a_killed_sweep_resumes_without_redoing_finished_runs(tmp_path: Path) ->
     assert len(list(cache.glob("*.json"))) == 24 and not list(cache.glob("*.tmp"))
     runs = table_path(out, "runs")
     assert runs is not None and len(read_table_file(runs)) == 24
+
+
+def test_a_killed_writers_temporary_file_is_deleted_and_a_running_ones_kept(tmp_path: Path) -> None:
+    """A row's temporary file is named by its writer's process id: the next cache on the folder
+    deletes one whose writer has ended (a command killed mid-write) and keeps a running writer's."""
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    dead = tmp_path / f"{int(ended.stdout)}-row.tmp"
+    live = tmp_path / f"{os.getpid()}-row.tmp"
+    dead.write_text("{")
+    live.write_text("{")
+    Cache(tmp_path).put("k", {"x": 1.0})
+    assert not dead.exists() and live.exists() and Cache(tmp_path).get("k") == {"x": 1.0}
+    assert sorted(p.name for p in tmp_path.glob("*.tmp")) == [live.name]
 
 
 def test_replications_have_spawned_distinct_seeds_and_a_confidence_interval(tmp_path: Path) -> None:
