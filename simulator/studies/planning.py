@@ -811,7 +811,7 @@ class Planner:
             make = functools.partial(self._with_last, counts, last)
             found = yield from self._fewest(make, *span, "mixed")
             best = _cheaper(found, best)
-            top = self._memo.get((make(span[1]), "mixed"))
+            top = self._memo.get((make(span[1]), "mixed")) if span[0] <= span[1] else None  # asked here
             if found is None and top is not None and not top.meets:
                 yield from self._widen_miss(top.counts, bound)
         self._mixed_left = 0

@@ -67,6 +67,12 @@ SETTLE_CHECKS_PER_BOUND = 100
 STOP_RISK = 1e-6
 #: Points of the quantile grid that bounds ``E[e^(-lambda X)]``, and of the ``lambda`` grid.
 _QUANTILES, _LAMBDAS = 4096, 241
+#: The ``lambda`` grid spans these multiples of ``1 / E[X]`` (log-spaced): the Chernoff optimum for
+#: a sum of waits lies where ``lambda E[X]`` is of order one, far inside it.
+_LAMBDA_SPAN = (1e-3, 1e3)
+#: Candidate floors: the mean tool time of a task times ``ratio^i`` for ``i = 1 .. points - 1``
+#: (each 10 % under the last, down to about 1e-18 of the mean), the longest that passes taken.
+_FLOOR_RATIO, _FLOOR_POINTS = 0.9, 400
 _START, _END, _FAILED, _PARENT, _CLASS = (
     TASK_COLUMNS.index(c) for c in ("start_s", "end_s", "failed", "parent", "class")
 )
@@ -133,9 +139,9 @@ def task_time_floor_s(task: AgentTaskSpec, agents: int, duration_s: float, risk:
     mean_wait = latency.mean * max(task.steps.mean - 1, 0)
     if not mean_wait > 0 or not math.isfinite(mean_wait):
         return 0.0
-    lambdas = np.geomspace(1e-3, 1e3, _LAMBDAS) / latency.mean
+    lambdas = np.geomspace(*_LAMBDA_SPAN, _LAMBDAS) / latency.mean
     log_laplace = _log_laplace_bound(latency, lambdas)
-    for floor_s in mean_wait * 0.9 ** np.arange(1, 400):
+    for floor_s in mean_wait * _FLOOR_RATIO ** np.arange(1, _FLOOR_POINTS):
         budget = risk / (agents * (1 + math.floor(duration_s / floor_s)))
         waits = _fewest_tool_waits(task, budget / 2)
         if waits and np.min(lambdas * floor_s + waits * log_laplace) <= math.log(budget / 2):
