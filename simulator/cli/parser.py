@@ -7,6 +7,7 @@ when that command runs, so ``infersim profiles`` does not pay for matplotlib or 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import NoReturn, get_args
 
 from simulator.config.names import Precision
 from simulator.errors import InfersimError, did_you_mean
+from simulator.units import parse_quantity
 from simulator.version import __version__
 
 #: Prompt and answer lengths ``estimate`` assumes unless told (a chat turn; also the demo's).
@@ -25,7 +27,8 @@ DEFAULT_OUTPUT_TOKENS = 1000
 EXIT_STATUS = """\
 exit status: 0 answered; 1 a bug; 2 bad input (a file, field or flag; a run, or more than 10,000 runs of one
 command, over the limits without --allow-large-runs; a fit the rows cannot determine); 3 answered: no
-feasible fleet (plan: no fleet within the limits meets the targets); 4 a run measured nothing (run, compare:
+feasible fleet (plan: no fleet within the limits meets the targets, or none found before plan.max_candidates or
+--time-limit stopped it); 4 a run measured nothing (run, compare:
 no request arrived, or none completed in the window); 74 the device is full (EX_IOERR); 130 Ctrl-C;
 143 SIGTERM"""
 
@@ -71,6 +74,18 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def duration_s(text: str) -> float:
+    """A positive duration in seconds, with a time unit (``60 s``, ``2 min``) or a bare number of
+    seconds (argparse type)."""
+    try:
+        value = float(text) if re.fullmatch(r"\s*[0-9.eE+-]+\s*", text) else parse_quantity(text, "time")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 60 s or 2 min, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration, got {text!r}")
     return value
 
 
@@ -286,6 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(p, "runs/plan-<scenario name>")
     _add_large(p)
     _add_executor(p)
+    p.add_argument(
+        "--time-limit",
+        type=duration_s,
+        metavar="DURATION",
+        help="stop the search after this long (e.g. 60 s, 2 min; a bare number is seconds) and answer with the "
+        "cheapest fleet found that meets and the least a fleet not yet settled could cost",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--report", action="store_true", help="also write report.html with the figures")
 

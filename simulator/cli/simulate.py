@@ -58,7 +58,7 @@ from simulator.studies.execution import Cache, Profiles, Runs, catalog_of, check
 from simulator.studies.planning import Evaluation, Planner, answer_scenario, plan_text, summary_run
 from simulator.studies.tolerance import answer_availability, availability_text
 
-EXIT_NO_PLAN = 3  # `plan` answered: no fleet within the limits meets the targets (not bad input)
+EXIT_NO_PLAN = 3  # `plan` answered: no fleet meets the targets (within the limits, or found before a stop)
 
 
 def compare_run(scenario_json: str, profiles: Profiles, run_limits: Limits | None) -> dict[str, Any]:
@@ -270,7 +270,7 @@ def plan(args: argparse.Namespace) -> int:
 
     with naming(str(args.scenario)):
         say = progress_lines("plan", argparse.Namespace())  # on stderr, with --json too: a long search is never silent
-        planner = Planner(scenario, cat, say, limits(args), checkpoint=checkpoint)
+        planner = Planner(scenario, cat, say, limits(args), checkpoint=checkpoint, time_limit_s=args.time_limit)
         scenario = planner.scenario  # priced on one cost basis (Planner)
         resolved = scenario_yaml(write_in(scenario, cat))
         pool = start(args.executor, args.jobs, args.address)

@@ -344,6 +344,11 @@ class PlanSpec(Spec):
     budget_kw: Annotated[float, Field(gt=0.0)] | None = Field(
         None, description="site power budget: a fleet's full-load draw (chips x power or cap x PUE) at most this"
     )
+    max_candidates: PositiveInt | None = Field(
+        None,
+        description="stop the search after simulating this many candidates: the answer is then the cheapest fleet "
+        "found that meets, with the least cost a fleet not yet settled could have (the gap to the proven cheapest)",
+    )
 
 
 class Scenario(Spec):

@@ -6,7 +6,9 @@ achieved`` for a lower bound), so ``<= 1`` meets every target. A run stopped onc
 settled (:class:`~simulator.studies.settled.SettledMiss`) has the larger of the ratio measured when
 it stopped and the settled floor's (over 1): a lower bound on the full run's. The
 frontier (:attr:`~simulator.studies.planning.PlanResult.frontier`: no fleet is both cheaper and closer to
-its targets) is drawn as a staircase; along it a dearer fleet always has a smaller worst ratio.
+its targets) is drawn as a staircase; along it a dearer fleet always has a smaller worst ratio. A
+search stopped before its end (``plan.max_candidates``, ``--time-limit``) also draws its floor: every
+fleet cheaper than it is settled a miss, so the cheapest that meets lies between it and the answer.
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ def cost_vs_slo(plan: Mapping[str, Any], ax: Axes | None = None) -> Axes:
         ax.plot([answer["usd_per_hour"]], [answer["worst_ratio"]], "*", markersize=16, color="gold",
                 markeredgecolor="black", label=f"answer: {_fleet(answer)}")  # fmt: skip
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1.0, label="every target met at or below")
+    floor = _floor(plan)
+    if floor is not None:
+        ax.axvline(floor, color="tab:purple", linestyle=":", linewidth=1.5,
+                   label=f"search stopped: every fleet under ${floor:,.2f}/h misses")  # fmt: skip
     _plain_log(ax, "x")
     _plain_log(ax, "y")
     ax.set_xlabel(f"fleet cost ($/h, {basis} basis)")
@@ -71,6 +77,14 @@ def cost_vs_slo(plan: Mapping[str, Any], ax: Axes | None = None) -> Axes:
     ax.set_title("Cost vs SLO: every fleet simulated")
     _legend(ax)
     return ax
+
+
+def _floor(plan: Mapping[str, Any]) -> float | None:
+    """The floor of a stopped search worth a line: finite, above 0 and under the answer's cost."""
+    floor, answer = plan.get("floor_usd_per_hour"), plan.get("answer")
+    if not plan.get("stopped") or not isinstance(floor, int | float) or floor <= 0:
+        return None
+    return None if answer is not None and floor >= answer["usd_per_hour"] else float(floor)
 
 
 def what(plan: Mapping[str, Any]) -> str:
@@ -93,9 +107,17 @@ def frontier_takeaway(plan: Mapping[str, Any]) -> str:
         if dearest is not None
         else ""
     )
+    floor = _floor(plan)
+    gap = (
+        f"; the search stopped at {plan['stopped']}, so the cheapest fleet that meets costs at least "
+        f"${floor:,.2f}/h (every cheaper one is settled a miss)"
+        if floor is not None
+        else ""
+    )
     if answer is None:
-        return f"No simulated fleet meets every target ($/h on the {basis} basis){below}."
+        return f"No simulated fleet meets every target ($/h on the {basis} basis){below}{gap}."
+    found = "found " if floor is not None else ""
     return (
-        f"Cheapest fleet meeting every target: {_fleet(answer)} at ${answer['usd_per_hour']:,.2f}/h on the {basis} "
-        f"basis{below}."
+        f"Cheapest fleet {found}meeting every target: {_fleet(answer)} at ${answer['usd_per_hour']:,.2f}/h on the "
+        f"{basis} basis{below}{gap}."
     )

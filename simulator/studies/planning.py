@@ -64,6 +64,18 @@ split pair, and on ``scenarios/plan-split-fleet.yaml``, where a split fleet wins
 backends the bisection's *fewest* replicas is taken as a prefix's cheapest,
 which holds while one more replica does not cut the API spend by more than its own price.
 
+**Stopping before the end** (``plan.max_candidates``, or ``infersim plan --time-limit``): the
+search stops before a step that would simulate past the limit and answers with the cheapest fleet
+evaluated so far that meets, an upper bound on the full answer's cost, and the *floor*
+(:meth:`Planner.unsettled_floor`), the least fixed cost of a fleet it has not settled by the rules
+above (evaluated, below an evaluated miss, failing the capacity bound or leaving a class without a
+backend its rules allow), a lower bound: the full answer costs between the two. A longer search
+only raises the floor and lowers the answer (the candidates come in the same order whatever the
+limit), and where the floor reaches the answer's cost the stopped search has the full answer.
+The time limit is wall-clock, so the explanation names the candidates simulated:
+``plan.max_candidates`` set to that repeats the search exactly. A run reads none of ``plan``, so
+runs shared with an earlier plan on the same folder come from its cache.
+
 The answer is the cheapest fleet that meets; the *frontier* is every evaluated candidate not
 beaten on both cost and ``worst`` (the report draws it: :mod:`simulator.report.plan_figure`); each
 rejected candidate lists the targets it misses. Every ``$/h`` is on one cost basis
@@ -97,7 +109,7 @@ import functools
 import itertools
 import math
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +117,7 @@ from simulator.config.distributions import Constant
 from simulator.config.fleet import BackendSpec
 from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
-from simulator.config.scenario import RequestLengths, Scenario, SLOTarget, WorkloadClass
+from simulator.config.scenario import PlanSpec, RequestLengths, Scenario, SLOTarget, WorkloadClass
 from simulator.config.workload import AgentsLoad
 from simulator.errors import InfersimError
 from simulator.plan.limits import Limits, check_runs
@@ -309,6 +321,8 @@ class PlanResult:
     replica_shapes: dict[str, str] = field(default_factory=dict)  # backend -> what one replica is (chips, model)
     cost_basis: str = ""  # the one basis every $/h is on: rental, ownership (api: only metered backends)
     search: dict[str, int] = field(default_factory=dict)  # candidates: total (bound), simulated, pruned
+    stopped: str = ""  # what stopped the search before its end (plan.max_candidates, the time limit); "" ran to it
+    floor_usd_per_hour: float | None = None  # stopped: the least fixed cost of a fleet not settled (math.inf: none)
 
     @property
     def frontier(self) -> list[Evaluation]:
@@ -332,6 +346,8 @@ class PlanResult:
             "replicas": self.replica_shapes,
             "cost_basis": self.cost_basis,
             "search": self.search,
+            "stopped": self.stopped or None,
+            "floor_usd_per_hour": _finite_or_none(self.floor_usd_per_hour),
         }
 
 
@@ -447,7 +463,10 @@ class Planner:
 
     ``runs`` simulates on an executor, through a cache (default: in this process, no cache);
     ``progress`` gets a line per step (the candidates, how many at most are left, an ETA);
-    ``checkpoint`` gets every evaluation so far after each step (to keep them if interrupted).
+    ``checkpoint`` gets every evaluation so far after each step (to keep them if interrupted);
+    ``time_limit_s`` (wall-clock seconds from the start) and ``plan.max_candidates`` stop the
+    search before a step that would simulate past them (:meth:`search` then answers with the
+    cheapest fleet found and the floor of the rest, :meth:`unsettled_floor`).
     """
 
     def __init__(
@@ -458,6 +477,7 @@ class Planner:
         run_limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
         runs: Runs | None = None,
         checkpoint: Callable[[list[Evaluation]], None] | None = None,
+        time_limit_s: float | None = None,
     ) -> None:
         scenario, plans, basis = on_one_basis(scenario, catalog)
         self.scenario, self.catalog, self.run_limits = scenario, catalog, run_limits
@@ -466,6 +486,8 @@ class Planner:
         self.runs = runs or Runs(Executor(), summary_run, (catalog, run_limits), None)
         self.inputs = inputs_digest(scenario, ["summary", f"stopped once a miss is settled (risk {STOP_RISK:g})"])
         self.started = time.monotonic()
+        self.time_limit_s, self.max_candidates = time_limit_s, scenario.plan.max_candidates
+        self.stopped = ""  # what stopped the search (_over_budget); "" while it runs
         self.fleet = scenario.fleet
         self.names = tuple(b.name for b in self.fleet)
         self.classes = scenario.workload_classes
@@ -532,8 +554,9 @@ class Planner:
         found = []
         for r in range(self.scenario.plan.replications):
             run = self.scenario.run.model_copy(update={"seed": self.scenario.run.seed + r})
-            variant = self.scenario.model_copy(
-                update={"backends": backends, "deployment": None, "router": router, "run": run}
+            variant = self.scenario.model_copy(  # a run reads none of plan: at its defaults, so a plan with
+                # other limits (plan.max_candidates, max_replicas) finds the runs it shares in the cache
+                update={"backends": backends, "deployment": None, "router": router, "run": run, "plan": PlanSpec()}
             )
             variant = tolerating_failures(variant, self.usd_per_replica_hour, self.metered)  # N+k: the k largest down
             text = write_in(variant, self.catalog).model_dump_json(by_alias=True)
@@ -593,7 +616,7 @@ class Planner:
 
         for index in range(len(searches)):
             advance(index, None)
-        while asks:
+        while asks and not self._over_budget(list(asks.values())):
             self._announce(list(asks.values()))
             for ask in asks.values():
                 self._ask(ask)
@@ -604,6 +627,27 @@ class Planner:
             for index, evaluation in evaluations.items():
                 advance(index, evaluation)
         return found
+
+    def _over_budget(self, asks: list[Ask]) -> bool:
+        """Whether the search is stopped: before a step that would simulate a candidate once
+        ``plan.max_candidates`` are simulated or the time limit has passed (``stopped`` says which).
+        A step whose candidates are all evaluated costs nothing and always runs."""
+        if not self.stopped and any((a.counts, a.kind) not in self._memo for a in asks):
+            if self.max_candidates is not None and len(self._memo) >= self.max_candidates:
+                self.stopped = f"plan.max_candidates = {self.max_candidates:,}"
+            elif self.time_limit_s is not None and time.monotonic() - self.started >= self.time_limit_s:
+                self.stopped = f"the time limit of {self.time_limit_s:g} s"
+        return bool(self.stopped)
+
+    def _limit_text(self) -> str:
+        """The progress line's note of the limits: candidates and seconds left before the search stops."""
+        notes = []
+        if self.max_candidates is not None:
+            notes.append(f"stops after {self.max_candidates:,} candidates")
+        if self.time_limit_s is not None:
+            left = self.time_limit_s - (time.monotonic() - self.started)
+            notes.append(f"stops at {self.time_limit_s:g} s ({max(left, 0.0):.0f} s left)")
+        return f"; {', '.join(notes)}" if notes else ""
 
     def _announce(self, asks: list[Ask]) -> None:
         new = [a for a in asks if (a.counts, a.kind) not in self._memo]
@@ -623,7 +667,7 @@ class Planner:
         self.progress(
             f"candidate {simulated + 1}{f'-{simulated + len(new)}' if len(new) > 1 else ''} of at most "
             f"{simulated + max(left, len(new)):,}: {fleets} ({runs} run{'s' if runs > 1 else ''}); "
-            f"{simulated:,} simulated, {pruned:,} pruned, at most {left:,} left of {total:,}{eta}"
+            f"{simulated:,} simulated, {pruned:,} pruned, at most {left:,} left of {total:,}{eta}{self._limit_text()}"
         )
 
     def tally(self) -> tuple[int, int, int, int]:
@@ -898,14 +942,89 @@ class Planner:
         best_single = self._drive([self._singles()])[0]
         cap = self.scenario.plan.max_usd_per_hour or math.inf
         best = self._drive([self._mixed(best_single, cap)])[0]
+        if self.stopped:  # the searches left unfinished: the cheapest found so far
+            best_single = _cheapest_meeting([e for e in self._memo.values() if e.kind == "single"])
+            best = _cheapest_meeting(list(self._memo.values()))
         result = PlanResult(best if best is None or best.usd_per_hour <= cap else None, best_single,
                             list(self._memo.values()))  # fmt: skip
         result.cost_basis = self.cost_basis
-        result.explanation = f"on the {self.cost_basis} cost basis, " + self._explain(result, cap, best)
+        if self.stopped:
+            result.stopped = self.stopped
+            bound = min(best.usd_per_hour if best else math.inf, cap)
+            result.floor_usd_per_hour = min(self.unsettled_floor(bound), bound)  # the bound: nothing cheaper unsettled
+            explained = self._explain_stopped(result, cap)
+        else:
+            explained = self._explain(result, cap, best)
+        result.explanation = f"on the {self.cost_basis} cost basis, " + explained
         result.replica_shapes = dict(self.replica_shapes)
         total, simulated, pruned, _ = self.tally()
         result.search = {"candidates_at_most": total, "simulated": simulated, "pruned": pruned}
         return result
+
+    def unsettled_floor(self, bound: float) -> float:
+        """The least fixed cost under ``bound`` of a fleet the search has not settled, ``math.inf``
+        when it has settled all. Settled: evaluated, below an evaluated miss (monotone
+        feasibility, the kinds :meth:`_known_miss` reads), failing the capacity bound or leaving a
+        class without a backend its rules allow (:meth:`_last_range`), or costing ``bound`` or
+        more. API spend is never negative, so no fleet under the floor meets every target: with
+        ``bound`` the cheapest fleet found that meets, the cheapest that does lies between them."""
+        floor = min((self.fixed_cost(v) for v in self._unsettled_singles(bound)), default=math.inf)
+        if len(self._searched()) < 2:
+            return floor
+        others, last = self._mixed_axes()
+        for prefix, cost in zip(*self._sorted_prefixes(others), strict=True):
+            if cost >= min(floor, bound):
+                break  # the prefixes are cheapest first, and a fleet costs at least its prefix
+            counts = dict(zip(others, prefix, strict=True))
+            used = sum(1 for n in prefix if n)
+            span = self._last_range(counts, last, used, min(floor, bound)) if used else None
+            if span is not None and span[0] <= span[1]:
+                floor = self.fixed_cost(self._with_last(counts, last, span[0]))
+        return floor
+
+    def _unsettled_singles(self, bound: float) -> Iterator[Counts]:
+        """Of each searched backend alone (and the API backends alone), the fewest replicas not
+        settled that cost under ``bound``: above every evaluated miss (the single-architecture
+        runs, and the mixed ones when the scenario's router is theirs) and passing the capacity
+        bound."""
+        plain = not self.scenario.router.rules and self.scenario.router.backend_choice == "pooled"
+        kinds = {"single"} | ({"mixed"} if plain else set())
+        misses = [e.counts for (_, kind), e in self._memo.items() if kind in kinds and not e.meets]
+        alone = self._vector({})
+        if any(self.metered) and (alone, "single") not in self._memo and not misses and self.fixed_cost(alone) < bound:
+            yield alone
+        for index in self._searched():
+            low = max(self._fewest_passing(index, {}, 1), 1 + max((c[index] for c in misses), default=0))
+            if low <= self.limits[index][1] and self.fixed_cost(self._vector({index: low})) < bound:
+                yield self._vector({index: low})
+
+    def _explain_stopped(self, result: PlanResult, cap: float) -> str:
+        """The answer of a search stopped before its end: the cheapest fleet found that meets and
+        the floor of the fleets not settled, or none found."""
+        simulated = len(self._memo)
+        head = f"the search stopped at {self.stopped}, after {simulated:,} candidates simulated"
+        if simulated and self.time_limit_s is not None and self.stopped.startswith("the time limit"):
+            head += f" (--set plan.max_candidates={simulated} repeats it: the candidates come in the same order)"
+        floor = result.floor_usd_per_hour if result.floor_usd_per_hour is not None else math.inf
+        within = f" within ${cap:,.2f}/h" if math.isfinite(cap) else ""
+        answer = result.answer
+        if answer is None:
+            if math.isinf(floor):
+                return f"{head}: no fleet{within} meets every target (every fleet is settled a miss)"
+            return (
+                f"{head}, before any fleet{within} met every target; every fleet under ${floor:,.2f}/h is settled "
+                "a miss (below a simulated miss, under the capacity bound or leaving a class without a backend)"
+            )
+        found = f"{answer.fleet} at ${answer.usd_per_hour:,.2f}/h"
+        if floor >= answer.usd_per_hour:
+            return f"{head}: {found}, and every cheaper fleet is settled a miss, so it is the full search's answer"
+        dearer = f"at most {answer.usd_per_hour / floor - 1:.0%} dearer than" if floor > 0 else "dearer than or as"
+        return (
+            f"{head}: the cheapest fleet found meeting every target is {found}; every fleet under "
+            f"${floor:,.2f}/h is settled a miss (below a simulated miss, under the capacity bound or leaving a "
+            f"class without a backend), so the cheapest that meets costs ${floor:,.2f}/h to "
+            f"${answer.usd_per_hour:,.2f}/h and this one is {dearer} the cheapest; a higher limit narrows the gap"
+        )
 
     def _explain(self, result: PlanResult, cap: float, cheapest: Evaluation | None) -> str:
         """The answer in a sentence: over the budget cap, none found, or how it compares with the
@@ -943,6 +1062,16 @@ def _misses_text(evaluation: Evaluation) -> str:
     return "; ".join(m.describe() for m in evaluation.misses)
 
 
+def _cheapest_meeting(evaluations: list[Evaluation]) -> Evaluation | None:
+    """The cheapest of ``evaluations`` that meets every target (the first evaluated of equal cost)."""
+    return min((e for e in evaluations if e.meets), key=lambda e: e.usd_per_hour, default=None)
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    """``value`` for JSON: None when it is not a finite number."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _cheaper(found: Evaluation | None, best: Evaluation | None) -> Evaluation | None:
     """``found`` when it costs less than ``best`` (or there is no best yet), else ``best``."""
     if found is not None and (best is None or found.usd_per_hour < best.usd_per_hour):
@@ -973,10 +1102,11 @@ def plan_fleet(
     limits: Limits | None = Limits(),  # noqa: B008 - a frozen dataclass of constants
     runs: Runs | None = None,
     checkpoint: Callable[[list[Evaluation]], None] | None = None,
+    time_limit_s: float | None = None,
 ) -> PlanResult:
     """The cheapest fleet meeting ``scenario``'s SLO targets (module docstring); :class:`Planner`
-    says what ``runs``, ``progress`` and ``checkpoint`` are."""
-    return Planner(scenario, catalog, progress, limits, runs, checkpoint).search()
+    says what ``runs``, ``progress``, ``checkpoint`` and ``time_limit_s`` are."""
+    return Planner(scenario, catalog, progress, limits, runs, checkpoint, time_limit_s).search()
 
 
 def answer_scenario(scenario: Scenario, answer: Evaluation) -> Scenario:

@@ -130,6 +130,30 @@ def test_long_commands_print_progress_with_an_eta(tmp_path: Path) -> None:
     assert not (tmp_path / "r" / "runs.partial.json").exists() and (tmp_path / "r" / "sweep.json").exists()
 
 
+def test_plan_stops_at_its_limits_and_states_the_gap_it_left(tmp_path: Path) -> None:
+    """``plan.max_candidates`` and ``--time-limit`` stop the search: plan.json says what stopped it
+    and the floor under which every fleet misses, progress lines say when it will stop, and a bad
+    limit is refused with exit 2 before anything runs."""
+    path = _write(tmp_path, MIXED)
+    two = run_cli("plan", str(path), "-o", str(tmp_path / "two"), "--jobs", "1", "--json",
+                  "--set", "plan.max_candidates=2")  # fmt: skip
+    assert two.returncode in (0, 3), two.stderr
+    payload = json.loads(two.stdout)
+    assert payload["stopped"] == "plan.max_candidates = 2" and payload["candidates"] == 2
+    assert payload["floor_usd_per_hour"] > 0
+    assert "the search stopped at plan.max_candidates = 2" in payload["explanation"]
+    assert all("stops after 2 candidates" in line for line in two.stderr.splitlines()[1:] if "candidate " in line)
+    at_once = run_cli("plan", str(path), "-o", str(tmp_path / "none"), "--jobs", "1", "--json", "--time-limit", "1e-9")
+    assert at_once.returncode == 3, at_once.stderr  # stopped before its first simulation: nothing found
+    payload = json.loads(at_once.stdout)
+    assert payload["stopped"] == "the time limit of 1e-09 s" and payload["candidates"] == 0
+    assert payload["answer"] is None
+    for bad, why in (("0", "expected a positive duration"), ("5 GB", "expected a duration"), ("soon", "a duration")):
+        refused = run_cli("plan", str(path), "-o", str(tmp_path / "bad"), "--time-limit", bad)
+        assert refused.returncode == 2 and why in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+        assert not (tmp_path / "bad").exists()
+
+
 def _stop_when(args: list[str], ready: Callable[[], bool]) -> subprocess.CompletedProcess[str]:
     """Start ``infersim args``, send SIGTERM once ``ready()`` holds, and return how it ended."""
     process = subprocess.Popen([sys.executable, "-m", "simulator", *args], stdout=subprocess.PIPE,

@@ -10,6 +10,7 @@ candidate to its end. The cases are small (8B model, 60-120 s runs) so each take
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from simulator.plan.limits import Limits
 from simulator.plan.resolve import ScenarioError
 from simulator.report import plan_figure
 from simulator.runner import load_scenario_data, scenario_from
-from simulator.studies.execution import Executor, Runs
+from simulator.studies.execution import Cache, Executor, Runs
 from simulator.studies.planning import (
     Evaluation,
     Planner,
@@ -179,6 +180,61 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
                  if str(line.get_label()).startswith("frontier"))  # fmt: skip
     heights = [float(y) for y in stair.get_ydata()]
     assert heights == sorted(heights, reverse=True) and len(heights) == len(result.frontier)
+
+
+@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _routed_classes, _split_pools])
+def test_a_search_stopped_early_answers_with_a_sound_floor_and_closes_its_gap_at_the_full_length(
+    make: Any, tmp_path: Path
+) -> None:
+    """``plan.max_candidates = k`` stops the search before its (k+1)-th simulation. Its evaluations
+    are the full search's first ``k`` (the same order), its answer the cheapest of them that meets:
+    no cheaper than the exhaustive answer. Its floor, the least fixed cost of a fleet it has not
+    settled, is a lower bound: every fleet the exhaustive search finds meeting costs at least that.
+    As ``k`` grows the floor never falls and the answer never rises; with the full search's
+    length the search is not stopped and answers the full answer."""
+    s = make()
+    everything = Planner(s, CATALOG, runs=Runs(Executor(), summary_run, (CATALOG, Limits(), False), None))
+    answer, evaluated = exhaustive(everything)
+    assert answer is not None
+    cheapest_meeting = min(e.usd_per_hour for e in evaluated if e.meets)
+
+    def plan(k: int | None) -> PlanResult:  # runs shared through one cache: each simulated once
+        limited = s.model_copy(update={"plan": s.plan.model_copy(update={"max_candidates": k})})
+        runs = Runs(Executor(), summary_run, (CATALOG, Limits()), Cache(tmp_path))
+        return Planner(limited, CATALOG, runs=runs).search()
+
+    full = plan(None)
+    order = [(e.counts, e.kind) for e in full.evaluations]
+    floors, costs = [], []
+    for k in range(1, len(order)):
+        stopped = plan(k)
+        assert stopped.stopped == f"plan.max_candidates = {k}"
+        assert [(e.counts, e.kind) for e in stopped.evaluations] == order[:k]
+        assert stopped.floor_usd_per_hour is not None and stopped.floor_usd_per_hour <= cheapest_meeting
+        found = [e.usd_per_hour for e in stopped.evaluations if e.meets]
+        if stopped.answer is not None:
+            assert stopped.answer.usd_per_hour == min(found) >= answer.usd_per_hour
+            assert stopped.floor_usd_per_hour <= stopped.answer.usd_per_hour
+            closed = stopped.floor_usd_per_hour == stopped.answer.usd_per_hour
+            said = "full search's answer" if closed else "the cheapest fleet found meeting every target"
+            assert said in stopped.explanation
+        else:
+            assert not found
+        floors.append(stopped.floor_usd_per_hour)
+        costs.append(stopped.answer.usd_per_hour if stopped.answer else math.inf)
+        assert stopped.to_dict()["stopped"] == stopped.stopped
+    assert floors == sorted(floors) and costs == sorted(costs, reverse=True)
+    assert plan(len(order)).stopped == "" and full.stopped == "" and full.floor_usd_per_hour is None
+    assert full.answer is not None
+    assert (full.answer.counts, full.answer.usd_per_hour) == (answer.counts, answer.usd_per_hour)
+
+
+def test_a_run_is_the_same_run_whatever_the_plan_limits() -> None:
+    """A run reads none of ``plan``: plans with other limits ask for the same runs (cache keys), so a
+    rerun with a higher ``plan.max_candidates`` or ``max_replicas`` finds the runs it shares."""
+    s = _agents_task_time()
+    other = s.model_copy(update={"plan": s.plan.model_copy(update={"max_candidates": 3, "max_replicas": {"h100": 6}})})
+    assert Planner(s, CATALOG)._run_keys((2, 1), "mixed") == Planner(other, CATALOG)._run_keys((2, 1), "mixed")
 
 
 def test_the_capacity_bound_prunes_agents_fleets_and_counts_their_demand() -> None:

@@ -37,3 +37,23 @@ def test_the_takeaway_names_the_answer_the_basis_and_the_dearest_miss() -> None:
     assert "2 x gpu at $4.00/h, reaches 1.5 x its bound" in words
     assert "rental basis" in plan_figure.what(PLAN)
     assert plan_figure.frontier_takeaway(PLAN | {"answer": None}).startswith("No simulated fleet meets every target")
+
+
+def test_a_stopped_search_draws_its_floor_and_its_takeaway_gives_the_gap() -> None:
+    """Stopped before its end, a plan's floor is a vertical line where every cheaper fleet misses,
+    and the takeaway bounds the cheapest fleet that meets from below; a floor at the answer's
+    cost (the full answer) draws nothing."""
+    stopped = PLAN | {"stopped": "plan.max_candidates = 3", "floor_usd_per_hour": 4.5}
+    lines = {str(line.get_label()): line for line in plan_figure.cost_vs_slo(stopped).get_lines()}
+    floor = next(line for label, line in lines.items() if label.startswith("search stopped"))
+    assert [float(x) for x in floor.get_xdata()] == [4.5, 4.5]
+    assert "every fleet under $4.50/h misses" in str(floor.get_label())
+    words = plan_figure.frontier_takeaway(stopped)
+    assert words.startswith("Cheapest fleet found meeting every target: 3 x gpu at $6.00/h")
+    assert "stopped at plan.max_candidates = 3" in words and "costs at least $4.50/h" in words
+    closed = stopped | {"floor_usd_per_hour": 6.0}
+    labels = [str(line.get_label()) for line in plan_figure.cost_vs_slo(closed).get_lines()]
+    assert not any(label.startswith("search stopped") for label in labels)
+    assert "stopped" not in plan_figure.frontier_takeaway(closed)
+    assert not any(str(line.get_label()).startswith("search stopped")
+                   for line in plan_figure.cost_vs_slo(PLAN).get_lines())  # fmt: skip
