@@ -128,17 +128,19 @@ class FastStepCost:
         """``steps`` decode steps of a fixed batch (tokens held: :func:`decode_held`), without building
         the batch's aggregates: the shape terms once, the core rows of all steps at once (see module)."""
         n = float(len(context_tokens))
-        if not self.steps_at_once or steps < ARRAY_JUMP_STEPS:  # step by step
+        reference = self.reference
+        m = reference.micro_batches(n)  # every step of the jump has the same shape
+        if not self.steps_at_once or steps < ARRAY_JUMP_STEPS:  # step by step, the shape terms looked up once
+            base = self._base_of(n, n, m)
             total_s, flops, moved = [], [], []
             for full_step, window_step in zip(*_held_lists(context_tokens, steps, window), strict=True):
-                seconds, step_flops, step_moved = self._iteration(n, n, full_step, full_step, window_step, window_step)
+                seconds, step_flops, step_moved = self._plus_core(m, base, n, full_step, full_step, window_step,
+                                                                  window_step)  # fmt: skip
                 total_s.append(seconds)
                 flops.append(step_flops)
                 moved.append(step_moved)
             return JumpTimes(total_s, flops, moved)
         held, held_window = decode_held(context_tokens, steps, window)
-        reference = self.reference
-        m = reference.micro_batches(n)  # every step of the jump has the same shape
         base_s, base_flops, base_moved = self._base_of(n, n, m)
         tokens, full, windowed = n, held, held_window
         if m != 1.0:
@@ -159,14 +161,23 @@ class FastStepCost:
     ) -> tuple[float, float, float]:  # fmt: skip
         """(seconds, FLOPs, bytes) of one iteration: the cached shape terms of its micro-batch plus
         the attention core, every micro-batch's work counted (see module)."""
-        reference = self.reference
-        m = reference.micro_batches(tokens)
-        base_s, base_flops, base_moved = self._base_of(tokens, sequences, m)
+        m = self.reference.micro_batches(tokens)
+        return self._plus_core(m, self._base_of(tokens, sequences, m), tokens, held_full, pairs_full, held_window,
+                               pairs_window)  # fmt: skip
+
+    def _plus_core(
+        self, m: float, base: tuple[float, float, float], tokens: float, held_full: float, pairs_full: float,
+        held_window: float, pairs_window: float,
+    ) -> tuple[float, float, float]:  # fmt: skip
+        """(seconds, FLOPs, bytes) of one iteration of ``m`` micro-batches whose shape terms are
+        ``base`` (:meth:`_base_of`): plus the attention core of a micro-batch's share."""
+        base_s, base_flops, base_moved = base
         if m != 1.0:
             scale = 1.0 / m
             tokens, held_full, pairs_full = tokens * scale, held_full * scale, pairs_full * scale
             held_window, pairs_window = held_window * scale, pairs_window * scale
-        core_s, core_flops, core_moved = reference.core_totals(tokens, held_full, pairs_full, held_window, pairs_window)
+        core_s, core_flops, core_moved = self.reference.core_totals(tokens, held_full, pairs_full, held_window,
+                                                                    pairs_window)  # fmt: skip
         return base_s + core_s, (base_flops + core_flops) * m, (base_moved + core_moved) * m
 
     def draft_s(self, context_tokens: FloatArray) -> float:
