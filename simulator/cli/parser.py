@@ -15,7 +15,6 @@ from typing import NoReturn, get_args
 
 from simulator.config.names import Precision
 from simulator.errors import InfersimError, did_you_mean
-from simulator.units import parse_quantity
 from simulator.version import __version__
 
 #: Prompt and answer lengths ``estimate`` assumes unless told (a chat turn; also the demo's).
@@ -80,6 +79,8 @@ def positive_int(text: str) -> int:
 def duration_s(text: str) -> float:
     """A positive duration in seconds, with a time unit (``60 s``, ``2 min``) or a bare number of
     seconds (argparse type)."""
+    from simulator.units import parse_quantity  # here: the parser starts without pydantic (``--help``)
+
     try:
         value = float(text) if re.fullmatch(r"\s*[0-9.eE+-]+\s*", text) else parse_quantity(text, "time")
     except ValueError:
