@@ -57,6 +57,10 @@ others were not measured to the end), with the numbers so far and the risk. Noth
 early: a *meets* is never settled before the end (a running task may still end late), nor a
 target on other metrics.
 
+The assumption is checked on what the search simulated (:func:`non_monotone`): a fleet that misses
+with at least the replicas of one that meets is named in a warning in the explanation and in
+``plan.json`` (``monotone_violations``), since a fleet settled below a miss might then meet.
+
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
 assumptions hold (``tests/engine/test_plan_search.py`` compares them on four cases, one with a
@@ -321,6 +325,7 @@ class PlanResult:
     replica_shapes: dict[str, str] = field(default_factory=dict)  # backend -> what one replica is (chips, model)
     cost_basis: str = ""  # the one basis every $/h is on: rental, ownership (api: only metered backends)
     search: dict[str, int] = field(default_factory=dict)  # candidates: total (bound), simulated, pruned
+    violations: list[tuple[Evaluation, Evaluation]] = field(default_factory=list)  # (meets, a larger fleet missing)
     stopped: str = ""  # what stopped the search before its end (plan.max_candidates, the time limit); "" ran to it
     floor_usd_per_hour: float | None = None  # stopped: the least fixed cost of a fleet not settled (math.inf: none)
 
@@ -346,6 +351,10 @@ class PlanResult:
             "replicas": self.replica_shapes,
             "cost_basis": self.cost_basis,
             "search": self.search,
+            "monotone_violations": [
+                {"meets": m.to_dict()["fleet"], "misses": x.to_dict()["fleet"], "kind": x.kind}
+                for m, x in self.violations
+            ],
             "stopped": self.stopped or None,
             "floor_usd_per_hour": _finite_or_none(self.floor_usd_per_hour),
         }
@@ -807,13 +816,17 @@ class Planner:
         """The most replicas of ``last`` in an evaluated fleet that misses and has at least
         ``counts`` of every other backend (-1: none): by monotone feasibility, every fleet below
         it misses too. Single-architecture runs count when the scenario's router is theirs."""
-        kinds = {"mixed"} | ({"single"} if not self.scenario.router.rules
-                             and self.scenario.router.backend_choice == "pooled" else set())  # fmt: skip
+        kinds = {"mixed"} | ({"single"} if self._plain_router() else set())
         return max(
             (e.counts[last] for (c, kind), e in self._memo.items() if kind in kinds and not e.meets
              and all(c[i] >= n for i, n in counts.items())),
             default=-1,
         )  # fmt: skip
+
+    def _plain_router(self) -> bool:
+        """Whether mixed fleets are routed as single ones are (no rules, pooled): then a run of either
+        kind settles fleets of the other below it."""
+        return not self.scenario.router.rules and self.scenario.router.backend_choice == "pooled"
 
     def _least_last(self, counts: dict[int, int], last: int) -> int | None:
         """The fewest replicas of ``last`` that leave no class without a backend it may use
@@ -955,6 +968,9 @@ class Planner:
             explained = self._explain_stopped(result, cap)
         else:
             explained = self._explain(result, cap, best)
+        result.violations = non_monotone(result.evaluations, self._plain_router())
+        if result.violations:
+            explained += _violations_text(result.violations)
         result.explanation = f"on the {self.cost_basis} cost basis, " + explained
         result.replica_shapes = dict(self.replica_shapes)
         total, simulated, pruned, _ = self.tally()
@@ -987,8 +1003,7 @@ class Planner:
         settled that cost under ``bound``: above every evaluated miss (the single-architecture
         runs, and the mixed ones when the scenario's router is theirs) and passing the capacity
         bound."""
-        plain = not self.scenario.router.rules and self.scenario.router.backend_choice == "pooled"
-        kinds = {"single"} | ({"mixed"} if plain else set())
+        kinds = {"single"} | ({"mixed"} if self._plain_router() else set())
         misses = [e.counts for (_, kind), e in self._memo.items() if kind in kinds and not e.meets]
         alone = self._vector({})
         if any(self.metered) and (alone, "single") not in self._memo and not misses and self.fixed_cost(alone) < bound:
@@ -1060,6 +1075,32 @@ class Planner:
 def _misses_text(evaluation: Evaluation) -> str:
     """A candidate's misses, described and joined with semicolons."""
     return "; ".join(m.describe() for m in evaluation.misses)
+
+
+def non_monotone(evaluations: list[Evaluation], plain_router: bool) -> list[tuple[Evaluation, Evaluation]]:
+    """Pairs ``(a, b)`` of evaluated fleets where ``a`` meets every target and ``b``, with at least
+    ``a``'s replicas of every backend and more of one, misses: evidence against the monotone
+    feasibility the search assumes (with it, every fleet above one that meets meets). Fleets of
+    both kinds are compared when ``plain_router`` (the search then reads runs of either kind for
+    the other), else only fleets of one kind. Cheapest ``a`` first."""
+    meets = sorted((e for e in evaluations if e.meets), key=lambda e: (e.usd_per_hour, e.counts))
+    misses = [e for e in evaluations if not e.meets]
+    return [
+        (a, b) for a in meets for b in misses
+        if (plain_router or a.kind == b.kind) and b.counts != a.counts
+        and all(nb >= na for na, nb in zip(a.counts, b.counts, strict=True))
+    ]  # fmt: skip
+
+
+def _violations_text(violations: list[tuple[Evaluation, Evaluation]]) -> str:
+    """The warning a plan adds when a larger fleet missed where a smaller one met."""
+    a, b = violations[0]
+    more = f" (and {len(violations) - 1} more such pairs)" if len(violations) > 1 else ""
+    return (
+        f". Warning: {b.fleet} misses though {a.fleet}, a subset of it, meets{more}: more replicas made a fleet "
+        "worse here (a router that pins work on slow replicas can), which the search assumes never happens, so a "
+        "fleet it settled without a run below a miss may meet; check the answer's neighbours with infersim run"
+    )
 
 
 def _cheapest_meeting(evaluations: list[Evaluation]) -> Evaluation | None:

@@ -24,9 +24,11 @@ from simulator.runner import load_scenario_data, scenario_from
 from simulator.studies.execution import Cache, Executor, Runs
 from simulator.studies.planning import (
     Evaluation,
+    Miss,
     Planner,
     PlanResult,
     agent_call_demand,
+    non_monotone,
     plan_text,
     summary_run,
 )
@@ -153,6 +155,11 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
     assert result.answer is not None and (result.answer.counts, result.answer.kind) == (answer.counts, answer.kind)
     assert result.answer.usd_per_hour == answer.usd_per_hour
     assert len(result.evaluations) < len(evaluated)
+    assert (
+        result.violations == []
+        and result.to_dict()["monotone_violations"] == []
+        and "Warning" not in result.explanation
+    )
     # a candidate stopped on a settled miss misses, its ratio at least the settled floor's (> 1)
     assert all(not e.meets and m.ratio > 1 for e in result.evaluations for m in e.misses if m.settled)
     # progress: 0 <= simulated <= total and simulated + pruned + left = total, at every step
@@ -235,6 +242,28 @@ def test_a_run_is_the_same_run_whatever_the_plan_limits() -> None:
     s = _agents_task_time()
     other = s.model_copy(update={"plan": s.plan.model_copy(update={"max_candidates": 3, "max_replicas": {"h100": 6}})})
     assert Planner(s, CATALOG)._run_keys((2, 1), "mixed") == Planner(other, CATALOG)._run_keys((2, 1), "mixed")
+
+
+def _evaluation(counts: tuple[int, ...], kind: str, meets: bool) -> Evaluation:
+    miss = () if meets else (Miss("c", "p95 task_time_s <= 10 s", 11.0, 10.0, 1.1, True),)
+    return Evaluation(counts, ("a", "b"), 1.0 + sum(counts), 1.0 + sum(counts), 0.9 if meets else 1.1, miss, kind)
+
+
+def test_a_larger_fleet_that_misses_where_a_subset_meets_is_reported_against_the_search_assumption() -> None:
+    """A pair (meets, misses) is reported exactly when the missing fleet has at least the meeting
+    fleet's replicas of every backend and more of one, and the two runs are comparable: of one
+    kind, or of either when the router treats both kinds alike."""
+    meets = _evaluation((1, 1), "mixed", True)
+    above = _evaluation((2, 1), "mixed", False)
+    beside = _evaluation((2, 0), "single", False)  # not above (1, 1)
+    same = _evaluation((1, 1), "mixed", False)  # the same fleet (another replication's verdict): not a pair
+    single_meets = _evaluation((2, 0), "single", True)
+    evaluations = [meets, above, beside, same, single_meets]
+    assert non_monotone(evaluations, plain_router=False) == [(meets, above)]
+    assert non_monotone(evaluations, plain_router=True) == [(meets, above), (single_meets, above)]
+    assert non_monotone([meets, _evaluation((1, 2), "mixed", True)], plain_router=True) == []
+    text = PlanResult(meets, None, evaluations, violations=[(meets, above)]).to_dict()["monotone_violations"]
+    assert text == [{"meets": {"a": 1, "b": 1}, "misses": {"a": 2, "b": 1}, "kind": "mixed"}]
 
 
 def test_the_capacity_bound_prunes_agents_fleets_and_counts_their_demand() -> None:
