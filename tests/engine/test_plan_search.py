@@ -108,6 +108,14 @@ def _split_pools() -> Scenario:
     )  # fmt: skip
 
 
+def _with_api() -> Scenario:
+    """The open-load GPUs beside a per-token API backend (kept in every fleet, also tried alone)."""
+    s = _two_gpus_open()
+    cloud = {"name": "cloud", "deployment": CS3_8B, "cost_basis": "api"}
+    return scenario(**(s.model_dump(exclude_none=True, by_alias=True) | {"backends": [*s.model_dump(
+        by_alias=True)["backends"], cloud]}))  # fmt: skip
+
+
 SPLIT_FLEET = Path(__file__).resolve().parents[2] / "scenarios" / "plan-split-fleet.yaml"
 
 
@@ -189,7 +197,7 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
     assert heights == sorted(heights, reverse=True) and len(heights) == len(result.frontier)
 
 
-@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _routed_classes, _split_pools])
+@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _routed_classes, _split_pools, _with_api])
 def test_a_search_stopped_early_answers_with_a_sound_floor_and_closes_its_gap_at_the_full_length(
     make: Any, tmp_path: Path
 ) -> None:
@@ -301,11 +309,7 @@ def test_split_fleets_are_candidates_labelled_and_never_pruned_by_the_whole_call
 def test_an_api_backend_alone_is_a_candidate_and_its_spend_is_on_the_stated_basis() -> None:
     """A per-token backend keeps its replicas in every fleet; the plan also tries it alone (every
     searched backend at 0), and says its $/h add the measured API spend to the replicas' rent."""
-    s = _two_gpus_open()
-    cloud = {"name": "cloud", "deployment": CS3_8B, "cost_basis": "api"}
-    s = scenario(**(s.model_dump(exclude_none=True, by_alias=True) | {"backends": [*s.model_dump(
-        by_alias=True)["backends"], cloud]}))  # fmt: skip
-    planner = Planner(s, CATALOG)
+    planner = Planner(_with_api(), CATALOG)
     assert planner.cost_basis == "rental + API per-token spend"
     asked: list[str] = []
     planner.progress = asked.append
