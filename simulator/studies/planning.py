@@ -666,11 +666,16 @@ class Planner:
         mixed = new[0].kind == "mixed"
         # the ETA of the phase under way: the mixed search is bounded only once the singles' best is known
         phase_left = max(self._mixed_left if mixed else self._singles_left, len(new))
+        if self.max_candidates is not None:  # the search stops there
+            phase_left = min(phase_left, max(self.max_candidates - simulated, len(new)))
         elapsed = time.monotonic() - self.started
         eta = ""
         if simulated:
-            eta = f", ETA{'' if mixed else ' of the single-architecture searches'} at most "
-            eta += f"{elapsed / simulated * phase_left:.0f} s"
+            per_candidate = elapsed / simulated
+            eta_s = per_candidate * phase_left
+            if self.time_limit_s is not None:  # it stops at the limit, once the candidate under way is done
+                eta_s = min(eta_s, max(self.time_limit_s - elapsed, 0.0) + per_candidate)
+            eta = f", ETA{'' if mixed else ' of the single-architecture searches'} at most {eta_s:.0f} s"
         fleets = "; ".join(f"{a.kind} {fleet_text(a.counts, self.names)}" for a in new)
         runs = len(new) * self.scenario.plan.replications
         self.progress(
