@@ -25,11 +25,10 @@ DEFAULT_OUTPUT_TOKENS = 1000
 #: The exit statuses, shown under every command's help (README: "Exit status and size limits").
 EXIT_STATUS = """\
 exit status: 0 answered; 1 a bug; 2 bad input (a file, field or flag; a run, or more than 10,000 runs of one
-command, over the limits without --allow-large-runs; a fit the rows cannot determine); 3 answered: no
-feasible fleet (plan: no fleet within the limits meets the targets, or none found before plan.max_candidates or
---time-limit stopped it); 4 a run measured nothing (run, compare:
-no request arrived, or none completed in the window); 74 the device is full (EX_IOERR); 130 Ctrl-C;
-143 SIGTERM"""
+command, over the limits without --allow-large-runs; a fit the rows cannot determine); 3 answered: no feasible
+fleet (plan: no fleet within the limits meets the targets, or none found before plan.max_candidates or
+--time-limit stopped it); 4 a run measured nothing (run, compare: no request arrived, or none completed in the
+window); 74 the device is full (EX_IOERR); 130 Ctrl-C; 143 SIGTERM"""
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
