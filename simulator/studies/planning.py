@@ -327,7 +327,7 @@ class PlanResult:
     search: dict[str, int] = field(default_factory=dict)  # candidates: total (bound), simulated, pruned
     violations: list[tuple[Evaluation, Evaluation]] = field(default_factory=list)  # (meets, a larger fleet missing)
     stopped: str = ""  # what stopped the search before its end (plan.max_candidates, the time limit); "" ran to it
-    floor_usd_per_hour: float | None = None  # stopped: the least fixed cost of a fleet not settled (math.inf: none)
+    floor_usd_per_hour: float | None = None  # stopped: least fixed cost of a fleet not settled, at most the answer's
 
     @property
     def frontier(self) -> list[Evaluation]:
@@ -821,16 +821,18 @@ class Planner:
         """The most replicas of ``last`` in an evaluated fleet that misses and has at least
         ``counts`` of every other backend (-1: none): by monotone feasibility, every fleet below
         it misses too. Single-architecture runs count when the scenario's router is theirs."""
-        kinds = {"mixed"} | ({"single"} if self._plain_router() else set())
         return max(
-            (e.counts[last] for (c, kind), e in self._memo.items() if kind in kinds and not e.meets
-             and all(c[i] >= n for i, n in counts.items())),
-            default=-1,
-        )  # fmt: skip
+            (c[last] for c in self._misses_settling("mixed") if all(c[i] >= n for i, n in counts.items())), default=-1
+        )
+
+    def _misses_settling(self, kind: str) -> list[Counts]:
+        """The evaluated fleets that miss and settle fleets of ``kind`` below them: runs of that
+        kind, and of the other too when mixed fleets are routed as single ones are (no rules, pooled)."""
+        kinds = {kind} | ({"single", "mixed"} if self._plain_router() else set())
+        return [c for (c, k), e in self._memo.items() if k in kinds and not e.meets]
 
     def _plain_router(self) -> bool:
-        """Whether mixed fleets are routed as single ones are (no rules, pooled): then a run of either
-        kind settles fleets of the other below it."""
+        """Whether mixed fleets are routed as single ones are: no rules, pooled."""
         return not self.scenario.router.rules and self.scenario.router.backend_choice == "pooled"
 
     def _least_last(self, counts: dict[int, int], last: int) -> int | None:
@@ -1008,8 +1010,7 @@ class Planner:
         settled that cost under ``bound``: above every evaluated miss (the single-architecture
         runs, and the mixed ones when the scenario's router is theirs) and passing the capacity
         bound."""
-        kinds = {"single"} | ({"mixed"} if self._plain_router() else set())
-        misses = [e.counts for (_, kind), e in self._memo.items() if kind in kinds and not e.meets]
+        misses = self._misses_settling("single")
         alone = self._vector({})
         if any(self.metered) and (alone, "single") not in self._memo and not misses and self.fixed_cost(alone) < bound:
             yield alone
