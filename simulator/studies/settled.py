@@ -36,7 +36,7 @@ M`` tasks is at least their ``(n - floor(Q (n - 1) / 100))``-th longest, and tha
 ``need(M)``. So a settled miss states ``pQ >= L > T`` (``at_least_s``), a floor on its ratio.
 
 Nothing settles a *meets* (a running task may still end above ``T``), nor targets on other
-metrics or stats. A time counts as above only when over ``T (1 + 1e-9)``, so the summary's own
+metrics or stats. A time counts as above only when over ``T (1 + OVER_TOLERANCE)``, so the summary's own
 division cannot round it back to the bound. Checks run every :data:`SETTLE_CHECKS_PER_BOUND`-th
 of the tightest bound of simulated time; nothing is scheduled for them, so a run never stopped
 is the same run as without them.
@@ -65,6 +65,11 @@ SETTLE_CHECKS_PER_BOUND = 100
 #: The most a miss settled before the end of the arrivals may be wrong: the chance, over the tool
 #: latencies a run draws, that some agent's task is shorter than :func:`task_time_floor_s` says.
 STOP_RISK = 1e-6
+
+#: A time is over a bound ``T`` only above ``T (1 + OVER_TOLERANCE)``: the summary's own rounding
+#: of a time at the bound never settles a miss.
+OVER_TOLERANCE = 1e-9
+
 #: Points of the quantile grid that bounds ``E[e^(-lambda X)]``, and of the ``lambda`` grid.
 _QUANTILES, _LAMBDAS = 4096, 241
 #: The ``lambda`` grid spans these multiples of ``1 / E[X]`` (log-spaced): the Chernoff optimum for
@@ -215,7 +220,7 @@ class SettledMiss:
                 if t.klass == tasks[row + _CLASS]:
                     t.measured += 1
                     took_s = tasks[row + _END] - tasks[row + _START]
-                    if took_s > t.bound_s * (1 + 1e-9):
+                    if took_s > t.bound_s * (1 + OVER_TOLERANCE):
                         t.over_s.append(took_s)
         self.read = len(tasks)
 
@@ -238,7 +243,7 @@ class SettledMiss:
         if to_start is None:
             return
         ages = [now_s - start_s for start_s, klass in running if klass == t.klass]
-        late = [age for age in ages if age > t.bound_s * (1 + 1e-9)] if self.running_count else []
+        late = [age for age in ages if age > t.bound_s * (1 + OVER_TOLERANCE)] if self.running_count else []
         most = t.measured + len(ages) + to_start
         need = miss_tasks_needed(t.percent, most)
         if len(t.over_s) + len(late) >= need:
