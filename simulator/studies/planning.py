@@ -28,8 +28,20 @@ checks it on every candidate of its cases):
    with the most replicas allowed, then the cheapest), cheapest first while cheaper
    than the best so far, bisect that backend's fewest replicas among those that keep the
    fleet cheaper, pass the capacity bound, leave no class without a backend its rules allow,
-   and lie above every evaluated miss with at least these counts of the others (by monotone
-   feasibility every fleet below a miss misses).
+   and are served better than every evaluated miss (by monotone feasibility every fleet below
+   a miss misses), less those a cheaper swap beats (below).
+
+**Backends that serve no slower** (:mod:`simulator.studies.dominance`): where the router treats
+every replica alike and none is taken down, a backend whose replica batches the same way, holds at
+least as much and runs no pass of a fixed grid slower than another's *serves no slower*. The
+search assumes that swapping a replica for one that serves no slower never makes a fleet miss
+(monotone feasibility, extended), so a miss settles every fleet *served no better* (each replica
+matched to its own replica of the miss, of a backend serving no slower: Hall's condition over the
+order's up-sets), and a fleet with a replica whose no-slower backend is cheaper and under its
+replica limit is *beaten* (swapping one gives a cheaper fleet that meets whenever it does): never
+simulated, and a backend alone is not tried at counts where as many of a cheaper one that serves
+no slower fit its limit. ``scenarios/plan-coding-agents.yaml``: a B300 serves no slower than a
+B200 (the same passes, more KV) and costs less, so a fleet with a B200 needs every B300 allowed.
 
 **Split fleets**: a backend with ``decode_on`` prefills and hands each prompt's KV to the named
 backend, which decodes (:mod:`simulator.engine.disaggregated`), in every candidate where both
@@ -58,8 +70,9 @@ early: a *meets* is never settled before the end (a running task may still end l
 target on other metrics.
 
 The assumption is checked on what the search simulated (:func:`non_monotone`): a fleet that misses
-with at least the replicas of one that meets is named in a warning in the explanation and in
-``plan.json`` (``monotone_violations``), since a fleet settled below a miss might then meet.
+though served no worse than one that meets (at least its replicas, or some swapped for ones that
+serve no slower) is named in a warning in the explanation and in ``plan.json``
+(``monotone_violations``), since a fleet settled below a miss might then meet.
 
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
@@ -72,8 +85,9 @@ which holds while one more replica does not cut the API spend by more than its o
 search stops before a step that would simulate past the limit and answers with the cheapest fleet
 evaluated so far that meets, an upper bound on the full answer's cost, and the *floor*
 (:meth:`Planner.unsettled_floor`), the least fixed cost of a fleet it has not settled by the rules
-above (evaluated, below an evaluated miss, failing the capacity bound or leaving a class without a
-backend its rules allow), a lower bound: the full answer costs between the two. A longer search
+above (evaluated, served no better than an evaluated miss, failing the capacity bound, leaving a
+class without a backend its rules allow, or beaten by a cheaper swap), a lower bound: the full
+answer costs between the two. A longer search
 only raises the floor and lowers the answer (the candidates come in the same order whatever the
 limit), and where the floor reaches the answer's cost the stopped search has the full answer.
 The time limit is wall-clock, so the explanation names the candidates simulated:
@@ -128,6 +142,7 @@ from simulator.plan.limits import Limits, check_runs
 from simulator.plan.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
+from simulator.studies.dominance import ServiceOrder
 from simulator.studies.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
 from simulator.studies.power_budget import power_limits, replica_kw, within_budget
 from simulator.studies.settled import STOP_RISK, SettledMiss
@@ -141,6 +156,12 @@ Counts = tuple[int, ...]
 #: (one run settles a backend that cannot meet); over more it starts in the middle, so the
 #: largest fleet, the dearest run, is simulated only when every smaller one misses.
 SHORT_RANGE = 3
+
+#: How a stopped search settled the fleets under its floor, as its explanation words it.
+SETTLED_BY = (
+    "served no better than a simulated miss, under the capacity bound, leaving a class without a backend, "
+    "or beaten by a cheaper fleet that serves no slower"
+)
 
 
 def fleet_text(counts: Counts, names: tuple[str, ...]) -> str:
@@ -328,6 +349,7 @@ class PlanResult:
     violations: list[tuple[Evaluation, Evaluation]] = field(default_factory=list)  # (meets, a larger fleet missing)
     stopped: str = ""  # what stopped the search before its end (plan.max_candidates, the time limit); "" ran to it
     floor_usd_per_hour: float | None = None  # stopped: least fixed cost of a fleet not settled, at most the answer's
+    no_slower: dict[str, list[str]] = field(default_factory=dict)  # backend -> those it serves no slower than
 
     @property
     def frontier(self) -> list[Evaluation]:
@@ -357,6 +379,7 @@ class PlanResult:
             ],
             "stopped": self.stopped or None,
             "floor_usd_per_hour": _finite_or_none(self.floor_usd_per_hour),
+            "serves_no_slower": self.no_slower,
         }
 
 
@@ -511,6 +534,9 @@ class Planner:
         self.limits = _replica_limits(scenario, self.metered)
         self.replica_kw = tuple(replica_kw(p, scenario.cost.pue) for p in plans)  # plan.budget_kw
         self.limits = power_limits(self.limits, self.replica_kw, scenario.plan.budget_kw)
+        self.order = ServiceOrder.of(plans, self._stands_in(plans))
+        self.cheaper_swaps = [(a, b) for a, b in self.order.pairs
+                              if self.usd_per_replica_hour[a] < self.usd_per_replica_hour[b]]  # fmt: skip
         self._memo: dict[tuple[Counts, str], Evaluation] = {}
         self._keys: dict[tuple[Counts, str], list[tuple[str, str]]] = {}
         self.most_runs = self._most_candidates() * scenario.plan.replications  # counted, none built
@@ -520,6 +546,40 @@ class Planner:
         self._singles_left = self._single_candidates()  # bounds on the candidates each phase has left
         self._mixed_left = self._most_candidates() - self._singles_left
         self._pruned = 0
+
+    def _stands_in(self, plans: Sequence[BackendPlan]) -> list[bool]:
+        """Which backends the :class:`~simulator.studies.dominance.ServiceOrder` may compare: searched ones
+        outside split pairs, where the router treats every replica alike and none is taken down."""
+        alike = self._plain_router() and self.scenario.failures is None and self.scenario.slo.tolerate_failures == 0
+        split = {i for pair in self.splits for i in pair}
+        return [alike and not self.metered[p.index] and p.index not in split for p in plans]
+
+    def _beaten(self, counts: Counts) -> bool:
+        """Whether swapping one replica for one of a backend that serves no slower and costs less,
+        within its replica limit, gives a cheaper fleet (dominance module docstring): one never the
+        cheapest that meets."""
+        return any(self._swap_cuts(counts, a, b) for a, b in self.cheaper_swaps)
+
+    def _unbeaten(self, counts: Counts) -> Counts:
+        """The fleet with cheaper swaps made (:meth:`_beaten`) until none is left: cheaper, and served no
+        worse, so its miss settles ``counts`` too and its meet is a cheaper answer."""
+        while True:
+            swap = next(((a, b) for a, b in self.cheaper_swaps if self._swap_cuts(counts, a, b)), None)
+            if swap is None:
+                return counts
+            a, b = swap
+            counts = tuple(n + (i == a) - (i == b) for i, n in enumerate(counts))
+
+    def _swap_cuts(self, counts: Counts, a: int, b: int) -> bool:
+        """Whether swapping a replica of ``b`` for one of ``a`` fits ``a``'s limit and cuts the fixed cost."""
+        if not counts[b] or counts[a] >= self.limits[a][1]:
+            return False
+        return self.fixed_cost(tuple(n + (i == a) - (i == b) for i, n in enumerate(counts))) < self.fixed_cost(counts)
+
+    def _single_swap_low(self, index: int) -> int:
+        """The fewest replicas of backend ``index`` alone not beaten by as many of a backend that serves
+        no slower and costs less (within that one's replica limit): 1 when there is none."""
+        return 1 + max((self.limits[a][1] for a, b in self.cheaper_swaps if b == index), default=0)
 
     def _replica_calls_per_s(self, plans: Sequence[BackendPlan]) -> tuple[float, ...]:
         """Each backend's calls/s per replica for the capacity bound, :data:`CAPACITY_MARGIN` x the
@@ -791,7 +851,7 @@ class Planner:
         for position, index in enumerate(order):
             self._singles_left = self._single_bisections(order[position:])
             best = min(found.values(), key=lambda e: e.usd_per_hour, default=None)
-            low = least[index]
+            low = max(least[index], self._single_swap_low(index))
             high = self._single_high(index, low, best)
             make = functools.partial(self._with_last, {}, index)
             result = yield from self._fewest(make, low, high, "single", high - low + 1 <= SHORT_RANGE)
@@ -818,12 +878,12 @@ class Planner:
         return high
 
     def _known_miss(self, counts: dict[int, int], last: int) -> int:
-        """The most replicas of ``last`` in an evaluated fleet that misses and has at least
-        ``counts`` of every other backend (-1: none): by monotone feasibility, every fleet below
-        it misses too. Single-architecture runs count when the scenario's router is theirs."""
-        return max(
-            (c[last] for c in self._misses_settling("mixed") if all(c[i] >= n for i, n in counts.items())), default=-1
-        )
+        """The most replicas of ``last`` beside ``counts`` with which the fleet is served no better
+        than an evaluated fleet that misses (-1: none): no more replicas of any backend, or some swapped
+        for a backend they serve no slower than (:class:`~simulator.studies.dominance.ServiceOrder`).
+        By monotone feasibility it misses too. Single-architecture runs count when the scenario's
+        router is theirs."""
+        return self.order.most_of(self._misses_settling("mixed"), self._vector(counts), last)
 
     def _misses_settling(self, kind: str) -> list[Counts]:
         """The evaluated fleets that miss and settle fleets of ``kind`` below them: runs of that
@@ -896,7 +956,7 @@ class Planner:
         low, high = 0, gap  # q(low) misses; q(k) for k > high meets
         while low < high:
             k = (low + high + 1) // 2
-            point = tuple(m - (-k * (c - m) // gap) for m, c in zip(miss, ceiling, strict=True))
+            point = self._unbeaten(tuple(m - (-k * (c - m) // gap) for m, c in zip(miss, ceiling, strict=True)))
             if self.could_meet(point) and (yield Ask(point, "mixed")).meets:
                 high = k - 1
             else:
@@ -942,7 +1002,8 @@ class Planner:
         """The replicas ``[low, high]`` of ``last`` to bisect beside ``counts`` (``used`` of them in
         use): from the fewest that serve every class, pass the capacity bound (at least one when
         only one other backend is in use) and are above every known miss, up to the most whose
-        fleet's fixed cost is under ``bound``; None when no count of ``last`` serves every class."""
+        fleet's fixed cost is under ``bound``, less those at either end beaten by a cheaper swap
+        (:meth:`_beaten`); None when no count of ``last`` serves every class."""
         least = self._least_last(counts, last)
         if least is None:
             return None
@@ -950,6 +1011,10 @@ class Planner:
         low = max(low, self._known_miss(counts, last) + 1)
         high = self.limits[last][1]
         while high >= low and self.fixed_cost(self._vector(counts | {last: high})) >= bound:
+            high -= 1
+        while low <= high and self._beaten(self._vector(counts | {last: low})):
+            low += 1
+        while high >= low and self._beaten(self._vector(counts | {last: high})):
             high -= 1
         return low, high
 
@@ -975,22 +1040,26 @@ class Planner:
             explained = self._explain_stopped(result, cap)
         else:
             explained = self._explain(result, cap, best)
-        result.violations = non_monotone(result.evaluations, self._plain_router())
+        result.violations = non_monotone(result.evaluations, self._plain_router(), self.order)
         if result.violations:
             explained += _violations_text(result.violations)
         result.explanation = f"on the {self.cost_basis} cost basis, " + explained
         result.replica_shapes = dict(self.replica_shapes)
+        for a, b in self.order.pairs:
+            result.no_slower.setdefault(self.names[a], []).append(self.names[b])
         total, simulated, pruned, _ = self.tally()
         result.search = {"candidates_at_most": total, "simulated": simulated, "pruned": pruned}
         return result
 
     def unsettled_floor(self, bound: float) -> float:
         """The least fixed cost under ``bound`` of a fleet the search has not settled, ``math.inf``
-        when it has settled all. Settled: evaluated, below an evaluated miss (monotone
-        feasibility, the kinds :meth:`_known_miss` reads), failing the capacity bound or leaving a
-        class without a backend its rules allow (:meth:`_last_range`), or costing ``bound`` or
-        more. API spend is never negative, so no fleet under the floor meets every target: with
-        ``bound`` the cheapest fleet found that meets, the cheapest that does lies between them."""
+        when it has settled all. Settled: evaluated, served no better than an evaluated miss
+        (monotone feasibility, the kinds :meth:`_known_miss` reads), failing the capacity bound,
+        leaving a class without a backend its rules allow or beaten by a cheaper swap
+        (:meth:`_last_range`), or costing ``bound`` or more. API spend is never negative and a
+        beaten fleet's swaps end at a cheaper one not beaten, so no fleet that meets every target
+        costs less than the floor: with ``bound`` the cheapest fleet found that meets, the
+        cheapest that does lies between them."""
         floor = min((self.fixed_cost(v) for v in self._unsettled_singles(bound)), default=math.inf)
         if len(self._searched()) < 2:
             return floor
@@ -1007,15 +1076,16 @@ class Planner:
 
     def _unsettled_singles(self, bound: float) -> Iterator[Counts]:
         """Of each searched backend alone (and the API backends alone), the fewest replicas not
-        settled that cost under ``bound``: above every evaluated miss (the single-architecture
-        runs, and the mixed ones when the scenario's router is theirs) and passing the capacity
-        bound."""
+        settled that cost under ``bound``: served better than every evaluated miss (the
+        single-architecture runs, and the mixed ones when the scenario's router is theirs), passing
+        the capacity bound and not beaten by as many of a cheaper backend that serves no slower."""
         misses = self._misses_settling("single")
         alone = self._vector({})
         if any(self.metered) and (alone, "single") not in self._memo and not misses and self.fixed_cost(alone) < bound:
             yield alone
         for index in self._searched():
-            low = max(self._fewest_passing(index, {}, 1), 1 + max((c[index] for c in misses), default=0))
+            settled = self.order.most_of(misses, self._vector({}), index)
+            low = max(self._fewest_passing(index, {}, 1), 1 + settled, self._single_swap_low(index))
             if low <= self.limits[index][1] and self.fixed_cost(self._vector({index: low})) < bound:
                 yield self._vector({index: low})
 
@@ -1033,17 +1103,16 @@ class Planner:
             if math.isinf(floor):
                 return f"{head}: no fleet{within} meets every target (every fleet is settled a miss)"
             return (
-                f"{head}, before any fleet{within} met every target; every fleet under ${floor:,.2f}/h is settled "
-                "a miss (below a simulated miss, under the capacity bound or leaving a class without a backend)"
+                f"{head}, before any fleet{within} met every target; no fleet under ${floor:,.2f}/h meets (each is "
+                f"{SETTLED_BY})"
             )
         found = f"{answer.fleet} at ${answer.usd_per_hour:,.2f}/h"
         if floor >= answer.usd_per_hour:
             return f"{head}: {found}, and every cheaper fleet is settled a miss, so it is the full search's answer"
         dearer = f"at most {answer.usd_per_hour / floor - 1:.0%} dearer than" if floor > 0 else "dearer than or as"
         return (
-            f"{head}: the cheapest fleet found meeting every target is {found}; every fleet under "
-            f"${floor:,.2f}/h is settled a miss (below a simulated miss, under the capacity bound or leaving a "
-            f"class without a backend), so the cheapest that meets costs ${floor:,.2f}/h to "
+            f"{head}: the cheapest fleet found meeting every target is {found}; no fleet under "
+            f"${floor:,.2f}/h meets (each is {SETTLED_BY}), so the cheapest that meets costs ${floor:,.2f}/h to "
             f"${answer.usd_per_hour:,.2f}/h and this one is {dearer} the cheapest; a higher limit narrows the gap"
         )
 
@@ -1083,18 +1152,19 @@ def _misses_text(evaluation: Evaluation) -> str:
     return "; ".join(m.describe() for m in evaluation.misses)
 
 
-def non_monotone(evaluations: list[Evaluation], plain_router: bool) -> list[tuple[Evaluation, Evaluation]]:
-    """Pairs ``(a, b)`` of evaluated fleets where ``a`` meets every target and ``b``, with at least
-    ``a``'s replicas of every backend and more of one, misses: evidence against the monotone
-    feasibility the search assumes (with it, every fleet above one that meets meets). Fleets of
-    both kinds are compared when ``plain_router`` (the search then reads runs of either kind for
-    the other), else only fleets of one kind. Cheapest ``a`` first."""
+def non_monotone(evaluations: list[Evaluation], plain_router: bool, order: ServiceOrder
+                 ) -> list[tuple[Evaluation, Evaluation]]:  # fmt: skip
+    """Pairs ``(a, b)`` of evaluated fleets where ``a`` meets every target and ``b``, another fleet
+    served no worse (``order.covers(b, a)``: at least ``a``'s replicas of every backend, or some
+    swapped for a backend they serve no slower than), misses: evidence against the monotone
+    feasibility the search assumes (with it, every fleet served no worse than one that meets meets).
+    Fleets of both kinds are compared when ``plain_router`` (the search then reads runs of either
+    kind for the other), else only fleets of one kind. Cheapest ``a`` first."""
     meets = sorted((e for e in evaluations if e.meets), key=lambda e: (e.usd_per_hour, e.counts))
     misses = [e for e in evaluations if not e.meets]
     return [
         (a, b) for a in meets for b in misses
-        if (plain_router or a.kind == b.kind) and b.counts != a.counts
-        and all(nb >= na for na, nb in zip(a.counts, b.counts, strict=True))
+        if (plain_router or a.kind == b.kind) and b.counts != a.counts and order.covers(b.counts, a.counts)
     ]  # fmt: skip
 
 
@@ -1103,9 +1173,10 @@ def _violations_text(violations: list[tuple[Evaluation, Evaluation]]) -> str:
     a, b = violations[0]
     more = f" (and {len(violations) - 1} more such pairs)" if len(violations) > 1 else ""
     return (
-        f". Warning: {b.fleet} misses though {a.fleet}, a subset of it, meets{more}: more replicas made a fleet "
-        "worse here (a router that pins work on slow replicas can), which the search assumes never happens, so a "
-        "fleet it settled without a run below a miss may meet; check the answer's neighbours with infersim run"
+        f". Warning: {b.fleet} misses though {a.fleet}, served no better, meets{more}: more replicas (or faster "
+        "ones) made a fleet worse here (a router that pins work on slow replicas can), which the search assumes "
+        "never happens, so a fleet it settled without a run below a miss may meet; check the answer's neighbours "
+        "with infersim run"
     )
 
 
@@ -1179,6 +1250,12 @@ def plan_text(result: PlanResult) -> str:
     if result.replica_shapes:
         lines.append(
             "one replica of each backend is " + "; ".join(f"{n}: {s}" for n, s in result.replica_shapes.items())
+        )
+    if result.no_slower:
+        lines.append(
+            "; ".join(f"{a} serves no slower than {' and '.join(bs)}" for a, bs in result.no_slower.items())
+            + ": a miss also settles the fleets with such replicas swapped in, and a fleet is not simulated where a "
+            "cheaper one serves no slower in its place"
         )
     lines += [
         "",

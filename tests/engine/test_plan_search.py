@@ -21,6 +21,7 @@ from simulator.plan.limits import Limits
 from simulator.plan.resolve import ScenarioError
 from simulator.report import plan_figure
 from simulator.runner import load_scenario_data, scenario_from
+from simulator.studies.dominance import ServiceOrder
 from simulator.studies.execution import Cache, Executor, Runs
 from simulator.studies.planning import (
     Evaluation,
@@ -73,6 +74,22 @@ def _agents_task_time(bound: str = "14 s", workload: dict[str, Any] = SMALL_AGEN
         load={"kind": "agents", "workload": workload, "agents": 24}, requests=None,
         slo={"targets": [{"metric": "task_time_s", "stat": "p95", "max": bound}]},
         plan={"max_replicas": {"h100": 4, "a100": 4}, "replications": 1},
+        run={"seed": 5, "duration": "60 s", "warmup": "0 s", "drain": True},
+    )  # fmt: skip
+
+
+def _kin_gpus() -> Scenario:
+    """Agents on B200s, B300s and H100s: a B300 serves no slower than a B200 (the same passes, more
+    KV) and costs less, and both serve no slower than an H100 (8B on one chip each). One B300 is
+    allowed, so the answer needs a B200 beside it; the order settles fleets and skips beaten ones."""
+    kin = [{"name": name, "deployment": {"hardware": f"nvidia-{name}", "model": "llama-3.1-8b", "chips": 1},
+            "scheduler": CAPPED} for name in ("b200", "b300")]  # fmt: skip
+    return scenario(
+        backends=[*kin, {"name": "h100", "deployment": H100_8B, "scheduler": CAPPED}],
+        router={"policy": "least-outstanding-tokens"},
+        load={"kind": "agents", "workload": SMALL_AGENT, "agents": 24}, requests=None,
+        slo={"targets": [{"metric": "task_time_s", "stat": "p95", "max": "14 s"}]},
+        plan={"max_replicas": {"b200": 2, "b300": 1, "h100": 1}, "replications": 1},
         run={"seed": 5, "duration": "60 s", "warmup": "0 s", "drain": True},
     )  # fmt: skip
 
@@ -150,7 +167,7 @@ def exhaustive(planner: Planner) -> tuple[Evaluation | None, list[Evaluation]]:
     return best, singles + mixed
 
 
-@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _routed_classes, _split_pools])
+@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _kin_gpus, _routed_classes, _split_pools])
 def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(make: Any) -> None:
     s = make()
     everything = Planner(s, CATALOG, runs=Runs(Executor(), summary_run, (CATALOG, Limits(), False), None))
@@ -176,12 +193,17 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
         assert 0 <= simulated <= total and cut >= 0 and left >= 0 and simulated + cut + left == total
     # the search's assumption, checked on every candidate: one more replica of a backend never turns
     # a fleet that meets into one that misses (same kind of run)
+    # a fleet that meets, or one replica swapped for a backend that serves no slower
     met = {(e.counts, e.kind): e.meets for e in evaluated}
     for (counts, kind), meets in met.items():
         for i in range(len(counts)):
             more = ((*counts[:i], counts[i] + 1, *counts[i + 1 :]), kind)
             if meets and more in met:
                 assert met[more], f"{counts} meets but {more[0]} misses"
+        for a, b in pruned.order.pairs:
+            swapped = (tuple(n + (i == a) - (i == b) for i, n in enumerate(counts)), kind)
+            if meets and counts[b] and swapped in met:
+                assert met[swapped], f"{counts} meets but {swapped[0]} misses"
     # the capacity bound is a true bound: no candidate it rejects meets
     assert all(not e.meets for e in evaluated if not pruned.could_meet(e.counts))
     # the frontier of every candidate: each dearer fleet on it is strictly closer to its targets
@@ -197,7 +219,9 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
     assert heights == sorted(heights, reverse=True) and len(heights) == len(result.frontier)
 
 
-@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _routed_classes, _split_pools, _with_api])
+@pytest.mark.parametrize(
+    "make", [_two_gpus_open, _agents_task_time, _kin_gpus, _routed_classes, _split_pools, _with_api]
+)
 def test_a_search_stopped_early_answers_with_a_sound_floor_and_closes_its_gap_at_the_full_length(
     make: Any, tmp_path: Path
 ) -> None:
@@ -258,18 +282,22 @@ def _evaluation(counts: tuple[int, ...], kind: str, meets: bool) -> Evaluation:
 
 
 def test_a_larger_fleet_that_misses_where_a_subset_meets_is_reported_against_the_search_assumption() -> None:
-    """A pair (meets, misses) is reported exactly when the missing fleet has at least the meeting
-    fleet's replicas of every backend and more of one, and the two runs are comparable: of one
-    kind, or of either when the router treats both kinds alike."""
+    """A pair (meets, misses) is reported exactly when the missing fleet is served no worse than the
+    meeting one (at least its replicas of every backend, or some swapped for a backend that serves
+    no slower) and is another fleet, and the two runs are comparable: of one kind, or of either when
+    the router treats both kinds alike."""
+    alone = ServiceOrder.from_above(("a", "b"), [frozenset(), frozenset()])
     meets = _evaluation((1, 1), "mixed", True)
     above = _evaluation((2, 1), "mixed", False)
-    beside = _evaluation((2, 0), "single", False)  # not above (1, 1)
+    beside = _evaluation((2, 0), "single", False)  # not above (1, 1) unless a serves no slower than b
     same = _evaluation((1, 1), "mixed", False)  # the same fleet (another replication's verdict): not a pair
     single_meets = _evaluation((2, 0), "single", True)
     evaluations = [meets, above, beside, same, single_meets]
-    assert non_monotone(evaluations, plain_router=False) == [(meets, above)]
-    assert non_monotone(evaluations, plain_router=True) == [(meets, above), (single_meets, above)]
-    assert non_monotone([meets, _evaluation((1, 2), "mixed", True)], plain_router=True) == []
+    assert non_monotone(evaluations, False, alone) == [(meets, above)]
+    assert non_monotone(evaluations, True, alone) == [(meets, above), (single_meets, above)]
+    assert non_monotone([meets, _evaluation((1, 2), "mixed", True)], True, alone) == []
+    a_over_b = ServiceOrder.from_above(("a", "b"), [frozenset(), frozenset({0})])
+    assert non_monotone(evaluations, True, a_over_b) == [(meets, above), (meets, beside), (single_meets, above)]
     text = PlanResult(meets, None, evaluations, violations=[(meets, above)]).to_dict()["monotone_violations"]
     assert text == [{"meets": {"a": 1, "b": 1}, "misses": {"a": 2, "b": 1}, "kind": "mixed"}]
 

@@ -1,0 +1,113 @@
+"""Backends that serve no slower than others, and covering by Hall's theorem.
+
+``covers(m, u)`` must say exactly whether each replica of fleet ``u`` can be matched to its own
+replica of fleet ``m`` of a backend that serves no slower (checked against a maximum bipartite
+matching), and ``most_of`` must be the most replicas of one backend that keep a fleet covered
+(checked by counting up). On real profiles, a backend serves no slower than another only when it
+batches the same way, holds at least as much and runs no pass slower.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_bipartite_matching
+
+from simulator.studies.dominance import ServiceOrder, batch_grid, pass_seconds, serves_no_slower
+from simulator.studies.planning import on_one_basis
+from tests.engine.conftest import CATALOG, scenario
+
+Counts = tuple[int, ...]
+
+
+def _matched(order: ServiceOrder, miss: Counts, counts: Counts) -> bool:
+    """Whether every replica of ``counts`` gets its own replica of ``miss`` of a backend serving no slower."""
+    left = [b for b, n in enumerate(counts) for _ in range(n)]
+    right = [a for a, n in enumerate(miss) for _ in range(n)]
+    if len(left) > len(right):
+        return False
+    if not left:
+        return True
+    edges = np.array([[a == b or a in order.above[b] for a in right] for b in left], dtype=float)
+    matching = maximum_bipartite_matching(csr_matrix(edges), perm_type="column")
+    return bool(np.all(matching >= 0))
+
+
+@st.composite
+def orders(draw: Any) -> ServiceOrder:
+    """Up to four backends, each pair related one way or not at all (closed transitively)."""
+    n = draw(st.integers(1, 4))
+    above: list[set[int]] = [set() for _ in range(n)]
+    for a, b in itertools.permutations(range(n), 2):
+        if a < b and draw(st.booleans()):
+            above[b].add(a)  # only lower indices serve no slower: no cycles drawn
+    return ServiceOrder.from_above(tuple("abcd"[:n]), [frozenset(s) for s in above])
+
+
+@settings(max_examples=150, deadline=None)
+@given(orders(), st.data())
+def test_a_fleet_is_covered_exactly_when_its_replicas_match_ones_serving_no_slower(order: ServiceOrder,
+                                                                                 data: Any) -> None:  # fmt: skip
+    n = len(order.names)
+    fleet = st.tuples(*[st.integers(0, 3)] * n)
+    miss, counts = data.draw(fleet), data.draw(fleet)
+    assert order.covers(miss, counts) == _matched(order, miss, counts)
+    index = data.draw(st.integers(0, n - 1))
+    fits = [k for k in range(13) if _matched(order, miss, tuple(k if i == index else c for i, c in enumerate(counts)))]
+    assert order.most_of([miss], counts, index) == max(fits, default=-1)
+    assert order.most_of([], counts, index) == -1
+
+
+def test_with_no_pairs_covering_is_backend_by_backend_and_the_order_is_closed_transitively() -> None:
+    alone = ServiceOrder.from_above(("a", "b"), [frozenset(), frozenset()])
+    assert alone.pairs == [] and alone.covers((2, 1), (1, 1)) and not alone.covers((2, 0), (1, 1))
+    chain = ServiceOrder.from_above(("a", "b", "c"), [frozenset(), frozenset({0}), frozenset({1})])
+    assert chain.pairs == [(0, 1), (0, 2), (1, 2)]  # a >= b >= c, so a >= c
+    assert chain.covers((2, 0, 0), (0, 1, 1)) and not chain.covers((0, 0, 2), (1, 0, 0))
+
+
+def _plans(*backends: dict[str, Any]) -> list[Any]:
+    s = scenario(backends=list(backends), router={"policy": "least-outstanding-tokens"},
+                 load={"kind": "closed", "users": 4}, run={"seed": 1, "max_requests": 10})  # fmt: skip
+    return on_one_basis(s, CATALOG)[1]
+
+
+def _no_slower(plans: list[Any], a: int, b: int) -> bool:
+    grid = batch_grid(plans[0].window)
+    return serves_no_slower(plans[a], plans[b], grid, pass_seconds(plans[a], grid), pass_seconds(plans[b], grid))
+
+
+OSS = {"model": "gpt-oss-120b", "weights": "mxfp4", "min_kv_tokens": 262144}
+
+
+def test_a_b300_serves_no_slower_than_a_b200_and_not_the_other_way() -> None:
+    """The same passes (the profiles' bandwidth and matmul rates agree), but a B300 holds more KV."""
+    plans = _plans({"name": "b200", "deployment": {"hardware": "nvidia-b200"} | OSS},
+                   {"name": "b300", "deployment": {"hardware": "nvidia-b300"} | OSS})  # fmt: skip
+    assert plans[1].kv_blocks > plans[0].kv_blocks
+    assert _no_slower(plans, 1, 0) and not _no_slower(plans, 0, 1)
+
+
+def test_a_backend_that_batches_otherwise_is_never_compared() -> None:
+    """An MI300X under vLLM runs every pass slower than a B200 under TensorRT-LLM and holds less, but
+    vLLM chunks prefills and admits on demand: a replica of one cannot stand in for the other's."""
+    plans = _plans({"name": "b200", "deployment": {"hardware": "nvidia-b200"} | OSS},
+                   {"name": "mi300x", "deployment": {"hardware": "amd-mi300x"} | OSS})  # fmt: skip
+    grid = batch_grid(plans[0].window)
+    assert np.all(pass_seconds(plans[0], grid) < pass_seconds(plans[1], grid))
+    assert not _no_slower(plans, 0, 1) and not _no_slower(plans, 1, 0)
+
+
+@pytest.mark.parametrize("cap", ["500 W", "400 W"])
+def test_a_power_capped_replica_serves_no_faster_than_the_same_one_uncapped(cap: str) -> None:
+    small = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 1}
+    plans = _plans({"name": "free", "deployment": small}, {"name": "capped", "deployment": small | {"power_cap": cap}},
+                   {"name": "twin", "deployment": small})  # fmt: skip
+    assert _no_slower(plans, 0, 2) and _no_slower(plans, 2, 0)  # the same deployment: each stands in for the other
+    assert _no_slower(plans, 0, 1) and not _no_slower(plans, 1, 0)
