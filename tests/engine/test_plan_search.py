@@ -268,6 +268,22 @@ def test_a_search_stopped_early_answers_with_a_sound_floor_and_closes_its_gap_at
     assert (full.answer.counts, full.answer.usd_per_hour) == (answer.counts, answer.usd_per_hour)
 
 
+def test_cheaper_swaps_end_at_a_fleet_not_beaten_cheaper_and_served_no_worse() -> None:
+    """On the kin GPUs (a B300 serves no slower than a B200 and costs less; both no slower than an
+    H100, which costs less than either, so no swap to it): for every count vector within the
+    limits, the swaps end at a fleet no cheaper swap beats, that costs less exactly when a swap was
+    made and is served no worse (a miss there settles the first); and a backend alone is tried only
+    at counts no cheaper backend that serves no slower can match within its limit."""
+    planner = Planner(_kin_gpus(), CATALOG)
+    assert planner.order.pairs == [(1, 0), (0, 2), (1, 2)] and planner.cheaper_swaps == [(1, 0)]
+    for counts in itertools.product(*(range(most + 1) for _, most in planner.limits)):
+        end = planner._unbeaten(counts)
+        assert not planner._beaten(end) and planner.order.covers(end, counts)
+        assert (end != counts) == planner._beaten(counts) == (planner.fixed_cost(end) < planner.fixed_cost(counts))
+        assert sum(end) == sum(counts) and all(e <= m for e, (_, m) in zip(end, planner.limits, strict=True))
+    assert [planner._single_swap_low(i) for i in range(3)] == [2, 1, 1]  # a B200 alone: more than one B300
+
+
 def test_a_run_is_the_same_run_whatever_the_plan_limits() -> None:
     """A run reads none of ``plan``: plans with other limits ask for the same runs (cache keys), so a
     rerun with a higher ``plan.max_candidates`` or ``max_replicas`` finds the runs it shares."""
