@@ -101,6 +101,11 @@ def pass_seconds(plan: BackendPlan, grid: BatchGrid) -> np.ndarray:
     return np.asarray(plan.cost.iteration_times(grid.batch).total_s, dtype=float) * stretch
 
 
+def _window_key(plan: BackendPlan) -> tuple[type, int | None]:
+    """The model's window with its kind: a chunked window equals a sliding one of its length as an int."""
+    return type(plan.window), plan.window
+
+
 def _behaviour(plan: BackendPlan) -> tuple[object, ...]:
     """What a replica must share with another for either to stand in for the other: the model and
     how it batches (each stack default its scheduler leaves empty resolved)."""
@@ -152,16 +157,16 @@ class ServiceOrder:
     @classmethod
     def of(cls, plans: Sequence[BackendPlan], eligible: Sequence[bool]) -> ServiceOrder:
         """The order among the ``eligible`` backends of ``plans`` (the others serve as themselves only)."""
-        grids: dict[object, BatchGrid] = {}
+        grids: dict[object, BatchGrid] = {}  # by the window and its kind (a chunked one is an int too)
         seconds = []
         for plan in plans:
-            grid = grids.setdefault(plan.window, batch_grid(plan.window))
+            grid = grids.setdefault(_window_key(plan), batch_grid(plan.window))
             seconds.append(pass_seconds(plan, grid) if eligible[plan.index] else np.empty(0))
         above = tuple(
             frozenset(
                 a.index for a in plans
-                if a.index != b.index and eligible[a.index] and eligible[b.index] and a.window == b.window
-                and serves_no_slower(a, b, grids[b.window], seconds[a.index], seconds[b.index])
+                if a.index != b.index and eligible[a.index] and eligible[b.index] and _window_key(a) == _window_key(b)
+                and serves_no_slower(a, b, grids[_window_key(b)], seconds[a.index], seconds[b.index])
             )
             for b in plans
         )  # fmt: skip
