@@ -76,10 +76,11 @@ serve no slower) is named in a warning in the explanation and in ``plan.json``
 
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
-assumptions hold (``tests/engine/test_plan_search.py`` compares them on four cases, one with a
-split pair, and on ``scenarios/plan-split-fleet.yaml``, where a split fleet wins). With API
-backends the bisection's *fewest* replicas is taken as a prefix's cheapest,
-which holds while one more replica does not cut the API spend by more than its own price.
+assumptions hold (``tests/engine/test_plan_search.py`` compares them on five cases, one with a
+split pair and one where a backend serves no slower than another, and on
+``scenarios/plan-split-fleet.yaml``, where a split fleet wins). With API backends the bisection's
+*fewest* replicas is taken as a prefix's cheapest, which holds while one more replica does not
+cut the API spend by more than its own price.
 
 **Stopping before the end** (``plan.max_candidates``, or ``infersim plan --time-limit``): the
 search stops before a step that would simulate past the limit and answers with the cheapest fleet
