@@ -948,8 +948,10 @@ class Planner:
         / K)`` coordinate by coordinate (``K`` the largest gap), so ``q`` only rises from ``q(0) =
         miss`` to ``q(K) = c``. By monotone feasibility every fleet below the largest miss found
         misses too, and the prefix walk skips them as known misses (a fleet failing the capacity
-        bound counts as a miss without a run). Every probe costs less than ``bound`` and serves
-        every class (it lies above ``miss``); at most ``ceil(log2(K + 1))`` of them."""
+        bound counts as a miss without a run). Each probe is ``q(k)`` with its cheaper swaps made
+        (:meth:`_unbeaten`: cheaper, and settling at least what ``q(k)`` would); it costs less than
+        ``bound`` and serves every class (it lies above ``miss``, and swaps exist only without
+        routing rules); at most ``ceil(log2(K + 1))`` of them."""
         ceiling = self._ceiling(bound)
         if ceiling is None or any(m > c for m, c in zip(miss, ceiling, strict=True)):
             return None
