@@ -284,6 +284,18 @@ def test_cheaper_swaps_end_at_a_fleet_not_beaten_cheaper_and_served_no_worse() -
     assert [planner._single_swap_low(i) for i in range(3)] == [2, 1, 1]  # a B200 alone: more than one B300
 
 
+def test_no_backend_stands_in_for_another_where_replicas_are_not_alike() -> None:
+    """Swaps are assumed harmless only where the router treats every replica alike and none is taken
+    down: with routing rules, or N+k (the dearest replicas down), the order has no pairs."""
+    s = _kin_gpus()
+    assert Planner(s, CATALOG).order.pairs
+    ruled = s.model_copy(update={"router": s.router.model_copy(update={"rules": {"test": ["b200", "b300"]}})})
+    n_plus_1 = s.model_copy(update={"slo": s.slo.model_copy(update={"tolerate_failures": 1})})
+    for other in (ruled, n_plus_1):
+        planner = Planner(other, CATALOG)
+        assert planner.order.pairs == [] and planner.cheaper_swaps == []
+
+
 def test_a_run_is_the_same_run_whatever_the_plan_limits() -> None:
     """A run reads none of ``plan``: plans with other limits ask for the same runs (cache keys), so a
     rerun with a higher ``plan.max_candidates`` or ``max_replicas`` finds the runs it shares."""
