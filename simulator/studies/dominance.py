@@ -150,7 +150,6 @@ class ServiceOrder:
     up-sets of backends that some pair joins, and every other backend alone, as a 0/1 matrix
     (one row per up-set, one column per backend)."""
 
-    names: tuple[str, ...]
     above: tuple[frozenset[int], ...]
     upsets: np.ndarray
 
@@ -170,10 +169,10 @@ class ServiceOrder:
             )
             for b in plans
         )  # fmt: skip
-        return cls.from_above(tuple(p.name for p in plans), above)
+        return cls.from_above(above)
 
     @classmethod
-    def from_above(cls, names: tuple[str, ...], above: Sequence[frozenset[int]]) -> ServiceOrder:
+    def from_above(cls, above: Sequence[frozenset[int]]) -> ServiceOrder:
         """The order with ``above`` closed transitively (a stand-in's stand-in stands in), and its up-sets."""
         closed = [set(s) for s in above]
         changed = True
@@ -183,7 +182,7 @@ class ServiceOrder:
                 wider = set().union(over, *(closed[a] for a in over)) - {b}
                 if wider != over:
                     closed[b], changed = wider, True
-        return cls(names, tuple(frozenset(s) for s in closed), _upset_matrix([frozenset(s) for s in closed]))
+        return cls(tuple(frozenset(s) for s in closed), _upset_matrix([frozenset(s) for s in closed]))
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
@@ -207,6 +206,11 @@ class ServiceOrder:
         fits = np.all(have[~with_index] <= bound[:, ~with_index], axis=1)
         room = np.min(bound[:, with_index] - have[with_index], axis=1)  # the up-set of index alone is one
         return int(max(room[fits].max(initial=-1), -1))
+
+
+def swapped(counts: Counts, a: int, b: int) -> Counts:
+    """Fleet ``counts`` with one replica of backend ``b`` swapped for one of backend ``a``."""
+    return tuple(n + (i == a) - (i == b) for i, n in enumerate(counts))
 
 
 def _upset_matrix(above: Sequence[frozenset[int]]) -> np.ndarray:

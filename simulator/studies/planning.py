@@ -143,7 +143,7 @@ from simulator.plan.limits import Limits, check_runs
 from simulator.plan.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
-from simulator.studies.dominance import ServiceOrder
+from simulator.studies.dominance import ServiceOrder, swapped
 from simulator.studies.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
 from simulator.studies.power_budget import power_limits, replica_kw, within_budget
 from simulator.studies.settled import STOP_RISK, SettledMiss
@@ -568,14 +568,13 @@ class Planner:
             swap = next(((a, b) for a, b in self.cheaper_swaps if self._swap_cuts(counts, a, b)), None)
             if swap is None:
                 return counts
-            a, b = swap
-            counts = tuple(n + (i == a) - (i == b) for i, n in enumerate(counts))
+            counts = swapped(counts, *swap)
 
     def _swap_cuts(self, counts: Counts, a: int, b: int) -> bool:
         """Whether swapping a replica of ``b`` for one of ``a`` fits ``a``'s limit and cuts the fixed cost."""
         if not counts[b] or counts[a] >= self.limits[a][1]:
             return False
-        return self.fixed_cost(tuple(n + (i == a) - (i == b) for i, n in enumerate(counts))) < self.fixed_cost(counts)
+        return self.fixed_cost(swapped(counts, a, b)) < self.fixed_cost(counts)
 
     def _single_swap_low(self, index: int) -> int:
         """The fewest replicas of backend ``index`` alone not beaten by as many of a backend that serves

@@ -21,7 +21,7 @@ from simulator.plan.limits import Limits
 from simulator.plan.resolve import ScenarioError
 from simulator.report import plan_figure
 from simulator.runner import load_scenario_data, scenario_from
-from simulator.studies.dominance import ServiceOrder
+from simulator.studies.dominance import ServiceOrder, swapped
 from simulator.studies.execution import Cache, Executor, Runs
 from simulator.studies.planning import (
     Evaluation,
@@ -201,9 +201,9 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
             if meets and more in met:
                 assert met[more], f"{counts} meets but {more[0]} misses"
         for a, b in pruned.order.pairs:
-            swapped = (tuple(n + (i == a) - (i == b) for i, n in enumerate(counts)), kind)
-            if meets and counts[b] and swapped in met:
-                assert met[swapped], f"{counts} meets but {swapped[0]} misses"
+            other = (swapped(counts, a, b), kind)
+            if meets and counts[b] and other in met:
+                assert met[other], f"{counts} meets but {other[0]} misses"
     # the capacity bound is a true bound: no candidate it rejects meets
     assert all(not e.meets for e in evaluated if not pruned.could_meet(e.counts))
     # the frontier of every candidate: each dearer fleet on it is strictly closer to its targets
@@ -314,7 +314,7 @@ def test_a_larger_fleet_that_misses_where_a_subset_meets_is_reported_against_the
     meeting one (at least its replicas of every backend, or some swapped for a backend that serves
     no slower) and is another fleet, and the two runs are comparable: of one kind, or of either when
     the router treats both kinds alike."""
-    alone = ServiceOrder.from_above(("a", "b"), [frozenset(), frozenset()])
+    alone = ServiceOrder.from_above([frozenset(), frozenset()])
     meets = _evaluation((1, 1), "mixed", True)
     above = _evaluation((2, 1), "mixed", False)
     beside = _evaluation((2, 0), "single", False)  # not above (1, 1) unless a serves no slower than b
@@ -324,7 +324,7 @@ def test_a_larger_fleet_that_misses_where_a_subset_meets_is_reported_against_the
     assert non_monotone(evaluations, False, alone) == [(meets, above)]
     assert non_monotone(evaluations, True, alone) == [(meets, above), (single_meets, above)]
     assert non_monotone([meets, _evaluation((1, 2), "mixed", True)], True, alone) == []
-    a_over_b = ServiceOrder.from_above(("a", "b"), [frozenset(), frozenset({0})])
+    a_over_b = ServiceOrder.from_above([frozenset(), frozenset({0})])
     assert non_monotone(evaluations, True, a_over_b) == [(meets, above), (meets, beside), (single_meets, above)]
     text = PlanResult(meets, None, evaluations, violations=[(meets, above)]).to_dict()["monotone_violations"]
     assert text == [{"meets": {"a": 1, "b": 1}, "misses": {"a": 2, "b": 1}, "kind": "mixed"}]
