@@ -33,6 +33,19 @@ cheaper replica and room under its replica limit: swapping that one replica give
 that meets whenever it does (``Planner._beaten``). So it is never the cheapest fleet
 that meets, and the planner never simulates one. Swaps from a fleet end at one with no cheaper
 swap, cheaper still and served no worse, so a floor on the fleets not beaten is a floor on all.
+
+**Slower replicas.** A replica can also make a fleet worse. Every replica policy balances load
+(queue, outstanding tokens, free KV), not speed, and a session sticks to its replica, so a slow
+replica takes its share of tasks and runs all their calls slowly. Measured on
+``scenarios/plan-coding-agents.yaml``: 4 x h100 + 8 x b300 + 1 x b200 meets its p95 task-time
+bound (593 s against 600 s); one MI300X more misses it (629 s), three more too (620 s). So a
+backend ``x`` is *slower than* ``y`` (:func:`runs_slower`) when ``y`` runs every pass of the grid
+that both can hold no slower, and some faster; this compares passes only, across stacks too. A
+fleet ``u`` then *may be hurt by* the backends slower than one it holds (:meth:`ServiceOrder.slow_in`),
+and a miss at ``m`` *settles* ``u`` (:meth:`ServiceOrder.settles`) only when ``m`` holds exactly
+``u``'s replicas of those and covers the rest: ``m`` is ``u`` with only replicas added (or
+swapped up) that are slower than nothing ``u`` holds. That is what the planner assumes: adding such a
+replica never makes a fleet miss.
 """
 
 from __future__ import annotations
@@ -128,6 +141,15 @@ def _standalone(plan: BackendPlan) -> bool:
     )  # fmt: skip
 
 
+def runs_slower(x: BackendPlan, y: BackendPlan, grid: BatchGrid, seconds_x: np.ndarray,
+                seconds_y: np.ndarray) -> bool:  # fmt: skip
+    """Whether a replica of ``x`` is slower than one of ``y`` (module docstring): on every shape of
+    ``grid`` both can hold ``y``'s pass takes no longer, on some less; ``seconds_*`` are
+    :func:`pass_seconds`. Batching, KV and path are not compared: only how fast a call runs once there."""
+    both = _holds(x, grid) & _holds(y, grid)
+    return bool(both.any() and np.all(seconds_y[both] <= seconds_x[both]) and np.any(seconds_y[both] < seconds_x[both]))
+
+
 def serves_no_slower(a: BackendPlan, b: BackendPlan, grid: BatchGrid, seconds_a: np.ndarray,
                      seconds_b: np.ndarray) -> bool:  # fmt: skip
     """Whether a replica of ``a`` serves no slower than one of ``b`` (module docstring); ``seconds_*``
@@ -148,32 +170,43 @@ class ServiceOrder:
 
     ``above[b]``: the backends other than ``b`` that serve no slower than ``b``; ``upsets``: the
     up-sets of backends that some pair joins, and every other backend alone, as a 0/1 matrix
-    (one row per up-set, one column per backend)."""
+    (one row per up-set, one column per backend); ``slower[x]``: the backends ``x`` is slower
+    than (:func:`runs_slower`)."""
 
     above: tuple[frozenset[int], ...]
     upsets: np.ndarray
+    slower: tuple[frozenset[int], ...]
 
     @classmethod
-    def of(cls, plans: Sequence[BackendPlan], eligible: Sequence[bool]) -> ServiceOrder:
-        """The order among the ``eligible`` backends of ``plans`` (the others serve as themselves only)."""
+    def of(cls, plans: Sequence[BackendPlan], eligible: Sequence[bool], compared: Sequence[bool]) -> ServiceOrder:
+        """The order among the ``eligible`` backends of ``plans`` (the others serve as themselves
+        only), and which of the ``compared`` ones is slower than which."""
         grids: dict[object, BatchGrid] = {}  # by the window and its kind (a chunked one is an int too)
         seconds = []
         for plan in plans:
             grid = grids.setdefault(_window_key(plan), batch_grid(plan.window))
-            seconds.append(pass_seconds(plan, grid) if eligible[plan.index] else np.empty(0))
+            seconds.append(pass_seconds(plan, grid) if eligible[plan.index] or compared[plan.index] else np.empty(0))
+
+        def alike(a: BackendPlan, b: BackendPlan, wanted: Sequence[bool]) -> bool:
+            return a.index != b.index and wanted[a.index] and wanted[b.index] and _window_key(a) == _window_key(b)
+
         above = tuple(
-            frozenset(
-                a.index for a in plans
-                if a.index != b.index and eligible[a.index] and eligible[b.index] and _window_key(a) == _window_key(b)
-                and serves_no_slower(a, b, grids[_window_key(b)], seconds[a.index], seconds[b.index])
-            )
+            frozenset(a.index for a in plans if alike(a, b, eligible)
+                      and serves_no_slower(a, b, grids[_window_key(b)], seconds[a.index], seconds[b.index]))
             for b in plans
         )  # fmt: skip
-        return cls.from_above(above)
+        slower = tuple(
+            frozenset(y.index for y in plans if alike(x, y, compared)
+                      and runs_slower(x, y, grids[_window_key(x)], seconds[x.index], seconds[y.index]))
+            for x in plans
+        )  # fmt: skip
+        return cls.from_above(above, slower)
 
     @classmethod
-    def from_above(cls, above: Sequence[frozenset[int]]) -> ServiceOrder:
-        """The order with ``above`` closed transitively (a stand-in's stand-in stands in), and its up-sets."""
+    def from_above(cls, above: Sequence[frozenset[int]],
+                   slower: Sequence[frozenset[int]] | None = None) -> ServiceOrder:  # fmt: skip
+        """The order with ``above`` closed transitively (a stand-in's stand-in stands in), and its
+        up-sets; ``slower`` as given (none slower than another when not)."""
         closed = [set(s) for s in above]
         changed = True
         while changed:
@@ -182,7 +215,8 @@ class ServiceOrder:
                 wider = set().union(over, *(closed[a] for a in over)) - {b}
                 if wider != over:
                     closed[b], changed = wider, True
-        return cls(tuple(frozenset(s) for s in closed), _upset_matrix([frozenset(s) for s in closed]))
+        slow = tuple(slower) if slower is not None else tuple(frozenset() for _ in above)
+        return cls(tuple(frozenset(s) for s in closed), _upset_matrix([frozenset(s) for s in closed]), slow)
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
@@ -193,19 +227,56 @@ class ServiceOrder:
         """Whether fleet ``counts`` is served no better than fleet ``miss`` (``counts <= miss``)."""
         return bool(np.all(self.upsets @ np.asarray(counts) <= self.upsets @ np.asarray(miss)))
 
+    def slow_in(self, counts: Counts) -> list[int]:
+        """The backends slower than one fleet ``counts`` holds: replicas that may make it worse."""
+        held = {b for b, n in enumerate(counts) if n}
+        return [x for x, over in enumerate(self.slower) if over & held]
+
+    def settles(self, miss: Counts, counts: Counts) -> bool:
+        """Whether a miss at fleet ``miss`` settles fleet ``counts`` (module docstring): the same
+        replicas of every backend slower than one ``counts`` holds, and the rest covered."""
+        slow = self.slow_in(counts)
+        if any(miss[x] != counts[x] for x in slow):
+            return False
+        return self.covers(_without(miss, slow), _without(counts, slow))
+
     def most_of(self, misses: Sequence[Counts], counts: Counts, index: int) -> int:
-        """The most replicas of backend ``index`` beside ``counts`` (its own count there ignored) with
-        which the fleet is served no better than one of ``misses``; -1 when none (not even 0)."""
+        """The most replicas ``n`` of backend ``index`` beside ``counts`` (its own count there ignored)
+        such that one of ``misses`` settles the fleet with each of ``0 .. n``; -1 when none settles
+        it with 0. Where ``index`` is slower than a backend the fleet holds, more of it may make the
+        fleet worse, so at most 0 (a miss settles one count, not those below)."""
         if not misses:
             return -1
-        given = np.asarray(counts)
+        given = list(counts)
         given[index] = 0
-        have = self.upsets @ given
-        bound = np.asarray(misses) @ self.upsets.T  # one row per miss, one column per up-set
+        held = self._most_settled(misses, given, index, present=True)
+        if held >= 1:
+            return held
+        return 0 if self._most_settled(misses, given, index, present=False) >= 0 else -1
+
+    def _most_settled(self, misses: Sequence[Counts], given: list[int], index: int, present: bool) -> int:
+        """:meth:`most_of` among the counts of ``index`` that hold it (``present``) or not: the
+        misses holding the fleet's replicas of its slow backends exactly, covering the rest."""
+        slow = self.slow_in((*given[:index], int(present), *given[index + 1 :]))
+        if present and index in slow:
+            return -1
+        rows = np.asarray(misses)
+        same = np.all(rows[:, slow] == np.asarray(given)[slow], axis=1) if slow else np.ones(len(rows), dtype=bool)
+        if not same.any():
+            return -1
+        have = self.upsets @ np.asarray(_without(tuple(given), slow))
+        bound = np.asarray([_without(tuple(m), slow) for m in rows[same]]) @ self.upsets.T  # a row per miss
         with_index = self.upsets[:, index] == 1
         fits = np.all(have[~with_index] <= bound[:, ~with_index], axis=1)
         room = np.min(bound[:, with_index] - have[with_index], axis=1)  # the up-set of index alone is one
-        return int(max(room[fits].max(initial=-1), -1))
+        most = int(max(room[fits].max(initial=-1), -1))
+        return most if present or most < 0 else 0
+
+
+def _without(counts: Counts, backends: Sequence[int]) -> Counts:
+    """Fleet ``counts`` with no replica of ``backends``."""
+    drop = set(backends)
+    return tuple(0 if b in drop else n for b, n in enumerate(counts))
 
 
 def swapped(counts: Counts, a: int, b: int) -> Counts:
