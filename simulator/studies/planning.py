@@ -9,9 +9,14 @@ candidate *meets* the SLOs when every class's targets (``slo.targets``) hold in 
 replications. ``worst`` is the largest normalised miss over targets and replications,
 ``achieved / bound`` for an upper bound and ``bound / achieved`` for a lower one (> 1 misses).
 
-Search, assuming more replicas never make an SLO worse (*monotone feasibility*: adding a
-replica to any backend of a fleet that meets keeps it meeting; ``tests/engine/test_plan_search.py``
-checks it on every candidate of its cases):
+Search, assuming more replicas never make an SLO worse unless they are slower than one the fleet
+holds (*monotone feasibility*: adding a replica of a backend that is slower than none of the
+fleet's backends, :func:`~simulator.studies.dominance.runs_slower`, to a fleet that meets keeps it
+meeting; ``tests/engine/test_plan_search.py`` checks it on every candidate of its cases). A slower
+replica may make a fleet miss: the replica policies balance load, not speed, and a task sticks to
+its replica (measured: 4 x h100 + 8 x b300 + 1 x b200 meets the 10-minute question, and misses with
+one MI300X more), so a miss with more replicas of a slower backend settles nothing below it:
+
 
 1. **Single-architecture fleets**: the API backends alone (when there are any), then each
    searched backend alone (every class on it, the scenario's routing rules dropped), in order
@@ -23,13 +28,15 @@ checks it on every candidate of its cases):
 2. **Mixed fleets** (two or more searched backends in use, the scenario's router and rules):
    first the *ceiling* (:meth:`Planner._ceiling`), the largest fleet under the best cost so far
    (every backend at its most, whole backends dropped dearest first until under it): if it
-   misses, every mixed fleet below it misses and is never simulated. Then for each count vector
-   of all searched backends but one (:meth:`Planner._mixed_axes`: the one
-   with the most replicas allowed, then the cheapest), cheapest first while cheaper
-   than the best so far, bisect that backend's fewest replicas among those that keep the
-   fleet cheaper, pass the capacity bound, leave no class without a backend its rules allow,
-   and are served better than every evaluated miss (by monotone feasibility every fleet below
-   a miss misses), less those a cheaper swap beats (below).
+   misses, it settles the mixed fleets below it (those it holds only replicas more of that are
+   slower than none they hold). Then for each count vector of all searched backends but one
+   (:meth:`Planner._mixed_axes`: the one whose search asks for the fewest candidates at most),
+   cheapest first while cheaper than the best so far, bisect that backend's fewest replicas
+   among those that keep the fleet cheaper, pass the capacity bound, leave no class without a
+   backend its rules allow, and are not settled by an evaluated miss
+   (:meth:`~simulator.studies.dominance.ServiceOrder.settles`), less those a cheaper swap beats
+   (below). Where the count vector holds a backend the bisected one is slower than, more of it
+   may make the fleet worse: every count is tried from the fewest up, until one meets.
 
 **Backends that serve no slower** (:mod:`simulator.studies.dominance`): where the router treats
 every replica alike and none is taken down, a backend whose replica batches the same way, holds at
@@ -37,11 +44,12 @@ least as much and runs no pass of a fixed grid slower than another's *serves no 
 search assumes that swapping a replica for one that serves no slower never makes a fleet miss
 (monotone feasibility, extended), so a miss settles every fleet *served no better* (each replica
 matched to its own replica of the miss, of a backend serving no slower: Hall's condition over the
-order's up-sets), and a fleet with a replica whose no-slower backend is cheaper and under its
-replica limit is *beaten* (swapping one gives a cheaper fleet that meets whenever it does): never
-simulated, and a backend alone is not tried at counts where as many of a cheaper one that serves
-no slower fit its limit. ``scenarios/plan-coding-agents.yaml``: a B300 serves no slower than a
-B200 (the same passes, more KV) and costs less, so a fleet with a B200 needs every B300 allowed.
+order's up-sets; replicas of a backend slower than one it holds alike), and a fleet with a replica
+whose no-slower backend is cheaper and under its replica limit is *beaten* (swapping one gives a
+cheaper fleet that meets whenever it does): never simulated, and a backend alone is not tried at
+counts where as many of a cheaper one that serves no slower fit its limit.
+``scenarios/plan-coding-agents.yaml``: a B300 serves no slower than a B200 (the same passes, more
+KV) and costs less, so a fleet with a B200 needs every B300 allowed.
 
 **Split fleets**: a backend with ``decode_on`` prefills and hands each prompt's KV to the named
 backend, which decodes (:mod:`simulator.engine.disaggregated`), in every candidate where both
@@ -70,9 +78,9 @@ early: a *meets* is never settled before the end (a running task may still end l
 target on other metrics.
 
 The assumption is checked on what the search simulated (:func:`non_monotone`): a fleet that misses
-though served no worse than one that meets (at least its replicas, or some swapped for ones that
-serve no slower) is named in a warning in the explanation and in ``plan.json``
-(``monotone_violations``), since a fleet settled below a miss might then meet.
+though it is one that meets with replicas added (or swapped up) that are slower than none it holds
+is named in a warning in the explanation and in ``plan.json`` (``monotone_violations``), since a
+fleet settled below a miss might then meet.
 
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
@@ -86,7 +94,7 @@ cut the API spend by more than its own price.
 search stops before a step that would simulate past the limit and answers with the cheapest fleet
 evaluated so far that meets, an upper bound on the full answer's cost, and the *floor*
 (:meth:`Planner.unsettled_floor`), the least fixed cost of a fleet it has not settled by the rules
-above (evaluated, served no better than an evaluated miss, failing the capacity bound, leaving a
+above (evaluated, settled by an evaluated miss, failing the capacity bound, leaving a
 class without a backend its rules allow, or beaten by a cheaper swap), a lower bound: the full
 answer costs between the two. A longer search
 only raises the floor and lowers the answer (the candidates come in the same order whatever the
@@ -160,7 +168,8 @@ SHORT_RANGE = 3
 
 #: How a stopped search settled the fleets under its floor, as its explanation words it.
 SETTLED_BY = (
-    "served no better than a simulated miss, under the capacity bound, leaving a class without a backend, "
+    "below a simulated miss with no replica more of a backend slower than one it holds, under the capacity "
+    "bound, leaving a class without a backend, "
     "or beaten by a cheaper fleet that serves no slower"
 )
 
@@ -351,6 +360,7 @@ class PlanResult:
     stopped: str = ""  # what stopped the search before its end (plan.max_candidates, the time limit); "" ran to it
     floor_usd_per_hour: float | None = None  # stopped: least fixed cost of a fleet not settled, at most the answer's
     no_slower: dict[str, list[str]] = field(default_factory=dict)  # backend -> those it serves no slower than
+    slower: dict[str, list[str]] = field(default_factory=dict)  # backend -> those it is slower than on every pass
 
     @property
     def frontier(self) -> list[Evaluation]:
@@ -381,6 +391,7 @@ class PlanResult:
             "stopped": self.stopped or None,
             "floor_usd_per_hour": _finite_or_none(self.floor_usd_per_hour),
             "serves_no_slower": self.no_slower,
+            "slower_than": self.slower,
         }
 
 
@@ -535,7 +546,7 @@ class Planner:
         self.limits = _replica_limits(scenario, self.metered)
         self.replica_kw = tuple(replica_kw(p, scenario.cost.pue) for p in plans)  # plan.budget_kw
         self.limits = power_limits(self.limits, self.replica_kw, scenario.plan.budget_kw)
-        self.order = ServiceOrder.of(plans, self._stands_in(plans))
+        self.order = ServiceOrder.of(plans, self._stands_in(plans), self._compared(plans))
         self.cheaper_swaps = [(a, b) for a, b in self.order.pairs
                               if self.usd_per_replica_hour[a] < self.usd_per_replica_hour[b]]  # fmt: skip
         self._memo: dict[tuple[Counts, str], Evaluation] = {}
@@ -554,6 +565,12 @@ class Planner:
         alike = self._plain_router() and self.scenario.failures is None and self.scenario.slo.tolerate_failures == 0
         split = {i for pair in self.splits for i in pair}
         return [alike and not self.metered[p.index] and p.index not in split for p in plans]
+
+    def _compared(self, plans: Sequence[BackendPlan]) -> list[bool]:
+        """Which backends are compared for speed (:func:`~simulator.studies.dominance.runs_slower`):
+        searched ones outside split pairs (an API backend's count is never searched)."""
+        split = {i for pair in self.splits for i in pair}
+        return [not self.metered[p.index] and p.index not in split for p in plans]
 
     def _beaten(self, counts: Counts) -> bool:
         """Whether swapping one replica for one of a backend that serves no slower and costs less,
@@ -761,19 +778,31 @@ class Planner:
         searched = self._searched()
         steps = self._single_candidates()
         if len(searched) > 1:
-            others, last = self._mixed_axes()
-            prefixes = math.prod(self.limits[i][1] + 1 for i in others) - 1  # all at 0: skipped
-            steps += 1 + prefixes * (self._bisection_steps(self.limits[last][1]) + self._widening_steps())
+            steps += self._mixed_bound(self._mixed_axes()[1])
         return steps
 
     def _mixed_axes(self) -> tuple[list[int], int]:
-        """The searched backends the mixed search enumerates, and the one it bisects: the one with
-        the most replicas allowed, then the cheapest replica, then listed last (the fewest count
-        vectors to enumerate, the finest cost steps bisected). Which one it is changes no answer:
-        every vector with two or more backends in use is a candidate either way."""
+        """The searched backends the mixed search enumerates, and the one it bisects: the one whose
+        search has the fewest candidates at most (:meth:`_mixed_bound`), then the one with the most
+        replicas allowed, the cheapest replica, listed last (the finest cost steps bisected). Which
+        one it is changes no answer: every vector with two or more backends in use is a candidate
+        either way."""
         searched = self._searched()
-        last = max(searched, key=lambda i: (self.limits[i][1], -self.usd_per_replica_hour[i], i))
+        last = min(searched, key=lambda i: (self._mixed_bound(i), -self.limits[i][1], self.usd_per_replica_hour[i], -i))
         return [i for i in searched if i != last], last
+
+    def _mixed_bound(self, last: int) -> int:
+        """The most candidates the mixed search asks for with ``last`` bisected: per prefix (a count
+        vector of the other searched backends, all at 0 skipped) its widening chain and either a
+        bisection of ``last`` or, where the prefix holds a backend ``last`` is slower than (more of
+        it may make the fleet worse), a scan of every count; plus the ceiling."""
+        others = [i for i in self._searched() if i != last]
+        faster = self.order.slower[last]
+        prefixes = math.prod(self.limits[i][1] + 1 for i in others)
+        without_faster = math.prod(self.limits[i][1] + 1 for i in others if i not in faster)
+        most = self.limits[last][1]
+        return (1 + (prefixes - without_faster) * (most + 1) + (without_faster - 1) * self._bisection_steps(most)
+                + (prefixes - 1) * self._widening_steps())  # fmt: skip
 
     def _single_candidates(self) -> int:
         """An upper bound on the candidates the single-architecture searches evaluate (and the API
@@ -808,14 +837,22 @@ class Planner:
     def _with_last(self, counts: dict[int, int], last: int, n: int) -> Counts:
         return self._vector(counts | {last: n})
 
-    def _fewest(self, make: Callable[[int], Counts], low: int, high: int, kind: str, top_first: bool = True) -> Search:
+    def _fewest(self, make: Callable[[int], Counts], low: int, high: int, kind: str, top_first: bool = True,
+                monotone: bool = True) -> Search:  # fmt: skip
         """Bisect the fewest ``n`` in ``[low, high]`` whose ``make(n)`` meets (monotone in ``n``);
         each step names the two candidates the next step may need as spare. ``top_first`` asks
         ``high`` first (a miss there settles the range in one run); else the bisection starts in
         the middle and ``high`` (the largest fleet, the dearest to simulate) is simulated only
         when every count below it misses. Either way at most ``1 + ceil(log2(high - low + 1))``
-        candidates, and the same answer."""
+        candidates, and the same answer. Not ``monotone`` (more of the backend may make the fleet
+        worse): every count from ``low`` up until one meets, less those settled without a run
+        (:meth:`_settled`)."""
         if high < low:
+            return None
+        if not monotone:
+            for n in range(low, high + 1):
+                if not self._settled(make(n), kind) and (found := (yield Ask(make(n), kind))).meets:
+                    return found
             return None
         if top_first:
             top = yield Ask(make(high), kind, (make((low + high) // 2),) if low < high else ())
@@ -830,6 +867,13 @@ class Planner:
                 low = mid + 1
         found = yield Ask(make(high), kind)
         return found if found.meets else None
+
+    def _settled(self, counts: Counts, kind: str) -> bool:
+        """Whether fleet ``counts`` misses without a run: under the capacity bound, beaten by a cheaper
+        swap, or settled by an evaluated miss (:meth:`~simulator.studies.dominance.ServiceOrder.settles`)."""
+        if not self.could_meet(counts) or self._beaten(counts):
+            return True
+        return any(self.order.settles(miss, counts) for miss in self._misses_settling(kind))
 
     def _fewest_passing(self, index: int, others: dict[int, int], low: int) -> int:
         """The fewest replicas ``n >= low`` of backend ``index`` with which the fleet (``others``
@@ -878,9 +922,9 @@ class Planner:
         return high
 
     def _known_miss(self, counts: dict[int, int], last: int) -> int:
-        """The most replicas of ``last`` beside ``counts`` with which the fleet is served no better
-        than an evaluated fleet that misses (-1: none): no more replicas of any backend, or some swapped
-        for a backend they serve no slower than (:class:`~simulator.studies.dominance.ServiceOrder`).
+        """The most replicas of ``last`` beside ``counts`` (and every fewer) with which an evaluated
+        miss settles the fleet (-1: none): the miss holds it with replicas added or swapped up, none
+        slower than a backend the fleet holds (:meth:`~simulator.studies.dominance.ServiceOrder.settles`).
         By monotone feasibility it misses too. Single-architecture runs count when the scenario's
         router is theirs."""
         return self.order.most_of(self._misses_settling("mixed"), self._vector(counts), last)
@@ -918,13 +962,15 @@ class Planner:
             probe = yield Ask(ceiling, "mixed")
             best = _cheaper(probe if probe.meets else None, best)
         others, last = self._mixed_axes()
+        most = self.limits[last][1]
         prefixes, costs = self._sorted_prefixes(others)
         for position, prefix in enumerate(prefixes):
             counts = dict(zip(others, prefix, strict=True))
             used = sum(1 for n in prefix if n)
             bound = min(best.usd_per_hour if best else math.inf, cap)
             cheaper = bisect.bisect_left(costs, bound) - position  # the prefixes left that can still win
-            self._mixed_left = max(cheaper, 0) * (self._bisection_steps(self.limits[last][1]) + self._widening_steps())
+            per_prefix = most + 1 if self.order.slower[last] & set(others) else self._bisection_steps(most)
+            self._mixed_left = max(cheaper, 0) * (per_prefix + self._widening_steps())
             if cheaper <= 0:
                 break
             if used == 0:
@@ -933,7 +979,8 @@ class Planner:
             if span is None:
                 continue  # a class's every allowed backend (router.rules) at 0, whatever the last's count
             make = functools.partial(self._with_last, counts, last)
-            found = yield from self._fewest(make, *span, "mixed")
+            monotone = last not in self.order.slow_in(make(1))
+            found = yield from self._fewest(make, *span, "mixed", monotone=monotone)
             best = _cheaper(found, best)
             top = self._memo.get((make(span[1]), "mixed")) if span[0] <= span[1] else None  # asked here
             if found is None and top is not None and not top.meets:
@@ -945,15 +992,20 @@ class Planner:
         """After a prefix's largest candidate misses, the largest miss on the chain from it up to
         the ceiling under ``bound`` (:meth:`_ceiling`), bisected: ``q(k) = miss + ceil(k (c - miss)
         / K)`` coordinate by coordinate (``K`` the largest gap), so ``q`` only rises from ``q(0) =
-        miss`` to ``q(K) = c``. By monotone feasibility every fleet below the largest miss found
-        misses too, and the prefix walk skips them as known misses (a fleet failing the capacity
+        miss`` to ``q(K) = c``. The largest miss found settles the fleets below it (those it holds
+        with replicas added that are slower than none they hold), and the prefix walk skips them as
+        known misses, as every miss on the way (a fleet failing the capacity
         bound counts as a miss without a run). Each probe is ``q(k)`` with its cheaper swaps made
         (:meth:`_unbeaten`: cheaper, and settling at least what ``q(k)`` would); it costs less than
         ``bound`` and serves every class (it lies above ``miss``, and swaps exist only without
-        routing rules); at most ``ceil(log2(K + 1))`` of them."""
+        routing rules); at most ``ceil(log2(K + 1))`` of them. The chain keeps the miss's replicas of
+        every backend slower than one the miss or the ceiling holds: a miss with more of those
+        would settle nothing below it."""
         ceiling = self._ceiling(bound)
         if ceiling is None or any(m > c for m, c in zip(miss, ceiling, strict=True)):
             return None
+        kept = set(self.order.slow_in(miss)) | set(self.order.slow_in(ceiling))
+        ceiling = tuple(m if i in kept else c for i, (m, c) in enumerate(zip(miss, ceiling, strict=True)))
         gap = max(c - m for m, c in zip(miss, ceiling, strict=True))
         low, high = 0, gap  # q(low) misses; q(k) for k > high meets
         while low < high:
@@ -970,8 +1022,8 @@ class Planner:
         whole backends, dearest replica first (skipping one whose drop would leave a class without
         a backend its ``router.rules`` allow), until the fleet's fixed cost is under ``bound``;
         None unless two or more backends are left in use and the fleet passes the capacity bound
-        (else no fleet below it does). If it misses, so does every fleet below it (monotone
-        feasibility), and the prefix walk then skips them all as known misses."""
+        (else no fleet below it does). If it misses, so does every fleet below it that it settles
+        (monotone feasibility), and the prefix walk then skips them as known misses."""
         counts = {i: self.limits[i][1] for i in self._searched()}
         for index in sorted(counts, key=lambda i: (-self.usd_per_replica_hour[i], -i)):
             if self.fixed_cost(self._vector(counts)) < bound:
@@ -1049,13 +1101,16 @@ class Planner:
         result.replica_shapes = dict(self.replica_shapes)
         for a, b in self.order.pairs:
             result.no_slower.setdefault(self.names[a], []).append(self.names[b])
+        for x, over in enumerate(self.order.slower):
+            if over:
+                result.slower[self.names[x]] = [self.names[y] for y in sorted(over)]
         total, simulated, pruned, _ = self.tally()
         result.search = {"candidates_at_most": total, "simulated": simulated, "pruned": pruned}
         return result
 
     def unsettled_floor(self, bound: float) -> float:
         """The least fixed cost under ``bound`` of a fleet the search has not settled, ``math.inf``
-        when it has settled all. Settled: evaluated, served no better than an evaluated miss
+        when it has settled all. Settled: evaluated, settled by an evaluated miss
         (monotone feasibility, the kinds :meth:`_known_miss` reads), failing the capacity bound,
         leaving a class without a backend its rules allow or beaten by a cheaper swap
         (:meth:`_last_range`), or costing ``bound`` or more. API spend is never negative and a
@@ -1157,16 +1212,16 @@ def _misses_text(evaluation: Evaluation) -> str:
 def non_monotone(evaluations: list[Evaluation], plain_router: bool, order: ServiceOrder
                  ) -> list[tuple[Evaluation, Evaluation]]:  # fmt: skip
     """Pairs ``(a, b)`` of evaluated fleets where ``a`` meets every target and ``b``, another fleet
-    served no worse (``order.covers(b, a)``: at least ``a``'s replicas of every backend, or some
-    swapped for a backend they serve no slower than), misses: evidence against the monotone
-    feasibility the search assumes (with it, every fleet served no worse than one that meets meets).
+    that ``a`` grows into (``order.settles(b, a)``: ``a``'s replicas, some swapped for a backend
+    they serve no slower than, and more, none of a backend slower than one ``a`` holds), misses:
+    evidence against the monotone feasibility the search assumes (with it, such a fleet meets).
     Fleets of both kinds are compared when ``plain_router`` (the search then reads runs of either
     kind for the other), else only fleets of one kind. Cheapest ``a`` first."""
     meets = sorted((e for e in evaluations if e.meets), key=lambda e: (e.usd_per_hour, e.counts))
     misses = [e for e in evaluations if not e.meets]
     return [
         (a, b) for a in meets for b in misses
-        if (plain_router or a.kind == b.kind) and b.counts != a.counts and order.covers(b.counts, a.counts)
+        if (plain_router or a.kind == b.kind) and b.counts != a.counts and order.settles(b.counts, a.counts)
     ]  # fmt: skip
 
 
@@ -1176,7 +1231,7 @@ def _violations_text(violations: list[tuple[Evaluation, Evaluation]]) -> str:
     more = f" (and {len(violations) - 1} more such pairs)" if len(violations) > 1 else ""
     return (
         f". Warning: {b.fleet} misses though {a.fleet}, served no better, meets{more}: more replicas (or faster "
-        "ones) made a fleet worse here (a router that pins work on slow replicas can), which the search assumes "
+        "ones), none slower on every pass than one it held, made a fleet worse here, which the search assumes "
         "never happens, so a fleet it settled without a run below a miss may meet; check the answer's neighbours "
         "with infersim run"
     )
@@ -1258,6 +1313,12 @@ def plan_text(result: PlanResult) -> str:
             "; ".join(f"{a} serves no slower than {' and '.join(bs)}" for a, bs in result.no_slower.items())
             + ": a miss also settles the fleets with such replicas swapped in, and a fleet is not simulated where a "
             "cheaper one serves no slower in its place"
+        )
+    if result.slower:
+        lines.append(
+            "; ".join(f"{x} is slower than {' and '.join(ys)}" for x, ys in result.slower.items())
+            + " on every pass: more of it may make a fleet holding one of those miss (the router balances load, "
+            "not speed), so a miss with more of it settles no such fleet below it"
         )
     lines += [
         "",

@@ -94,6 +94,23 @@ def _kin_gpus() -> Scenario:
     )  # fmt: skip
 
 
+def _slow_beside_fast() -> Scenario:
+    """Agents on H100s, B200s and A100s (8B on one chip each): an A100 runs every pass slower than
+    either, an H100 slower than a B200. The router balances load, not speed, and a task sticks to
+    its replica, so a slower replica can make a fleet miss: 2 x h100 + 1 x b200 meets, and with an
+    A100 more it misses. A search that settled it below that miss would answer a dearer fleet."""
+    gpus = [("h100", H100_8B), ("b200", {"hardware": "nvidia-b200", "model": "llama-3.1-8b", "chips": 1}),
+            ("a100", A100_8B)]  # fmt: skip
+    return scenario(
+        backends=[{"name": name, "deployment": deployment, "scheduler": CAPPED} for name, deployment in gpus],
+        router={"policy": "least-outstanding-tokens"},
+        load={"kind": "agents", "workload": SMALL_AGENT, "agents": 24}, requests=None,
+        slo={"targets": [{"metric": "task_time_s", "stat": "p95", "max": "11 s"}]},
+        plan={"max_replicas": {"h100": 2, "b200": 2, "a100": 3}, "replications": 1},
+        run={"seed": 5, "duration": "60 s", "warmup": "0 s", "drain": True},
+    )  # fmt: skip
+
+
 def _routed_classes() -> Scenario:
     """Three backends, two classes with routing rules (the wafer for speed), one cost basis."""
     classes = [
@@ -167,7 +184,8 @@ def exhaustive(planner: Planner) -> tuple[Evaluation | None, list[Evaluation]]:
     return best, singles + mixed
 
 
-@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _kin_gpus, _routed_classes, _split_pools])
+@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _kin_gpus, _slow_beside_fast, _routed_classes,
+                                  _split_pools])  # fmt: skip
 def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(make: Any) -> None:
     s = make()
     everything = Planner(s, CATALOG, runs=Runs(Executor(), summary_run, (CATALOG, Limits(), False), None))
@@ -191,19 +209,22 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
     assert tallies
     for total, simulated, cut, left in [*tallies, pruned.tally()]:
         assert 0 <= simulated <= total and cut >= 0 and left >= 0 and simulated + cut + left == total
-    # the search's assumption, checked on every candidate: one more replica of a backend never turns
-    # a fleet that meets into one that misses (same kind of run)
-    # a fleet that meets, or one replica swapped for a backend that serves no slower
+    # the search's assumption, checked on every candidate: one more replica of a backend slower than
+    # nothing the fleet holds never turns a fleet that meets into one that misses (same kind of run),
+    # nor does one replica swapped for a backend that serves no slower; a slower one may, and does here
     met = {(e.counts, e.kind): e.meets for e in evaluated}
+    hurt = []
     for (counts, kind), meets in met.items():
         for i in range(len(counts)):
             more = ((*counts[:i], counts[i] + 1, *counts[i + 1 :]), kind)
-            if meets and more in met:
-                assert met[more], f"{counts} meets but {more[0]} misses"
+            if meets and more in met and not met[more]:
+                assert i in pruned.order.slow_in(counts), f"{counts} meets but {more[0]} misses"
+                hurt.append((counts, more[0]))
         for a, b in pruned.order.pairs:
             other = (swapped(counts, a, b), kind)
             if meets and counts[b] and other in met:
                 assert met[other], f"{counts} meets but {other[0]} misses"
+    assert bool(hurt) == (make is _slow_beside_fast), hurt  # the case that shows it, and only it
     # the capacity bound is a true bound: no candidate it rejects meets
     assert all(not e.meets for e in evaluated if not pruned.could_meet(e.counts))
     # the frontier of every candidate: each dearer fleet on it is strictly closer to its targets
@@ -220,7 +241,7 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
 
 
 @pytest.mark.parametrize(
-    "make", [_two_gpus_open, _agents_task_time, _kin_gpus, _routed_classes, _split_pools, _with_api]
+    "make", [_two_gpus_open, _agents_task_time, _kin_gpus, _slow_beside_fast, _routed_classes, _split_pools, _with_api]
 )
 def test_a_search_stopped_early_answers_with_a_sound_floor_and_closes_its_gap_at_the_full_length(
     make: Any, tmp_path: Path
