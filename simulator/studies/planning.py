@@ -36,7 +36,10 @@ one MI300X more), so a miss with more replicas of a slower backend settles nothi
    backend its rules allow, and are not settled by an evaluated miss
    (:meth:`~simulator.studies.dominance.ServiceOrder.settles`), less those a cheaper swap beats
    (below). Where the count vector holds a backend the bisected one is slower than, more of it
-   may make the fleet worse: every count is tried from the fewest up, until one meets.
+   may make the fleet worse: every count is tried from the fewest up, until one meets. The count
+   vectors whose fleets hold no backend slower than another they hold come first (cheapest
+   first), then the rest (cheapest first): where slower replicas make fleets worse, the first
+   group finds the cheap fleets that meet, and their cost then cuts the second group short.
 
 **Backends that serve no slower** (:mod:`simulator.studies.dominance`): where the router treats
 every replica alike and none is taken down, a backend whose replica batches the same way, holds at
@@ -84,8 +87,9 @@ fleet settled below a miss might then meet.
 
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
-assumptions hold (``tests/engine/test_plan_search.py`` compares them on five cases, one with a
-split pair and one where a backend serves no slower than another, and on
+assumptions hold (``tests/engine/test_plan_search.py`` compares them on six cases, one with a
+split pair, one where a backend serves no slower than another and one where a slower replica
+makes a fleet that meets miss, and on
 ``scenarios/plan-split-fleet.yaml``, where a split fleet wins). With API backends the bisection's
 *fewest* replicas is taken as a prefix's cheapest, which holds while one more replica does not
 cut the API spend by more than its own price.
@@ -963,59 +967,87 @@ class Planner:
             best = _cheaper(probe if probe.meets else None, best)
         others, last = self._mixed_axes()
         most = self.limits[last][1]
-        prefixes, costs = self._sorted_prefixes(others)
-        for position, prefix in enumerate(prefixes):
-            counts = dict(zip(others, prefix, strict=True))
-            used = sum(1 for n in prefix if n)
-            bound = min(best.usd_per_hour if best else math.inf, cap)
-            cheaper = bisect.bisect_left(costs, bound) - position  # the prefixes left that can still win
-            per_prefix = most + 1 if self.order.slower[last] & set(others) else self._bisection_steps(most)
-            self._mixed_left = max(cheaper, 0) * (per_prefix + self._widening_steps())
-            if cheaper <= 0:
-                break
-            if used == 0:
-                continue  # the last backend alone: a single-architecture fleet
-            span = self._last_range(counts, last, used, bound)
-            if span is None:
-                continue  # a class's every allowed backend (router.rules) at 0, whatever the last's count
-            make = functools.partial(self._with_last, counts, last)
-            monotone = last not in self.order.slow_in(make(1))
-            found = yield from self._fewest(make, *span, "mixed", monotone=monotone)
-            best = _cheaper(found, best)
-            top = self._memo.get((make(span[1]), "mixed")) if span[0] <= span[1] else None  # asked here
-            if found is None and top is not None and not top.meets:
-                yield from self._widen_miss(top.counts, bound)
+        scan = most + 1 if self.order.slower[last] & set(others) else self._bisection_steps(most)
+        per_prefix = scan + self._widening_steps()
+        groups = self._prefix_groups(others, last)
+        for group, (prefixes, costs) in enumerate(groups):
+            for position, prefix in enumerate(prefixes):
+                counts = dict(zip(others, prefix, strict=True))
+                used = sum(1 for n in prefix if n)
+                bound = min(best.usd_per_hour if best else math.inf, cap)
+                cheaper = bisect.bisect_left(costs, bound) - position  # the prefixes left that can still win
+                later = sum(bisect.bisect_left(c, bound) for _, c in groups[group + 1 :])
+                self._mixed_left = (max(cheaper, 0) + later) * per_prefix
+                if cheaper <= 0:
+                    break
+                if used == 0:
+                    continue  # the last backend alone: a single-architecture fleet
+                span = self._last_range(counts, last, used, bound)
+                if span is None:
+                    continue  # a class's every allowed backend (router.rules) at 0, whatever the last's count
+                make = functools.partial(self._with_last, counts, last)
+                monotone = last not in self.order.slow_in(make(1))
+                found = yield from self._fewest(make, *span, "mixed", monotone=monotone)
+                best = _cheaper(found, best)
+                top = self._memo.get((make(span[1]), "mixed")) if span[0] <= span[1] else None  # asked here
+                if found is None and top is not None and not top.meets:
+                    best = _cheaper((yield from self._widen_miss(top.counts, bound)), best)
         self._mixed_left = 0
         return best
 
+    def _prefix_groups(self, others: list[int], last: int) -> list[tuple[list[Counts], list[float]]]:
+        """The prefixes (:meth:`_sorted_prefixes`) in two groups, each cheapest first: those whose fleet
+        holds no backend slower than another it holds, then the rest. Where a slower replica makes a
+        fleet worse, the first group finds the cheaper fleets that meet, and its cost bound then cuts
+        the second's searches short; every prefix cheaper than the bound is searched either way."""
+        prefixes, costs = self._sorted_prefixes(others)
+        groups: list[tuple[list[Counts], list[float]]] = [([], []), ([], [])]
+        for prefix, cost in zip(prefixes, costs, strict=True):
+            fleet = self._with_last(dict(zip(others, prefix, strict=True)), last, 1)
+            mixes = any(fleet[x] for x in self.order.slow_in(fleet))
+            groups[mixes][0].append(prefix)
+            groups[mixes][1].append(cost)
+        return groups
+
     def _widen_miss(self, miss: Counts, bound: float) -> Search:
-        """After a prefix's largest candidate misses, the largest miss on the chain from it up to
-        the ceiling under ``bound`` (:meth:`_ceiling`), bisected: ``q(k) = miss + ceil(k (c - miss)
-        / K)`` coordinate by coordinate (``K`` the largest gap), so ``q`` only rises from ``q(0) =
-        miss`` to ``q(K) = c``. The largest miss found settles the fleets below it (those it holds
-        with replicas added that are slower than none they hold), and the prefix walk skips them as
-        known misses, as every miss on the way (a fleet failing the capacity
-        bound counts as a miss without a run). Each probe is ``q(k)`` with its cheaper swaps made
-        (:meth:`_unbeaten`: cheaper, and settling at least what ``q(k)`` would); it costs less than
-        ``bound`` and serves every class (it lies above ``miss``, and swaps exist only without
-        routing rules); at most ``ceil(log2(K + 1))`` of them. The chain keeps the miss's replicas of
-        every backend slower than one the miss or the ceiling holds: a miss with more of those
-        would settle nothing below it."""
-        ceiling = self._ceiling(bound)
-        if ceiling is None or any(m > c for m, c in zip(miss, ceiling, strict=True)):
-            return None
-        kept = set(self.order.slow_in(miss)) | set(self.order.slow_in(ceiling))
-        ceiling = tuple(m if i in kept else c for i, (m, c) in enumerate(zip(miss, ceiling, strict=True)))
-        gap = max(c - m for m, c in zip(miss, ceiling, strict=True))
-        low, high = 0, gap  # q(low) misses; q(k) for k > high meets
-        while low < high:
+        """After a prefix's largest candidate misses, the largest miss on the chain from it towards
+        ``c``, bisected: ``q(k) = miss + ceil(k (c - miss) / K)`` coordinate by coordinate (``K`` the
+        largest gap), so ``q`` only rises from ``q(0) = miss``, cut where its fixed cost reaches
+        ``bound``. ``c`` holds every searched backend at its most replicas where one replica more
+        keeps the miss under ``bound`` and makes none of the miss's backends slower than one it
+        holds, and the miss's replicas of the others, among them every backend slower than one the
+        miss holds (a miss with more of those would settle nothing below it).
+        The largest miss found settles the fleets below it (those it holds with replicas added
+        that are slower than none they hold), and the prefix walk skips them as known misses, as
+        every miss on the way (a fleet failing the capacity bound counts as a miss without a run).
+        Each probe is ``q(k)`` with its cheaper swaps made (:meth:`_unbeaten`: cheaper, and settling
+        at least what ``q(k)`` would); it costs less than ``bound`` and serves every class (it lies
+        above ``miss``, and swaps exist only without routing rules); at most ``ceil(log2(K + 1))``
+        of them. Returns the cheapest probe that met (a fleet found meeting, cheaper than ``bound``)."""
+        kept = set(self.order.slow_in(miss))
+        held_slow = {x for x in kept if miss[x]}
+        grown = {
+            i for i in self._searched()
+            if i not in kept and self.fixed_cost(_plus_one(miss, i)) < bound
+            and {x for x in self.order.slow_in(_plus_one(miss, i)) if miss[x]} == held_slow
+        }  # fmt: skip
+        top = tuple(self.limits[i][1] if i in grown else m for i, m in enumerate(miss))
+        gap = max(c - m for m, c in zip(miss, top, strict=True))
+
+        def q(k: int) -> Counts:
+            return tuple(m - (-k * (c - m) // gap) for m, c in zip(miss, top, strict=True))
+
+        low, high = 0, next((k - 1 for k in range(1, gap + 1) if self.fixed_cost(q(k)) >= bound), gap)
+        found: Evaluation | None = None
+        while low < high:  # q(low) misses; q(k) for k > high meets or costs the bound
             k = (low + high + 1) // 2
-            point = self._unbeaten(tuple(m - (-k * (c - m) // gap) for m, c in zip(miss, ceiling, strict=True)))
-            if self.could_meet(point) and (yield Ask(point, "mixed")).meets:
-                high = k - 1
+            point = self._unbeaten(q(k))
+            probe = (yield Ask(point, "mixed")) if self.could_meet(point) else None
+            if probe is not None and probe.meets:
+                found, high = _cheaper(probe, found), k - 1
             else:
                 low = k
-        return None
+        return found
 
     def _ceiling(self, bound: float) -> Counts | None:
         """The probe of the mixed search: every searched backend at its most replicas, dropping
@@ -1235,6 +1267,11 @@ def _violations_text(violations: list[tuple[Evaluation, Evaluation]]) -> str:
         "never happens, so a fleet it settled without a run below a miss may meet; check the answer's neighbours "
         "with infersim run"
     )
+
+
+def _plus_one(counts: Counts, index: int) -> Counts:
+    """Fleet ``counts`` with one replica more of backend ``index``."""
+    return tuple(n + (i == index) for i, n in enumerate(counts))
 
 
 def _cheapest_meeting(evaluations: list[Evaluation]) -> Evaluation | None:
