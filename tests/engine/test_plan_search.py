@@ -65,33 +65,31 @@ def _two_gpus_open() -> Scenario:
     )  # fmt: skip
 
 
-def _agents_task_time(bound: str = "14 s", workload: dict[str, Any] = SMALL_AGENT) -> Scenario:
-    """Closed-loop agents with a p95 task-time target: the capacity bound applies."""
+def _agents_on(gpus: dict[str, dict[str, Any]], most: dict[str, int], bound: str = "14 s",
+               workload: dict[str, Any] = SMALL_AGENT) -> Scenario:  # fmt: skip
+    """24 closed-loop agents on ``gpus`` (name -> deployment; capped batches, at most ``most``
+    replicas each) with a p95 task-time target of ``bound``: the capacity bound applies."""
     return scenario(
-        backends=[{"name": "h100", "deployment": H100_8B, "scheduler": CAPPED},
-                  {"name": "a100", "deployment": A100_8B, "scheduler": CAPPED}],
+        backends=[{"name": name, "deployment": deployment, "scheduler": CAPPED} for name, deployment in gpus.items()],
         router={"policy": "least-outstanding-tokens"},
         load={"kind": "agents", "workload": workload, "agents": 24}, requests=None,
         slo={"targets": [{"metric": "task_time_s", "stat": "p95", "max": bound}]},
-        plan={"max_replicas": {"h100": 4, "a100": 4}, "replications": 1},
+        plan={"max_replicas": most, "replications": 1},
         run={"seed": 5, "duration": "60 s", "warmup": "0 s", "drain": True},
     )  # fmt: skip
+
+
+def _agents_task_time(bound: str = "14 s", workload: dict[str, Any] = SMALL_AGENT) -> Scenario:
+    """Closed-loop agents on H100s or A100s with a p95 task-time target."""
+    return _agents_on({"h100": H100_8B, "a100": A100_8B}, {"h100": 4, "a100": 4}, bound, workload)
 
 
 def _kin_gpus() -> Scenario:
     """Agents on B200s, B300s and H100s: a B300 serves no slower than a B200 (the same passes, more
     KV) and costs less, and both serve no slower than an H100 (8B on one chip each). One B300 is
     allowed, so the answer needs a B200 beside it; the order settles fleets and skips beaten ones."""
-    kin = [{"name": name, "deployment": {"hardware": f"nvidia-{name}", "model": "llama-3.1-8b", "chips": 1},
-            "scheduler": CAPPED} for name in ("b200", "b300")]  # fmt: skip
-    return scenario(
-        backends=[*kin, {"name": "h100", "deployment": H100_8B, "scheduler": CAPPED}],
-        router={"policy": "least-outstanding-tokens"},
-        load={"kind": "agents", "workload": SMALL_AGENT, "agents": 24}, requests=None,
-        slo={"targets": [{"metric": "task_time_s", "stat": "p95", "max": "14 s"}]},
-        plan={"max_replicas": {"b200": 2, "b300": 1, "h100": 1}, "replications": 1},
-        run={"seed": 5, "duration": "60 s", "warmup": "0 s", "drain": True},
-    )  # fmt: skip
+    kin = {name: {"hardware": f"nvidia-{name}", "model": "llama-3.1-8b", "chips": 1} for name in ("b200", "b300")}
+    return _agents_on(kin | {"h100": H100_8B}, {"b200": 2, "b300": 1, "h100": 1})
 
 
 def _slow_beside_fast() -> Scenario:
@@ -99,16 +97,8 @@ def _slow_beside_fast() -> Scenario:
     either, an H100 slower than a B200. The router balances load, not speed, and a task sticks to
     its replica, so a slower replica can make a fleet miss: 2 x h100 + 1 x b200 meets, and with an
     A100 more it misses. A search that settled it below that miss would answer a dearer fleet."""
-    gpus = [("h100", H100_8B), ("b200", {"hardware": "nvidia-b200", "model": "llama-3.1-8b", "chips": 1}),
-            ("a100", A100_8B)]  # fmt: skip
-    return scenario(
-        backends=[{"name": name, "deployment": deployment, "scheduler": CAPPED} for name, deployment in gpus],
-        router={"policy": "least-outstanding-tokens"},
-        load={"kind": "agents", "workload": SMALL_AGENT, "agents": 24}, requests=None,
-        slo={"targets": [{"metric": "task_time_s", "stat": "p95", "max": "11 s"}]},
-        plan={"max_replicas": {"h100": 2, "b200": 2, "a100": 3}, "replications": 1},
-        run={"seed": 5, "duration": "60 s", "warmup": "0 s", "drain": True},
-    )  # fmt: skip
+    b200 = {"hardware": "nvidia-b200", "model": "llama-3.1-8b", "chips": 1}
+    return _agents_on({"h100": H100_8B, "b200": b200, "a100": A100_8B}, {"h100": 2, "b200": 2, "a100": 3}, "11 s")
 
 
 def _routed_classes() -> Scenario:
