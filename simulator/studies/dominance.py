@@ -242,8 +242,8 @@ class ServiceOrder:
 
     def most_of(self, misses: Sequence[Counts], counts: Counts, index: int) -> int:
         """The most replicas ``n`` of backend ``index`` beside ``counts`` (its own count there ignored)
-        such that one of ``misses`` settles the fleet with each of ``0 .. n``; -1 when none settles
-        it with 0. Where ``index`` is slower than a backend the fleet holds, more of it may make the
+        such that one of ``misses`` settles the fleet with ``n``, and with each fewer; -1 when none
+        settles it with 0. Where ``index`` is slower than a backend the fleet holds, more of it may make the
         fleet worse, so at most 0 (a miss settles one count, not those below)."""
         if not misses:
             return -1
