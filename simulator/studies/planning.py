@@ -564,11 +564,10 @@ class Planner:
         self._pruned = 0
 
     def _stands_in(self, plans: Sequence[BackendPlan]) -> list[bool]:
-        """Which backends the :class:`~simulator.studies.dominance.ServiceOrder` may compare: searched ones
-        outside split pairs, where the router treats every replica alike and none is taken down."""
+        """Which backends the :class:`~simulator.studies.dominance.ServiceOrder` may compare: those
+        :meth:`_compared`, where the router treats every replica alike and none is taken down."""
         alike = self._plain_router() and self.scenario.failures is None and self.scenario.slo.tolerate_failures == 0
-        split = {i for pair in self.splits for i in pair}
-        return [alike and not self.metered[p.index] and p.index not in split for p in plans]
+        return [alike and compared for compared in self._compared(plans)]
 
     def _compared(self, plans: Sequence[BackendPlan]) -> list[bool]:
         """Which backends are compared for speed (:func:`~simulator.studies.dominance.runs_slower`):
