@@ -436,10 +436,15 @@ def _padded_rows(tokens: int, probability: float, tile: int) -> float:
         return 0.0
     if tile == 1:
         return tokens * probability
-    from scipy import stats  # a dense model's run never needs scipy
+    from scipy import special  # a dense model's run never needs scipy
 
     cuts = np.arange(0, tokens // tile + 1) * tile
-    return float(tile * stats.binom.sf(cuts, tokens, probability).sum())
+    # P(X > j) = I_p(j + 1, T - j), the regularised incomplete beta function (what scipy.stats.binom.sf
+    # evaluates, bit for bit, without its argument checks); 0 at j = T
+    above = np.zeros(cuts.size)
+    inside = cuts < tokens
+    above[inside] = special.betainc(cuts[inside] + 1.0, (tokens - cuts[inside]).astype(np.float64), probability)
+    return float(tile * above.sum())
 
 
 @dataclass(frozen=True)

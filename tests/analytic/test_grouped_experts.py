@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -24,6 +25,21 @@ def test_padding_adds_at_most_a_tile_per_hit_expert_and_never_removes_rows(token
     assert rows - 1e-6 <= padded <= rows + tile * hit + 1e-6
     if tile == 1:
         assert padded == pytest.approx(rows)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "experts", "k", "tile"),
+    [(1, 128, 4, 16), (64, 128, 4, 16), (1000, 32, 4, 64), (4096, 256, 8, 128), (300, 8, 2, 32)],
+)
+def test_padded_rows_are_the_expectation_of_the_rows_rounded_up_to_a_tile(
+    tokens: int, experts: int, k: int, tile: int
+) -> None:
+    """``tile E[ceil(X / tile)]`` for ``X ~ Binomial(T, k/E)``, summed over the binomial's mass directly."""
+    from scipy import stats
+
+    rows = np.arange(tokens + 1)
+    expected = tile * float((np.ceil(rows / tile) * stats.binom.pmf(rows, tokens, k / experts)).sum())
+    assert padded_rows_per_expert(tokens, experts, k, tile) == pytest.approx(expected, rel=1e-9)
 
 
 def test_one_token_fills_a_tile_for_each_of_its_experts() -> None:
