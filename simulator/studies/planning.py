@@ -17,7 +17,6 @@ replica may make a fleet miss: the replica policies balance load, not speed, and
 its replica (measured: 4 x h100 + 8 x b300 + 1 x b200 meets the 10-minute question, and misses with
 one MI300X more), so a miss with more replicas of a slower backend settles nothing below it:
 
-
 1. **Single-architecture fleets**: the API backends alone (when there are any), then each
    searched backend alone (every class on it, the scenario's routing rules dropped), in order
    of its cheapest possible fleet (the fewest replicas passing the capacity bound x its price):

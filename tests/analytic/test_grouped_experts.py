@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from pydantic import ValidationError
+from scipy import stats
 
 from simulator.analytic.moe import distinct_experts
 from simulator.analytic.step_time import MatmulRates, grouped_experts_s, padded_rows_per_expert
@@ -35,8 +36,6 @@ def test_padded_rows_are_the_expectation_of_the_rows_rounded_up_to_a_tile(
     tokens: int, experts: int, k: int, tile: int
 ) -> None:
     """``tile E[ceil(X / tile)]`` for ``X ~ Binomial(T, k/E)``, summed over the binomial's mass directly."""
-    from scipy import stats
-
     rows = np.arange(tokens + 1)
     expected = tile * float((np.ceil(rows / tile) * stats.binom.pmf(rows, tokens, k / experts)).sum())
     assert padded_rows_per_expert(tokens, experts, k, tile) == pytest.approx(expected, rel=1e-9)
