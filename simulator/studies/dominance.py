@@ -240,6 +240,40 @@ class ServiceOrder:
             return False
         return self.covers(_without(miss, slow), _without(counts, slow))
 
+    def slow_mask(self, fleets: np.ndarray) -> np.ndarray:
+        """:meth:`slow_in` of each row of ``fleets`` (one fleet a row) as a boolean matrix of the
+        same shape: entry ``(f, x)`` whether backend ``x`` is slower than one fleet ``f`` holds."""
+        held = fleets > 0
+        mask = np.zeros(fleets.shape, dtype=bool)
+        for x, over in enumerate(self.slower):
+            if over:
+                mask[:, x] = held[:, sorted(over)].any(axis=1)
+        return mask
+
+    def settles_each(self, miss: Counts, fleets: np.ndarray, slow: np.ndarray) -> np.ndarray:
+        """:meth:`settles` of a miss at ``miss`` for each row of ``fleets`` at once (``slow``: their
+        :meth:`slow_mask`): the same replicas of the row's slow backends, and the rest covered."""
+        given = np.asarray(miss)
+        same: np.ndarray = np.all(~slow | (fleets == given), axis=1)
+        kept = ~slow
+        covered: np.ndarray = np.all((fleets * kept) @ self.upsets.T <= (given * kept) @ self.upsets.T, axis=1)
+        settled: np.ndarray = same & covered
+        return settled
+
+    def settled_by_each(self, counts: Counts, fleets: np.ndarray) -> np.ndarray:
+        """Whether a miss at each row of ``fleets`` would settle fleet ``counts`` (:meth:`settles`)."""
+        slow = self.slow_in(counts)
+        kept = np.ones(len(counts), dtype=bool)
+        kept[slow] = False
+        same: np.ndarray = np.ones(len(fleets), dtype=bool)
+        if slow:
+            same = np.all(fleets[:, slow] == np.asarray(counts)[slow], axis=1)
+        covering: np.ndarray = np.all(
+            self.upsets @ (np.asarray(counts) * kept) <= (fleets * kept) @ self.upsets.T, axis=1
+        )
+        settling: np.ndarray = same & covering
+        return settling
+
     def most_of(self, misses: Sequence[Counts], counts: Counts, index: int) -> int:
         """The most replicas ``n`` of backend ``index`` beside ``counts`` (its own count there ignored)
         such that one of ``misses`` settles the fleet with ``n``, and with each fewer; -1 when none

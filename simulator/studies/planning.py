@@ -29,16 +29,20 @@ one MI300X more), so a miss with more replicas of a slower backend settles nothi
    (every backend at its most, whole backends dropped dearest first until under it): if it
    misses, it settles the mixed fleets below it (those it holds only replicas more of that are
    slower than none they hold). Then for each count vector of all searched backends but one
-   (:meth:`Planner._mixed_axes`: the one whose search asks for the fewest candidates at most),
-   cheapest first while cheaper than the best so far, bisect that backend's fewest replicas
-   among those that keep the fleet cheaper, pass the capacity bound, leave no class without a
-   backend its rules allow, and are not settled by an evaluated miss
-   (:meth:`~simulator.studies.dominance.ServiceOrder.settles`), less those a cheaper swap beats
-   (below). Where the count vector holds a backend the bisected one is slower than, more of it
-   may make the fleet worse: every count is tried from the fewest up, until one meets. The count
-   vectors whose fleets hold no backend slower than another they hold come first (cheapest
-   first), then the rest (cheapest first): where slower replicas make fleets worse, the first
-   group finds the cheap fleets that meet, and their cost then cuts the second group short.
+   (:meth:`Planner._mixed_axes`: the one a walk of every vector would bisect most often) whose
+   fleet holds no backend slower than another it holds, cheapest first while cheaper than the
+   best so far, bisect that backend's fewest replicas among those that keep the fleet cheaper,
+   pass the capacity bound, leave no class without a backend its rules allow, and are not
+   settled by an evaluated miss (:meth:`~simulator.studies.dominance.ServiceOrder.settles`),
+   less those a cheaper swap beats (below). The rest, fleets where a slower replica may make
+   the fleet worse, cannot be bisected: their cost bound is the first group's answer, and they
+   are searched *maximal first* (:meth:`Planner._slow_mixes`): of the open fleets (cheaper than
+   the best so far, passing those tests, not evaluated, not settled), take the cheapest, climb
+   to the dearest open fleet whose miss would settle it until none would, and simulate that
+   one. A miss settles every open fleet below it, a fleet that meets lowers the bound, until
+   none is open. Every open fleet lies below a maximal one, so where they all miss that is one
+   run per maximal fleet (the 10-minute question: 74 candidates where a walk from the cheapest
+   up took 103, the same answer).
 
 **Backends that serve no slower** (:mod:`simulator.studies.dominance`): where the router treats
 every replica alike and none is taken down, a backend whose replica batches the same way, holds at
@@ -143,6 +147,8 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from simulator.config.distributions import Constant
 from simulator.config.fleet import BackendSpec
 from simulator.config.loading import Catalog
@@ -168,6 +174,10 @@ Counts = tuple[int, ...]
 #: (one run settles a backend that cannot meet); over more it starts in the middle, so the
 #: largest fleet, the dearest run, is simulated only when every smaller one misses.
 SHORT_RANGE = 3
+
+#: The search's bound counts the prefixes searched maximal first one by one up to this many
+#: (``Planner._slow_prefixes``); beyond, it counts every prefix.
+COUNTED_PREFIXES = 1 << 20
 
 #: How a stopped search settled the fleets under its floor, as its explanation words it.
 SETTLED_BY = (
@@ -553,6 +563,7 @@ class Planner:
         self.cheaper_swaps = [(a, b) for a, b in self.order.pairs
                               if self.usd_per_replica_hour[a] < self.usd_per_replica_hour[b]]  # fmt: skip
         self._memo: dict[tuple[Counts, str], Evaluation] = {}
+        self._slow_prefix_counts: dict[int, int] = {}
         self._keys: dict[tuple[Counts, str], list[tuple[str, str]]] = {}
         self.most_runs = self._most_candidates() * scenario.plan.replications  # counted, none built
         check_runs(self.most_runs, run_limits, f"{scenario.name}: plan",
@@ -790,14 +801,14 @@ class Planner:
         one it is changes no answer: every vector with two or more backends in use is a candidate
         either way."""
         searched = self._searched()
-        last = min(searched, key=lambda i: (self._mixed_bound(i), -self.limits[i][1], self.usd_per_replica_hour[i], -i))
+        last = min(searched, key=lambda i: (self._walk_bound(i), -self.limits[i][1], self.usd_per_replica_hour[i], -i))
         return [i for i in searched if i != last], last
 
-    def _mixed_bound(self, last: int) -> int:
-        """The most candidates the mixed search asks for with ``last`` bisected: per prefix (a count
-        vector of the other searched backends, all at 0 skipped) its widening chain and either a
-        bisection of ``last`` or, where the prefix holds a backend ``last`` is slower than (more of
-        it may make the fleet worse), a scan of every count; plus the ceiling."""
+    def _walk_bound(self, last: int) -> int:
+        """The most candidates a walk of every prefix would ask for with ``last`` bisected: per
+        prefix its widening chain and either a bisection of ``last`` or, where the prefix holds a
+        backend ``last`` is slower than, a count of every count; plus the ceiling. The fewest puts
+        the fewest fleets beside a faster backend on the bisected axis."""
         others = [i for i in self._searched() if i != last]
         faster = self.order.slower[last]
         prefixes = math.prod(self.limits[i][1] + 1 for i in others)
@@ -805,6 +816,38 @@ class Planner:
         most = self.limits[last][1]
         return (1 + (prefixes - without_faster) * (most + 1) + (without_faster - 1) * self._bisection_steps(most)
                 + (prefixes - 1) * self._widening_steps())  # fmt: skip
+
+    def _mixed_bound(self, last: int) -> int:
+        """The most candidates the mixed search asks for with ``last`` bisected: the ceiling; per
+        prefix (a count vector of the other searched backends, all at 0 skipped) walked, a
+        bisection of ``last`` and its widening chain; per prefix searched maximal first (its fleet
+        holds a backend slower than another it holds), every count of ``last``."""
+        prefixes = math.prod(self.limits[i][1] + 1 for i in self._searched() if i != last)
+        slow = self._slow_prefixes(last)
+        return (
+            1
+            + slow * (self.limits[last][1] + 1)
+            + (prefixes - slow - 1) * (self._bisection_steps(self.limits[last][1]) + self._widening_steps())
+        )
+
+    def _slow_prefixes(self, last: int) -> int:
+        """How many prefixes (:meth:`_prefix_groups`) are searched maximal first with ``last``
+        bisected: counted over every prefix (numpy) up to :data:`COUNTED_PREFIXES` of them, else
+        all but the empty one (a bound)."""
+        if last not in self._slow_prefix_counts:
+            others = [i for i in self._searched() if i != last]
+            shape = [self.limits[i][1] + 1 for i in others]
+            if not any(self.order.slower) or not others:
+                count = 0
+            elif math.prod(shape) > COUNTED_PREFIXES:
+                count = math.prod(shape) - 1
+            else:
+                fleets = np.tile(np.asarray(self._vector({}), dtype=np.int64), (math.prod(shape), 1))
+                fleets[:, others] = np.indices(shape).reshape(len(others), -1).T
+                fleets[:, last] = 1
+                count = int(np.any(self.order.slow_mask(fleets) & (fleets > 0), axis=1).sum())
+            self._slow_prefix_counts[last] = count
+        return self._slow_prefix_counts[last]
 
     def _single_candidates(self) -> int:
         """An upper bound on the candidates the single-architecture searches evaluate (and the API
@@ -839,22 +882,14 @@ class Planner:
     def _with_last(self, counts: dict[int, int], last: int, n: int) -> Counts:
         return self._vector(counts | {last: n})
 
-    def _fewest(self, make: Callable[[int], Counts], low: int, high: int, kind: str, top_first: bool = True,
-                monotone: bool = True) -> Search:  # fmt: skip
+    def _fewest(self, make: Callable[[int], Counts], low: int, high: int, kind: str, top_first: bool = True) -> Search:
         """Bisect the fewest ``n`` in ``[low, high]`` whose ``make(n)`` meets (monotone in ``n``);
         each step names the two candidates the next step may need as spare. ``top_first`` asks
         ``high`` first (a miss there settles the range in one run); else the bisection starts in
         the middle and ``high`` (the largest fleet, the dearest to simulate) is simulated only
         when every count below it misses. Either way at most ``1 + ceil(log2(high - low + 1))``
-        candidates, and the same answer. Not ``monotone`` (more of the backend may make the fleet
-        worse): every count from ``low`` up until one meets, less those settled without a run
-        (:meth:`_settled`)."""
+        candidates, and the same answer."""
         if high < low:
-            return None
-        if not monotone:
-            for n in range(low, high + 1):
-                if not self._settled(make(n), kind) and (found := (yield Ask(make(n), kind))).meets:
-                    return found
             return None
         if top_first:
             top = yield Ask(make(high), kind, (make((low + high) // 2),) if low < high else ())
@@ -869,13 +904,6 @@ class Planner:
                 low = mid + 1
         found = yield Ask(make(high), kind)
         return found if found.meets else None
-
-    def _settled(self, counts: Counts, kind: str) -> bool:
-        """Whether fleet ``counts`` misses without a run: under the capacity bound, beaten by a cheaper
-        swap, or settled by an evaluated miss (:meth:`~simulator.studies.dominance.ServiceOrder.settles`)."""
-        if not self.could_meet(counts) or self._beaten(counts):
-            return True
-        return any(self.order.settles(miss, counts) for miss in self._misses_settling(kind))
 
     def _fewest_passing(self, index: int, others: dict[int, int], low: int) -> int:
         """The fewest replicas ``n >= low`` of backend ``index`` with which the fleet (``others``
@@ -954,9 +982,10 @@ class Planner:
         return least
 
     def _mixed(self, best: Evaluation | None, cap: float) -> Search:
-        """For each count vector of all searched backends but the last (cheapest first), bisect
-        the last backend's fewest replicas under the best cost so far, from the fewest that pass
-        the capacity bound and are above every known miss."""
+        """The ceiling; then for each count vector of all searched backends but the last whose fleet
+        holds no backend slower than another (cheapest first), bisect the last backend's fewest
+        replicas under the best cost so far, from the fewest that pass the capacity bound and are
+        above every known miss; then the other fleets, maximal first (:meth:`_slow_mixes`)."""
         if len(self._searched()) < 2:
             return best
         ceiling = self._ceiling(min(best.usd_per_hour if best else math.inf, cap))
@@ -965,47 +994,100 @@ class Planner:
             best = _cheaper(probe if probe.meets else None, best)
         others, last = self._mixed_axes()
         most = self.limits[last][1]
-        scan = most + 1 if self.order.slower[last] & set(others) else self._bisection_steps(most)
-        per_prefix = scan + self._widening_steps()
-        groups = self._prefix_groups(others, last)
-        for group, (prefixes, costs) in enumerate(groups):
-            for position, prefix in enumerate(prefixes):
-                counts = dict(zip(others, prefix, strict=True))
-                used = sum(1 for n in prefix if n)
-                bound = min(best.usd_per_hour if best else math.inf, cap)
-                cheaper = bisect.bisect_left(costs, bound) - position  # the prefixes left that can still win
-                later = sum(bisect.bisect_left(c, bound) for _, c in groups[group + 1 :])
-                self._mixed_left = (max(cheaper, 0) + later) * per_prefix
-                if cheaper <= 0:
-                    break
-                if used == 0:
-                    continue  # the last backend alone: a single-architecture fleet
-                span = self._last_range(counts, last, used, bound)
-                if span is None:
-                    continue  # a class's every allowed backend (router.rules) at 0, whatever the last's count
-                make = functools.partial(self._with_last, counts, last)
-                monotone = last not in self.order.slow_in(make(1))
-                found = yield from self._fewest(make, *span, "mixed", monotone=monotone)
-                best = _cheaper(found, best)
-                top = self._memo.get((make(span[1]), "mixed")) if span[0] <= span[1] else None  # asked here
-                if found is None and top is not None and not top.meets:
-                    best = _cheaper((yield from self._widen_miss(top.counts, bound)), best)
+        per_prefix = self._bisection_steps(most) + self._widening_steps()
+        (prefixes, costs), slow_prefixes = self._prefix_groups(others, last)
+        for position, prefix in enumerate(prefixes):
+            counts = dict(zip(others, prefix, strict=True))
+            used = sum(1 for n in prefix if n)
+            bound = min(best.usd_per_hour if best else math.inf, cap)
+            cheaper = bisect.bisect_left(costs, bound) - position  # the prefixes left that can still win
+            self._mixed_left = max(cheaper, 0) * per_prefix + len(slow_prefixes) * (most + 1)
+            if cheaper <= 0:
+                break
+            if used == 0:
+                continue  # the last backend alone: a single-architecture fleet
+            span = self._last_range(counts, last, used, bound)
+            if span is None:
+                continue  # a class's every allowed backend (router.rules) at 0, whatever the last's count
+            make = functools.partial(self._with_last, counts, last)
+            found = yield from self._fewest(make, *span, "mixed")
+            best = _cheaper(found, best)
+            top = self._memo.get((make(span[1]), "mixed")) if span[0] <= span[1] else None  # asked here
+            if found is None and top is not None and not top.meets:
+                best = _cheaper((yield from self._widen_miss(top.counts, bound)), best)
+        best = yield from self._slow_mixes(self._fleets_of(others, last, slow_prefixes), best, cap)
         self._mixed_left = 0
         return best
 
-    def _prefix_groups(self, others: list[int], last: int) -> list[tuple[list[Counts], list[float]]]:
-        """The prefixes (:meth:`_sorted_prefixes`) in two groups, each cheapest first: those whose fleet
-        holds no backend slower than another it holds, then the rest. Where a slower replica makes a
-        fleet worse, the first group finds the cheaper fleets that meet, and its cost bound then cuts
-        the second's searches short; every prefix cheaper than the bound is searched either way."""
+    def _fleets_of(self, others: list[int], last: int, prefixes: list[Counts]) -> np.ndarray:
+        """Every fleet of ``prefixes`` (counts of ``others``) with each count of ``last`` that is a
+        mixed candidate (two or more searched backends in use, every class served) and can win
+        (passes the capacity bound, not beaten by a cheaper swap), one a row, cheapest first."""
+        fleets = [
+            fleet for prefix in prefixes for n in range(self.limits[last][1] + 1)
+            if sum(1 for m in prefix if m) + (n > 0) >= 2
+            and self._serves_every_class(fleet := self._with_last(dict(zip(others, prefix, strict=True)), last, n))
+            and self.could_meet(fleet) and not self._beaten(fleet)
+        ]  # fmt: skip
+        fleets.sort(key=lambda f: (self.fixed_cost(f), f))
+        return np.asarray(fleets, dtype=np.int64).reshape(len(fleets), len(self.names))
+
+    def _slow_mixes(self, fleets: np.ndarray, best: Evaluation | None, cap: float) -> Search:
+        """The fleets holding a replica slower than another they may hold, whose prefix walk cannot
+        bisect (module docstring, step 2), *maximal first*: of those still open (cheaper than the
+        best so far, not evaluated, not settled by an evaluated miss), take the cheapest and climb
+        to the dearest open fleet whose miss would settle it, until none would (a maximal one);
+        simulate that. A miss settles the open fleets below it, a fleet that meets lowers the
+        bound; until none is open. If every maximal fleet misses, that is one run per maximal
+        fleet, where a walk from the cheapest up also runs the fleets below them."""
+        slow = self.order.slow_mask(fleets)
+        cost = np.array([self.fixed_cost(tuple(f)) for f in fleets.tolist()])
+        settled = np.zeros(len(fleets), dtype=bool)
+        for miss in self._misses_settling("mixed"):
+            settled |= self.order.settles_each(miss, fleets, slow)
+        while True:
+            bound = min(best.usd_per_hour if best else math.inf, cap)
+            open_ = ~settled & (cost < bound)
+            self._mixed_left = int(open_.sum())
+            if not open_.any():
+                return best
+            at = self._maximal(fleets, open_)
+            after = open_ & ~self.order.settles_each(tuple(fleets[at].tolist()), fleets, slow)  # should it miss
+            spare = (tuple(fleets[self._maximal(fleets, after)].tolist()),) if after.any() else ()
+            evaluation = yield Ask(tuple(fleets[at].tolist()), "mixed", spare)
+            settled[at] = True
+            if evaluation.meets:
+                best = _cheaper(evaluation, best)
+            else:
+                settled |= self.order.settles_each(evaluation.counts, fleets, slow)
+
+    def _maximal(self, fleets: np.ndarray, open_: np.ndarray) -> int:
+        """The row of a maximal open fleet above the cheapest open one (rows cheapest first): from
+        it, climb to the dearest open fleet whose miss would settle it, until none would."""
+        at = int(np.argmax(open_))
+        while True:
+            above = open_ & self.order.settled_by_each(tuple(fleets[at].tolist()), fleets)
+            above[at] = False
+            if not above.any():
+                return at
+            at = int(np.flatnonzero(above)[-1])
+
+    def _prefix_groups(self, others: list[int], last: int) -> tuple[tuple[list[Counts], list[float]], list[Counts]]:
+        """The prefixes (:meth:`_sorted_prefixes`) whose fleet (with one replica of ``last``) holds no
+        backend slower than another it holds, cheapest first with their costs, and the rest. The
+        first are walked and bisected; the rest, where a slower replica may make a fleet worse, are
+        searched maximal first (:meth:`_slow_mixes`) under the cost bound the first group found."""
         prefixes, costs = self._sorted_prefixes(others)
-        groups: list[tuple[list[Counts], list[float]]] = [([], []), ([], [])]
+        walked: tuple[list[Counts], list[float]] = ([], [])
+        slow: list[Counts] = []
         for prefix, cost in zip(prefixes, costs, strict=True):
             fleet = self._with_last(dict(zip(others, prefix, strict=True)), last, 1)
-            mixes = any(fleet[x] for x in self.order.slow_in(fleet))
-            groups[mixes][0].append(prefix)
-            groups[mixes][1].append(cost)
-        return groups
+            if any(fleet[x] for x in self.order.slow_in(fleet)):
+                slow.append(prefix)
+            else:
+                walked[0].append(prefix)
+                walked[1].append(cost)
+        return walked, slow
 
     def _widen_miss(self, miss: Counts, bound: float) -> Search:
         """After a prefix's largest candidate misses, the largest miss on the chain from it towards

@@ -106,6 +106,26 @@ def test_a_miss_settles_a_fleet_exactly_when_it_only_adds_replicas_slower_than_n
     assert order.most_of([miss], counts, index) == most
 
 
+@settings(max_examples=100, deadline=None)
+@given(orders_with_slower(), st.data())
+def test_the_row_wise_settling_the_maximal_first_search_reads_is_the_fleet_by_fleet_rule(
+    order: ServiceOrder, data: Any
+) -> None:
+    """``settles_each(m, F)`` (does a miss at ``m`` settle each fleet of ``F``) and
+    ``settled_by_each(u, F)`` (would a miss at each fleet of ``F`` settle ``u``) say row by row what
+    the construction ``_grown`` says: ``m`` is the fleet with replicas added or swapped up, none
+    slower than one the fleet holds."""
+    n = len(order.above)
+    fleet = st.tuples(*[st.integers(0, 3)] * n)
+    fleets = data.draw(st.lists(fleet, min_size=1, max_size=12))
+    rows = np.asarray(fleets, dtype=np.int64)
+    one = data.draw(fleet)
+    slow = order.slow_mask(rows)
+    assert [list(np.flatnonzero(r)) for r in slow] == [order.slow_in(f) for f in fleets]
+    assert order.settles_each(one, rows, slow).tolist() == [_grown(order, one, f) for f in fleets]
+    assert order.settled_by_each(one, rows).tolist() == [_grown(order, f, one) for f in fleets]
+
+
 def test_an_added_slower_replica_settles_nothing_below() -> None:
     """Backends 0 (fast) and 1 (slower than 0): a miss with a slow replica more than a fleet holding
     a fast one does not settle it, though it covers it; with no fast one held it does."""
