@@ -1052,14 +1052,24 @@ class Planner:
             if not open_.any():
                 return best
             at = self._maximal(fleets, open_)
-            after = open_ & ~self.order.settles_each(tuple(fleets[at].tolist()), fleets, slow)  # should it miss
-            spare = (tuple(fleets[self._maximal(fleets, after)].tolist()),) if after.any() else ()
-            evaluation = yield Ask(tuple(fleets[at].tolist()), "mixed", spare)
+            evaluation = yield Ask(tuple(fleets[at].tolist()), "mixed", self._next_maximal(fleets, open_, slow, at))
             settled[at] = True
             if evaluation.meets:
                 best = _cheaper(evaluation, best)
             else:
                 settled |= self.order.settles_each(evaluation.counts, fleets, slow)
+
+    def _next_maximal(self, fleets: np.ndarray, open_: np.ndarray, slow: np.ndarray, at: int) -> tuple[Counts, ...]:
+        """The spare candidates for idle slots (one fewer than the executor runs at once): the
+        maximal fleets :meth:`_slow_mixes` asks next should fleet ``at`` and each of these miss."""
+        spare: list[Counts] = []
+        while len(spare) < self.runs.executor.slots - 1:
+            open_ = open_ & ~self.order.settles_each(tuple(fleets[at].tolist()), fleets, slow)
+            if not open_.any():
+                break
+            at = self._maximal(fleets, open_)
+            spare.append(tuple(fleets[at].tolist()))
+        return tuple(spare)
 
     def _maximal(self, fleets: np.ndarray, open_: np.ndarray) -> int:
         """The row of a maximal open fleet above the cheapest open one (rows cheapest first): from
