@@ -795,11 +795,11 @@ class Planner:
         return steps
 
     def _mixed_axes(self) -> tuple[list[int], int]:
-        """The searched backends the mixed search enumerates, and the one it bisects: the one whose
-        search has the fewest candidates at most (:meth:`_mixed_bound`), then the one with the most
-        replicas allowed, the cheapest replica, listed last (the finest cost steps bisected). Which
-        one it is changes no answer: every vector with two or more backends in use is a candidate
-        either way."""
+        """The searched backends the mixed search enumerates, and the one it bisects: the one a walk
+        of every prefix would bisect most often (:meth:`_walk_bound`: the fewest candidates at
+        most), then the one with the most replicas allowed, the cheapest replica, listed last (the
+        finest cost steps bisected). Which one it is changes no answer: every vector with two or
+        more backends in use is a candidate either way."""
         searched = self._searched()
         last = min(searched, key=lambda i: (self._walk_bound(i), -self.limits[i][1], self.usd_per_replica_hour[i], -i))
         return [i for i in searched if i != last], last
@@ -807,7 +807,7 @@ class Planner:
     def _walk_bound(self, last: int) -> int:
         """The most candidates a walk of every prefix would ask for with ``last`` bisected: per
         prefix its widening chain and either a bisection of ``last`` or, where the prefix holds a
-        backend ``last`` is slower than, a count of every count; plus the ceiling. The fewest puts
+        backend ``last`` is slower than, a scan of every count; plus the ceiling. The fewest puts
         the fewest fleets beside a faster backend on the bisected axis."""
         others = [i for i in self._searched() if i != last]
         faster = self.order.slower[last]
