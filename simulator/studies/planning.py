@@ -22,7 +22,8 @@ one MI300X more), so a miss with more replicas of a slower backend settles nothi
    of its cheapest possible fleet (the fewest replicas passing the capacity bound x its price):
    bisect the fewest replicas that meet among those that pass the bound and whose fixed cost is
    not over the best fleet so far (API spend is never negative, so such a fleet cannot be
-   cheaper): over more than :data:`SHORT_RANGE` counts from the middle, else the largest first.
+   cheaper), the largest first: a backend that cannot meet is settled by one run, its largest
+   fleet's miss (a run the settled-miss rule below often stops early).
    The best, ties to the API backends alone, then to the backend listed first.
 2. **Mixed fleets** (two or more searched backends in use, the scenario's router and rules):
    first the *ceiling* (:meth:`Planner._ceiling`), the largest fleet under the best cost so far
@@ -41,8 +42,8 @@ one MI300X more), so a miss with more replicas of a slower backend settles nothi
    to the dearest open fleet whose miss would settle it until none would, and simulate that
    one. A miss settles every open fleet below it, a fleet that meets lowers the bound, until
    none is open. Every open fleet lies below a maximal one, so where they all miss that is one
-   run per maximal fleet (the 10-minute question: 74 candidates where a walk from the cheapest
-   up took 103, the same answer).
+   run per maximal fleet (the 10-minute question: 40 fleets with MI300Xs beside fast GPUs, where
+   a walk from the cheapest up ran 69, to the same answer).
 
 **Backends that serve no slower** (:mod:`simulator.studies.dominance`): where the router treats
 every replica alike and none is taken down, a backend whose replica batches the same way, holds at
@@ -169,11 +170,6 @@ from simulator.tables import format_table
 
 Counts = tuple[int, ...]
 
-
-#: A single-architecture bisection over at most this many replica counts asks the largest first
-#: (one run settles a backend that cannot meet); over more it starts in the middle, so the
-#: largest fleet, the dearest run, is simulated only when every smaller one misses.
-SHORT_RANGE = 3
 
 #: The search's bound counts the prefixes searched maximal first one by one up to this many
 #: (``Planner._slow_prefixes``); beyond, it counts every prefix.
@@ -882,19 +878,16 @@ class Planner:
     def _with_last(self, counts: dict[int, int], last: int, n: int) -> Counts:
         return self._vector(counts | {last: n})
 
-    def _fewest(self, make: Callable[[int], Counts], low: int, high: int, kind: str, top_first: bool = True) -> Search:
-        """Bisect the fewest ``n`` in ``[low, high]`` whose ``make(n)`` meets (monotone in ``n``);
-        each step names the two candidates the next step may need as spare. ``top_first`` asks
-        ``high`` first (a miss there settles the range in one run); else the bisection starts in
-        the middle and ``high`` (the largest fleet, the dearest to simulate) is simulated only
-        when every count below it misses. Either way at most ``1 + ceil(log2(high - low + 1))``
-        candidates, and the same answer."""
+    def _fewest(self, make: Callable[[int], Counts], low: int, high: int, kind: str) -> Search:
+        """Bisect the fewest ``n`` in ``[low, high]`` whose ``make(n)`` meets (monotone in ``n``):
+        ``high`` first (a miss there settles the range in one run), then from the middle; each
+        step names the two candidates the next step may need as spare. At most ``1 + ceil(log2(
+        high - low + 1))`` candidates."""
         if high < low:
             return None
-        if top_first:
-            top = yield Ask(make(high), kind, (make((low + high) // 2),) if low < high else ())
-            if not top.meets:
-                return None
+        top = yield Ask(make(high), kind, (make((low + high) // 2),) if low < high else ())
+        if not top.meets:
+            return None
         while low < high:
             mid = (low + high) // 2
             after = {(low + mid) // 2, (mid + 1 + high) // 2} - {mid, high}
@@ -928,7 +921,7 @@ class Planner:
             low = max(least[index], self._single_swap_low(index))
             high = self._single_high(index, low, best)
             make = functools.partial(self._with_last, {}, index)
-            result = yield from self._fewest(make, low, high, "single", high - low + 1 <= SHORT_RANGE)
+            result = yield from self._fewest(make, low, high, "single")
             if result is not None:
                 found[index] = result
         self._singles_left = 0
