@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -418,3 +419,25 @@ def test_the_bundled_split_fleet_is_cheapest_as_each_phase_runs_on_the_chip_chea
             assert missed == {"tpot_s"}, e.misses
         else:  # A100s alone cannot prefill in time
             assert "ttft_s" in missed, e.misses
+
+
+def _single_asks(planner: Planner, meets: Callable[[tuple[int, ...]], bool]) -> list[tuple[int, ...]]:
+    """The fleets the single-backend searches ask for, each answered meeting as ``meets`` says."""
+    search, asked = planner._singles(), []
+    try:
+        ask = next(search)
+        while True:
+            asked.append(ask.counts)
+            ask = search.send(_evaluation(ask.counts, "single", meets(ask.counts)))
+    except StopIteration:
+        return asked
+
+
+def test_a_backend_that_meets_at_no_count_alone_costs_one_run_its_largest() -> None:
+    """Each backend alone is bisected from its largest fleet: where that misses, every fewer misses
+    too (monotone feasibility) and nothing else of it is asked. With 8 replicas each allowed, a
+    bisection starting in the middle would ask two."""
+    planner = Planner(_agents_on({"h100": H100_8B, "a100": A100_8B}, {"h100": 8, "a100": 8}, "14 s"), CATALOG)
+    most = [planner.limits[i][1] for i in range(2)]
+    assert all(m - planner._fewest_passing(i, {}, 1) + 1 > 3 for i, m in enumerate(most))
+    assert sorted(_single_asks(planner, lambda counts: False)) == sorted([(most[0], 0), (0, most[1])])
