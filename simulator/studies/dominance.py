@@ -250,6 +250,11 @@ class ServiceOrder:
                 mask[:, x] = held[:, sorted(over)].any(axis=1)
         return mask
 
+    def mixes(self, fleets: np.ndarray) -> np.ndarray:
+        """Whether each row of ``fleets`` holds a backend slower than another it holds."""
+        held_slow: np.ndarray = np.any(self.slow_mask(fleets) & (fleets > 0), axis=1)
+        return held_slow
+
     def settles_each(self, miss: Counts, fleets: np.ndarray, slow: np.ndarray) -> np.ndarray:
         """:meth:`settles` of a miss at ``miss`` for each row of ``fleets`` at once (``slow``: their
         :meth:`slow_mask`): the same replicas of the row's slow backends, and the rest covered."""

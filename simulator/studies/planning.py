@@ -838,12 +838,17 @@ class Planner:
             elif math.prod(shape) > COUNTED_PREFIXES:
                 count = math.prod(shape) - 1
             else:
-                fleets = np.tile(np.asarray(self._vector({}), dtype=np.int64), (math.prod(shape), 1))
-                fleets[:, others] = np.indices(shape).reshape(len(others), -1).T
-                fleets[:, last] = 1
-                count = int(np.any(self.order.slow_mask(fleets) & (fleets > 0), axis=1).sum())
+                prefixes = np.indices(shape).reshape(len(others), -1).T
+                count = int(self.order.mixes(self._prefix_fleets(others, last, prefixes)).sum())
             self._slow_prefix_counts[last] = count
         return self._slow_prefix_counts[last]
+
+    def _prefix_fleets(self, others: list[int], last: int, prefixes: np.ndarray) -> np.ndarray:
+        """The fleet of each prefix (a row of counts of ``others``) with one replica of ``last``."""
+        fleets = np.tile(np.asarray(self._vector({}), dtype=np.int64), (len(prefixes), 1))
+        fleets[:, others] = prefixes
+        fleets[:, last] = 1
+        return fleets
 
     def _single_candidates(self) -> int:
         """An upper bound on the candidates the single-architecture searches evaluate (and the API
@@ -1008,14 +1013,15 @@ class Planner:
             top = self._memo.get((make(span[1]), "mixed")) if span[0] <= span[1] else None  # asked here
             if found is None and top is not None and not top.meets:
                 best = _cheaper((yield from self._widen_miss(top.counts, bound)), best)
-        best = yield from self._slow_mixes(self._fleets_of(others, last, slow_prefixes), best, cap)
+        best = yield from self._slow_mixes(*self._fleets_of(others, last, slow_prefixes), best, cap)
         self._mixed_left = 0
         return best
 
-    def _fleets_of(self, others: list[int], last: int, prefixes: list[Counts]) -> np.ndarray:
+    def _fleets_of(self, others: list[int], last: int, prefixes: list[Counts]) -> tuple[np.ndarray, np.ndarray]:
         """Every fleet of ``prefixes`` (counts of ``others``) with each count of ``last`` that is a
         mixed candidate (two or more searched backends in use, every class served) and can win
-        (passes the capacity bound, not beaten by a cheaper swap), one a row, cheapest first."""
+        (passes the capacity bound, not beaten by a cheaper swap), one a row, cheapest first; and
+        their fixed costs."""
         fleets = [
             fleet for prefix in prefixes for n in range(self.limits[last][1] + 1)
             if sum(1 for m in prefix if m) + (n > 0) >= 2
@@ -1023,9 +1029,10 @@ class Planner:
             and self.could_meet(fleet) and not self._beaten(fleet)
         ]  # fmt: skip
         fleets.sort(key=lambda f: (self.fixed_cost(f), f))
-        return np.asarray(fleets, dtype=np.int64).reshape(len(fleets), len(self.names))
+        costs = np.array([self.fixed_cost(f) for f in fleets], dtype=np.float64)
+        return np.asarray(fleets, dtype=np.int64).reshape(len(fleets), len(self.names)), costs
 
-    def _slow_mixes(self, fleets: np.ndarray, best: Evaluation | None, cap: float) -> Search:
+    def _slow_mixes(self, fleets: np.ndarray, cost: np.ndarray, best: Evaluation | None, cap: float) -> Search:
         """The fleets holding a replica slower than another they may hold, whose prefix walk cannot
         bisect (module docstring, step 2), *maximal first*: of those still open (cheaper than the
         best so far, not evaluated, not settled by an evaluated miss), take the cheapest and climb
@@ -1034,7 +1041,6 @@ class Planner:
         bound; until none is open. If every maximal fleet misses, that is one run per maximal
         fleet, where a walk from the cheapest up also runs the fleets below them."""
         slow = self.order.slow_mask(fleets)
-        cost = np.array([self.fixed_cost(tuple(f)) for f in fleets.tolist()])
         settled = np.zeros(len(fleets), dtype=bool)
         for miss in self._misses_settling("mixed"):
             settled |= self.order.settles_each(miss, fleets, slow)
@@ -1081,16 +1087,11 @@ class Planner:
         first are walked and bisected; the rest, where a slower replica may make a fleet worse, are
         searched maximal first (:meth:`_slow_mixes`) under the cost bound the first group found."""
         prefixes, costs = self._sorted_prefixes(others)
-        walked: tuple[list[Counts], list[float]] = ([], [])
-        slow: list[Counts] = []
-        for prefix, cost in zip(prefixes, costs, strict=True):
-            fleet = self._with_last(dict(zip(others, prefix, strict=True)), last, 1)
-            if any(fleet[x] for x in self.order.slow_in(fleet)):
-                slow.append(prefix)
-            else:
-                walked[0].append(prefix)
-                walked[1].append(cost)
-        return walked, slow
+        rows = np.asarray(prefixes, dtype=np.int64).reshape(len(prefixes), len(others))
+        mixes = self.order.mixes(self._prefix_fleets(others, last, rows)).tolist()
+        walked = [i for i, mixed in enumerate(mixes) if not mixed]
+        slow = [prefix for prefix, mixed in zip(prefixes, mixes, strict=True) if mixed]
+        return ([prefixes[i] for i in walked], [costs[i] for i in walked]), slow
 
     def _widen_miss(self, miss: Counts, bound: float) -> Search:
         """After a prefix's largest candidate misses, the largest miss on the chain from it towards

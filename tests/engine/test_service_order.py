@@ -122,6 +122,7 @@ def test_the_row_wise_settling_the_maximal_first_search_reads_is_the_fleet_by_fl
     one = data.draw(fleet)
     slow = order.slow_mask(rows)
     assert [list(np.flatnonzero(r)) for r in slow] == [order.slow_in(f) for f in fleets]
+    assert order.mixes(rows).tolist() == [any(f[x] for x in order.slow_in(f)) for f in fleets]
     assert order.settles_each(one, rows, slow).tolist() == [_grown(order, one, f) for f in fleets]
     assert order.settled_by_each(one, rows).tolist() == [_grown(order, f, one) for f in fleets]
 
