@@ -152,7 +152,7 @@ def _run_each(
         progress = progress_bar(f"run {index + 1}/{len(cases)}") if interactive(args) else None
         with naming(str(args.scenario)):
             result = simulate(scenario, cat, progress, limits(args))
-        capacity = of_run(result.scenario, result.summary.preemptions, cat)
+        capacity = of_run(result.scenario, result.summary, cat)
         results.append(Finished(combo, result.summary, result.scenario.name, requests_arrived(result), capacity))
         if len(cases) > 1:
             folder.add(

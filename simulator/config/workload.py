@@ -73,6 +73,41 @@ class AgentTaskSpec(Spec):
                 raise ValueError(f"{name}: must average at least 1 (calls of at least 1 token); got {mean:g}")
         return self
 
+    def compacted_context(self, limit: int, output: int) -> int:
+        """The context a call starts from when the next ``output`` tokens would pass ``limit``: the
+        compaction target under ``compact`` (else the most that fits), never above ``limit - output``."""
+        compact = self.context.compact_to_tokens if self.context.policy == "compact" else None
+        return max(1, min(compact or limit - output, limit - output))
+
+    def mean_call(self, limit: int) -> tuple[float, float]:
+        """The mean (prompt, output) tokens of the task's calls on its *mean path*, where every draw
+        takes its mean: ``S = max(1, round(E[steps]))`` calls of ``o = max(1, round(E[output]))``
+        tokens each, call ``k`` sending the context ``c_k``,
+
+            c_0 = E[system] + E[first input],  c_(k+1) = c_k + o + E[added after call k],
+
+        the added tokens being ``E[parallel_tools] E[step_input]`` after a call (``E[branches]
+        E[result]`` at the fan-out), and ``c_k`` replaced by :meth:`compacted_context` where ``c_k +
+        o > limit``, as a task's context is. The mean prompt is ``sum_k c_k / S``: the context a call
+        holds, which grows call after call (the first call's prompt is the task's shortest). Retries
+        resend a step's prompt, the same factor on every step, so they leave the mean as it is; a
+        sub-agent's own calls are not counted."""
+        steps = max(1, round(self.steps.mean))
+        output = max(1, round(self.output_tokens.mean))
+        context = self.system_prompt_tokens.mean + self.first_input_tokens.mean
+        fanout = self.fanout
+        prompts = 0.0
+        for step in range(steps):
+            if context + output > limit:
+                context = float(self.compacted_context(limit, output))
+            prompts += context
+            context += output
+            if fanout is not None and step + 1 == fanout.after_step:
+                context += fanout.branches.mean * fanout.result_tokens.mean
+            else:
+                context += self.parallel_tools.mean * self.step_input_tokens.mean
+        return prompts / steps, float(output)
+
 
 class WorkloadSpec(Profile):
     """A named, documented workload (``workloads/<id>.yaml``); ``sources`` say where its numbers come from."""

@@ -89,13 +89,6 @@ class TaskTally:
         ))  # fmt: skip
 
 
-def _compacted_context(spec: AgentTaskSpec, limit: int, output: int) -> int:
-    """The context a call starts from when the next ``output`` tokens would pass ``limit``: the
-    compaction target under ``compact`` (else the most that fits), never above ``limit - output``."""
-    compact = spec.context.compact_to_tokens if spec.context.policy == "compact" else None
-    return max(1, min(compact or limit - output, limit - output))
-
-
 def _attempts(spec: AgentTaskSpec, rng: np.random.Generator) -> int:
     """How many times a step's call is sent: one, plus a retry per draw under ``retry_probability``."""
     attempts = 1
@@ -171,7 +164,7 @@ def run_task(
     for step in range(steps):
         output = _tokens(spec.output_tokens, rng)
         if context + output > limit:
-            context = _compacted_context(spec, limit, output)
+            context = spec.compacted_context(limit, output)
             session = next(rt.counter.sessions)
         yield from _send(rt, tally, agent, (int(context), output), session, _attempts(spec, rng))
         if tally.failed:

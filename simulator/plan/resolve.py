@@ -459,14 +459,18 @@ def _closed_loop(load: ClosedLoop, context: LoadContext) -> LoadPlan:
 
 @load_plan.register
 def _agents(load: AgentsLoad, context: LoadContext) -> LoadPlan:
-    """Agents: ``agents x duration / fastest call`` (tools only lower it); open-loop tasks
-    ``tasks_per_s x duration x mean calls per task``."""
+    """Agents: ``agents x duration / fastest call`` (tools only lower it; a task's first call is its
+    shortest); open-loop tasks ``tasks_per_s x duration x mean calls per task``. The typical call is
+    the mean one over a task (:meth:`~simulator.config.workload.AgentTaskSpec.mean_call`, up to the
+    longest request a backend holds): its prompt grows with every call."""
     task = context.catalog.workload(load.workload).task
-    prompt = task.system_prompt_tokens.mean + task.first_input_tokens.mean
-    typical = (prompt, task.output_tokens.mean)
+    first = (task.system_prompt_tokens.mean + task.first_input_tokens.mean, task.output_tokens.mean)
     duration = context.duration_s
+    _check_fits(context.klass, first, context.backends)
+    limit = max(b.max_tokens for b in context.backends)
+    typical = task.mean_call(min(task.context.max_tokens or limit, limit))
     if load.agents is not None:
-        fastest_s = context.fastest_call_s(typical)
+        fastest_s = context.fastest_call_s(first)
         how = f"{load.agents:,} agents x {duration:g} s / {fastest_s:.3g} s per call"
         calls = CallEstimate(load.agents * duration / fastest_s, agents=load.agents, how=how)
     else:

@@ -29,7 +29,7 @@ from simulator.units import format_seconds
 def run_capacity(manifest: Manifest, summary: RunSummary) -> Capacity:
     """What a run's fleet holds against its users (:func:`simulator.capacity.of_run`), from its folder."""
     scenario = read_scenario(manifest)
-    return Capacity(None, None, summary.preemptions) if scenario is None else of_run(scenario, summary.preemptions)
+    return Capacity(None, None, summary.preemptions) if scenario is None else of_run(scenario, summary)
 
 
 def limit_note(s: RunSummary, capacity: Capacity | None = None) -> str:
@@ -80,11 +80,7 @@ def _summary_rows(summary: RunSummary, capacity: Capacity, limit: str) -> list[l
     """The metric-value rows of a run's summary table, capacity-limited figures marked."""
     mark = LIMITED_MARK if limit else ""
     ttft = f"{format_seconds(summary.ttft_s.p50)} / {format_seconds(summary.ttft_s.p99)}{mark}"
-    holds = (
-        f" (holds {capacity.held:,} of {capacity.users:,} users)"
-        if capacity.users and capacity.held is not None
-        else ""
-    )
+    holds = f" ({capacity.holds()})" if capacity.users and capacity.holds() else ""
     cost = summary.cost
     ttst = summary.ttst_s
     rows: list[list[object]] = [
@@ -111,7 +107,7 @@ def _per_user_words(speed: float, capacity: Capacity, mark: str) -> str:
     if capacity.limited and capacity.users and averaged != speed:
         return (
             f"{format_number(speed, ',.0f')} tok/s per running user{mark} "
-            f"({format_number(averaged, ',.0f')} averaged over all {capacity.users:,} users)"
+            f"({format_number(averaged, ',.0f')} averaged over {capacity.sharing()})"
         )
     return f"{format_number(speed, ',.0f')} tok/s per user{mark}"
 

@@ -137,13 +137,14 @@ class Sweep:
 
 
 def _averaged(capacity: Capacity, speeds: Sequence[float] | None, index: int) -> str:
-    """', N tok/s averaged over all U users' for a limited run's speed ('' when no speed or it is the same)."""
+    """', N tok/s averaged over all U users' (or the calls in flight) for a limited run's speed ('' when no
+    speed or it is the same)."""
     if speeds is None or not capacity.users:
         return ""
     averaged = capacity.averaged(speeds[index])
     if averaged is None or averaged != averaged or averaged == speeds[index]:
         return ""
-    return f", {format_number(averaged, ',.0f')} tok/s averaged over all {capacity.users:,} users"
+    return f", {format_number(averaged, ',.0f')} tok/s averaged over {capacity.sharing()}"
 
 
 def _label(values: dict[str, Any], keys: list[str]) -> str:

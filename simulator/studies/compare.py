@@ -10,10 +10,10 @@ load, seeds and cost assumptions. A row is one (backend, load) run:
   throughput-interactivity frontier;
 - task time, $/1M output tokens, $/task and tasks per $ from the run summary, and the
   provider's list API price for the model on that hardware where one is published;
-- ``capacity_limited``, ``users``, ``held`` and ``preemptions`` (:mod:`simulator.capacity`):
-  a row whose fleet holds fewer sequences than its users, or that preempted, has its per-user
-  speed and TTFT marked in the table, and ``per_user_output_tok_s_all_users`` averages the
-  speed over every user (``speed * held / users``).
+- ``capacity_limited``, ``users``, ``held``, ``preemptions`` and ``in_flight`` (:mod:`simulator.capacity`):
+  a row whose fleet holds fewer sequences than the calls its run had in flight, or that
+  preempted, has its per-user speed and TTFT marked in the table, and
+  ``per_user_output_tok_s_all_users`` averages the speed over them (``speed * held / in_flight``).
 
 :func:`compare` runs the cases here, one after another; ``infersim compare`` runs the same
 cases on an executor (:mod:`simulator.studies.execution`), where each row is computed by the process
@@ -72,7 +72,7 @@ class ComparisonRow:
         except (InfersimError, OSError, ValueError):  # a trace moved away: the preemptions still decide
             resolved = None
         if resolved is not None:
-            capacity = of_resolved(resolved, s.preemptions)
+            capacity = of_resolved(resolved, s)
             numbers = [n.to_dict() for n in deciding(resolved.backends[0].deployment)]
         row: dict[str, Any] = {
             "hardware": self.hardware,
@@ -185,9 +185,9 @@ def comparison_table(rows: list[dict[str, Any]]) -> str:
     text = format_table(HEADERS, [table_cells(row) for row in rows])
     if any(Capacity.from_dict(row).limited for row in rows):
         text += (
-            f"\n{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the users (KV or batch "
-            f"cap) or preempted; the speed is that of the users running, the others queue (their TTFT grows). "
-            f"Averaged over all users: per_user_output_tok_s_all_users in compare.json."
+            f"\n{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the calls in flight (KV or "
+            f"batch cap) or preempted; the speed is that of the calls running, the others queue (their TTFT "
+            f"grows). Averaged over all of them: per_user_output_tok_s_all_users in compare.json."
         )
     return text
 

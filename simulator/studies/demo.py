@@ -129,7 +129,7 @@ def task_table(rows: Sequence[ComparisonRow]) -> str:
         s = row.result.summary
         t = s.tasks
         assert t is not None, "the speed war's agents run tasks"
-        capacity = of_run(row.result.scenario, s.preemptions)
+        capacity = of_run(row.result.scenario, s)
         mark = capacity.mark
         limited = limited or capacity.limited
         part = t.mean_seconds
@@ -141,6 +141,6 @@ def task_table(rows: Sequence[ComparisonRow]) -> str:
                "$/task", "$/h", "capacity"]  # fmt: skip
     text = format_table(headers, table)
     if limited:
-        text += (f"\n{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the agents (KV or batch "
-                 f"cap) or preempted; the others queue")  # fmt: skip
+        text += (f"\n{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the agents' calls in "
+                 f"flight (KV or batch cap) or preempted; the others queue")  # fmt: skip
     return text

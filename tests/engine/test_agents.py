@@ -137,3 +137,22 @@ def test_a_fan_out_waits_for_its_slowest_branch(workload: dict) -> None:
     # the join appends every branch's findings: the lead's next prompt grew by its output + 4 x 100
     lead_prompts = r["input_tokens"][r["task"] == first_lead]
     assert lead_prompts[1] - lead_prompts[0] == 40 + 4 * 100
+
+
+@pytest.mark.parametrize(
+    "context",
+    [{"policy": "compact", "max_tokens": 2000, "compact_to_tokens": 700}, {"policy": "truncate", "max_tokens": 1500},
+     {"policy": "truncate"}],
+)  # fmt: skip
+def test_the_mean_call_is_the_mean_prompt_the_engine_sends(workload: dict, context: dict[str, Any]) -> None:
+    """With every draw constant a task's calls follow its mean path, so the closed form's mean call
+    (:meth:`AgentTaskSpec.mean_call`) is the engine's mean prompt exactly, compactions included."""
+    steps = 11
+    _register(workload, "path", chain(steps, context=context))
+    spec = workload["path"]
+    r = _agents(spec, 1, caching=True, max_requests=steps).records.requests
+    limit = context.get("max_tokens", 1 << 30)
+    prompt, output = spec.task.mean_call(limit)
+    assert r["input_tokens"].size == steps and prompt == pytest.approx(r["input_tokens"].mean(), rel=1e-12)
+    assert output == r["output_tokens"].mean() == 40
+    assert prompt > 600  # the first call's prompt is the task's shortest: the context only grows between limits

@@ -1,9 +1,11 @@
 """Capacity flags: a per-user speed or TTFT at a load the deployment cannot hold is marked in every output.
 
-The laws: one rule decides (``held < users`` or a preemption); ``speed * held / users`` is the speed
-averaged over all users; the demo, ``compare`` and ``run`` at a load beyond the KV capacity mark it in
-the text table, the JSON (``capacity_limited`` and ``held``), the HTML table and every takeaway that
-names the deployment; a duration prints in the unit that shows it and reads back as the same time.
+The laws: one rule decides (``held < demand`` or a preemption, the demand being a run's mean calls in
+flight, else the users); ``speed * held / demand`` is the speed averaged over them; agents waiting on
+tools ask for no sequence (Little's law), so they count only while in a call; the demo, ``compare``
+and ``run`` at a load beyond the KV capacity mark it in the text table, the JSON
+(``capacity_limited`` and ``held``), the HTML table and every takeaway that names the deployment; a
+duration prints in the unit that shows it and reads back as the same time.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.capacity import LIMITED_MARK, Capacity, capacity_limited
+from simulator.api import load_scenario, simulate
+from simulator.capacity import LIMITED_MARK, Capacity, capacity_limited, of_run
 from simulator.units import format_seconds, parse_quantity
 from tests.cli.test_cli import run_cli
 
@@ -109,9 +112,9 @@ def test_compare_beyond_the_kv_flags_its_table_json_html_and_takeaways(tmp_path:
     result = run_cli("compare", str(_beyond_kv(tmp_path)), "--hardware", "cerebras-cs3", "-o", str(out), "--report")
     assert result.returncode == 0, result.stderr
     (row,) = json.loads((out / "compare.json").read_text())
-    assert row["capacity_limited"] is True and row["held"] < row["users"] == 64
+    assert row["capacity_limited"] is True and row["held"] < row["in_flight"] <= row["users"] == 64
     assert row["per_user_output_tok_s_all_users"] == pytest.approx(
-        row["per_user_output_tok_s_p50"] * row["held"] / row["users"]
+        row["per_user_output_tok_s_p50"] * row["held"] / row["in_flight"]
     )
     table_row = next(line for line in result.stdout.splitlines() if line.startswith("cerebras-cs3"))
     assert table_row.count(LIMITED_MARK) >= 3 and f"holds {row['held']} of 64 users" in table_row
@@ -141,3 +144,44 @@ def test_run_beyond_the_kv_flags_its_table_json_and_report(tmp_path: Path) -> No
     for takeaway in _takeaways(page):
         if "tok/s per" in takeaway or "TTFT" in takeaway:
             assert LIMITED_MARK in takeaway, takeaway
+
+
+def _agents_on_one_h100(tool_s: float, agents: int, duration: str) -> dict[str, object]:
+    """Agents of four calls whose contexts grow to 21k tokens (about 27 fit one H100's KV), a tool
+    call of ``tool_s`` between calls."""
+    task = {
+        "steps": {"dist": "constant", "value": 4},
+        "system_prompt_tokens": {"dist": "constant", "value": 8000},
+        "first_input_tokens": {"dist": "constant", "value": 1000},
+        "step_input_tokens": {"dist": "constant", "value": 4000},
+        "output_tokens": {"dist": "constant", "value": 100},
+        "tool": {"kind": "code-execution", "latency_s": {"dist": "constant", "value": tool_s}},
+    }
+    workload = {"id": "grows", "name": "grows", "description": "test", "sources": {"t": "test"}, "task": task}
+    return {
+        "name": "agents-kv",
+        "deployment": {"hardware": "nvidia-h100-sxm", "model": "gpt-oss-120b", "weights": "mxfp4"},
+        "load": {"kind": "agents", "agents": agents, "workload": workload},
+        "run": {"seed": 1, "duration": duration, "warmup": "0 s", "drain": False},
+    }
+
+
+def test_agents_count_against_the_kv_only_while_in_a_call() -> None:
+    """48 agents on a replica whose KV holds about 27 of their mean calls: with no tool time every
+    agent always has a call in flight (the response-time law with Z = 0) and the run is flagged;
+    with 240-s tools the calls in flight are ``agents x`` the share of task time spent in calls
+    (Little's law; over two hours, so that the tasks cut by the window's ends hardly count), fewer
+    than it holds, and nothing is flagged though the agents outnumber it."""
+    agents = 48
+    busy = simulate(load_scenario(_agents_on_one_h100(0.0, agents, "900 s")))
+    tools = simulate(load_scenario(_agents_on_one_h100(240.0, agents, "7200 s")))
+    loaded, waiting = of_run(busy.scenario, busy.summary), of_run(tools.scenario, tools.summary)
+    assert loaded.held == waiting.held and loaded.held is not None and loaded.held < agents
+    assert loaded.in_flight == pytest.approx(agents, rel=1e-9) and loaded.limited
+    assert loaded.holds() == f"holds {loaded.held} of {agents} users"
+    tasks = tools.summary.tasks
+    assert tasks is not None
+    share = tasks.time_share
+    assert waiting.in_flight == pytest.approx(agents * (share.model + share.queue + share.network), rel=0.05)
+    assert waiting.in_flight is not None and waiting.in_flight < waiting.held and not waiting.limited
+    assert waiting.averaged(500.0) == 500.0 and waiting.note() == ""
