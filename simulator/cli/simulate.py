@@ -274,7 +274,8 @@ def plan(args: argparse.Namespace) -> int:
         scenario = planner.scenario  # priced on one cost basis (Planner)
         resolved = scenario_yaml(write_in(scenario, cat))
         pool = start(args.executor, args.jobs, args.address)
-        planner.runs = Runs(pool, summary_run, (profile_dirs(args), limits(args)), Cache(out.path / "cache"), started)
+        planner.runs = Runs(pool, summary_run, (profile_dirs(args), limits(args), True, planner.deadline),
+                            Cache(out.path / "cache"), started)  # fmt: skip
         try:
             result = planner.search()
         except BaseException as exc:  # Ctrl-C, SIGTERM, a failed run: stop the workers now

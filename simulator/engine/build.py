@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -47,6 +48,22 @@ from simulator.engine.replica import Replica
 from simulator.plan.resolve import BackendPlan, ResolvedScenario
 from simulator.records.store import REQUEST_ROWS_KEPT, BackendRecord, RunRecords
 
+#: Events stepped between two looks at the wall clock before a :class:`StopWhen`'s first check
+#: (about 10-30 ms of CPU).
+DEADLINE_EVENTS = 20_000
+
+
+class OutOfTimeError(Exception):
+    """A run abandoned at its :class:`StopWhen`'s ``deadline``: it has no result."""
+
+    @classmethod
+    def at(cls, now_s: float) -> OutOfTimeError:
+        return cls(f"stopped at {now_s:g} s of simulated time: the wall clock passed its deadline")
+
+
+def _never(recorder: Recorder, at_s: float) -> bool:
+    return False
+
 
 @dataclass(frozen=True)
 class StopWhen:
@@ -54,11 +71,21 @@ class StopWhen:
     ``at_s = from_s, from_s + every_s, ...`` (before the run's own end), each time after every event
     up to that time has run (so the state it sees is the run's at ``at_s``). The run stops at its
     last event so far; nothing is scheduled for the
-    checks, so a run never stopped is the same run as without them."""
+    checks, so a run never stopped is the same run as without them.
+
+    ``deadline``: a wall-clock time (``time.time()``) past which the run is abandoned, looked at every
+    :data:`DEADLINE_EVENTS` events before ``from_s`` and at every check after
+    (:class:`OutOfTimeError` is raised: a command's time limit, not an outcome)."""
 
     from_s: float
     every_s: float
     settled: Callable[[Recorder, float], bool]
+    deadline: float | None = None
+
+    @classmethod
+    def at_deadline(cls, deadline: float) -> StopWhen:
+        """Only the deadline: no outcome is ever settled."""
+        return cls(math.inf, math.inf, _never, deadline)
 
 
 @dataclass
@@ -99,17 +126,34 @@ class Simulation:
 
     def _settled(self, stop: StopWhen, until: float) -> bool:
         """Step the events up to each check time before ``until`` (never past the last event, so
-        the run can go on as if unchecked) and ask ``stop``; True once it says settled."""
+        the run can go on as if unchecked) and ask ``stop``; True once it says settled. Raises
+        :class:`OutOfTimeError` once the wall clock passes ``stop.deadline``."""
         env, at = self.env, stop.from_s
+        if stop.deadline is not None:
+            self._before(min(at, until), stop.deadline)
         while at < until:
             while env.peek() <= at:
                 env.step()
             if env.peek() == math.inf:
                 return False  # nothing left to run: the run ends as it would unchecked
+            if stop.deadline is not None and time.time() >= stop.deadline:
+                raise OutOfTimeError.at(env.now)
             if stop.settled(self.recorder, at):  # the state at ``at``: no event falls in (now, at]
                 return True
             at += stop.every_s
         return False
+
+    def _before(self, until: float, deadline: float) -> None:
+        """Step the events before ``until``, looking at the wall clock first and every
+        :data:`DEADLINE_EVENTS` events."""
+        env = self.env
+        while True:
+            if time.time() >= deadline:
+                raise OutOfTimeError.at(env.now)
+            for _ in range(DEADLINE_EVENTS):
+                if env.peek() >= until:
+                    return
+                env.step()
 
     def records(self, end_s: float) -> RunRecords:
         """What the run recorded, frozen (call once, after :meth:`run`)."""

@@ -156,6 +156,7 @@ from simulator.config.loading import Catalog
 from simulator.config.paths import write_in
 from simulator.config.scenario import PlanSpec, RequestLengths, Scenario, SLOTarget, WorkloadClass
 from simulator.config.workload import AgentsLoad
+from simulator.engine.build import OutOfTimeError, StopWhen
 from simulator.errors import InfersimError
 from simulator.plan.limits import Limits, check_runs
 from simulator.plan.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
@@ -430,15 +431,20 @@ def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Mis
 
 
 def summary_run(
-    scenario_json: str, profiles: Profiles, limits: Limits | None, stop_early: bool = True
-) -> dict[str, Any]:
+    scenario_json: str, profiles: Profiles, limits: Limits | None, stop_early: bool = True,
+    deadline: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Simulate one resolved scenario (on any executor): its summary document, and the targets a
     :class:`SettledMiss` stopped it on (``settled``: empty when it ran to its end; ``stop_early``
-    False: never stopped)."""
+    False: never stopped). Past the wall-clock ``deadline`` (``time.time()``) the run is abandoned:
+    :class:`~simulator.engine.build.OutOfTimeError`, nothing returned, nothing cached."""
     scenario = Scenario.model_validate_json(scenario_json)
     catalog = catalog_of(profiles)
     rule = SettledMiss.of(scenario, catalog) if stop_early else None
-    result = simulate(scenario, catalog, limits=limits, stop=rule.when() if rule else None)
+    stop = rule.when() if rule else None
+    if deadline is not None:
+        stop = dataclasses.replace(stop, deadline=deadline) if stop else StopWhen.at_deadline(deadline)
+    result = simulate(scenario, catalog, limits=limits, stop=stop)
     return {"summary": result.summary.to_dict(), "settled": rule.settled if rule and result.stopped else []}
 
 
@@ -519,7 +525,9 @@ class Planner:
     ``checkpoint`` gets every evaluation so far after each step (to keep them if interrupted);
     ``time_limit_s`` (wall-clock seconds from the start) and ``plan.max_candidates`` stop the
     search before a step that would simulate past them (:meth:`search` then answers with the
-    cheapest fleet found and the floor of the rest, :meth:`unsettled_floor`).
+    cheapest fleet found and the floor of the rest, :meth:`unsettled_floor`); a run under way when
+    the time limit passes is abandoned (its runs get the :attr:`deadline`), so the search ends at
+    the limit, and the candidate counts as not simulated.
     """
 
     def __init__(
@@ -536,10 +544,12 @@ class Planner:
         self.scenario, self.catalog, self.run_limits = scenario, catalog, run_limits
         self.progress = progress or (lambda _: None)
         self.checkpoint = checkpoint or (lambda _: None)
-        self.runs = runs or Runs(Executor(), summary_run, (catalog, run_limits), None)
-        self.inputs = inputs_digest(scenario, ["summary", f"stopped once a miss is settled (risk {STOP_RISK:g})"])
         self.started = time.monotonic()
         self.time_limit_s, self.max_candidates = time_limit_s, scenario.plan.max_candidates
+        #: The wall-clock time (``time.time()``) past which a run is abandoned: the time limit's end.
+        self.deadline = time.time() + time_limit_s if time_limit_s is not None else None
+        self.runs = runs or Runs(Executor(), summary_run, (catalog, run_limits, True, self.deadline), None)
+        self.inputs = inputs_digest(scenario, ["summary", f"stopped once a miss is settled (risk {STOP_RISK:g})"])
         self.stopped = ""  # what stopped the search (_over_budget); "" while it runs
         self.fleet = scenario.fleet
         self.names = tuple(b.name for b in self.fleet)
@@ -717,7 +727,11 @@ class Planner:
                 self._ask(ask)
             for ask in asks.values():
                 self._ask_spare(ask)
-            evaluations = {index: self.evaluate(ask.counts, ask.kind) for index, ask in asks.items()}
+            try:
+                evaluations = {index: self.evaluate(ask.counts, ask.kind) for index, ask in asks.items()}
+            except OutOfTimeError:  # a run passed the time limit: abandoned, the candidate not simulated
+                self.stopped = self._time_limit_text()
+                break
             self.checkpoint(list(self._memo.values()))
             for index, evaluation in evaluations.items():
                 advance(index, evaluation)
@@ -731,8 +745,11 @@ class Planner:
             if self.max_candidates is not None and len(self._memo) >= self.max_candidates:
                 self.stopped = f"plan.max_candidates = {self.max_candidates:,}"
             elif self.time_limit_s is not None and time.monotonic() - self.started >= self.time_limit_s:
-                self.stopped = f"the time limit of {self.time_limit_s:g} s"
+                self.stopped = self._time_limit_text()
         return bool(self.stopped)
+
+    def _time_limit_text(self) -> str:
+        return f"the time limit of {self.time_limit_s:g} s"
 
     def _limit_text(self) -> str:
         """The progress line's note of the limits: candidates and seconds left before the search stops."""
@@ -759,8 +776,8 @@ class Planner:
         if simulated:
             per_candidate = elapsed / simulated
             eta_s = per_candidate * phase_left
-            if self.time_limit_s is not None:  # it stops at the limit, once the candidate under way is done
-                eta_s = min(eta_s, max(self.time_limit_s - elapsed, 0.0) + per_candidate)
+            if self.time_limit_s is not None:  # it stops at the limit, abandoning the candidate under way
+                eta_s = min(eta_s, max(self.time_limit_s - elapsed, 0.0))
             eta = f", ETA{'' if mixed else ' of the single-architecture searches'} at most {eta_s:.0f} s"
         fleets = "; ".join(f"{a.kind} {fleet_text(a.counts, self.names)}" for a in new)
         runs = len(new) * self.scenario.plan.replications

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -278,6 +279,35 @@ def test_a_search_stopped_early_answers_with_a_sound_floor_and_closes_its_gap_at
     assert plan(len(order)).stopped == "" and full.stopped == "" and full.floor_usd_per_hour is None
     assert full.answer is not None
     assert (full.answer.counts, full.answer.usd_per_hour) == (answer.counts, answer.usd_per_hour)
+
+
+def test_a_run_abandoned_at_the_time_limit_leaves_no_result_and_the_search_answers_with_those_before_it(
+    tmp_path: Path,
+) -> None:
+    """A run whose wall-clock deadline passes is abandoned (here the third run's deadline has passed
+    when it starts): the search stops at the time limit with the two candidates finished before it,
+    the full search's first two, and caches only their runs; ``plan.max_candidates = 2`` repeats it."""
+    s = _agents_task_time()
+    full = Planner(s, CATALOG, runs=Runs(Executor(), summary_run, (CATALOG, Limits()), None)).search()
+    order = [(e.counts, e.kind) for e in full.evaluations]
+    calls: list[str] = []
+
+    def third_out_of_time(payload: str, *args: Any) -> dict[str, Any]:
+        calls.append(payload)
+        return summary_run(payload, *args, deadline=time.time() - 1.0 if len(calls) == 3 else None)
+
+    runs = Runs(Executor(), third_out_of_time, (CATALOG, Limits(), True), Cache(tmp_path / "cache"))
+    stopped = Planner(s, CATALOG, runs=runs, time_limit_s=3600.0).search()
+    assert len(order) > 3 and len(calls) == 3
+    assert stopped.stopped == "the time limit of 3600 s"
+    assert [(e.counts, e.kind) for e in stopped.evaluations] == order[:2]
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 2
+    assert "--set plan.max_candidates=2 repeats it" in stopped.explanation
+    two = s.model_copy(update={"plan": s.plan.model_copy(update={"max_candidates": 2})})
+    again = Planner(two, CATALOG, runs=Runs(Executor(), summary_run, (CATALOG, Limits()), Cache(tmp_path / "cache")))
+    repeated = again.search()
+    assert [(e.counts, e.kind) for e in repeated.evaluations] == order[:2]
+    assert repeated.floor_usd_per_hour == stopped.floor_usd_per_hour and repeated.answer == stopped.answer
 
 
 def test_cheaper_swaps_end_at_a_fleet_not_beaten_cheaper_and_served_no_worse() -> None:

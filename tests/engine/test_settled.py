@@ -5,8 +5,10 @@ run's verdict; the shortest task the bound assumes is no longer than any task dr
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import time
 
 import numpy as np
 import pytest
@@ -14,7 +16,8 @@ from pydantic import TypeAdapter
 
 from simulator.config.distributions import Constant, Distribution, Exponential
 from simulator.config.scenario import Scenario
-from simulator.runner import simulate
+from simulator.engine.build import OutOfTimeError, StopWhen
+from simulator.runner import RunResult, simulate
 from simulator.studies.planning import Planner
 from simulator.studies.settled import (
     STOP_RISK,
@@ -160,3 +163,28 @@ def test_a_stop_before_the_arrivals_end_carries_its_risk_and_none_where_calls_ma
     budgeted = run.model_copy(update={"router": run.router.model_copy(update={"budget_usd_per_hour": 1e6})})
     rule = SettledMiss.of(budgeted, CATALOG)
     assert rule is not None and not rule.floors_s and rule.when().from_s == run.run.duration
+
+
+def test_a_deadline_abandons_a_run_and_one_not_reached_leaves_it_the_same_run() -> None:
+    """A wall-clock deadline already past abandons the run (:class:`OutOfTimeError`, with or without a
+    stop rule); one far ahead is looked at only, so the run, stopped by its rule or not, is the very
+    same as without it."""
+    planner = Planner(_agents_task_time("14 s"), CATALOG)
+    for counts in [(1, 0), (2, 2)]:
+        run = Scenario.model_validate_json(planner._run_keys(counts, "mixed")[0][1])
+        rule = SettledMiss.of(run, CATALOG)
+        assert rule is not None
+        for stop in (StopWhen.at_deadline(time.time() - 1.0), dataclasses.replace(rule.when(), deadline=0.0)):
+            with pytest.raises(OutOfTimeError):
+                simulate(run, CATALOG, stop=stop)
+        far = time.time() + 3600.0
+        plain, ruled = simulate(run, CATALOG), simulate(run, CATALOG, stop=rule.when())
+        assert _same(simulate(run, CATALOG, stop=StopWhen.at_deadline(far)), plain)
+        again = SettledMiss.of(run, CATALOG)
+        assert again is not None
+        checked = simulate(run, CATALOG, stop=dataclasses.replace(again.when(), deadline=far))
+        assert _same(checked, ruled) and checked.stopped == ruled.stopped and again.settled == rule.settled
+
+
+def _same(a: RunResult, b: RunResult) -> bool:
+    return json.dumps(a.summary.to_dict()) == json.dumps(b.summary.to_dict()) and a.records.end_s == b.records.end_s
