@@ -73,13 +73,17 @@ class AgentTaskSpec(Spec):
                 raise ValueError(f"{name}: must average at least 1 (calls of at least 1 token); got {mean:g}")
         return self
 
+    def context_limit(self, max_context_tokens: int) -> int:
+        """The most tokens a call may hold: the policy's ``max_tokens``, at most ``max_context_tokens``."""
+        return min(self.context.max_tokens or max_context_tokens, max_context_tokens)
+
     def compacted_context(self, limit: int, output: int) -> int:
         """The context a call starts from when the next ``output`` tokens would pass ``limit``: the
         compaction target under ``compact`` (else the most that fits), never above ``limit - output``."""
         compact = self.context.compact_to_tokens if self.context.policy == "compact" else None
         return max(1, min(compact or limit - output, limit - output))
 
-    def mean_call(self, limit: int) -> tuple[float, float]:
+    def mean_call(self, max_context_tokens: int) -> tuple[float, float]:
         """The mean (prompt, output) tokens of the task's calls on its *mean path*, where every draw
         takes its mean: ``S = max(1, round(E[steps]))`` calls of ``o = max(1, round(E[output]))``
         tokens each, call ``k`` sending the context ``c_k``,
@@ -88,10 +92,12 @@ class AgentTaskSpec(Spec):
 
         the added tokens being ``E[parallel_tools] E[step_input]`` after a call (``E[branches]
         E[result]`` at the fan-out), and ``c_k`` replaced by :meth:`compacted_context` where ``c_k +
-        o > limit``, as a task's context is. The mean prompt is ``sum_k c_k / S``: the context a call
+        o > limit`` (:meth:`context_limit` of the replica's ``max_context_tokens``), as a task's
+        context is. The mean prompt is ``sum_k c_k / S``: the context a call
         holds, which grows call after call (the first call's prompt is the task's shortest). Retries
         resend a step's prompt, the same factor on every step, so they leave the mean as it is; a
         sub-agent's own calls are not counted."""
+        limit = self.context_limit(max_context_tokens)
         steps = max(1, round(self.steps.mean))
         output = max(1, round(self.output_tokens.mean))
         context = self.system_prompt_tokens.mean + self.first_input_tokens.mean

@@ -160,7 +160,7 @@ def run_task(
     session = next(rt.counter.sessions)
     steps = _tokens(spec.steps, rng)
     context = _tokens(spec.system_prompt_tokens, rng) + _tokens(spec.first_input_tokens, rng)
-    limit = min(spec.context.max_tokens or rt.max_context_tokens, rt.max_context_tokens)
+    limit = spec.context_limit(rt.max_context_tokens)
     for step in range(steps):
         output = _tokens(spec.output_tokens, rng)
         if context + output > limit:

@@ -240,13 +240,14 @@ def _swap_tier(backend: str, deployment: Deployment, tiers: tuple[TierPlan, ...]
 
 
 def layout_question(scenario: Scenario, catalog: Catalog) -> Question:
-    """What an unpinned layout is chosen for: the first class's mean lengths and its users or
-    agents (saturation for open loops and traces)."""
+    """What an unpinned layout is chosen for: the first class's mean lengths (an agent's mean call,
+    up to the first backend's model's context) and its users or agents (saturation for open loops
+    and traces)."""
     klass = scenario.workload_classes[0]
     load = klass.load
     if isinstance(load, AgentsLoad):
         task = catalog.workload(load.workload).task
-        prompt, answer = task.system_prompt_tokens.mean + task.first_input_tokens.mean, task.output_tokens.mean
+        prompt, answer = task.mean_call(catalog.model(scenario.fleet[0].deployment.model).max_context_tokens)
         users = load.agents
     elif klass.requests is not None:
         prompt, answer = klass.requests.input_tokens.mean, klass.requests.output_tokens.mean
@@ -467,8 +468,7 @@ def _agents(load: AgentsLoad, context: LoadContext) -> LoadPlan:
     first = (task.system_prompt_tokens.mean + task.first_input_tokens.mean, task.output_tokens.mean)
     duration = context.duration_s
     _check_fits(context.klass, first, context.backends)
-    limit = max(b.max_tokens for b in context.backends)
-    typical = task.mean_call(min(task.context.max_tokens or limit, limit))
+    typical = task.mean_call(max(b.max_tokens for b in context.backends))
     if load.agents is not None:
         fastest_s = context.fastest_call_s(first)
         how = f"{load.agents:,} agents x {duration:g} s / {fastest_s:.3g} s per call"
