@@ -197,8 +197,8 @@ def _print_summary_table(results: list[Finished], labels: list[str]) -> None:
     )
     if any(r.capacity.limited for r in results):
         print(
-            f"{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the users (KV or batch cap) or "
-            f"preempted; TTFT and speed are those of the users running, the others queue"
+            f"{LIMITED_MARK} capacity-limited: the fleet holds fewer sequences than the calls in flight (KV or batch "
+            f"cap) or preempted; TTFT and speed are those of the calls running, the others queue"
         )
 
 

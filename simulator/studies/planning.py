@@ -29,7 +29,9 @@ one MI300X more), so a miss with more replicas of a slower backend settles nothi
    first the *ceiling* (:meth:`Planner._ceiling`), the largest fleet under the best cost so far
    (every backend at its most, whole backends dropped dearest first until under it): if it
    misses, it settles the mixed fleets below it (those it holds only replicas more of that are
-   slower than none they hold). Then for each count vector of all searched backends but one
+   slower than none they hold); it is not probed where it holds a backend slower than another
+   it holds, whose miss would settle only the fleets with exactly its replicas of that backend.
+   Then for each count vector of all searched backends but one
    (:meth:`Planner._mixed_axes`: the one a walk of every vector would bisect most often) whose
    fleet holds no backend slower than another it holds, cheapest first while cheaper than the
    best so far, bisect that backend's fewest replicas among those that keep the fleet cheaper,
@@ -1156,7 +1158,10 @@ class Planner:
         a backend its ``router.rules`` allow), until the fleet's fixed cost is under ``bound``;
         None unless two or more backends are left in use and the fleet passes the capacity bound
         (else no fleet below it does). If it misses, so does every fleet below it that it settles
-        (monotone feasibility), and the prefix walk then skips them as known misses."""
+        (monotone feasibility), and the prefix walk then skips them as known misses. None too where
+        it holds a backend slower than another it holds: its miss would settle only the fleets
+        with exactly its replicas of that backend (:meth:`ServiceOrder.settles`), so the run would
+        decide almost nothing."""
         counts = {i: self.limits[i][1] for i in self._searched()}
         for index in sorted(counts, key=lambda i: (-self.usd_per_replica_hour[i], -i)):
             if self.fixed_cost(self._vector(counts)) < bound:
@@ -1166,7 +1171,7 @@ class Planner:
         fleet = self._vector(counts)
         if len([n for n in counts.values() if n]) < 2 or self.fixed_cost(fleet) >= bound or not self.could_meet(fleet):
             return None
-        return fleet
+        return None if any(fleet[x] for x in self.order.slow_in(fleet)) else fleet
 
     def _serves_every_class(self, counts: Counts) -> bool:
         """Whether every class has a backend with replicas among those its ``router.rules`` allow."""

@@ -310,6 +310,24 @@ def test_a_run_abandoned_at_the_time_limit_leaves_no_result_and_the_search_answe
     assert repeated.floor_usd_per_hour == stopped.floor_usd_per_hour and repeated.answer == stopped.answer
 
 
+def test_the_ceiling_probe_is_skipped_where_its_miss_would_settle_only_fleets_with_its_slow_counts() -> None:
+    """The ceiling (every backend at its most under the bound) is probed so that one miss settles
+    every fleet below it. Holding an A100 beside faster GPUs, its miss settles only the fleets with
+    exactly its A100s and a faster GPU (a slower replica may make a fleet miss): no probe then. With
+    no backend slower than another the same fleet is probed, and a miss there settles all below."""
+    planner = Planner(_slow_beside_fast(), CATALOG)
+    most = tuple(high for _, high in planner.limits)
+    a100 = planner.names.index("a100")
+    assert a100 in planner.order.slow_in(most) and planner._ceiling(math.inf) is None
+    below = list(itertools.product(*(range(n + 1) for n in most)))
+    settled = [u for u in below if planner.order.settles(most, u)]
+    faster = [b for b in range(len(most)) if b != a100]
+    assert all(u[a100] == most[a100] for u in settled if any(u[b] for b in faster))
+    planner.order = ServiceOrder.from_above(planner.order.above)  # no backend slower than another
+    assert planner._ceiling(math.inf) == most
+    assert all(planner.order.settles(most, u) for u in below)
+
+
 def test_cheaper_swaps_end_at_a_fleet_not_beaten_cheaper_and_served_no_worse() -> None:
     """On the kin GPUs (a B300 serves no slower than a B200 and costs less; both no slower than an
     H100, which costs less than either, so no swap to it): for every count vector within the
