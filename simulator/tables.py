@@ -48,3 +48,17 @@ def format_number(value: object, spec: str = ".4g") -> str:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         return "-"
     return format(value, spec)
+
+
+def format_ratio(ratio: float) -> str:
+    """An achieved / bound ratio with 3 significant digits, more (up to 7) where 3 would print a
+    ratio on either side of 1 as ``1``: a miss by 0.04 % reads ``1.0004``, not ``1``.
+
+    >>> [format_ratio(r) for r in (1.0003698, 0.99996, 0.9884, 1.0, float("inf"))]
+    ['1.0004', '0.99996', '0.988', '1', 'inf']
+    """
+    for digits in range(3, 8):
+        text = f"{ratio:.{digits}g}"
+        if ratio == 1.0 or float(text) != 1.0:
+            return text
+    return text

@@ -20,6 +20,7 @@ from typing import Any
 from matplotlib.axes import Axes
 
 from simulator.report.plots import _axes, _legend, _plain_log
+from simulator.tables import format_ratio
 
 #: A fleet that measured nothing (no task or request ended before its run stopped) is drawn this
 #: many times above the largest measured ratio.
@@ -103,7 +104,7 @@ def frontier_takeaway(plan: Mapping[str, Any]) -> str:
     dearest = max(misses, key=lambda e: e["usd_per_hour"], default=None)
     below = (
         f"; the dearest fleet on the frontier that misses, {_fleet(dearest)} at ${dearest['usd_per_hour']:,.2f}/h, "
-        f"reaches {dearest['worst_ratio']:.3g} x its bound"
+        f"reaches {format_ratio(dearest['worst_ratio'])} x its bound"
         if dearest is not None
         else ""
     )

@@ -169,7 +169,7 @@ from simulator.studies.execution import Executor, Profiles, Runs, catalog_of, in
 from simulator.studies.power_budget import power_limits, replica_kw, within_budget
 from simulator.studies.settled import STOP_RISK, SettledMiss
 from simulator.studies.tolerance import tolerating_failures
-from simulator.tables import format_table
+from simulator.tables import format_ratio, format_table
 
 Counts = tuple[int, ...]
 
@@ -1443,7 +1443,7 @@ def plan_text(result: PlanResult) -> str:
     headers = ["fleet", "kind", usd, "worst", "meets"]
 
     def rows(evaluations: list[Evaluation]) -> list[list[object]]:
-        return [[e.fleet, e.label, f"{e.usd_per_hour:,.2f}", f"{e.worst:.3g}", "yes" if e.meets else "no"]
+        return [[e.fleet, e.label, f"{e.usd_per_hour:,.2f}", format_ratio(e.worst), "yes" if e.meets else "no"]
                 for e in evaluations]  # fmt: skip
 
     lines = [f"plan: {result.explanation}"]

@@ -1,12 +1,16 @@
 """The plan's cost-vs-SLO figure read from a ``plan.json`` document: every fleet drawn where its
 cost and worst ratio put it, the frontier a staircase that falls with cost, fleets that measured
-nothing above the rest, and the takeaway naming the answer and the cost basis."""
+nothing above the rest, and the takeaway naming the answer and the cost basis; a ratio prints on its
+side of 1."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from simulator.report import plan_figure
+from simulator.tables import format_ratio
 
 
 def _fleet(n: int, usd: float, worst: float | None, meets: bool) -> dict[str, Any]:
@@ -57,3 +61,13 @@ def test_a_stopped_search_draws_its_floor_and_its_takeaway_gives_the_gap() -> No
     assert "stopped" not in plan_figure.frontier_takeaway(closed)
     assert not any(str(line.get_label()).startswith("search stopped")
                    for line in plan_figure.cost_vs_slo(PLAN).get_lines())  # fmt: skip
+
+
+@pytest.mark.parametrize("offset", [0.0, *(sign * 10.0**-k for k in range(1, 7) for sign in (1, -1))])
+def test_a_printed_ratio_stays_on_its_side_of_one(offset: float) -> None:
+    """A ratio over the bound never prints as 1 (a miss reading as a meet), down to one part in a
+    million, and at most 7 significant digits are spent on it."""
+    ratio = 1.0 + offset
+    text = format_ratio(ratio)
+    assert (float(text) > 1.0) is (ratio > 1.0) and (float(text) < 1.0) is (ratio < 1.0)
+    assert len(text.replace(".", "").lstrip("0")) <= 7
