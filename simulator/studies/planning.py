@@ -1013,12 +1013,14 @@ class Planner:
         most = self.limits[last][1]
         per_prefix = self._bisection_steps(most) + self._widening_steps()
         (prefixes, costs), slow_prefixes = self._prefix_groups(others, last)
+        slow_fleets, slow_costs = self._fleets_of(others, last, slow_prefixes)  # cheapest first
         for position, prefix in enumerate(prefixes):
             counts = dict(zip(others, prefix, strict=True))
             used = sum(1 for n in prefix if n)
             bound = min(best.usd_per_hour if best else math.inf, cap)
             cheaper = bisect.bisect_left(costs, bound) - position  # the prefixes left that can still win
-            self._mixed_left = max(cheaper, 0) * per_prefix + len(slow_prefixes) * (most + 1)
+            # the slower-backend fleets that may still be simulated: those cheaper than the bound
+            self._mixed_left = max(cheaper, 0) * per_prefix + int(np.searchsorted(slow_costs, bound))
             if cheaper <= 0:
                 break
             if used == 0:
@@ -1032,7 +1034,7 @@ class Planner:
             top = self._memo.get((make(span[1]), "mixed")) if span[0] <= span[1] else None  # asked here
             if found is None and top is not None and not top.meets:
                 best = _cheaper((yield from self._widen_miss(top.counts, bound)), best)
-        best = yield from self._slow_mixes(*self._fleets_of(others, last, slow_prefixes), best, cap)
+        best = yield from self._slow_mixes(slow_fleets, slow_costs, best, cap)
         self._mixed_left = 0
         return best
 

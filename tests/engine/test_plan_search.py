@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -101,6 +102,18 @@ def _slow_beside_fast() -> Scenario:
     A100 more it misses. A search that settled it below that miss would answer a dearer fleet."""
     b200 = {"hardware": "nvidia-b200", "model": "llama-3.1-8b", "chips": 1}
     return _agents_on({"h100": H100_8B, "b200": b200, "a100": A100_8B}, {"h100": 2, "b200": 2, "a100": 3}, "11 s")
+
+
+def _two_fast_beside_a_slow() -> Scenario:
+    """Agents on H100 pairs, B200s, B300s and A100s (8B): an A100 runs every pass slower than the
+    others, and none of the others is slower than another (a TP2 H100 is faster than a B200 on some
+    passes, slower on others). As in the headline question, the fast GPUs' fleets are walked and
+    bisected along the B300s and the A100 fleets beside them searched maximal first."""
+    h100x2 = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-8b", "chips": 2}
+    b200 = {"hardware": "nvidia-b200", "model": "llama-3.1-8b", "chips": 1}
+    b300 = {"hardware": "nvidia-b300", "model": "llama-3.1-8b", "chips": 1}
+    gpus = {"h100": h100x2, "b200": b200, "a100": A100_8B, "b300": b300}
+    return _agents_on(gpus, {"h100": 2, "b200": 2, "a100": 6, "b300": 4}, "11 s")
 
 
 def _routed_classes() -> Scenario:
@@ -326,6 +339,20 @@ def test_the_ceiling_probe_is_skipped_where_its_miss_would_settle_only_fleets_wi
     planner.order = ServiceOrder.from_above(planner.order.above)  # no backend slower than another
     assert planner._ceiling(math.inf) == most
     assert all(planner.order.settles(most, u) for u in below)
+
+
+@pytest.mark.parametrize("make", [_slow_beside_fast, _agents_task_time, _kin_gpus, _two_fast_beside_a_slow])
+def test_every_progress_line_bounds_the_candidates_the_search_goes_on_to_simulate(make: Any) -> None:
+    """A progress line's "candidate k of at most B": the search simulates at most B candidates in
+    all, whatever it finds after the line (the bound counts a slower backend's fleets only while
+    cheaper than the best so far, which never rises), and B never rises from one line to the next."""
+    lines: list[str] = []
+    result = Planner(make(), CATALOG, progress=lines.append).search()
+    bounds = [
+        int(m[1].replace(",", "")) for line in lines if (m := re.search(r"candidate \d+ of at most ([\d,]+)", line))
+    ]
+    assert bounds and all(len(result.evaluations) <= b for b in bounds)
+    assert all(later <= earlier for earlier, later in itertools.pairwise(bounds))
 
 
 def test_cheaper_swaps_end_at_a_fleet_not_beaten_cheaper_and_served_no_worse() -> None:
