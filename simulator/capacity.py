@@ -165,7 +165,7 @@ def of_run(scenario: Scenario, summary: RunSummary, catalog: Catalog | None = No
 def _in_flight(summary: RunSummary) -> float | None:
     """The run's mean calls in flight (``mean_concurrency``); None where it measured none."""
     mean = summary.mean_concurrency
-    return float(mean) if mean == mean and mean is not None else None
+    return float(mean) if mean is not None and mean == mean else None
 
 
 def of_resolved(resolved: ResolvedScenario, summary: RunSummary) -> Capacity:

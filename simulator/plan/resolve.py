@@ -467,17 +467,17 @@ def _agents(load: AgentsLoad, context: LoadContext) -> LoadPlan:
     task = context.catalog.workload(load.workload).task
     first = (task.system_prompt_tokens.mean + task.first_input_tokens.mean, task.output_tokens.mean)
     duration = context.duration_s
-    _check_fits(context.klass, first, context.backends)
-    typical = task.mean_call(max(b.max_tokens for b in context.backends))
     if load.agents is not None:
-        fastest_s = context.fastest_call_s(first)
+        fastest_s = context.fastest_call_s(first)  # refused first where no replica holds it
         how = f"{load.agents:,} agents x {duration:g} s / {fastest_s:.3g} s per call"
         calls = CallEstimate(load.agents * duration / fastest_s, agents=load.agents, how=how)
     else:
+        _check_fits(context.klass, first, context.backends)
         assert load.tasks_per_s is not None
         per_task = task.steps.mean
         how = f"{load.tasks_per_s:g} tasks/s x {duration:g} s x {per_task:.3g} calls"
         calls = CallEstimate(load.tasks_per_s * duration * per_task, how=how)
+    typical = task.mean_call(max(b.max_tokens for b in context.backends))
     return LoadPlan(task=task, typical_call=typical, calls=calls, makes_tasks=True)
 
 

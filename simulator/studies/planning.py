@@ -1049,9 +1049,9 @@ class Planner:
             and self._serves_every_class(fleet := self._with_last(dict(zip(others, prefix, strict=True)), last, n))
             and self.could_meet(fleet) and not self._beaten(fleet)
         ]  # fmt: skip
-        fleets.sort(key=lambda f: (self.fixed_cost(f), f))
-        costs = np.array([self.fixed_cost(f) for f in fleets], dtype=np.float64)
-        return np.asarray(fleets, dtype=np.int64).reshape(len(fleets), len(self.names)), costs
+        priced = sorted((self.fixed_cost(f), f) for f in fleets)
+        costs = np.array([cost for cost, _ in priced], dtype=np.float64)
+        return np.asarray([f for _, f in priced], dtype=np.int64).reshape(len(priced), len(self.names)), costs
 
     def _slow_mixes(self, fleets: np.ndarray, cost: np.ndarray, best: Evaluation | None, cap: float) -> Search:
         """The fleets holding a replica slower than another they may hold, whose prefix walk cannot
@@ -1173,7 +1173,7 @@ class Planner:
         fleet = self._vector(counts)
         if len([n for n in counts.values() if n]) < 2 or self.fixed_cost(fleet) >= bound or not self.could_meet(fleet):
             return None
-        return None if any(fleet[x] for x in self.order.slow_in(fleet)) else fleet
+        return None if self.order.mixes(np.asarray([fleet]))[0] else fleet
 
     def _serves_every_class(self, counts: Counts) -> bool:
         """Whether every class has a backend with replicas among those its ``router.rules`` allow."""
