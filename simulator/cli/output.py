@@ -49,7 +49,6 @@ import secrets
 import shutil
 import signal
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -220,7 +219,13 @@ class ResultsFolder:
         """
         for name in files:
             _check_relative(name)
-        self._preflight(files, replace, owned, set(kept))  # before the lock file: a refusal leaves the folder as it was
+        try:  # before the lock file: a refusal leaves the folder as it was
+            self._preflight(files, replace, owned, set(kept))
+        except ConfigError:
+            if not os.path.lexists(self.path / LOCK):
+                raise
+            # another writer may have committed between this check's reads of its marker and of its
+            # files (its files then look like a user's): decided again below, under the lock
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -369,8 +374,11 @@ def _probe(path: Path, ancestor: Path) -> None:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ConfigError(f"{path}: cannot write there: {ancestor} is not writable")
     try:
-        # named as this writer's staging (no sentinel inside), so no writer's clean-up removes it
-        os.rmdir(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=ancestor))
+        # named as this writer's staging (STAGING_NAME: a concurrent writer's check counts it among the
+        # working files, not as a user's item), with no sentinel inside, so no writer's clean-up removes it
+        probe = ancestor / f"{STAGING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        probe.mkdir()
+        probe.rmdir()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot write there: {ancestor}: {exc.strerror or exc}") from None
 
