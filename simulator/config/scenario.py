@@ -316,6 +316,17 @@ def _check_failures(scenario: Scenario) -> None:
         raise ValueError("failures.random: failures are drawn up to run.duration (or run.horizon): give one")
 
 
+def _check_ramps(scenario: Scenario) -> None:
+    """Agents ramping in join before ``run.duration``: one joining later never starts a task."""
+    end_s = scenario.run.duration
+    for i, klass in enumerate(scenario.workload_classes):
+        load = klass.load
+        if isinstance(load, AgentsLoad) and end_s is not None and load.ramp_s > end_s:
+            where = "load" if scenario.classes is None else f"classes.{i}.load"
+            raise ValueError(f"{where}.ramp_s: {load.ramp_s:g} s is past run.duration ({end_s:g} s): the agents "
+                             "joining after it would never start a task; give at most the duration")  # fmt: skip
+
+
 class WorkloadClass(Spec):
     """One class of traffic: its load, its lengths, its priority in the queue, its SLOs."""
 
@@ -385,6 +396,7 @@ class Scenario(Spec):
             names = [c.name for c in self.classes or []]
             if len(set(names)) != len(names):
                 raise ValueError(f"class names must be unique, got {names}")
+        _check_ramps(self)
         return self
 
     @model_validator(mode="after")

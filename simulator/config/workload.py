@@ -140,6 +140,11 @@ class AgentsLoad(Spec):
     think_time_s: Distribution = Field(
         default_factory=lambda: Constant(value=0.0), description="closed loop: pause between an agent's tasks"
     )
+    ramp_s: Annotated[Seconds, Field(ge=0.0)] = Field(
+        0.0,
+        description="closed loop: agents join evenly over [0, ramp_s), agent i after i x ramp_s / agents "
+        "(0: all start together, a synchronised cold start)",
+    )
 
     @property
     def workload_id(self) -> str:
@@ -149,7 +154,13 @@ class AgentsLoad(Spec):
     def _one_mode(self) -> AgentsLoad:
         if (self.agents is None) == (self.tasks_per_s is None):
             raise ValueError("give exactly one of agents (closed loop) or tasks_per_s (open loop)")
+        if self.ramp_s > 0 and self.agents is None:
+            raise ValueError("ramp_s spreads the starts of closed-loop agents: give agents, or drop ramp_s")
         return self
+
+    def joins_s(self, agent: int) -> float:
+        """When closed-loop agent ``agent`` (0-based) begins: ``agent x ramp_s / agents``."""
+        return self.ramp_s * agent / self.agents if self.agents else 0.0
 
 
 class TraceLoad(Spec):

@@ -184,10 +184,14 @@ def run_task(
 def closed_loop_agent(
     rt: AgentRuntime, load: AgentsLoad, spec: AgentTaskSpec, agent: int, rng: np.random.Generator
 ) -> ProcessGenerator:
-    """Think, run a task, repeat (the interactive response-time loop, one task per cycle).
+    """Join at :meth:`~simulator.config.workload.AgentsLoad.joins_s`, then think, run a task, repeat
+    (the interactive response-time loop, one task per cycle).
 
     After a failed task (a call refused) the agent backs off ``REFUSED_BACKOFF_S``.
     """
+    joins_s = load.joins_s(agent)
+    if joins_s > 0:
+        yield rt.env.timeout(joins_s)
     while True:
         think = _draw(load.think_time_s, rng)
         if think > 0:

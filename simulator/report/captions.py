@@ -79,7 +79,8 @@ def _load(klass: WorkloadClass) -> str:
         return f"{load.arrivals.process} arrivals, {significant(load.arrivals.peak_rate_per_s)} req/s at peak"
     if isinstance(load, AgentsLoad):
         count = f"{load.agents} agents" if load.agents is not None else f"{significant(load.tasks_per_s or 0)} tasks/s"
-        return f"{count} ({load.workload_id})"
+        joins = f", joining over {significant(load.ramp_s)} s" if load.ramp_s else ""
+        return f"{count} ({load.workload_id}{joins})"
     return f"replay of {load.path.name}"
 
 

@@ -244,7 +244,7 @@ def _quantile(stat: str) -> float:
     return 1.0 if stat == "mean" else int(stat[1:]) / 100
 
 
-def agent_call_demand(classes: list[WorkloadClass], catalog: Catalog) -> float:
+def agent_call_demand(classes: list[WorkloadClass], catalog: Catalog, duration_s: float | None = None) -> float:
     """The least model calls/s a fleet must serve to meet the task-time targets of closed-loop agents.
 
     A class of ``N`` agents, each running tasks of ``S`` calls (mean) back to back with a mean
@@ -253,8 +253,11 @@ def agent_call_demand(classes: list[WorkloadClass], catalog: Catalog) -> float:
     task ends within ``T`` starts its next one within ``T + theta``. So while no agent is starved
     for the others (the schedulers serve calls in order of arrival within a priority, and the
     agents of one class alike), the agents finish at least ``Q N / (T + theta)`` tasks per second
-    and the fleet serves ``Q N S / (T + theta)`` calls/s. Summed over classes; a class with no
-    such target (open loads, other metrics) adds 0, which keeps the sum a lower bound."""
+    and the fleet serves ``Q N S / (T + theta)`` calls/s. Agents ramping in (``ramp_s``: agent
+    ``i`` joins at ``i ramp_s / N``) are there a share ``1 - ramp_s (N - 1) / (2 N D)`` of a run of
+    ``duration_s = D`` on average, which scales their demand (none is bounded without ``D``).
+    Summed over classes; a class with no such target (open loads, other metrics) adds 0, which
+    keeps the sum a lower bound."""
     demand = 0.0
     for klass in classes:
         load = klass.load
@@ -266,8 +269,20 @@ def agent_call_demand(classes: list[WorkloadClass], catalog: Catalog) -> float:
              if t.metric == "task_time_s" and t.upper and t.bound > 0),
             default=0.0,
         )  # fmt: skip
-        demand += tightest * load.agents * steps
+        demand += tightest * load.agents * steps * _share_joined(load, duration_s)
     return demand
+
+
+def _share_joined(load: AgentsLoad, duration_s: float | None) -> float:
+    """The mean share of a run of ``duration_s`` closed-loop agents are in it: ``1 - mean join / D``
+    (:meth:`~simulator.config.workload.AgentsLoad.joins_s`); 1 without a ramp, 0 with one and no duration."""
+    if not load.ramp_s:
+        return 1.0
+    if duration_s is None:
+        return 0.0
+    assert load.agents is not None
+    mean_join_s = load.ramp_s * (load.agents - 1) / (2 * load.agents)
+    return max(0.0, 1.0 - mean_join_s / duration_s)
 
 
 def _calls_per_s(plan: BackendPlan, classes: list[WorkloadClass], catalog: Catalog) -> float:
@@ -562,7 +577,7 @@ class Planner:
         self.cost_basis = _cost_basis(basis, self.metered)
         self.splits = _splits(self.fleet, self.names)
         self.replica_shapes = {name: _shape(p) for name, p in zip(self.names, plans, strict=True)}
-        self.demand_calls_per_s = agent_call_demand(self.classes, catalog)
+        self.demand_calls_per_s = agent_call_demand(self.classes, catalog, scenario.run.duration)
         self.replica_calls_per_s = self._replica_calls_per_s(plans)
         self.limits = _replica_limits(scenario, self.metered)
         self.replica_kw = tuple(replica_kw(p, scenario.cost.pue) for p in plans)  # plan.budget_kw

@@ -101,6 +101,28 @@ def test_task_level_interactive_response_time_law(workload: dict) -> None:
     assert tasks.task_time_s.mean == pytest.approx(agents / throughput - think, rel=0.04)
 
 
+def test_agents_ramping_in_join_evenly_then_obey_the_response_time_law(workload: dict) -> None:
+    """``ramp_s = W``: agent i starts its first task at ``i W / N + Z`` (a constant think ``Z`` first);
+    once all have joined (measured from ``W`` on) the response-time law ``R = N / X - Z`` holds."""
+    _register(workload, "short", chain(4, output_tokens={"dist": "uniform", "low": 10, "high": 80}))
+    agents, think, ramp = 8, 3.0, 40.0
+    result = run(
+        load={"kind": "agents", "workload": workload["short"], "agents": agents, "ramp_s": f"{ramp} s",
+              "think_time_s": {"dist": "constant", "value": think}},
+        requests=None,
+        run={"seed": 9, "duration": "1500 s", "warmup": f"{ramp} s", "drain": False},
+    )  # fmt: skip
+    tasks = result.records.tasks
+    first_start = {int(a): float(tasks["start_s"][tasks["agent"] == a].min()) for a in np.unique(tasks["agent"])}
+    assert sorted(first_start) == list(range(agents))
+    for agent, start_s in first_start.items():
+        assert start_s == pytest.approx(agent * ramp / agents + think, abs=1e-9)
+    summary = result.summary.tasks
+    assert summary is not None
+    throughput = summary.tasks_per_hour / 3600.0
+    assert summary.task_time_s.mean == pytest.approx(agents / throughput - think, rel=0.04)
+
+
 def test_truncation_starts_a_new_session(workload: dict) -> None:
     """At the context limit the prompt is capped and the prefix cache misses once."""
     _register(workload, "long", chain(10, context={"policy": "truncate", "max_tokens": 1200}))

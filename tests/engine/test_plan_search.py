@@ -421,6 +421,10 @@ def test_the_capacity_bound_prunes_agents_fleets_and_counts_their_demand() -> No
     """24 agents, 5 calls a task, p95 within 14 s: at least 0.95 x 24 x 5 / 14 calls/s."""
     s = _agents_task_time()
     assert agent_call_demand(s.workload_classes, CATALOG) == pytest.approx(0.95 * 24 * 5 / 14)
+    ramped = [c.model_copy(update={"load": c.load.model_copy(update={"ramp_s": 46.0})}) for c in s.workload_classes]
+    # agents joining over 46 s are there 1 - 46 x 23 / (2 x 24 x 100) of a 100-s run on average
+    assert agent_call_demand(ramped, CATALOG, 100.0) == pytest.approx(0.95 * 24 * 5 / 14 * (1 - 46 * 23 / 4800))
+    assert agent_call_demand(ramped, CATALOG) == 0.0  # no duration: nothing bounds the share joined
     planner = Planner(s, CATALOG)
     assert not planner.could_meet((0, 0))
     assert planner.could_meet((4, 4))

@@ -414,6 +414,11 @@ WORKLOAD_CASES = [
          files={"s.yaml": edit(agents_scenario("chat"), "agents: 1", "agents: 1, tasks_per_s: 2")}),
     case("agents-zero", RUN, "s.yaml", "load.agents",
          files={"s.yaml": edit(agents_scenario("chat"), "agents: 1", "agents: 0")}),
+    case("ramp-open-loop", RUN, "s.yaml", "ramp_s spreads the starts of closed-loop agents",
+         files={"s.yaml": edit(agents_scenario("chat"), "agents: 1", "tasks_per_s: 2, ramp_s: 10 s")}),
+    case("ramp-past-duration", RUN, "s.yaml", "load.ramp_s: 900 s is past run.duration (600 s)",
+         files={"s.yaml": edit(edit(agents_scenario("chat"), "agents: 1", "agents: 1, ramp_s: 900 s"),
+                               "max_requests: 20", "duration: 600 s")}),
 ]  # fmt: skip
 
 
