@@ -73,6 +73,12 @@ class AgentTaskSpec(Spec):
                 raise ValueError(f"{name}: must average at least 1 (calls of at least 1 token); got {mean:g}")
         return self
 
+    def tool_waits(self, steps: int) -> int:
+        """The tool waits of a task of ``steps`` calls: one after every call but the last, except the
+        call the fan-out follows (its step waits for the sub-agents instead)."""
+        fans_out = self.fanout is not None and 1 <= self.fanout.after_step <= steps - 1
+        return max(0, steps - 1 - fans_out)
+
     def context_limit(self, max_context_tokens: int) -> int:
         """The most tokens a call may hold: the policy's ``max_tokens``, at most ``max_context_tokens``."""
         return min(self.context.max_tokens or max_context_tokens, max_context_tokens)

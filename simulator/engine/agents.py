@@ -155,10 +155,10 @@ def run_task(
     """One task from its first call to its answer; records the task when it ends; True if it failed."""
     env = rt.env
     tally = TaskTally(next(rt.counter.tasks), agent, env.now, parent=parent, klass=rt.klass)
-    if parent == -1:
-        rt.recorder.task_started(tally.task_id, env.now, rt.klass)
     session = next(rt.counter.sessions)
     steps = _tokens(spec.steps, rng)
+    running = None if parent != -1 else rt.recorder.task_started(tally.task_id, env.now, rt.klass,
+                                                                 spec.tool_waits(steps))  # fmt: skip
     context = _tokens(spec.system_prompt_tokens, rng) + _tokens(spec.first_input_tokens, rng)
     limit = spec.context_limit(rt.max_context_tokens)
     for step in range(steps):
@@ -176,6 +176,8 @@ def run_task(
         if fanout is not None and step + 1 == fanout.after_step:
             context += yield from _fan_out(rt, fanout, agent, rng, tally)
         else:
+            if running is not None:
+                running.waits_left -= 1
             context += yield from _use_tools(rt, spec, rng, tally)
     tally.record(rt.recorder, env.now)
     return tally.failed

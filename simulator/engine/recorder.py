@@ -32,6 +32,16 @@ from simulator.records.store import (
 ITL_BUFFER = 8192
 
 
+class RunningTask:
+    """A top-level agent task under way, as a run's stop rule sees it: when it began, its class,
+    and the tool waits it has still to begin (the agent counts them down)."""
+
+    def __init__(self, start_s: float, klass: int, waits_left: int) -> None:
+        self.start_s = start_s
+        self.klass = klass
+        self.waits_left = waits_left
+
+
 class Recorder:
     """Collects everything a run produces, per replica and globally."""
 
@@ -51,7 +61,7 @@ class Recorder:
         self._itl_durations, self._itl_weights = array("d"), array("d")
         self.tokens = [TokenCounter(marks=marks, points=points) for _ in range(replicas)]
         self.tasks = array("d")  # one TaskRecord per finished task, flat
-        self.running: dict[int, tuple[float, int]] = {}  # top-level tasks under way: id -> (start_s, class)
+        self.running: dict[int, RunningTask] = {}  # top-level tasks under way, by id
         self.warmup_s = warmup_s
         self.verifications: dict[int, FloatArray] = {}  # drafts per verify -> verify passes by drafts accepted
         self._in_system = 0
@@ -68,9 +78,12 @@ class Recorder:
     def dropped(self, record: RequestRecord) -> None:
         self.requests.extend(record)
 
-    def task_started(self, task: int, start_s: float, klass: int) -> None:
-        """A top-level task began (seen by a run's stop rule until :meth:`task` records its end)."""
-        self.running[task] = (start_s, klass)
+    def task_started(self, task: int, start_s: float, klass: int, waits: int) -> RunningTask:
+        """A top-level task began with ``waits`` tool waits ahead (seen by a run's stop rule until
+        :meth:`task` records its end); the agent counts its waits down on what this returns."""
+        running = RunningTask(start_s, klass, waits)
+        self.running[task] = running
+        return running
 
     def gave_up(self, t: float, record: RequestRecord) -> None:
         """A request that arrived and leaves unanswered (an API refused it until its retries ran out)."""

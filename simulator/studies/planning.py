@@ -80,9 +80,10 @@ whose ``pQ task_time_s`` target of closed-loop agents already misses, whatever i
 do, stops there: from the end of ``run.duration`` (no task can start any more: at least ``need(F +
 R)`` of the ``F`` finished tasks, and of the ``R`` still running those already past the bound,
 over it) a proof, and before it at a stated risk (:data:`~simulator.studies.settled.STOP_RISK`,
-1e-6, over the workload's tool latencies: the tasks still to start are bounded by the shortest a
-task can take but with that chance). A candidate it stopped lists only the targets settled (the
-others were not measured to the end), with the numbers so far and the risk. Nothing else stops
+1e-6, over the workload's tool latencies: the tasks still to start are bounded by the tool waits
+the agents have yet to draw, :mod:`~simulator.studies.task_starts`, but with that chance). A
+candidate it stopped lists only the targets settled (the others were not measured to the end),
+with the numbers so far and the risk. Nothing else stops
 early: a *meets* is never settled before the end (a running task may still end late), nor a
 target on other metrics.
 

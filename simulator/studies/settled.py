@@ -13,22 +13,16 @@ the run will end with:
 
 - **From the end of the arrivals** (``t >= D``) no task starts, so ``M = F + R``: a proof, the
   run misses exactly when the full run does.
-- **Before it**, every agent may still start tasks, and their number is bounded only by how short
-  a task can be. A task of ``S`` calls waits for its tools after each call but the last (a step
-  waits for the slowest of its parallel tool calls, at least one draw of ``tool.latency_s``; a
-  fan-out step waits for its sub-agents instead), so it lasts at least the sum of ``S - 1`` (``S -
-  2`` with a fan-out) independent tool latencies. :func:`task_time_floor_s` finds the longest
-  ``d`` such that ``N K(d) P(task < d) <= risk`` with ``K(d) = 1 + floor(D / d)``, bounding
-  ``P(task < d)`` by the lower tail of ``S`` (its quantile) plus a Chernoff bound on the sum,
-  ``P(sum_m X <= d) <= min_{lambda > 0} e^(lambda d) E[e^(-lambda X)]^m``, with ``E[e^(-lambda X)]``
-  bounded from above on a grid of the latency's quantiles (``e^(-lambda F^-1(u))`` falls with
-  ``u``: the left sum over the grid is over the integral). Then with probability at least
-  ``1 - risk`` (:data:`STOP_RISK`, over the tool latencies the workload draws) each agent's first
-  ``K`` tasks each take at least ``d``: no agent starts more than ``K`` tasks before ``D``, and
-  from time ``t`` at most ``1 + floor((D - t) / d)``. So ``M = F + R + N (1 + floor((D - t) /
-  d))`` settles the miss with that confidence, from ``warm-up + T`` (no task is above ``T``
-  before). Used only where no call can be refused (no API limits on a backend, no failures, no
-  budget, no horizon, and no task failed so far), so every task runs all its calls.
+- **Before it**, every agent may still start tasks. A task waits for its tools after every call
+  but the last, so how many an agent can start in the ``D - t`` left is bounded by sums of tool
+  latencies it has yet to draw: those its task under way has still to begin (the engine counts
+  them down, :class:`~simulator.engine.recorder.RunningTask`) and those of whole tasks after it.
+  :class:`~simulator.studies.task_starts.TaskStarts` bounds the agents' total by Chernoff's bound
+  over their independent streams, except with chance ``STOP_RISK / C`` at each of the ``C``
+  checks before ``D``, so ``M = F + R +`` that bound settles the miss except with chance
+  :data:`STOP_RISK` over the tool latencies the workload draws, from ``warm-up + T`` (no task is
+  above ``T`` before). Used only where no call can be refused (no API limits on a backend, no
+  failures, no budget, no horizon, and no task failed so far), so every task runs all its calls.
 
 The percentile the full run reports is then at least ``L``, the ``need(M)``-th longest of the
 times known above ``T`` (finished tasks' times, running tasks' ages): numpy's ``pQ`` of the ``n <=
@@ -49,35 +43,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-from scipy.special import logsumexp
-
-from simulator.config.distributions import Distribution
 from simulator.config.loading import Catalog
 from simulator.config.scenario import Scenario, SLOTarget, WorkloadClass
-from simulator.config.workload import AgentsLoad, AgentTaskSpec
+from simulator.config.workload import AgentsLoad
 from simulator.engine.build import StopWhen
-from simulator.engine.recorder import Recorder
+from simulator.engine.recorder import Recorder, RunningTask
 from simulator.records.store import TASK_COLUMNS
+from simulator.studies.task_starts import TaskStarts
 
 #: Checks of :class:`SettledMiss` per task-time bound of simulated time (every 6 s under a 10-minute bound).
 SETTLE_CHECKS_PER_BOUND = 100
 #: The most a miss settled before the end of the arrivals may be wrong: the chance, over the tool
-#: latencies a run draws, that some agent's task is shorter than :func:`task_time_floor_s` says.
+#: latencies a run draws, that the agents start more tasks than :class:`TaskStarts` says at some check.
 STOP_RISK = 1e-6
 
 #: A time is over a bound ``T`` only above ``T (1 + OVER_TOLERANCE)``: the summary's own rounding
 #: of a time at the bound never settles a miss.
 OVER_TOLERANCE = 1e-9
 
-#: Points of the quantile grid that bounds ``E[e^(-lambda X)]``, and of the ``lambda`` grid.
-_QUANTILES, _LAMBDAS = 4096, 241
-#: The ``lambda`` grid spans these multiples of ``1 / E[X]`` (log-spaced): the Chernoff optimum for
-#: a sum of waits lies where ``lambda E[X]`` is of order one, far inside it.
-_LAMBDA_SPAN = (1e-3, 1e3)
-#: Candidate floors: the mean tool time of a task times ``ratio^i`` for ``i = 1 .. points - 1``
-#: (each 10 % under the last, down to about 1e-18 of the mean), the longest that passes taken.
-_FLOOR_RATIO, _FLOOR_POINTS = 0.9, 400
 _START, _END, _FAILED, _PARENT, _CLASS = (
     TASK_COLUMNS.index(c) for c in ("start_s", "end_s", "failed", "parent", "class")
 )
@@ -119,41 +102,6 @@ def _settleable(target: SLOTarget) -> bool:
     return target.metric == "task_time_s" and target.upper and target.stat.startswith("p") and target.bound > 0
 
 
-def _log_laplace_bound(latency: Distribution, lambdas: np.ndarray) -> np.ndarray:
-    """``log E[e^(-lambda X)]`` bounded from above at each ``lambda``: the mean of ``e^(-lambda
-    F^-1(u))`` over the left ends ``u = i / n`` of ``n`` equal slices of ``[0, 1)``."""
-    left = latency.quantile(np.arange(_QUANTILES) / _QUANTILES)
-    bound: np.ndarray = logsumexp(-np.outer(lambdas, left), axis=1) - math.log(_QUANTILES)
-    return bound
-
-
-def _fewest_tool_waits(task: AgentTaskSpec, probability: float) -> int:
-    """Tool waits a task has, except with chance ``probability``: ``S - 1`` (``S - 2`` with a
-    fan-out) at ``S = max(1, floor(F_S^-1(probability)))``, since ``P(draw < F^-1(u)) <= u`` and
-    rounding never falls."""
-    steps = max(1, math.floor(float(task.steps.quantile(np.array([probability]))[0])))
-    return max(0, steps - 1 - (task.fanout is not None))
-
-
-def task_time_floor_s(task: AgentTaskSpec, agents: int, duration_s: float, risk: float = STOP_RISK) -> float:
-    """The longest ``d`` (s) on a geometric grid below the mean tool time of a task such that
-    ``agents x K x P(task < d) <= risk``, ``K = 1 + floor(duration_s / d)``: every agent's first
-    ``K`` tasks last at least ``d``, except with chance ``risk``; 0 when none does (a task may be
-    instant: no tool time)."""
-    latency = task.tool.latency_s
-    mean_wait = latency.mean * max(task.steps.mean - 1, 0)
-    if not mean_wait > 0 or not math.isfinite(mean_wait):
-        return 0.0
-    lambdas = np.geomspace(*_LAMBDA_SPAN, _LAMBDAS) / latency.mean
-    log_laplace = _log_laplace_bound(latency, lambdas)
-    for floor_s in mean_wait * _FLOOR_RATIO ** np.arange(1, _FLOOR_POINTS):
-        budget = risk / (agents * (1 + math.floor(duration_s / floor_s)))
-        waits = _fewest_tool_waits(task, budget / 2)
-        if waits and np.min(lambdas * floor_s + waits * log_laplace) <= math.log(budget / 2):
-            return float(floor_s)
-    return 0.0
-
-
 @dataclass
 class SettledMiss:
     """The stop rule of a plan's run (the module docstring): ``settled`` (after a stop) names the
@@ -164,7 +112,7 @@ class SettledMiss:
     warmup_s: float
     from_s: float  # the end of run.duration
     running_count: bool  # whether every running task is sure to be counted (no budget, no horizon)
-    floors_s: dict[int, tuple[int, float]]  # class -> (agents, task floor s) where a stop may come early
+    starts: dict[int, TaskStarts]  # class -> its bound on the tasks still to start, where a stop may come early
     read: int = 0  # floats of the recorder's flat task records read so far
     failed: bool = False  # a task failed (a call refused): no statistical stop from then on
     settled: list[dict[str, Any]] = field(default_factory=list)
@@ -186,27 +134,29 @@ class SettledMiss:
             return None
         counted = scenario.router.budget_usd_per_hour is None and scenario.run.horizon is None
         refusals = scenario.failures is not None or any(b.api is not None for b in scenario.fleet)
-        floors: dict[int, tuple[int, float]] = {}
+        start_s, every_s = _checks(scenario.run.warmup, duration_s, min(t.bound_s for t in targets))
+        risk = STOP_RISK / (math.floor((duration_s - start_s) / every_s) + 1)  # at each check before the end
+        starts: dict[int, TaskStarts] = {}
         for k in {t.klass for t in targets} if counted and not refusals else set():
             load = scenario.workload_classes[k].load
             assert isinstance(load, AgentsLoad) and load.agents is not None
-            floor_s = task_time_floor_s(catalog.workload(load.workload).task, load.agents, duration_s)
-            if floor_s > 0:
-                floors[k] = (load.agents, floor_s)
-        return cls(targets, scenario.run.warmup, duration_s, counted, floors)
+            bound = TaskStarts.of(catalog.workload(load.workload).task, load.agents, risk)
+            if bound is not None:
+                starts[k] = bound
+        return cls(targets, scenario.run.warmup, duration_s, counted, starts)
 
     def when(self) -> StopWhen:
         """The engine's stop condition: this rule, asked from ``from_s`` on, or from the warm-up plus
         the tightest bound where a statistical stop may come earlier."""
-        tightest_s = min(t.bound_s for t in self.targets)
-        start_s = min(self.from_s, self.warmup_s + tightest_s) if self.floors_s else self.from_s
-        return StopWhen(start_s, tightest_s / SETTLE_CHECKS_PER_BOUND, self)
+        start_s, every_s = _checks(self.warmup_s, self.from_s, min(t.bound_s for t in self.targets))
+        return StopWhen(start_s if self.starts else self.from_s, every_s, self)
 
     def __call__(self, recorder: Recorder, now_s: float) -> bool:
         self._count_finished(recorder.tasks)
-        running = [(start_s, klass) for start_s, klass in recorder.running.values() if start_s >= self.warmup_s]
+        running = list(recorder.running.values())
+        to_start: dict[int, int | None] = {}  # by class, worked out once a check
         for t in self.targets:
-            self._settle(t, running, now_s)
+            self._settle(t, running, now_s, to_start)
         return bool(self.settled)
 
     def _count_finished(self, tasks: Sequence[float]) -> None:
@@ -224,31 +174,42 @@ class SettledMiss:
                         t.over_s.append(took_s)
         self.read = len(tasks)
 
-    def _still_to_start(self, klass: int, now_s: float) -> int | None:
+    def _still_to_start(self, klass: int, now_s: float, running: list[RunningTask]) -> int | None:
         """The most tasks of ``klass`` that may still start (module docstring): 0 from the end of the
-        arrivals, ``N (1 + floor((D - t) / d))`` before it at risk :data:`STOP_RISK`; None when
-        nothing bounds them."""
+        arrivals, :meth:`TaskStarts.most` before it; None when nothing bounds them."""
         if now_s >= self.from_s:
             return 0
-        if klass not in self.floors_s or self.failed:
+        if klass not in self.starts or self.failed:
             return None
-        agents, floor_s = self.floors_s[klass]
-        return agents * (1 + math.floor((self.from_s - now_s) / floor_s))
+        waits = [task.waits_left for task in running if task.klass == klass]
+        return self.starts[klass].most(self.from_s - now_s, waits)
 
-    def _settle(self, t: _TaskTimeTarget, running: list[tuple[float, int]], now_s: float) -> None:
+    def _settle(self, t: _TaskTimeTarget, running: list[RunningTask], now_s: float,
+                to_start: dict[int, int | None]) -> None:  # fmt: skip
         """Record target ``t`` as settled when its tasks above the bound, finished (and running,
         when each is sure to count), reach :func:`miss_tasks_needed` of the most that can count,
         with ``at_least_s``, the ``need``-th longest of their times so far (module docstring)."""
-        to_start = self._still_to_start(t.klass, now_s)
-        if to_start is None:
-            return
-        ages = [now_s - start_s for start_s, klass in running if klass == t.klass]
+        ages = [now_s - task.start_s for task in running if task.klass == t.klass and task.start_s >= self.warmup_s]
         late = [age for age in ages if age > t.bound_s * (1 + OVER_TOLERANCE)] if self.running_count else []
-        most = t.measured + len(ages) + to_start
+        over = len(t.over_s) + len(late)
+        if over < miss_tasks_needed(t.percent, t.measured + len(ages)):
+            return  # not settled even if no task started any more
+        if t.klass not in to_start:
+            to_start[t.klass] = self._still_to_start(t.klass, now_s, running)
+        starting = to_start[t.klass]
+        if starting is None:
+            return
+        most = t.measured + len(ages) + starting
         need = miss_tasks_needed(t.percent, most)
-        if len(t.over_s) + len(late) >= need:
+        if over >= need:
             at_least_s = sorted(t.over_s + late, reverse=True)[need - 1]
             self.settled.append({
-                "class": t.name, "target": t.target, "over": len(t.over_s) + len(late), "of_at_most": most,
-                "at_s": now_s, "risk": STOP_RISK if to_start else 0.0, "at_least_s": at_least_s,
+                "class": t.name, "target": t.target, "over": over, "of_at_most": most,
+                "at_s": now_s, "risk": STOP_RISK if now_s < self.from_s else 0.0, "at_least_s": at_least_s,
             })  # fmt: skip
+
+
+def _checks(warmup_s: float, end_s: float, tightest_s: float) -> tuple[float, float]:
+    """When a run's checks may first settle a miss before ``end_s`` (the warm-up plus the tightest
+    bound: no task is over it before) and how often they come (:data:`SETTLE_CHECKS_PER_BOUND`)."""
+    return min(end_s, warmup_s + tightest_s), tightest_s / SETTLE_CHECKS_PER_BOUND

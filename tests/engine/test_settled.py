@@ -1,6 +1,6 @@
 """A plan's run stops once its task-time target misses: by proof from the end of the arrivals,
 at a stated risk before it (:mod:`simulator.studies.settled`). A stopped run reaches the full
-run's verdict; the shortest task the bound assumes is no longer than any task drawn.
+run's verdict (the bound on the tasks still to start is tested in ``tests/unit/test_task_starts.py``).
 """
 
 from __future__ import annotations
@@ -12,20 +12,12 @@ import time
 
 import numpy as np
 import pytest
-from pydantic import TypeAdapter
 
-from simulator.config.distributions import Constant, Distribution, Exponential
 from simulator.config.scenario import Scenario
 from simulator.engine.build import OutOfTimeError, StopWhen
 from simulator.runner import RunResult, simulate
 from simulator.studies.planning import Planner
-from simulator.studies.settled import (
-    STOP_RISK,
-    SettledMiss,
-    _log_laplace_bound,
-    miss_tasks_needed,
-    task_time_floor_s,
-)
+from simulator.studies.settled import STOP_RISK, SettledMiss, miss_tasks_needed
 from tests.engine.conftest import CATALOG
 from tests.engine.test_plan_search import SMALL_AGENT, _agents_task_time
 
@@ -72,12 +64,12 @@ def test_a_run_stopped_once_settled_misses_exactly_when_the_full_run_does_in_les
 
 
 def test_a_fleet_whose_tasks_all_outlast_the_bound_stops_at_its_first_check() -> None:
-    """Tasks of 80 s of tool time under a 30 s bound, arrivals for 60 s: no task ends before the
-    arrivals do, and each agent can start at most one more task after 30 s (a task lasts at least
-    the floor, over the 30 s left), so once enough first tasks run past the bound the miss is
-    settled before the arrivals end, at the stated risk, of at most 48 tasks. The proof alone (as
-    where a call may be refused) settles it at the first check after the arrivals end, all 24
-    running tasks over, of at most 24. The full run misses."""
+    """Tasks of four 20 s tool waits under a 30 s bound, arrivals for 60 s: no task ends before the
+    arrivals do, and past 30 s each agent's first task has two waits (40 s) still to begin, so no
+    agent can start another before the arrivals end: once the first tasks run past the bound (the
+    check after 30 s) the miss is settled, at the stated risk, of at most the 24 running. The
+    proof alone (as where a call may be refused) settles it at the first check after the
+    arrivals end, all 24 running tasks over, of at most 24. The full run misses."""
     slow = SMALL_AGENT | {
         "task": SMALL_AGENT["task"]
         | {"tool": {"kind": "code-execution", "latency_s": {"dist": "constant", "value": 20.0}}}
@@ -87,64 +79,16 @@ def test_a_fleet_whose_tasks_all_outlast_the_bound_stops_at_its_first_check() ->
     assert run.run.duration is not None
     full = simulate(run, CATALOG)
     assert full.summary.tasks is not None and full.summary.tasks.task_time_s.p95 > 30.0
-    for proof_only, at_most, risk, by_s in [(False, 48, STOP_RISK, 60.0), (True, 24, 0.0, 60.0 + 30.0 / 100)]:
+    for proof_only, risk, by_s in [(False, STOP_RISK, 30.0 + 2 * 30.0 / 100), (True, 0.0, 60.0 + 30.0 / 100)]:
         rule = SettledMiss.of(run, CATALOG)
-        assert rule is not None and rule.floors_s
+        assert rule is not None and rule.starts
         if proof_only:
-            rule.floors_s.clear()
+            rule.starts.clear()
         early = simulate(run, CATALOG, stop=rule.when())
         assert early.stopped and len(rule.settled) == 1 and rule.settled[0]["at_s"] < by_s
-        assert rule.settled[0]["of_at_most"] == at_most
-        assert rule.settled[0]["over"] >= miss_tasks_needed(95, at_most)
+        assert rule.settled[0]["of_at_most"] == 24
+        assert rule.settled[0]["over"] >= miss_tasks_needed(95, 24)
         assert rule.settled[0]["risk"] == risk and early.records.end_s < full.records.end_s
-
-
-def _tool_sums(latency: dict[str, object], waits: int, tasks: int, seed: int = 7) -> np.ndarray:
-    spec = TypeAdapter(Distribution).validate_python(latency)
-    return spec.sample(np.random.default_rng(seed), tasks * waits).reshape(tasks, waits).sum(axis=1)
-
-
-def test_the_laplace_bound_is_over_the_exact_transform() -> None:
-    """``E[e^(-lambda X)]`` of an exponential is ``1 / (1 + lambda mu)``; the quantile-grid bound is
-    above it at every ``lambda`` and close to it (within 1 %) where it matters (``lambda mu <= 10``)."""
-    spec = Exponential(mean=4.0)
-    lambdas = np.geomspace(1e-3, 1e2, 50) / spec.mean
-    exact = -np.log1p(lambdas * spec.mean)
-    bound = _log_laplace_bound(spec, lambdas)
-    assert np.all(bound >= exact)
-    assert np.all(np.exp(bound - exact)[lambdas * spec.mean <= 10] < 1.01)
-
-
-@pytest.mark.parametrize(
-    "latency",
-    [{"dist": "lognormal", "median": 4.0, "sigma": 1.0}, {"dist": "exponential", "mean": 3.0},
-     {"dist": "uniform", "low": 0.0, "high": 2.0}],
-    ids=["lognormal", "exponential", "uniform"],
-)  # fmt: skip
-def test_no_task_drawn_is_shorter_than_the_floor_and_the_floor_is_not_trivial(latency: dict[str, object]) -> None:
-    """The floor ``d`` holds ``P(task < d) <= risk / (N K)`` (about 4e-10 here): of 100,000 tasks of
-    50 calls drawn, none has less tool time, and the floor is a useful bound (over a quarter of the
-    mean tool time of a task: the sum of 49 waits concentrates)."""
-    task = CATALOG.workload("coding-agent").task
-    tool = task.tool.model_copy(update={"latency_s": TypeAdapter(Distribution).validate_python(latency)})
-    task = task.model_copy(update={"tool": tool})
-    floor_s = task_time_floor_s(task, agents=200, duration_s=1200.0)
-    sums = _tool_sums(latency, 49, 100_000)
-    assert floor_s < sums.min()
-    assert floor_s > 0.25 * 49 * task.tool.latency_s.mean
-
-
-def test_constant_tool_times_give_a_floor_just_under_their_sum_and_none_without_tools() -> None:
-    """Five calls with 1 s tools between them take at least 4 s: the floor is the grid's largest
-    point under it. Without tool time a task may be instant: no floor, no early stop."""
-    run = _agents_task_time("14 s")
-    load = run.workload_classes[0].load
-    task = CATALOG.workload(load.workload).task  # type: ignore[union-attr]
-    floor_s = task_time_floor_s(task, agents=24, duration_s=60.0)
-    assert 0.9 * 4.0 <= floor_s < 4.0
-    no_tools = task.tool.model_copy(update={"latency_s": Constant(value=0.0)})
-    instant = task.model_copy(update={"tool": no_tools})
-    assert task_time_floor_s(instant, agents=24, duration_s=60.0) == 0.0
 
 
 def test_a_stop_before_the_arrivals_end_carries_its_risk_and_none_where_calls_may_be_refused() -> None:
@@ -155,14 +99,14 @@ def test_a_stop_before_the_arrivals_end_carries_its_risk_and_none_where_calls_ma
     run = Scenario.model_validate_json(planner._run_keys((0, 1), "mixed")[0][1])
     assert run.run.duration is not None
     rule = SettledMiss.of(run, CATALOG)
-    assert rule is not None and rule.floors_s
+    assert rule is not None and rule.starts
     early = simulate(run, CATALOG, stop=rule.when())
     assert early.stopped and rule.settled[0]["at_s"] < run.run.duration and rule.settled[0]["risk"] == STOP_RISK
     full = simulate(run, CATALOG)
     assert full.summary.tasks is not None and full.summary.tasks.task_time_s.p95 > 9.0
     budgeted = run.model_copy(update={"router": run.router.model_copy(update={"budget_usd_per_hour": 1e6})})
     rule = SettledMiss.of(budgeted, CATALOG)
-    assert rule is not None and not rule.floors_s and rule.when().from_s == run.run.duration
+    assert rule is not None and not rule.starts and rule.when().from_s == run.run.duration
 
 
 def test_a_deadline_abandons_a_run_and_one_not_reached_leaves_it_the_same_run() -> None:
