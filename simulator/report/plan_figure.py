@@ -9,6 +9,9 @@ frontier (:attr:`~simulator.studies.planning.PlanResult.frontier`: no fleet is b
 its targets) is drawn as a staircase; along it a dearer fleet always has a smaller worst ratio. A
 search stopped before its end (``plan.max_candidates``, ``--time-limit``) also draws its floor: every
 fleet cheaper than it is settled a miss, so the cheapest that meets lies between it and the answer.
+A fleet run to its end has bars of :data:`NOISE_ERRORS` sampling errors of its worst ratio
+(``worst_ratio_error``, :mod:`simulator.results.sampling`): where a bar crosses 1, another seed may
+well give the other verdict.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 from matplotlib.axes import Axes
 
 from simulator.report.plots import _axes, _legend, _plain_log
+from simulator.results.sampling import NOISE_ERRORS
 from simulator.tables import format_ratio
 
 #: A fleet that measured nothing (no task or request ended before its run stopped) is drawn this
@@ -62,6 +66,11 @@ def cost_vs_slo(plan: Mapping[str, Any], ax: Axes | None = None) -> Axes:
     ax.plot(xs, ys, "o", color="tab:green", label="meets every target")
     xs, ys = _points(frontier)
     ax.step(xs, ys, where="post", color="black", linewidth=1.0, label="frontier (nothing cheaper is closer)")
+    barred = [e for e in frontier if _drawn(e) and _error(e) > 0]
+    if barred:
+        ax.errorbar([e["usd_per_hour"] for e in barred], [e["worst_ratio"] for e in barred],
+                    yerr=[NOISE_ERRORS * _error(e) for e in barred], fmt="none", ecolor="grey", capsize=3,
+                    label=f"+/-{NOISE_ERRORS:g} sampling errors of one run")  # fmt: skip
     answer = plan.get("answer")
     if answer is not None and _drawn(answer):
         ax.plot([answer["usd_per_hour"]], [answer["worst_ratio"]], "*", markersize=16, color="gold",
@@ -80,6 +89,12 @@ def cost_vs_slo(plan: Mapping[str, Any], ax: Axes | None = None) -> Axes:
     return ax
 
 
+def _error(entry: Mapping[str, Any]) -> float:
+    """A fleet's sampling error of its worst ratio in one run (0 where ``plan.json`` has none)."""
+    error = entry.get("worst_ratio_error")
+    return float(error) if isinstance(error, int | float) and math.isfinite(error) else 0.0
+
+
 def _floor(plan: Mapping[str, Any]) -> float | None:
     """The floor of a stopped search worth a line: finite, above 0 and under the answer's cost."""
     floor, answer = plan.get("floor_usd_per_hour"), plan.get("answer")
@@ -92,7 +107,8 @@ def what(plan: Mapping[str, Any]) -> str:
     """What :func:`cost_vs_slo` shows, for its caption (the report adds what was simulated: the load)."""
     return (
         f"Each simulated fleet's $/h ({plan.get('cost_basis') or 'one'} basis) against its worst target ratio "
-        "(<= 1 meets every target); the staircase is the cost-vs-SLO frontier."
+        f"(<= 1 meets every target); the staircase is the cost-vs-SLO frontier, its bars +/-{NOISE_ERRORS:g} "
+        "sampling errors of one run."
     )
 
 
@@ -118,7 +134,14 @@ def frontier_takeaway(plan: Mapping[str, Any]) -> str:
     if answer is None:
         return f"No simulated fleet meets every target ($/h on the {basis} basis){below}{gap}."
     found = "found " if floor is not None else ""
+    margin = 1.0 - answer["worst_ratio"] if _drawn(answer) else math.inf
+    noise = (
+        f" (it meets by {margin:.1%} of its bound, within {NOISE_ERRORS:g} sampling errors of one run: another seed "
+        "may miss)"
+        if margin < NOISE_ERRORS * _error(answer)
+        else ""
+    )
     return (
         f"Cheapest fleet {found}meeting every target: {_fleet(answer)} at ${answer['usd_per_hour']:,.2f}/h on the "
-        f"{basis} basis{below}{gap}."
+        f"{basis} basis{noise}{below}{gap}."
     )

@@ -163,6 +163,7 @@ from simulator.engine.build import OutOfTimeError, StopWhen
 from simulator.errors import InfersimError
 from simulator.plan.limits import Limits, check_runs
 from simulator.plan.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
+from simulator.results.sampling import NOISE_ERRORS, standard_error
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
 from simulator.runner import simulate
 from simulator.studies.dominance import ServiceOrder, swapped
@@ -319,6 +320,7 @@ class Miss:
     ratio: float  # > 1: missed by that factor (inf: nothing measured)
     upper: bool
     settled: dict[str, Any] | None = None  # the run stopped once this missed (SettledMiss.settled)
+    error: float = math.nan  # the ratio's sampling error in one run (simulator.results.sampling)
 
     def describe(self) -> str:
         if self.settled is not None:
@@ -348,6 +350,7 @@ class Evaluation:
     misses: tuple[Miss, ...]
     kind: str  # "single" or "mixed"
     split: tuple[str, ...] = ()  # "p -> d": prefill backend p hands its prompts' KV to decode pool d
+    worst_error: float = math.nan  # the sampling error of ``worst`` in its run (NaN: none, or a run stopped)
 
     @property
     def meets(self) -> bool:
@@ -371,7 +374,8 @@ class Evaluation:
             "fixed_usd_per_hour": self.fixed_usd_per_hour,
             "meets": self.meets,
             "worst_ratio": self.worst,
-            "misses": [m.__dict__ | {"text": m.describe()} for m in self.misses],
+            "worst_ratio_error": _finite_or_none(self.worst_error),
+            "misses": [m.__dict__ | {"text": m.describe(), "error": _finite_or_none(m.error)} for m in self.misses],
         }
 
 
@@ -425,10 +429,16 @@ class PlanResult:
 
 def target_value(summary: LatencyStats, tasks: TaskSummary | None, target: SLOTarget) -> float:
     """The statistic a target bounds, from one class's latencies and tasks (NaN when nothing was measured)."""
-    stats: DistributionStats | None = getattr(summary, target.metric, None)
-    if target.metric == "task_time_s":
-        stats = tasks.task_time_s if tasks else None
+    stats = _target_stats(summary, tasks, target)
     return math.nan if stats is None else float(getattr(stats, target.stat))
+
+
+def _target_stats(summary: LatencyStats, tasks: TaskSummary | None, target: SLOTarget) -> DistributionStats | None:
+    """The distribution a target reads a statistic of (None when the run has none)."""
+    if target.metric == "task_time_s":
+        return tasks.task_time_s if tasks else None
+    found: DistributionStats | None = getattr(summary, target.metric, None)
+    return found
 
 
 def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Miss]:
@@ -437,14 +447,18 @@ def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Mis
     for klass in classes:
         part: RunSummary | ClassSummary = summary.classes[klass.name] if summary.classes else summary
         for target in klass.slo.targets:
-            value = target_value(part, part.tasks, target)
+            stats = _target_stats(part, part.tasks, target)
+            value = math.nan if stats is None else float(getattr(stats, target.stat))
+            error = math.nan if stats is None else standard_error(stats, target.stat)
             if not math.isfinite(value):
-                ratio = math.inf  # nothing measured
+                ratio, error = math.inf, math.nan  # nothing measured
             elif target.upper:
                 ratio = value / target.bound if target.bound > 0 else (math.inf if value > 0 else 0.0)
+                error = error / target.bound if target.bound > 0 else math.nan
             else:
                 ratio = target.bound / value if value > 0 else (0.0 if target.bound <= 0 else math.inf)
-            found.append(Miss(klass.name, target.describe(), value, target.bound, ratio, target.upper))
+                error = ratio * error / value if value > 0 else math.nan  # d(b / v) = b / v^2 dv
+            found.append(Miss(klass.name, target.describe(), value, target.bound, ratio, target.upper, error=error))
     return found
 
 
@@ -490,8 +504,11 @@ def _measured_misses(
     if not settled:
         return ratios
     return [
-        dataclasses.replace(
-            miss, settled=(s := settled[(miss.klass, miss.target)]), ratio=max(miss.ratio, s["at_least_s"] / miss.bound)
+        dataclasses.replace(  # a floor on a run cut short: no sampling error to speak of
+            miss,
+            settled=(s := settled[(miss.klass, miss.target)]),
+            ratio=max(miss.ratio, s["at_least_s"] / miss.bound),
+            error=math.nan,
         )
         for miss in ratios
         if (miss.klass, miss.target) in settled
@@ -705,16 +722,17 @@ class Planner:
         self._ask(Ask(counts, kind))  # asked already when the search named it; a run is asked for once
         keys = [k for k, _ in self._run_keys(counts, kind)]
         misses: dict[tuple[str, str], Miss] = {}
-        worst, api_spend = 0.0, 0.0
+        worst, worst_error, api_spend = 0.0, math.nan, 0.0
         for document in self.runs.wait(keys).values():
             summary = RunSummary.model_validate(document["summary"])
             for miss in _measured_misses(summary, self.classes, document["settled"]):
-                worst = max(worst, miss.ratio)
+                if miss.ratio > worst or (miss.ratio == worst and math.isnan(worst_error)):
+                    worst, worst_error = miss.ratio, miss.error
                 _keep_worst(misses, miss)
             api_spend += self._api_spend(summary) / self.scenario.plan.replications
         fixed = self.fixed_cost(counts)
         evaluation = Evaluation(counts, self.names, fixed, fixed + api_spend, worst, tuple(misses.values()), kind,
-                                self.split_of(counts))  # fmt: skip
+                                self.split_of(counts), worst_error)  # fmt: skip
         self._memo[key] = evaluation
         return evaluation
 
@@ -1253,6 +1271,8 @@ class Planner:
         result.violations = non_monotone(result.evaluations, self._plain_router(), self.order)
         if result.violations:
             explained += _violations_text(result.violations)
+        if result.answer is not None:
+            explained += _within_noise_text(result.answer, self.scenario.plan.replications)
         result.explanation = f"on the {self.cost_basis} cost basis, " + explained
         result.replica_shapes = dict(self.replica_shapes)
         for a, b in self.order.pairs:
@@ -1403,6 +1423,24 @@ def _cheapest_meeting(evaluations: list[Evaluation]) -> Evaluation | None:
     return min((e for e in evaluations if e.meets), key=lambda e: e.usd_per_hour, default=None)
 
 
+def _within_noise_text(answer: Evaluation, replications: int) -> str:
+    """A warning where the answer meets by less than
+    :data:`~simulator.results.sampling.NOISE_ERRORS` sampling errors of its worst target (one run's,
+    :mod:`simulator.results.sampling`): another seed may well miss; empty otherwise."""
+    if not (math.isfinite(answer.worst_error) and answer.worst_error > 0):
+        return ""
+    margin = 1.0 - answer.worst
+    if margin >= NOISE_ERRORS * answer.worst_error:
+        return ""
+    seeds = "its run" if replications == 1 else f"the worst of its {replications} runs"
+    more = replications + 2
+    return (
+        f"; caution: it meets by {margin:.1%} of the bound in {seeds}, within {NOISE_ERRORS:g} sampling errors "
+        f"(+/-{answer.worst_error:.1%}, the run's requests or tasks taken as independent, so at least that), so "
+        f"another seed may miss: --set plan.replications={more} asks every fleet to meet on {more} seeds"
+    )
+
+
 def _finite_or_none(value: float | None) -> float | None:
     """``value`` for JSON: None when it is not a finite number."""
     return value if value is not None and math.isfinite(value) else None
@@ -1458,10 +1496,11 @@ def plan_text(result: PlanResult) -> str:
     """The answer in words, what one replica is, the cost-vs-SLO frontier, every fleet simulated and
     every rejected candidate with its misses."""
     usd = f"$/h ({result.cost_basis})" if result.cost_basis else "$/h"
-    headers = ["fleet", "kind", usd, "worst", "meets"]
+    headers = ["fleet", "kind", usd, "worst", "+/- one run", "meets"]
 
     def rows(evaluations: list[Evaluation]) -> list[list[object]]:
-        return [[e.fleet, e.label, f"{e.usd_per_hour:,.2f}", format_ratio(e.worst), "yes" if e.meets else "no"]
+        return [[e.fleet, e.label, f"{e.usd_per_hour:,.2f}", format_ratio(e.worst),
+                 f"{e.worst_error:.2g}" if math.isfinite(e.worst_error) else "-", "yes" if e.meets else "no"]
                 for e in evaluations]  # fmt: skip
 
     lines = [f"plan: {result.explanation}"]
@@ -1483,7 +1522,8 @@ def plan_text(result: PlanResult) -> str:
         )
     lines += [
         "",
-        "cost-vs-SLO frontier (worst = largest achieved/bound; <= 1 meets):",
+        "cost-vs-SLO frontier (worst = largest achieved/bound, <= 1 meets; +/- one run: its sampling error in "
+        "its run, as if the requests or tasks were independent, a floor on how it moves from seed to seed):",
         format_table(headers, rows(result.frontier)),
         "",
         f"every fleet simulated ({len(result.evaluations)}, cheapest first"

@@ -9,6 +9,7 @@ candidate to its end. The cases are small (8B model, 60-120 s runs) so each take
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -31,6 +32,7 @@ from simulator.studies.planning import (
     Miss,
     Planner,
     PlanResult,
+    _within_noise_text,
     agent_call_demand,
     non_monotone,
     plan_text,
@@ -210,6 +212,9 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
     )
     # a candidate stopped on a settled miss misses, its ratio at least the settled floor's (> 1)
     assert all(not e.meets and m.ratio > 1 for e in result.evaluations for m in e.misses if m.settled)
+    # every fleet that meets states the sampling error of its worst ratio (its runs ran to the end)
+    assert all(e.worst_error >= 0 for e in result.evaluations if e.meets)
+    assert result.to_dict()["answer"]["worst_ratio_error"] == result.answer.worst_error
     # progress: 0 <= simulated <= total and simulated + pruned + left = total, at every step
     assert tallies
     for total, simulated, cut, left in [*tallies, pruned.tally()]:
@@ -415,6 +420,19 @@ def test_a_larger_fleet_that_misses_where_a_subset_meets_is_reported_against_the
     assert non_monotone(evaluations, True, a_over_b) == [(meets, above), (meets, beside), (single_meets, above)]
     text = PlanResult(meets, None, evaluations, violations=[(meets, above)]).to_dict()["monotone_violations"]
     assert text == [{"meets": {"a": 1, "b": 1}, "misses": {"a": 2, "b": 1}, "kind": "mixed"}]
+
+
+def test_an_answer_within_two_sampling_errors_of_its_bound_is_flagged() -> None:
+    """Meeting by 1.2 % of the bound where one run's sampling error is 1.4 % is within noise: the
+    explanation says another seed may miss and asks for more; by 5 % it says nothing, nor where no
+    error is known (a run stopped early)."""
+    answer = Evaluation((1,), ("a",), 1.0, 1.0, 0.988, (), "single", worst_error=0.014)
+    text = _within_noise_text(answer, 1)
+    assert "meets by 1.2% of the bound in its run" in text and "+/-1.4%" in text
+    assert "another seed may miss" in text and "plan.replications=3" in text
+    assert "the worst of its 2 runs" in _within_noise_text(answer, 2)
+    assert _within_noise_text(dataclasses.replace(answer, worst=0.95), 1) == ""
+    assert _within_noise_text(dataclasses.replace(answer, worst_error=math.nan), 1) == ""
 
 
 def test_the_capacity_bound_prunes_agents_fleets_and_counts_their_demand() -> None:

@@ -71,3 +71,18 @@ def test_a_printed_ratio_stays_on_its_side_of_one(offset: float) -> None:
     text = format_ratio(ratio)
     assert (float(text) > 1.0) is (ratio > 1.0) and (float(text) < 1.0) is (ratio < 1.0)
     assert len(text.replace(".", "").lstrip("0")) <= 7
+
+
+def test_fleets_run_to_their_end_carry_error_bars_and_an_answer_within_them_is_flagged() -> None:
+    """A frontier fleet with a sampling error has a bar of 2 errors each side; the answer meeting
+    by 1.2 % with an error of 1.4 % is within noise, and the takeaway says another seed may miss;
+    with an error of 0.4 % it says nothing."""
+    near = _fleet(3, 6.0, 0.988, True) | {"worst_ratio_error": 0.014}
+    plan = PLAN | {"answer": near, "frontier": [*PLAN["frontier"][:2], near]}
+    ax = plan_figure.cost_vs_slo(plan)
+    bars = next(c for c in ax.containers if "sampling errors" in str(c.get_label()))
+    (segment,) = bars.lines[2][0].get_segments()
+    assert [float(y) for y in segment[:, 1]] == pytest.approx([0.988 - 0.028, 0.988 + 0.028])
+    assert "within 2 sampling errors of one run: another seed may miss" in plan_figure.frontier_takeaway(plan)
+    sure = near | {"worst_ratio_error": 0.004}
+    assert "another seed" not in plan_figure.frontier_takeaway(PLAN | {"answer": sure})
