@@ -192,8 +192,8 @@ class SettledMiss:
         ages = [now_s - task.start_s for task in running if task.klass == t.klass and task.start_s >= self.warmup_s]
         late = [age for age in ages if age > t.bound_s * (1 + OVER_TOLERANCE)] if self.running_count else []
         over = len(t.over_s) + len(late)
-        if over < miss_tasks_needed(t.percent, t.measured + len(ages)):
-            return  # not settled even if no task started any more
+        if not over or over < miss_tasks_needed(t.percent, t.measured + len(ages)):
+            return  # none over the bound, or too few even if no task started any more
         if t.klass not in to_start:
             to_start[t.klass] = self._still_to_start(t.klass, now_s, running)
         starting = to_start[t.klass]

@@ -144,3 +144,14 @@ def test_progress_reaches_one_in_order_and_is_silent_when_piped(tmp_path: Path) 
     assert json.dumps(quiet.summary.to_dict()) == json.dumps(loud.summary.to_dict())  # reporting never changes the run
     result = run_cli("run", str(_write(tmp_path, FLEET)), "-o", str(tmp_path / "out"))
     assert result.returncode == 0 and "infersim run" not in result.stderr
+
+
+def test_the_bundled_mixed_fleet_plan_answers_with_one_wafer(tmp_path: Path) -> None:
+    """The README's first plan (two agents and an open-loop class, a wafer and GPUs) answers 1 x
+    wafer in 4 candidates: its runs' checks that find no task over the bound settle nothing (such
+    a check once crashed the stop rule)."""
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "plan-mixed-fleet.yaml"
+    result = run_cli("plan", str(scenario), "--jobs", "1", "-o", str(tmp_path / "out"), "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["answer"]["fleet"] == {"wafer": 1, "gpu": 0} and plan["search"]["simulated"] == 4

@@ -15,6 +15,7 @@ import pytest
 
 from simulator.config.scenario import Scenario
 from simulator.engine.build import OutOfTimeError, StopWhen
+from simulator.engine.recorder import Recorder
 from simulator.runner import RunResult, simulate
 from simulator.studies.planning import Planner
 from simulator.studies.settled import STOP_RISK, SettledMiss, miss_tasks_needed
@@ -89,6 +90,17 @@ def test_a_fleet_whose_tasks_all_outlast_the_bound_stops_at_its_first_check() ->
         assert rule.settled[0]["of_at_most"] == 24
         assert rule.settled[0]["over"] >= miss_tasks_needed(95, 24)
         assert rule.settled[0]["risk"] == risk and early.records.end_s < full.records.end_s
+
+
+def test_a_check_with_no_task_over_the_bound_settles_nothing() -> None:
+    """At the end of the arrivals with no task finished, running or still to start (a run whose
+    agents all began before its warm-up, say), no task is over the bound: nothing is settled, as a
+    percentile of no task is no miss (it used to index an empty list)."""
+    run = Scenario.model_validate_json(Planner(_agents_task_time("14 s"), CATALOG)._run_keys((1, 0), "mixed")[0][1])
+    rule = SettledMiss.of(run, CATALOG)
+    assert rule is not None
+    assert rule(Recorder(1), rule.from_s) is False and rule.settled == []
+    assert rule(Recorder(1), rule.from_s - 1.0) is False and rule.settled == []
 
 
 def test_a_stop_before_the_arrivals_end_carries_its_risk_and_none_where_calls_may_be_refused() -> None:
