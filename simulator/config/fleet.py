@@ -85,6 +85,20 @@ class BackendSpec(Spec):
         return self
 
 
+class AffinityBalance(Spec):
+    """When session affinity gives way to load, as in the cache-aware routers of SGLang and vLLM
+    (``--balance-abs-threshold 64``, ``--balance-rel-threshold 1.5``, their defaults): while the
+    busiest candidate replica has more than ``over_requests`` requests outstanding over the idlest
+    and more than ``ratio`` times as many, a session's call goes where the replica policy sends it."""
+
+    over_requests: Annotated[int, Field(ge=0)] = Field(64, description="requests the busiest has over the idlest")
+    ratio: Annotated[float, Field(ge=1.0)] = Field(1.5, description="times the idlest's requests the busiest has")
+
+    def unbalanced(self, busiest: float, idlest: float) -> bool:
+        """Whether replicas with ``busiest`` and ``idlest`` requests outstanding are past both thresholds."""
+        return busiest - idlest > self.over_requests and busiest > self.ratio * idlest
+
+
 class RouterSpec(Spec):
     """How requests are spread over a fleet: first a backend, then a replica of it.
 
@@ -98,7 +112,9 @@ class RouterSpec(Spec):
     least-outstanding-tokens (fewest prompt + output tokens still to process);
     power-of-two (the less loaded of two random replicas, Mitzenmacher 2001);
     kv-aware (the most free KV blocks after its queue's demand). With ``affinity`` a session's
-    later calls stick to the replica holding its prefix KV.
+    later calls stick to the replica holding its prefix KV; with ``balance`` too, only while the
+    candidate replicas' loads are not too unbalanced (:class:`AffinityBalance`): else the call goes
+    where the policy sends it, leaving its prefix KV behind, and the session follows it.
 
     Budget: with ``budget_usd_per_hour`` the spend on per-token (API) backends is capped by a
     token bucket refilled at that rate and holding at most ``budget_window`` of it; a request
@@ -109,6 +125,9 @@ class RouterSpec(Spec):
         "round-robin", "random", "join-shortest-queue", "least-outstanding-tokens", "power-of-two", "kv-aware"
     ] = "round-robin"
     affinity: bool = True
+    balance: AffinityBalance | None = Field(
+        None, description="with affinity: let load unbalanced past these thresholds move a session (none: it stays)"
+    )
     backend_choice: Literal["pooled", "slo-aware"] = "pooled"
     rules: dict[str, list[BackendName]] = Field(
         default_factory=dict, description="class name -> the backends it may use (others: every backend)"

@@ -4,7 +4,11 @@ Routing is two choices. The *backend*: the class's allowed backends (``router.ru
 all), those whose replicas can hold the request, those within the API budget; then either
 every replica of them is a candidate (``pooled``) or the SLO-aware choice below picks one
 backend. The *replica*: the replica policy among the candidates (round robin, random, JSQ,
-least outstanding tokens, power of two, KV-aware), unless session affinity already pins it.
+least outstanding tokens, power of two, KV-aware), unless session affinity already pins it. With
+``router.balance`` a pinned session's call is routed afresh (and the session re-pinned) while the
+candidates are unbalanced: the busiest up replica of the class's usable backends has more than
+``over_requests`` requests outstanding over the idlest and more than ``ratio`` times as many (the
+cache-aware routers of SGLang and vLLM), both found in O(log R) as the least-loaded choices are.
 Both choices are registered under the names the config gives them (:func:`backend_choice`,
 :func:`replica_choice`): a new one is one registered function.
 
@@ -260,6 +264,8 @@ class Router:
             self._bring_up(now)
         sticky = self.spec.affinity and request.session is not None
         replica = self._pinned(request, now, tokens, output) if sticky else None
+        if replica is not None and self._unbalanced(request, tokens, output):
+            replica = None  # load over affinity: the policy chooses, and the session follows
         if replica is None:
             replica = self._route_afresh(request, now, klass, tokens, output)
             if replica is None:
@@ -283,6 +289,20 @@ class Router:
         if self._usable(backend, tokens, request.input_tokens, output) and _open_now(backend, now, tokens):
             return pinned
         return None
+
+    def _unbalanced(self, request: Request, tokens: int, output: int) -> bool:
+        """Whether ``router.balance`` moves a pinned session now: the busiest and the idlest up
+        replica (requests outstanding) of the class's usable backends are past its thresholds."""
+        balance = self.spec.balance
+        if balance is None:
+            return False
+        backends = [b for b in self.allowed[request.klass]
+                    if b.up and self._usable(b, tokens, request.input_tokens, output)]  # fmt: skip
+        if not backends:
+            return False
+        idlest = self.least_loaded(backends, _requests).outstanding
+        busiest = self.least_loaded(backends, _fewest_requests).outstanding
+        return balance.unbalanced(busiest, idlest)
 
     def _route_afresh(
         self, request: Request, now: float, klass: ClassRouting, tokens: int, output: int
@@ -429,6 +449,11 @@ def _slo_aware(router: Router, backends: list[Backend], klass: ClassRouting, pro
 
 def _requests(replica: Replica) -> float:
     return float(replica.outstanding)
+
+
+def _fewest_requests(replica: Replica) -> float:
+    """The busiest first: the load is minus the requests outstanding."""
+    return -float(replica.outstanding)
 
 
 def _tokens(replica: Replica) -> float:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
+from simulator.config.fleet import AffinityBalance
 from simulator.engine import fleet
 from simulator.engine.fleet import Backend, Router
 from simulator.engine.replica import Replica
@@ -120,3 +123,52 @@ def test_the_load_index_chooses_what_a_scan_of_every_replica_would(
         run={"seed": 3, "max_requests": 600},
     )
     assert len(checked) >= 600 and max(checked) >= 3
+
+
+def test_affinity_gives_way_to_load_only_past_both_balance_thresholds() -> None:
+    """SGLang's and vLLM's cache-aware routers' rule at their defaults (64 requests, 1.5x): the
+    busiest replica must be more than 64 requests over the idlest and more than 1.5 times it."""
+    balance = AffinityBalance()
+    assert balance.unbalanced(65, 0) and not balance.unbalanced(64, 0)
+    assert not balance.unbalanced(200, 134) and balance.unbalanced(202, 134)  # 1.49x, then 1.51x
+    assert not AffinityBalance(over_requests=0, ratio=1.0).unbalanced(3, 3)
+
+
+def _agents_on_two_gpus(balance: dict[str, float] | None) -> Any:
+    """Twelve agents of twelve-call tasks on an A100 and an H100 (8B each), sessions pinned."""
+    gpu = {"model": "llama-3.1-8b", "chips": 1}
+    task = {
+        "steps": {"dist": "constant", "value": 12},
+        "system_prompt_tokens": {"dist": "constant", "value": 2000},
+        "first_input_tokens": {"dist": "constant", "value": 300},
+        "step_input_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.8},
+        "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.8},
+        "tool": {"kind": "code-execution", "latency_s": {"dist": "lognormal", "median": 0.5, "sigma": 1.0}},
+    }
+    workload = {"id": "w", "name": "w", "description": "test", "sources": {"t": "test"}, "task": task}
+    return run(
+        backends=[{"name": "a100", "deployment": {"hardware": "nvidia-a100-sxm", **gpu}},
+                  {"name": "h100", "deployment": {"hardware": "nvidia-h100-sxm", **gpu}}],
+        router={"policy": "least-outstanding-tokens"} | ({"balance": balance} if balance else {}),
+        load={"kind": "agents", "workload": workload, "agents": 12},
+        requests=None,
+        run={"seed": 5, "duration": "120 s"},
+    )  # fmt: skip
+
+
+def _replicas_per_task(result: Any) -> np.ndarray:
+    rows = result.records.requests
+    return np.array([len(set(rows["replica"][rows["task"] == task].tolist())) for task in np.unique(rows["task"])])
+
+
+def test_sessions_stay_on_their_replica_unless_load_past_the_balance_moves_them() -> None:
+    """Pinned sessions run every call of a task on one replica; thresholds never reached leave the
+    very same run; with none (0 requests, 1x: any imbalance) sessions follow the policy, so tasks
+    span both replicas, each call still served once."""
+    pinned, unreached = _agents_on_two_gpus(None), _agents_on_two_gpus({"over_requests": 10**6, "ratio": 1.0})
+    assert np.all(_replicas_per_task(pinned) == 1)
+    assert json.dumps(unreached.summary.to_dict()) == json.dumps(pinned.summary.to_dict())
+    moved = _agents_on_two_gpus({"over_requests": 0, "ratio": 1.0})
+    assert np.any(_replicas_per_task(moved) == 2)
+    rows = moved.records.requests
+    assert len(set(rows["id"].tolist())) == len(rows["id"])  # every call served once
