@@ -360,6 +360,12 @@ class PlanSpec(Spec):
         description="stop the search after simulating this many candidates: the answer is then the cheapest fleet "
         "found that meets, with the least cost a fleet not yet settled could have (the gap to the proven cheapest)",
     )
+    confidence: Annotated[float, Field(gt=0.5, lt=1.0)] | None = Field(
+        None,
+        description="a fleet meets a target only when its ratio is z sampling errors of its run under the bound "
+        "(z the normal quantile of this one-sided confidence, the run's requests or tasks taken as independent); "
+        "none: when the ratio itself is",
+    )
 
 
 class Scenario(Spec):

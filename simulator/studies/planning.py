@@ -146,6 +146,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import statistics
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -321,6 +322,13 @@ class Miss:
     upper: bool
     settled: dict[str, Any] | None = None  # the run stopped once this missed (SettledMiss.settled)
     error: float = math.nan  # the ratio's sampling error in one run (simulator.results.sampling)
+    errors: float = 0.0  # plan.confidence's z: missed too where ratio + errors x error is over 1
+
+    @property
+    def missed(self) -> bool:
+        """Over the bound, or (with ``errors``) within that many sampling errors under it."""
+        margin = self.errors * self.error if self.errors > 0 and math.isfinite(self.error) else 0.0
+        return self.ratio + margin > 1.0
 
     def describe(self) -> str:
         if self.settled is not None:
@@ -335,6 +343,11 @@ class Miss:
             return f"{self.klass}: {self.target}: nothing measured (no completed requests or tasks in the window)"
         if self.bound == 0:
             return f"{self.klass}: {self.target}: got {self.achieved:.4g}"
+        if self.ratio <= 1.0:  # met, but not by the margin plan.confidence asks
+            return (
+                f"{self.klass}: {self.target}: got {self.achieved:.4g}, within {self.errors:.3g} sampling errors of "
+                f"the bound (ratio {format_ratio(self.ratio)} +/- {self.error:.2g})"
+            )
         if self.upper:
             return f"{self.klass}: {self.target}: got {self.achieved:.4g}, {self.achieved / self.bound - 1:.0%} over"
         return f"{self.klass}: {self.target}: got {self.achieved:.4g}, {1 - self.achieved / self.bound:.0%} short"
@@ -516,10 +529,10 @@ def _measured_misses(
 
 
 def _keep_worst(misses: dict[tuple[str, str], Miss], miss: Miss) -> None:
-    """Record ``miss`` under its class and target when it misses (ratio over 1) by more than the
-    replication recorded there so far."""
+    """Record ``miss`` under its class and target when it misses (:attr:`Miss.missed`) by more than
+    the replication recorded there so far."""
     known = misses.get((miss.klass, miss.target))
-    if miss.ratio > 1.0 and (known is None or miss.ratio > known.ratio):
+    if miss.missed and (known is None or miss.ratio > known.ratio):
         misses[(miss.klass, miss.target)] = miss
 
 
@@ -581,6 +594,9 @@ class Planner:
         self.checkpoint = checkpoint or (lambda _: None)
         self.started = time.monotonic()
         self.time_limit_s, self.max_candidates = time_limit_s, scenario.plan.max_candidates
+        confidence = scenario.plan.confidence
+        #: Sampling errors a ratio must stay under 1 by to meet (``plan.confidence``; 0: none).
+        self.errors = statistics.NormalDist().inv_cdf(confidence) if confidence is not None else 0.0
         #: The wall-clock time (``time.time()``) past which a run is abandoned: the time limit's end.
         self.deadline = time.time() + time_limit_s if time_limit_s is not None else None
         self.runs = runs or Runs(Executor(), summary_run, (catalog, run_limits, True, self.deadline), None)
@@ -728,7 +744,7 @@ class Planner:
             for miss in _measured_misses(summary, self.classes, document["settled"]):
                 if miss.ratio > worst or (miss.ratio == worst and math.isnan(worst_error)):
                     worst, worst_error = miss.ratio, miss.error
-                _keep_worst(misses, miss)
+                _keep_worst(misses, dataclasses.replace(miss, errors=self.errors))
             api_spend += self._api_spend(summary) / self.scenario.plan.replications
         fixed = self.fixed_cost(counts)
         evaluation = Evaluation(counts, self.names, fixed, fixed + api_spend, worst, tuple(misses.values()), kind,
@@ -1271,7 +1287,13 @@ class Planner:
         result.violations = non_monotone(result.evaluations, self._plain_router(), self.order)
         if result.violations:
             explained += _violations_text(result.violations)
-        if result.answer is not None:
+        if self.errors > 0:
+            explained += (
+                f"; a fleet meets a target only {self.errors:.3g} sampling errors of its run under the bound "
+                f"(plan.confidence = {self.scenario.plan.confidence:g}, one-sided, the run's requests or tasks "
+                "taken as independent)"
+            )
+        elif result.answer is not None:
             explained += _within_noise_text(result.answer, self.scenario.plan.replications)
         result.explanation = f"on the {self.cost_basis} cost basis, " + explained
         result.replica_shapes = dict(self.replica_shapes)

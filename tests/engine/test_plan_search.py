@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import math
 import re
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -433,6 +434,30 @@ def test_an_answer_within_two_sampling_errors_of_its_bound_is_flagged() -> None:
     assert "the worst of its 2 runs" in _within_noise_text(answer, 2)
     assert _within_noise_text(dataclasses.replace(answer, worst=0.95), 1) == ""
     assert _within_noise_text(dataclasses.replace(answer, worst_error=math.nan), 1) == ""
+
+
+def test_a_stated_confidence_asks_each_target_to_be_met_by_its_sampling_errors() -> None:
+    """``plan.confidence``: a ratio meets only ``z`` of its run's sampling errors under 1 (``z`` the
+    normal quantile). A ratio of 0.99 with an error of 0.01 meets plainly and not at z = 1.96;
+    without an error (a run cut short) the ratio decides. Agents with noisy tools under a 16 s p95:
+    2 x h100 meets by 0.94 +/- 0.056 plainly, not at 99 % (z = 2.33), and the answer is then 3 x
+    h100; a stricter verdict never makes the answer cheaper, and every fleet it lets meet has its
+    worst ratio z errors under 1."""
+    near = Miss("c", "p95 task_time_s <= 600 s", 594.0, 600.0, 0.99, True, error=0.01)
+    assert not near.missed and dataclasses.replace(near, errors=1.96).missed
+    assert "within 1.96 sampling errors of the bound" in dataclasses.replace(near, errors=1.96).describe()
+    assert not dataclasses.replace(near, errors=1.96, error=math.nan).missed
+    noisy = SMALL_AGENT | {"task": SMALL_AGENT["task"] | {
+        "tool": {"kind": "code-execution", "latency_s": {"dist": "lognormal", "median": 1.0, "sigma": 0.8}},
+        "output_tokens": {"dist": "lognormal", "median": 60, "sigma": 0.8}}}  # fmt: skip
+    s = _agents_task_time("16 s", noisy)
+    plain = Planner(s, CATALOG).search()
+    strict = Planner(s.model_copy(update={"plan": s.plan.model_copy(update={"confidence": 0.99})}), CATALOG).search()
+    assert plain.answer is not None and strict.answer is not None
+    assert strict.answer.usd_per_hour > plain.answer.usd_per_hour
+    z = statistics.NormalDist().inv_cdf(0.99)
+    assert all(e.worst + z * e.worst_error <= 1.0 for e in strict.evaluations if e.meets)
+    assert "plan.confidence = 0.99" in strict.explanation
 
 
 def test_the_capacity_bound_prunes_agents_fleets_and_counts_their_demand() -> None:
