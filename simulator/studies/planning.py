@@ -87,6 +87,11 @@ with the numbers so far and the risk. Nothing else stops
 early: a *meets* is never settled before the end (a running task may still end late), nor a
 target on other metrics.
 
+**A stated confidence** (``plan.confidence``): a target is met only where its ratio is ``z``
+sampling errors of its run under 1 (:mod:`simulator.results.sampling`, ``z`` the normal quantile of
+the confidence), a noise-robust verdict from one seed. The search then assumes that verdict is
+monotone too (more replicas lower a ratio, and its error with it), checked as below.
+
 The assumption is checked on what the search simulated (:func:`non_monotone`): a fleet that misses
 though it is one that meets with replicas added (or swapped up) that are slower than none it holds
 is named in a warning in the explanation and in ``plan.json`` (``monotone_violations``), since a
@@ -1459,7 +1464,8 @@ def _within_noise_text(answer: Evaluation, replications: int) -> str:
     return (
         f"; caution: it meets by {margin:.1%} of the bound in {seeds}, within {NOISE_ERRORS:g} sampling errors "
         f"(+/-{answer.worst_error:.1%}, the run's requests or tasks taken as independent, so at least that), so "
-        f"another seed may miss: --set plan.replications={more} asks every fleet to meet on {more} seeds"
+        f"another seed may miss: --set plan.replications={more} asks every fleet to meet on {more} seeds, or "
+        "plan.confidence (0.975, say) to meet by a margin of errors in each"
     )
 
 
