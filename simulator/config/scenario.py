@@ -362,10 +362,18 @@ class PlanSpec(Spec):
     )
     confidence: Annotated[float, Field(gt=0.5, lt=1.0)] | None = Field(
         None,
-        description="a fleet meets a target only when its ratio is z sampling errors of its run under the bound "
-        "(z the normal quantile of this one-sided confidence, the run's requests or tasks taken as independent); "
-        "none: when the ratio itself is",
+        description="a fleet meets a target when the mean of its ratio over the replications' seeds is under 1 "
+        "with this one-sided confidence (Student's t over the seeds' spread; needs 2 replications or more); none: "
+        "when every seed's ratio is",
     )
+
+    @model_validator(mode="after")
+    def _seeds_for_a_confidence(self) -> PlanSpec:
+        if self.confidence is not None and self.replications < 2:
+            raise ValueError(
+                "plan.confidence is read off the spread of the seeds' ratios: give plan.replications of 2 or more"
+            )
+        return self
 
 
 class Scenario(Spec):

@@ -13,7 +13,9 @@ laws), the standard error of
 The requests or tasks of one run share its queues, so successive ones are correlated and the
 statistic spreads more across seeds than this says: a floor on the error, not its size (on the
 10-minute plan's answer, 4 x h100 + 8 x b300 + 1 x b200, six seeds' p95s spread with a
-standard deviation of 7.7 s where the formula gives 6.4-7.7 s from each seed's ~600 tasks).
+standard deviation of 7.7 s where the formula gives 6.4-7.7 s from each seed's ~600 tasks; for
+2 x h100 + 8 x b300 + 3 x b200, 10.8 s against 6.3-8.7 s). A verdict with a stated confidence
+reads the seeds' own spread instead (``plan.confidence``).
 """
 
 from __future__ import annotations
