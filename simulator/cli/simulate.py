@@ -274,8 +274,8 @@ def plan(args: argparse.Namespace) -> int:
         scenario = planner.scenario  # priced on one cost basis (Planner)
         resolved = scenario_yaml(write_in(scenario, cat))
         pool = start(args.executor, args.jobs, args.address)
-        planner.runs = Runs(pool, summary_run, (profile_dirs(args), limits(args), True, planner.deadline),
-                            Cache(out.path / "cache"), started)  # fmt: skip
+        run_args = (profile_dirs(args), limits(args), planner.stops_early, planner.deadline)
+        planner.runs = Runs(pool, summary_run, run_args, Cache(out.path / "cache"), started)
         try:
             result = planner.search()
         except BaseException as exc:  # Ctrl-C, SIGTERM, a failed run: stop the workers now

@@ -363,8 +363,8 @@ class PlanSpec(Spec):
     confidence: Annotated[float, Field(gt=0.5, lt=1.0)] | None = Field(
         None,
         description="a fleet meets a target when the mean of its ratio over the replications' seeds is under 1 "
-        "with this one-sided confidence (Student's t over the seeds' spread; needs 2 replications or more); none: "
-        "when every seed's ratio is",
+        "with this one-sided confidence (Student's t over the seeds' spread; needs 2 replications or more, and runs "
+        "each to its end); none: when every seed's ratio is",
     )
 
     @model_validator(mode="after")

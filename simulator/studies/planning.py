@@ -92,8 +92,9 @@ when the mean of its ratio over the seeds is under 1 at that one-sided confidenc
 sqrt(r)`` (:func:`seeds_bound`: Student's ``t`` over the ``r`` seeds' spread ``s``), not when every
 seed's is. The spread is measured, not modelled: one run's sampling error
 (:mod:`simulator.results.sampling`) takes its tasks as independent and is a floor (on the 10-minute
-question six seeds' p95s spread 1.4 times as much). The search assumes that verdict is monotone
-too, checked as below.
+question six seeds' p95s spread 1.4 times as much). Its runs are not stopped once a miss is settled:
+one seed over the bound no longer decides, so each seed's ratio is needed to its end. The search
+assumes that verdict is monotone too, checked as below.
 
 The assumption is checked on what the search simulated (:func:`non_monotone`): a fleet that misses
 though it is one that meets with replicas added (or swapped up) that are slower than none it holds
@@ -616,8 +617,12 @@ class Planner:
         self.t_quantile = float(stdtrit(seeds - 1, confidence)) if confidence is not None else None
         #: The wall-clock time (``time.time()``) past which a run is abandoned: the time limit's end.
         self.deadline = time.time() + time_limit_s if time_limit_s is not None else None
-        self.runs = runs or Runs(Executor(), summary_run, (catalog, run_limits, True, self.deadline), None)
-        self.inputs = inputs_digest(scenario, ["summary", f"stopped once a miss is settled (risk {STOP_RISK:g})"])
+        #: Whether runs stop once a miss is settled: not where a seeds' mean decides (``plan.confidence``),
+        #: which needs each seed's ratio to its end.
+        self.stops_early = self.t_quantile is None
+        self.runs = runs or Runs(Executor(), summary_run, (catalog, run_limits, self.stops_early, self.deadline), None)
+        stopping = f"stopped once a miss is settled (risk {STOP_RISK:g})" if self.stops_early else "run to the end"
+        self.inputs = inputs_digest(scenario, ["summary", stopping])
         self.stopped = ""  # what stopped the search (_over_budget); "" while it runs
         self.fleet = scenario.fleet
         self.names = tuple(b.name for b in self.fleet)
@@ -765,7 +770,7 @@ class Planner:
                 seeds.setdefault((miss.klass, miss.target), []).append(miss)
             api_spend += self._api_spend(summary) / self.scenario.plan.replications
         for found in seeds.values():  # with plan.confidence, a target's seeds decide it together
-            t = self.t_quantile if len(found) == len(keys) and not any(m.settled for m in found) else None
+            t = self.t_quantile
             bound = seeds_bound([m.ratio for m in found], t) if t is not None else math.nan
             for miss in found:
                 _keep_worst(misses, dataclasses.replace(miss, seeds_bound=bound))

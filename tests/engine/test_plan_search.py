@@ -441,9 +441,9 @@ def test_a_stated_confidence_decides_each_target_on_the_seeds_mean() -> None:
     """``plan.confidence``: a target is met when its seeds' mean ratio plus Student's ``t`` standard
     errors is at most 1, whatever one seed gives. Ratios 0.95, 0.97 and 1.01 (one seed over) meet
     at 80 % (t = 1.06 for 2 degrees of freedom: bound 0.995) and miss at 97.5 % (t = 4.30: 1.05);
-    a seed that measured nothing is a miss. Agents with noisy tools on three seeds: the plan
-    answers and states the confidence; with one seed there is no spread to read, which the
-    scenario refuses."""
+    a seed that measured nothing is a miss. Agents with noisy tools on three seeds: every run goes
+    to its end, and the plan answers and states the confidence; with one seed there is no spread to
+    read, which the scenario refuses."""
     ratios = [0.95, 0.97, 1.01]
     assert seeds_bound(ratios, float(stdtrit(2, 0.8))) == pytest.approx(0.9767 + 1.0607 * 0.0306 / 3**0.5, abs=1e-3)
     assert seeds_bound(ratios, float(stdtrit(2, 0.8))) < 1.0 < seeds_bound(ratios, float(stdtrit(2, 0.975)))
@@ -456,8 +456,11 @@ def test_a_stated_confidence_decides_each_target_on_the_seeds_mean() -> None:
         "output_tokens": {"dist": "lognormal", "median": 60, "sigma": 0.8}}}  # fmt: skip
     s = _agents_task_time("16 s", noisy)
     three = s.model_copy(update={"plan": s.plan.model_copy(update={"replications": 3, "confidence": 0.9})})
-    result = Planner(three, CATALOG).search()
+    planner = Planner(three, CATALOG)
+    assert not planner.stops_early  # a seed over the bound no longer decides: each runs to its end
+    result = planner.search()
     assert result.answer is not None and "mean of its ratio over its 3 seeds is under 1 with 0.9" in result.explanation
+    assert not any(m.settled for e in result.evaluations for m in e.misses)
     with pytest.raises(ValueError, match=re.escape("plan.replications of 2 or more")):
         s.plan.model_validate(s.plan.model_dump() | {"replications": 1, "confidence": 0.9})
 
