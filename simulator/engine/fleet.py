@@ -290,14 +290,17 @@ class Router:
             return pinned
         return None
 
+    def _usable_backends(self, request: Request, tokens: int, output: int) -> list[Backend]:
+        """The backends the request's class may use that can hold it within the budget (up or not)."""
+        return [b for b in self.allowed[request.klass] if self._usable(b, tokens, request.input_tokens, output)]
+
     def _unbalanced(self, request: Request, tokens: int, output: int) -> bool:
         """Whether ``router.balance`` moves a pinned session now: the busiest and the idlest up
         replica (requests outstanding) of the class's usable backends are past its thresholds."""
         balance = self.spec.balance
         if balance is None:
             return False
-        backends = [b for b in self.allowed[request.klass]
-                    if b.up and self._usable(b, tokens, request.input_tokens, output)]  # fmt: skip
+        backends = [b for b in self._usable_backends(request, tokens, output) if b.up]
         if not backends:
             return False
         idlest = self.least_loaded(backends, _requests).outstanding
@@ -310,7 +313,7 @@ class Router:
         """The replica the backend choice and the replica policy pick among the class's usable
         backends with a replica up (the API ones whose limits would refuse it spilled, when others
         can take it); None when there is none (``none_up`` says whether one was usable but down)."""
-        candidates = [b for b in self.allowed[request.klass] if self._usable(b, tokens, request.input_tokens, output)]
+        candidates = self._usable_backends(request, tokens, output)
         self.none_up = bool(candidates) and not any(b.up for b in candidates)
         candidates = [b for b in candidates if b.up]
         if not candidates:

@@ -92,7 +92,7 @@ when the mean of its ratio over the seeds is under 1 at that one-sided confidenc
 sqrt(r)`` (:func:`seeds_bound`: Student's ``t`` over the ``r`` seeds' spread ``s``), not when every
 seed's is. The spread is measured, not modelled: one run's sampling error
 (:mod:`simulator.results.sampling`) takes its tasks as independent and is a floor (on the 10-minute
-question six seeds' p95s spread 1.4 times as much). Its runs are not stopped once a miss is settled:
+question six seeds' p95s spread up to 1.4 times as much). Its runs are not stopped once a miss is settled:
 one seed over the bound no longer decides, so each seed's ratio is needed to its end. The search
 assumes that verdict is monotone too, checked as below.
 
@@ -451,8 +451,12 @@ class PlanResult:
 
 def target_value(summary: LatencyStats, tasks: TaskSummary | None, target: SLOTarget) -> float:
     """The statistic a target bounds, from one class's latencies and tasks (NaN when nothing was measured)."""
-    stats = _target_stats(summary, tasks, target)
-    return math.nan if stats is None else float(getattr(stats, target.stat))
+    return _statistic(_target_stats(summary, tasks, target), target.stat)
+
+
+def _statistic(stats: DistributionStats | None, stat: str) -> float:
+    """``stat`` of ``stats`` (NaN when there are none)."""
+    return math.nan if stats is None else float(getattr(stats, stat))
 
 
 def _target_stats(summary: LatencyStats, tasks: TaskSummary | None, target: SLOTarget) -> DistributionStats | None:
@@ -470,7 +474,7 @@ def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Mis
         part: RunSummary | ClassSummary = summary.classes[klass.name] if summary.classes else summary
         for target in klass.slo.targets:
             stats = _target_stats(part, part.tasks, target)
-            value = math.nan if stats is None else float(getattr(stats, target.stat))
+            value = _statistic(stats, target.stat)
             error = math.nan if stats is None else standard_error(stats, target.stat)
             if not math.isfinite(value):
                 ratio, error = math.inf, math.nan  # nothing measured
@@ -771,7 +775,7 @@ class Planner:
             api_spend += self._api_spend(summary) / self.scenario.plan.replications
         for found in seeds.values():  # with plan.confidence, a target's seeds decide it together
             t = self.t_quantile
-            bound = seeds_bound([m.ratio for m in found], t) if t is not None else math.nan
+            bound = math.nan if t is None else seeds_bound([m.ratio for m in found], t)
             for miss in found:
                 _keep_worst(misses, dataclasses.replace(miss, seeds_bound=bound))
         fixed = self.fixed_cost(counts)
