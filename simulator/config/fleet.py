@@ -99,6 +99,11 @@ class AffinityBalance(Spec):
         return busiest - idlest > self.over_requests and busiest > self.ratio * idlest
 
 
+#: Replica policies that weigh a replica's speed, not only its load: they may send a call to a slower
+#: replica only where they predict it is served sooner there.
+SPEED_AWARE_POLICIES = frozenset({"least-predicted-latency"})
+
+
 class RouterSpec(Spec):
     """How requests are spread over a fleet: first a backend, then a replica of it.
 
@@ -111,7 +116,8 @@ class RouterSpec(Spec):
     Replica: round-robin; random; join-shortest-queue (fewest requests queued or running);
     least-outstanding-tokens (fewest prompt + output tokens still to process);
     power-of-two (the less loaded of two random replicas, Mitzenmacher 2001);
-    kv-aware (the most free KV blocks after its queue's demand). With ``affinity`` a session's
+    kv-aware (the most free KV blocks after its queue's demand); least-predicted-latency (the least
+    predicted TTFT + (O - 1) TPOT from each backend's closed form: speed, not only load). With ``affinity`` a session's
     later calls stick to the replica holding its prefix KV; with ``balance`` too, only while the
     candidate replicas' loads are not too unbalanced (:class:`AffinityBalance`): else the call goes
     where the policy sends it, leaving its prefix KV behind, and the session follows it.
@@ -122,8 +128,9 @@ class RouterSpec(Spec):
     """
 
     policy: Literal[
-        "round-robin", "random", "join-shortest-queue", "least-outstanding-tokens", "power-of-two", "kv-aware"
-    ] = "round-robin"
+        "round-robin", "random", "join-shortest-queue", "least-outstanding-tokens", "power-of-two", "kv-aware",
+        "least-predicted-latency",
+    ] = "round-robin"  # fmt: skip
     affinity: bool = True
     balance: AffinityBalance | None = Field(
         None, description="with affinity: let load unbalanced past these thresholds move a session (none: it stays)"

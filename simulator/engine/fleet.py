@@ -4,13 +4,24 @@ Routing is two choices. The *backend*: the class's allowed backends (``router.ru
 all), those whose replicas can hold the request, those within the API budget; then either
 every replica of them is a candidate (``pooled``) or the SLO-aware choice below picks one
 backend. The *replica*: the replica policy among the candidates (round robin, random, JSQ,
-least outstanding tokens, power of two, KV-aware), unless session affinity already pins it. With
+least outstanding tokens, power of two, KV-aware, least predicted latency), unless session
+affinity already pins it. With
 ``router.balance`` a pinned session's call is routed afresh (and the session re-pinned) while the
 candidates are unbalanced: the busiest up replica of the class's usable backends has more than
 ``over_requests`` requests outstanding over the idlest and more than ``ratio`` times as many (the
 cache-aware routers of SGLang and vLLM), both found in O(log R) as the least-loaded choices are.
 Both choices are registered under the names the config gives them (:func:`backend_choice`,
 :func:`replica_choice`): a new one is one registered function.
+
+Least predicted latency (``least-predicted-latency``, as llm-d's predicted-latency scheduling
+routes): every other policy weighs load only, so in a fleet of fast and slow GPUs a slow replica
+takes its share of calls even while a fast one has a free slot. This one predicts, on each candidate
+backend's replica with the fewest requests, the call's ``TTFT + (O - 1) TPOT`` from that backend's
+own closed form (below) and takes the least: a call goes to a slower replica only when the wait
+for a faster one's slot makes it the sooner. It is greedy, each call's own prediction: at 2
+calls/s on an H100 beside an A100 (8B, batches of 4) it keeps 93 % of them on the H100 and cuts the
+mean latency 11 %, at 4 calls/s its mean is 6 % over least-outstanding-tokens'
+(``tests/engine/test_routing.py``).
 
 The least-loaded choices (JSQ, least outstanding tokens, KV-aware, and the SLO-aware
 prediction's least-loaded replica) cost O(log R) per request on R replicas, not a scan: each
@@ -320,7 +331,7 @@ class Router:
             return None
         candidates = _spill(candidates, now, tokens)
         choice = BACKEND_CHOICES[self.spec.backend_choice]
-        return self._choose(choice(self, candidates, klass, request.input_tokens, output))
+        return self._choose(choice(self, candidates, klass, request.input_tokens, output), request.input_tokens, output)
 
     def _reserve(self, request: Request, backend: Backend, output: int) -> None:
         """Reserve a metered backend's predicted price from the budget (settled on completion)."""
@@ -348,10 +359,10 @@ class Router:
             self.bucket_usd = min(self._bucket_cap, self.bucket_usd + rate * (now - self._bucket_t))
             self._bucket_t = now
 
-    def _choose(self, backends: list[Backend]) -> Replica:
+    def _choose(self, backends: list[Backend], prompt: int, output: int) -> Replica:
         if len(backends) == 1 and len(backends[0].up) == 1:
             return backends[0].up[0]
-        return REPLICA_CHOICES[self.spec.policy](self, backends)
+        return REPLICA_CHOICES[self.spec.policy](self, backends, prompt, output)
 
     def least_loaded(self, backends: list[Backend], load: Load) -> Replica:
         """The replica of ``backends`` with the least ``load``, ties to the first (in O(B log R))."""
@@ -387,8 +398,9 @@ def _spill(candidates: list[Backend], now: float, tokens: int) -> list[Backend]:
     return opened
 
 
-def _predict(router: Router, backend: Backend, prompt: int, output: int) -> tuple[float, float]:
-    """(TTFT s, TPOT s) a request would see on ``backend`` now (module docstring)."""
+def _predict(router: Router, backend: Backend, prompt: int, output: int) -> tuple[Replica, float, float]:
+    """(replica, TTFT s, TPOT s): ``backend``'s replica with the fewest requests outstanding, and the
+    TTFT and TPOT a request would see there now (module docstring)."""
     replica = router.least_loaded([backend], _requests)
     n, cap = replica.outstanding, backend.batch_cap
     prefill, itl = backend.prefill_and_itl(prompt, output, min(n + 1, cap))
@@ -396,15 +408,16 @@ def _predict(router: Router, backend: Backend, prompt: int, output: int) -> tupl
     if ahead == 0 and replica.kv_headroom < replica.blocks_for(prompt + output):
         ahead = 1
     wait = ahead * (prefill + (output - 1) * itl) / cap
-    return 2.0 * backend.one_way_s + wait + prefill, itl
+    return replica, 2.0 * backend.one_way_s + wait + prefill, itl
 
 
 # -- the router's choices, by the names the config gives them --------------------------------
 BackendChoice = Callable[[Router, list[Backend], ClassRouting, int, int], list[Backend]]
-ReplicaChoice = Callable[[Router, list[Backend]], Replica]
+ReplicaChoice = Callable[[Router, list[Backend], int, int], Replica]
 #: ``router.backend_choice``: the backends whose replicas are candidates, from the usable ones.
 BACKEND_CHOICES: dict[str, BackendChoice] = {}
-#: ``router.policy``: the replica a request goes to, among the candidate backends' (two or more).
+#: ``router.policy``: the replica a request of ``prompt`` and (the class's mean) ``output`` tokens
+#: goes to, among the candidate backends' (two or more).
 REPLICA_CHOICES: dict[str, ReplicaChoice] = {}
 
 
@@ -440,7 +453,7 @@ def _slo_aware(router: Router, backends: list[Backend], klass: ClassRouting, pro
     ranked = sorted(backends, key=lambda b: b.usd_per_output_token(prompt, max(output, 1)))
     best, best_ttft = ranked[0], math.inf
     for backend in ranked:
-        ttft, tpot = _predict(router, backend, prompt, max(output, 1))
+        _, ttft, tpot = _predict(router, backend, prompt, max(output, 1))
         if (klass.ttft_bound_s is None or ttft <= klass.ttft_bound_s) and (
             klass.tpot_bound_s is None or tpot <= klass.tpot_bound_s
         ):
@@ -473,7 +486,7 @@ def _flat(backends: list[Backend]) -> list[Replica]:
 
 
 @replica_choice("round-robin")
-def _round_robin(router: Router, backends: list[Backend]) -> Replica:
+def _round_robin(router: Router, backends: list[Backend], prompt: int, output: int) -> Replica:
     """A cursor per candidate set, so each set is cycled evenly."""
     replicas = _flat(backends)
     key = tuple(r.index for r in replicas)
@@ -483,13 +496,13 @@ def _round_robin(router: Router, backends: list[Backend]) -> Replica:
 
 
 @replica_choice("random")
-def _random(router: Router, backends: list[Backend]) -> Replica:
+def _random(router: Router, backends: list[Backend], prompt: int, output: int) -> Replica:
     replicas = _flat(backends)
     return replicas[int(router.rng.integers(len(replicas)))]
 
 
 @replica_choice("power-of-two")
-def _power_of_two(router: Router, backends: list[Backend]) -> Replica:
+def _power_of_two(router: Router, backends: list[Backend], prompt: int, output: int) -> Replica:
     """The less loaded of two random replicas (Mitzenmacher 2001)."""
     replicas = _flat(backends)
     a, b = (replicas[int(i)] for i in router.rng.choice(len(replicas), size=2, replace=False))
@@ -497,15 +510,30 @@ def _power_of_two(router: Router, backends: list[Backend]) -> Replica:
 
 
 @replica_choice("join-shortest-queue")
-def _shortest_queue(router: Router, backends: list[Backend]) -> Replica:
+def _shortest_queue(router: Router, backends: list[Backend], prompt: int, output: int) -> Replica:
     return router.least_loaded(backends, _requests)
 
 
 @replica_choice("least-outstanding-tokens")
-def _least_tokens(router: Router, backends: list[Backend]) -> Replica:
+def _least_tokens(router: Router, backends: list[Backend], prompt: int, output: int) -> Replica:
     return router.least_loaded(backends, _tokens)
 
 
 @replica_choice("kv-aware")
-def _most_kv(router: Router, backends: list[Backend]) -> Replica:
+def _most_kv(router: Router, backends: list[Backend], prompt: int, output: int) -> Replica:
     return router.least_loaded(backends, _kv_used)
+
+
+@replica_choice("least-predicted-latency")
+def _least_latency(router: Router, backends: list[Backend], prompt: int, output: int) -> Replica:
+    """The replica predicted to serve the call soonest, as llm-d's predicted-latency scheduling
+    routes: of each backend's replica with the fewest requests, the least ``TTFT + (O - 1) TPOT``
+    (:func:`_predict`, the backend's own closed form), ties to the first backend."""
+    best, best_s = None, math.inf
+    for backend in backends:
+        replica, ttft, tpot = _predict(router, backend, prompt, max(output, 1))
+        latency_s = ttft + (max(output, 1) - 1) * tpot
+        if latency_s < best_s:
+            best, best_s = replica, latency_s
+    assert best is not None
+    return best

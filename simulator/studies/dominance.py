@@ -34,8 +34,9 @@ that meets whenever it does (``Planner._beaten``). So it is never the cheapest f
 that meets, and the planner never simulates one. Swaps from a fleet end at one with no cheaper
 swap, cheaper still and served no worse, so a floor on the fleets not beaten is a floor on all.
 
-**Slower replicas.** A replica can also make a fleet worse. Every replica policy balances load
-(queue, outstanding tokens, free KV), not speed, and a session sticks to its replica, so a slow
+**Slower replicas.** A replica can also make a fleet worse. Every replica policy but
+``least-predicted-latency`` balances load (queue, outstanding tokens, free KV), not speed, and a
+session sticks to its replica, so a slow
 replica takes its share of tasks and runs all their calls slowly. Measured on
 ``scenarios/plan-coding-agents.yaml``: 4 x h100 + 8 x b300 + 1 x b200 meets its p95 task-time
 bound (593 s against 600 s); one MI300X more misses it (629 s), three more too (620 s). So a
@@ -45,7 +46,8 @@ fleet ``u`` then *may be hurt by* the backends slower than one it holds (:meth:`
 and a miss at ``m`` *settles* ``u`` (:meth:`ServiceOrder.settles`) only when ``m`` holds exactly
 ``u``'s replicas of those and covers the rest: ``m`` is ``u`` with only replicas added (or
 swapped up) that are slower than nothing ``u`` holds. That is what the planner assumes: adding such a
-replica never makes a fleet miss.
+replica never makes a fleet miss. Under ``least-predicted-latency`` no backend is compared for
+speed (the planner passes none as ``compared``), so every miss settles all below it.
 """
 
 from __future__ import annotations

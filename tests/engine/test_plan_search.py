@@ -108,6 +108,14 @@ def _slow_beside_fast() -> Scenario:
     return _agents_on({"h100": H100_8B, "b200": b200, "a100": A100_8B}, {"h100": 2, "b200": 2, "a100": 3}, "11 s")
 
 
+def _slow_beside_fast_routed_by_speed() -> Scenario:
+    """The same fleets routed by predicted latency (``least-predicted-latency``): a call goes to the
+    A100 only where it is predicted served sooner there, so no backend is taken as one that may make
+    a fleet worse, and a miss settles every fleet below it (an A100 count is bisected, not walked)."""
+    s = _slow_beside_fast()
+    return s.model_copy(update={"router": s.router.model_copy(update={"policy": "least-predicted-latency"})})
+
+
 def _two_fast_beside_a_slow() -> Scenario:
     """Agents on H100 pairs, B200s, B300s and A100s (8B): an A100 runs every pass slower than the
     others, and none of the others is slower than another (a TP2 H100 is faster than a B200 on some
@@ -193,8 +201,8 @@ def exhaustive(planner: Planner) -> tuple[Evaluation | None, list[Evaluation]]:
     return best, singles + mixed
 
 
-@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _kin_gpus, _slow_beside_fast, _routed_classes,
-                                  _split_pools])  # fmt: skip
+@pytest.mark.parametrize("make", [_two_gpus_open, _agents_task_time, _kin_gpus, _slow_beside_fast,
+                                  _slow_beside_fast_routed_by_speed, _routed_classes, _split_pools])  # fmt: skip
 def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(make: Any) -> None:
     s = make()
     everything = Planner(s, CATALOG, runs=Runs(Executor(), summary_run, (CATALOG, Limits(), False), None))

@@ -18,6 +18,8 @@ from tests.engine.test_queueing_laws import COST
 
 LENGTHS = {"input_tokens": {"dist": "constant", "value": 64}, "output_tokens": {"dist": "constant", "value": 32}}
 BATCH_ONE = {"policy": "continuous", "max_batch_size": 1}
+CALLS_500_200 = {"input_tokens": {"dist": "constant", "value": 500},
+                 "output_tokens": {"dist": "constant", "value": 200}}  # fmt: skip
 
 
 def _fleet(policy: str, rate: float, seed: int, requests: int, replicas: int = 4, lengths: dict = LENGTHS) -> dict:
@@ -102,8 +104,8 @@ def test_the_load_index_chooses_what_a_scan_of_every_replica_would(
     load = LOADS[policy]
     checked = []
 
-    def least_loaded(router: Router, backends: list[Backend]) -> Replica:
-        chosen = indexed(router, backends)
+    def least_loaded(router: Router, backends: list[Backend], prompt: int, output: int) -> Replica:
+        chosen = indexed(router, backends, prompt, output)
         scanned = min((r for b in backends for r in b.replicas), key=load)
         assert chosen is scanned
         checked.append(len([r for b in backends for r in b.replicas]))
@@ -123,6 +125,47 @@ def test_the_load_index_chooses_what_a_scan_of_every_replica_would(
         run={"seed": 3, "max_requests": 600},
     )
     assert len(checked) >= 600 and max(checked) >= 3
+
+
+def _h100_beside_a100(policy: str, rate_per_s: float) -> Any:
+    """One H100 and one A100 (8B each, batches of at most 4) under Poisson calls of 500 + 200 tokens."""
+    backends = [{"name": name, "deployment": {"hardware": hardware, "model": "llama-3.1-8b", "chips": 1},
+                 "scheduler": {"policy": "continuous", "max_batch_size": 4}}
+                for name, hardware in (("a100", "nvidia-a100-sxm"), ("h100", "nvidia-h100-sxm"))]  # fmt: skip
+    return run(
+        backends=backends, router={"policy": policy},
+        load={"kind": "open", "arrivals": {"process": "poisson", "rate_per_s": rate_per_s}},
+        requests=CALLS_500_200, run={"seed": 4, "max_requests": 800},
+    )  # fmt: skip
+
+
+def _held_on_h100_at_a100_arrivals(requests: dict[str, np.ndarray]) -> np.ndarray:
+    """For each call routed to the A100, the calls the H100 held when it arrived."""
+    arrival, done, on_h100 = requests["arrival_s"], requests["done_s"], requests["replica"] == 1
+    return np.array([np.sum(on_h100 & (arrival < t) & (done > t)) for t in arrival[requests["replica"] == 0]])
+
+
+def test_predicted_latency_routing_sends_calls_to_the_faster_gpu_until_its_batch_is_full() -> None:
+    """A decode step of 8B moves its weights, so an H100 (3.35 TB/s) runs every step faster than an
+    A100 (2.0 TB/s) at any batch it holds: routed by predicted latency, a call goes to the A100 only
+    when the H100's batch of 4 is full (the prediction then adds a wait for a slot). A load-balancing
+    policy sends calls to the idle A100 while the H100 has free slots, and the mean latency is worse."""
+    by_latency = _h100_beside_a100("least-predicted-latency", 2.0).records.requests
+    by_tokens = _h100_beside_a100("least-outstanding-tokens", 2.0).records.requests
+    held = _held_on_h100_at_a100_arrivals(by_latency)
+    assert held.size and held.min() >= 4, held
+    assert _held_on_h100_at_a100_arrivals(by_tokens).min() < 4
+    latency = [float(np.mean(r["done_s"] - r["arrival_s"])) for r in (by_latency, by_tokens)]
+    assert latency[0] < latency[1], latency
+
+
+def test_predicted_latency_routing_spills_to_the_slower_gpu_when_the_faster_one_is_full() -> None:
+    """At 4 calls/s (more than the H100 alone serves at a batch of 4, less than both), the wait for
+    an H100 slot often makes the A100's prediction the smaller, so the A100 takes a share of the
+    calls, but less than half (the H100 is faster)."""
+    loaded = _h100_beside_a100("least-predicted-latency", 4.0)
+    on_a100 = float(np.mean(loaded.records.requests["replica"] == 0))
+    assert 0.1 < on_a100 < 0.5, on_a100
 
 
 def test_affinity_gives_way_to_load_only_past_both_balance_thresholds() -> None:
