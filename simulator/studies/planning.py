@@ -108,9 +108,9 @@ fleet settled below a miss might then meet.
 
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
-assumptions hold (``tests/engine/test_plan_search.py`` compares them on six cases, one with a
-split pair, one where a backend serves no slower than another and one where a slower replica
-makes a fleet that meets miss, and on
+assumptions hold (``tests/engine/test_plan_search.py`` compares them on seven cases, one with a
+split pair, one where a backend serves no slower than another, one where a slower replica
+makes a fleet that meets miss and the same fleets routed by predicted latency, where none does, and on
 ``scenarios/plan-split-fleet.yaml``, where a split fleet wins). With API backends the bisection's
 *fewest* replicas is taken as a prefix's cheapest, which holds while one more replica does not
 cut the API spend by more than its own price.
