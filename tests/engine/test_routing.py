@@ -48,9 +48,12 @@ def test_random_routing_of_poisson_makes_k_independent_md1_queues() -> None:
     assert abs(means.mean() - theory) <= 3 * means.std(ddof=1) / np.sqrt(means.size)
 
 
-@pytest.mark.parametrize("policy", ["join-shortest-queue", "least-outstanding-tokens", "power-of-two"])
+@pytest.mark.parametrize(
+    "policy", ["join-shortest-queue", "least-outstanding-tokens", "power-of-two", "least-predicted-latency"]
+)
 def test_load_aware_routing_beats_random_on_the_same_arrivals(policy: str) -> None:
-    """Common random numbers: identical arrivals and lengths; only the router differs."""
+    """Common random numbers: identical arrivals and lengths; only the router differs. (On replicas
+    alike, routing by predicted latency is routing to the fewest requests.)"""
     service = service_time_s(COST, 64, 32)
     rate = 4 * 0.7 / service
     lengths = {"input_tokens": {"dist": "uniform", "low": 16, "high": 256},
