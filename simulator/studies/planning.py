@@ -17,8 +17,9 @@ replica may make a fleet miss: the replica policies balance load, not speed, and
 its replica (measured: 4 x h100 + 8 x b300 + 1 x b200 meets the 10-minute question, and misses with
 one MI300X more), so a miss with more replicas of a slower backend settles nothing below it. A
 replica policy that weighs speed (``least-predicted-latency``,
-:data:`~simulator.config.fleet.SPEED_AWARE_POLICIES`) sends a call to a slower replica only where
-it predicts it served sooner there, so none is taken as slower (:meth:`Planner._slowness_compared`)
+:data:`~simulator.config.fleet.SPEED_AWARE_POLICIES`) over every backend's replicas (``pooled``)
+sends a call to a slower replica only where it predicts it served sooner there, so none is taken
+as slower (:meth:`Planner._slowness_compared`)
 and every miss settles the fleets below it (measured: that fleet with one MI300X more then meets,
 p95 590 s against 591 s without it):
 
@@ -675,10 +676,13 @@ class Planner:
 
     def _slowness_compared(self, plans: Sequence[BackendPlan]) -> list[bool]:
         """The :meth:`_compared` backends, where the replica policy balances load, not speed: a
-        speed-aware one (:data:`~simulator.config.fleet.SPEED_AWARE_POLICIES`) sends a call to a
-        slower replica only when it predicts it served sooner there, so none is taken as one that
-        may make a fleet worse."""
-        blind = self.scenario.router.policy not in SPEED_AWARE_POLICIES
+        speed-aware one (:data:`~simulator.config.fleet.SPEED_AWARE_POLICIES`) choosing among every
+        usable backend's replicas (``pooled``) sends a call to a slower replica only when it
+        predicts it served sooner there, so none is taken as one that may make a fleet worse. (The
+        ``slo-aware`` backend choice sends a class's calls to the cheapest backend predicted to meet
+        its TTFT and TPOT bounds, which a cheaper, slower backend may be.)"""
+        router = self.scenario.router
+        blind = router.policy not in SPEED_AWARE_POLICIES or router.backend_choice != "pooled"
         return [blind and compared for compared in self._compared(plans)]
 
     def _beaten(self, counts: Counts) -> bool:

@@ -356,6 +356,23 @@ def test_the_ceiling_probe_is_skipped_where_its_miss_would_settle_only_fleets_wi
     assert all(planner.order.settles(most, u) for u in below)
 
 
+def test_a_backend_is_taken_as_slower_only_where_the_router_balances_load_not_speed() -> None:
+    """An A100 runs every pass slower than an H100 or a B200: a replica that may make a fleet worse
+    under a load-balancing policy, and under the slo-aware backend choice (it sends a class to the
+    cheapest backend predicted to meet its bounds), but not where every call goes to the replica
+    predicted to serve it soonest among every backend's (pooled)."""
+    s = _slow_beside_fast()
+    a100 = [b.name for b in s.fleet].index("a100")
+
+    def slower_than(policy: str, backend_choice: str) -> frozenset[int]:
+        router = s.router.model_copy(update={"policy": policy, "backend_choice": backend_choice})
+        return Planner(s.model_copy(update={"router": router}), CATALOG).order.slower[a100]
+
+    assert slower_than("least-outstanding-tokens", "pooled") == {0, 1}
+    assert slower_than("least-predicted-latency", "pooled") == frozenset()
+    assert slower_than("least-predicted-latency", "slo-aware") == {0, 1}
+
+
 @pytest.mark.parametrize("make", [_slow_beside_fast, _agents_task_time, _kin_gpus, _two_fast_beside_a_slow])
 def test_every_progress_line_bounds_the_candidates_the_search_goes_on_to_simulate(make: Any) -> None:
     """A progress line's "candidate k of at most B": the search simulates at most B candidates in
