@@ -366,6 +366,11 @@ class PlanSpec(Spec):
         "with this one-sided confidence (Student's t over the seeds' spread; needs 2 replications or more, and runs "
         "each to its end); none: when every seed's ratio is",
     )
+    check_seeds: Annotated[int, Field(ge=0)] = Field(
+        2,
+        description="where the answer meets by less than two sampling errors, run it on this many more seeds "
+        "(after the replications') and report its worst ratio on each; the answer stands (0: no check)",
+    )
 
     @model_validator(mode="after")
     def _seeds_for_a_confidence(self) -> PlanSpec:

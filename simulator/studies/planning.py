@@ -102,6 +102,14 @@ question six seeds' p95s spread up to 1.4 times as much). Its runs are not stopp
 one seed over the bound no longer decides, so each seed's ratio is needed to its end. The search
 assumes that verdict is monotone too, checked as below.
 
+**The answer on more seeds** (``plan.check_seeds``, 2 by default): where the answer meets by less
+than two of its run's sampling errors (:func:`_within_noise_text`) and the search ran to its end,
+the answer alone is run on that many more seeds (``run.seed + plan.replications`` on), each as the
+search runs a candidate (stopped once a miss is settled), and the explanation and ``plan.json``
+(``answer_on_more_seeds``) give its worst ratio on each and on how many it misses. The answer
+stands: the check costs a few runs, not a search, and says whether "may miss" is "does". (On the
+10-minute question it does: 4 x h100 + 8 x b300 + 1 x b200 misses on seeds 2 and 3.)
+
 The assumption is checked on what the search simulated (:func:`non_monotone`): a fleet that misses
 though it is one that meets with replicas added (or swapped up) that are slower than none it holds
 is named in a warning in the explanation and in ``plan.json`` (``monotone_violations``), since a
@@ -407,6 +415,24 @@ class Evaluation:
         }
 
 
+@dataclass(frozen=True)
+class SeedCheck:
+    """The answer on one more seed (``plan.check_seeds``): its worst target ratio (> 1 misses; at
+    least that where its run stopped once a miss was settled)."""
+
+    seed: int
+    worst: float
+    settled: bool
+
+    @property
+    def meets(self) -> bool:
+        return self.worst <= 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "worst_ratio": _finite_or_none(self.worst), "meets": self.meets,
+                "settled": self.settled}  # fmt: skip
+
+
 @dataclass
 class PlanResult:
     answer: Evaluation | None
@@ -421,6 +447,7 @@ class PlanResult:
     floor_usd_per_hour: float | None = None  # stopped: least fixed cost of a fleet not settled, at most the answer's
     no_slower: dict[str, list[str]] = field(default_factory=dict)  # backend -> those it serves no slower than
     slower: dict[str, list[str]] = field(default_factory=dict)  # backend -> those it is slower than on every pass
+    checked: list[SeedCheck] = field(default_factory=list)  # the answer on more seeds (plan.check_seeds)
 
     @property
     def frontier(self) -> list[Evaluation]:
@@ -452,6 +479,7 @@ class PlanResult:
             "floor_usd_per_hour": _finite_or_none(self.floor_usd_per_hour),
             "serves_no_slower": self.no_slower,
             "slower_than": self.slower,
+            "answer_on_more_seeds": [c.to_dict() for c in self.checked],
         }
 
 
@@ -745,14 +773,18 @@ class Planner:
             self._keys[(counts, kind)] = self._resolved_runs(counts, kind)
         return self._keys[(counts, kind)]
 
-    def _resolved_runs(self, counts: Counts, kind: str) -> list[tuple[str, str]]:
+    def _resolved_runs(self, counts: Counts, kind: str, seeds: Sequence[int] | None = None) -> list[tuple[str, str]]:
+        """``(key, resolved scenario JSON)`` of the candidate's run on each of ``seeds`` (the
+        replications' by default: ``run.seed + r``)."""
+        if seeds is None:
+            seeds = range(self.scenario.run.seed, self.scenario.run.seed + self.scenario.plan.replications)
         backends = [b.model_copy(update={"replicas": n}) for b, n in zip(self.fleet, counts, strict=True)]
         router = self.scenario.router
         if kind == "single":
             router = router.model_copy(update={"rules": {}, "backend_choice": "pooled"})
         found = []
-        for r in range(self.scenario.plan.replications):
-            run = self.scenario.run.model_copy(update={"seed": self.scenario.run.seed + r})
+        for seed in seeds:
+            run = self.scenario.run.model_copy(update={"seed": seed})
             variant = self.scenario.model_copy(  # a run reads none of plan: at its defaults, so a plan with
                 # other limits (plan.max_candidates, max_replicas) finds the runs it shares in the cache
                 update={"backends": backends, "deployment": None, "router": router, "run": run, "plan": PlanSpec()}
@@ -1336,15 +1368,16 @@ class Planner:
         result.violations = non_monotone(result.evaluations, self._plain_router(), self.order)
         if result.violations:
             explained += _violations_text(result.violations)
+        plan = self.scenario.plan
         if self.t_quantile is not None:
-            plan = self.scenario.plan
             explained += (
                 f"; a fleet meets a target when the mean of its ratio over its {plan.replications} seeds is under 1 "
                 f"with {plan.confidence:g} confidence (plan.confidence, one-sided: mean + {self.t_quantile:.3g} "
                 f"standard errors over the seeds)"
             )
-        elif result.answer is not None:
-            explained += _within_noise_text(result.answer, self.scenario.plan.replications)
+        elif result.answer is not None and (caution := _within_noise_text(result.answer, plan.replications)):
+            result.checked = self._check_answer(result.answer)
+            explained += caution + _checked_text(result.checked)
         result.explanation = f"on the {self.cost_basis} cost basis, " + explained
         result.replica_shapes = dict(self.replica_shapes)
         for a, b in self.order.pairs:
@@ -1355,6 +1388,24 @@ class Planner:
         total, simulated, pruned, _ = self.tally()
         result.search = {"candidates_at_most": total, "simulated": simulated, "pruned": pruned}
         return result
+
+    def _check_answer(self, answer: Evaluation) -> list[SeedCheck]:
+        """The answer's worst ratio on ``plan.check_seeds`` more seeds, after the replications' (each
+        run as the search's are); none where the search was told to stop (its limit stands)."""
+        plan, first = self.scenario.plan, self.scenario.run.seed + self.scenario.plan.replications
+        if self.max_candidates is not None or self.time_limit_s is not None or not plan.check_seeds:
+            return []
+        runs = self._resolved_runs(answer.counts, answer.kind, range(first, first + plan.check_seeds))
+        for key, text in runs:
+            self.runs.ask(key, text)
+        documents = self.runs.wait([key for key, _ in runs])
+        checks = []
+        for seed, (key, _) in enumerate(runs, start=first):
+            document = documents[key]
+            summary = RunSummary.model_validate(document["summary"])
+            misses = _measured_misses(summary, self.classes, document["settled"])
+            checks.append(SeedCheck(seed, max((m.ratio for m in misses), default=math.nan), bool(document["settled"])))
+        return checks
 
     def unsettled_floor(self, bound: float) -> float:
         """The least fixed cost under ``bound`` of a fleet the search has not settled, ``math.inf``
@@ -1512,6 +1563,16 @@ def _within_noise_text(answer: Evaluation, replications: int) -> str:
         f"another seed may miss: --set plan.replications={more} asks every fleet to meet on {more} seeds (with "
         "plan.confidence, 0.9 say, their mean at that confidence)"
     )
+
+
+def _checked_text(checks: list[SeedCheck]) -> str:
+    """What the answer did on the seeds checked (:meth:`Planner._check_answer`); empty without any."""
+    if not checks:
+        return ""
+    each = ", ".join(f"seed {c.seed} {'at least ' if c.settled else ''}{c.worst:.3f}" for c in checks)
+    missed = sum(not c.meets for c in checks)
+    verdict = f"it misses on {missed} of them" if missed else "it meets on each"
+    return f"; run on {len(checks)} more seed{'s' if len(checks) > 1 else ''}, {verdict} (worst ratio: {each})"
 
 
 def _finite_or_none(value: float | None) -> float | None:

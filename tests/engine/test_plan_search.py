@@ -9,6 +9,7 @@ candidate to its end. The cases are small (8B model, 60-120 s runs) so each take
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import math
@@ -33,6 +34,8 @@ from simulator.studies.planning import (
     Miss,
     Planner,
     PlanResult,
+    SeedCheck,
+    _checked_text,
     _within_noise_text,
     agent_call_demand,
     non_monotone,
@@ -460,6 +463,36 @@ def test_an_answer_within_two_sampling_errors_of_its_bound_is_flagged() -> None:
     assert "the worst of its 2 runs" in _within_noise_text(answer, 2)
     assert _within_noise_text(dataclasses.replace(answer, worst=0.95), 1) == ""
     assert _within_noise_text(dataclasses.replace(answer, worst_error=math.nan), 1) == ""
+
+
+def test_an_answer_within_noise_is_run_on_more_seeds_each_as_its_own_plan_would_run_it() -> None:
+    """24 agents whose four tool waits a task are exponential (mean 1 s), p95 task time <= 18 s: the
+    answer, 1 x h100 + 1 x b200, meets by 1.8 % where one run's error is 5.5 %, so it is run on
+    ``plan.check_seeds`` = 2 more seeds, 6 and 7 (the scenario's seed is 5, one replication). Each
+    seed's worst ratio is the one a plan on that seed gives the same fleet, and the explanation and
+    ``plan.json`` say on how many it misses. A plan told to stop, or with the check off, runs none."""
+    workload = copy.deepcopy(SMALL_AGENT)
+    workload["task"]["tool"]["latency_s"] = {"dist": "exponential", "mean": 1.0}
+    b200 = {"hardware": "nvidia-b200", "model": "llama-3.1-8b", "chips": 1}
+    s = _agents_on({"h100": H100_8B, "b200": b200}, {"h100": 2, "b200": 2}, "18 s", workload)
+    result = Planner(s, CATALOG).search()
+    assert result.answer is not None and _within_noise_text(result.answer, 1)
+    assert [c.seed for c in result.checked] == [6, 7]
+    for check in result.checked:
+        on_seed = s.model_copy(update={"run": s.run.model_copy(update={"seed": check.seed})})
+        alone = Planner(on_seed, CATALOG).evaluate(result.answer.counts, result.answer.kind)
+        assert check.worst == pytest.approx(alone.worst, rel=1e-12) and check.meets == alone.meets
+    assert _checked_text(result.checked) in result.explanation and "run on 2 more seeds" in result.explanation
+    meets, misses = SeedCheck(6, 0.97, False), SeedCheck(7, 1.004, True)
+    both = "; run on 2 more seeds, it meets on each (worst ratio: seed 6 0.970, seed 6 0.970)"
+    assert _checked_text([meets, meets]) == both
+    one = "it misses on 1 of them (worst ratio: seed 6 0.970, seed 7 at least 1.004)"
+    assert _checked_text([meets, misses]).endswith(one)
+    assert [c["seed"] for c in result.to_dict()["answer_on_more_seeds"]] == [6, 7]
+    off = s.model_copy(update={"plan": s.plan.model_copy(update={"check_seeds": 0})})
+    assert Planner(off, CATALOG).search().checked == []
+    told_to_stop = s.model_copy(update={"plan": s.plan.model_copy(update={"max_candidates": 50})})
+    assert Planner(told_to_stop, CATALOG).search().checked == []
 
 
 def test_a_stated_confidence_decides_each_target_on_the_seeds_mean() -> None:
