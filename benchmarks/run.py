@@ -16,7 +16,8 @@ prints the table of those finished. Cases:
   512-token prompts and 128-token answers, per architecture.
 - ``agents``: N agents each run one 50-step task (1k-token system prompt, ~250 tokens added per
   step, ~100-token answers, ~1 s tools) on enough replicas to hold their KV, least outstanding
-  tokens routing, prefix caching on.
+  tokens routing, prefix caching on; ``N agents routed by predicted latency`` the same with
+  ``least-predicted-latency`` routing (the router's closed-form prediction per call).
 
 The header says which engine runs: ``compiled (mypyc)`` after ``make`` (:mod:`simulator.compiled`),
 or ``pure Python`` and why; ``INFERSIM_PURE_PYTHON=1`` measures the sources.
@@ -72,7 +73,13 @@ ARCHITECTURES = {
 AGENT_HARDWARE = "nvidia-h100-sxm"
 PROMPT_MEDIAN, ANSWER_MEDIAN = 512, 128
 LOAD_FRACTION = 0.6
-QUICK = ["1000 reference", "10000 reference", "10000 reference via infersim run", "200 agents"]
+QUICK = [
+    "1000 reference",
+    "10000 reference",
+    "10000 reference via infersim run",
+    "200 agents",
+    "200 agents routed by predicted latency",
+]
 FULL = [*QUICK, "10000 reference on 64 replicas", "100000 reference", "1000000 reference",
         "1000000 reference via infersim run", "10000 s reference",
         "100000 s reference", "10000 agents", *(f"10000 chat on {hw}" for hw in ARCHITECTURES)]  # fmt: skip
@@ -133,7 +140,7 @@ AGENT_TASK = {
 AGENT_MEAN_CONTEXT = 1000 + 200 + AGENT_STEPS * 260 / 2
 
 
-def agent_scenario(agents: int, catalog: Catalog) -> dict[str, Any]:
+def agent_scenario(agents: int, catalog: Catalog, policy: str = "least-outstanding-tokens") -> dict[str, Any]:
     model = ARCHITECTURES[AGENT_HARDWARE]
     deployment = deploy(catalog, DeploymentSpec(hardware=AGENT_HARDWARE, model=model))
     kv_tokens = deployment.kv_budget_bytes / deployment.kv_bytes_per_token
@@ -142,7 +149,7 @@ def agent_scenario(agents: int, catalog: Catalog) -> dict[str, Any]:
         "name": "bench-agents",
         "deployment": {"hardware": AGENT_HARDWARE, "model": model},
         "replicas": replicas,
-        "router": {"policy": "least-outstanding-tokens"},
+        "router": {"policy": policy},
         "load": {"kind": "agents", "workload": "bench-agent", "agents": agents},
         "run": {"seed": 1, "max_requests": agents * AGENT_STEPS},
     }
@@ -158,7 +165,8 @@ def _bench_catalog(folder: Path) -> Catalog:
 @dataclass(frozen=True)
 class Case:
     """One benchmark case, parsed from its name: ``N reference``, ``T s reference``, ``N reference
-    via infersim run``, ``N reference on R replicas``, ``N agents``, ``N chat on HARDWARE``."""
+    via infersim run``, ``N reference on R replicas``, ``N agents``, ``N agents routed by predicted
+    latency``, ``N chat on HARDWARE``."""
 
     name: str
 
@@ -173,6 +181,8 @@ class Case:
             return reference_scenario(requests=self.size, replicas=int(self.name.split()[-2]))
         if "reference" in self.name:
             return reference_scenario(requests=self.size)
+        if self.name.endswith("routed by predicted latency"):
+            return agent_scenario(self.size, catalog, "least-predicted-latency")
         if "agents" in self.name:
             return agent_scenario(self.size, catalog)
         return chat_scenario(self.name.rsplit(" ", 1)[1], self.size, catalog)
