@@ -264,8 +264,10 @@ def test_the_pruned_search_returns_the_exhaustive_answer_with_fewer_simulations(
 
 
 @pytest.mark.parametrize(
-    "make", [_two_gpus_open, _agents_task_time, _kin_gpus, _slow_beside_fast, _routed_classes, _split_pools, _with_api]
-)
+    "make",
+    [_two_gpus_open, _agents_task_time, _kin_gpus, _slow_beside_fast, _slow_beside_fast_routed_by_speed,
+     _routed_classes, _split_pools, _with_api],
+)  # fmt: skip
 def test_a_search_stopped_early_answers_with_a_sound_floor_and_closes_its_gap_at_the_full_length(
     make: Any, tmp_path: Path
 ) -> None:
@@ -376,7 +378,8 @@ def test_a_backend_is_taken_as_slower_only_where_the_router_balances_load_not_sp
     assert slower_than("least-predicted-latency", "slo-aware") == {0, 1}
 
 
-@pytest.mark.parametrize("make", [_slow_beside_fast, _agents_task_time, _kin_gpus, _two_fast_beside_a_slow])
+@pytest.mark.parametrize("make", [_slow_beside_fast, _slow_beside_fast_routed_by_speed, _agents_task_time, _kin_gpus,
+                                  _two_fast_beside_a_slow])  # fmt: skip
 def test_every_progress_line_bounds_the_candidates_the_search_goes_on_to_simulate(make: Any) -> None:
     """A progress line's "candidate k of at most B": the search simulates at most B candidates in
     all, whatever it finds after the line (the bound counts a slower backend's fleets only while
