@@ -19,9 +19,8 @@ one MI300X more), so a miss with more replicas of a slower backend settles nothi
 replica policy that weighs speed (``least-predicted-latency``,
 :data:`~simulator.config.fleet.SPEED_AWARE_POLICIES`) over every backend's replicas (``pooled``)
 sends a call to a slower replica only where it predicts it served sooner there, so none is taken
-as slower (:meth:`Planner._slowness_compared`)
-and every miss settles the fleets below it (measured: that fleet with one MI300X more then meets,
-p95 590 s against 591 s without it):
+as slower (:meth:`Planner._slowness_compared`) and every miss settles the fleets below it
+(measured: that fleet with one MI300X more then meets, p95 590 s against 591 s without it):
 
 1. **Single-architecture fleets**: the API backends alone (when there are any), then each
    searched backend alone (every class on it, the scenario's routing rules dropped), in order
@@ -118,8 +117,8 @@ fleet settled below a miss might then meet.
 Every pruned candidate is one the exhaustive search (every count vector simulated to its end)
 would have found missing or costlier, so the answer is the exhaustive search's whenever the
 assumptions hold (``tests/engine/test_plan_search.py`` compares them on seven cases, one with a
-split pair, one where a backend serves no slower than another, one where a slower replica
-makes a fleet that meets miss and the same fleets routed by predicted latency, where none does, and on
+split pair, one where a backend serves no slower than another, one where a slower replica makes a
+fleet that meets miss and the same fleets routed by predicted latency, where none does, and on
 ``scenarios/plan-split-fleet.yaml``, where a split fleet wins). With API backends the bisection's
 *fewest* replicas is taken as a prefix's cheapest, which holds while one more replica does not
 cut the API spend by more than its own price.
