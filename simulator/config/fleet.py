@@ -117,10 +117,11 @@ class RouterSpec(Spec):
     least-outstanding-tokens (fewest prompt + output tokens still to process);
     power-of-two (the less loaded of two random replicas, Mitzenmacher 2001);
     kv-aware (the most free KV blocks after its queue's demand); least-predicted-latency (the least
-    predicted TTFT + (O - 1) TPOT from each backend's closed form: speed, not only load). With ``affinity`` a session's
-    later calls stick to the replica holding its prefix KV; with ``balance`` too, only while the
-    candidate replicas' loads are not too unbalanced (:class:`AffinityBalance`): else the call goes
-    where the policy sends it, leaving its prefix KV behind, and the session follows it.
+    predicted TTFT + (O - 1) TPOT from each backend's closed form: speed, not only load). With
+    ``affinity`` a session's later calls stick to the replica holding its prefix KV; with
+    ``balance`` too, only while the candidate replicas' loads are not too unbalanced
+    (:class:`AffinityBalance`): else the call goes where the policy sends it, leaving its prefix KV
+    behind, and the session follows it.
 
     Budget: with ``budget_usd_per_hour`` the spend on per-token (API) backends is capped by a
     token bucket refilled at that rate and holding at most ``budget_window`` of it; a request

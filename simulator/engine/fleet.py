@@ -5,11 +5,11 @@ all), those whose replicas can hold the request, those within the API budget; th
 every replica of them is a candidate (``pooled``) or the SLO-aware choice below picks one
 backend. The *replica*: the replica policy among the candidates (round robin, random, JSQ,
 least outstanding tokens, power of two, KV-aware, least predicted latency), unless session
-affinity already pins it. With
-``router.balance`` a pinned session's call is routed afresh (and the session re-pinned) while the
-candidates are unbalanced: the busiest up replica of the class's usable backends has more than
-``over_requests`` requests outstanding over the idlest and more than ``ratio`` times as many (the
-cache-aware routers of SGLang and vLLM), both found in O(log R) as the least-loaded choices are.
+affinity already pins it. With ``router.balance`` a pinned session's call is routed afresh (and the
+session re-pinned) while the candidates are unbalanced: the busiest up replica of the class's
+usable backends has more than ``over_requests`` requests outstanding over the idlest and more
+than ``ratio`` times as many (the cache-aware routers of SGLang and vLLM), both found in O(log R)
+as the least-loaded choices are.
 Both choices are registered under the names the config gives them (:func:`backend_choice`,
 :func:`replica_choice`): a new one is one registered function.
 
@@ -20,10 +20,10 @@ backend's replica with the fewest requests, the call's ``TTFT + (O - 1) TPOT`` f
 own closed form (below) and takes the least: a call goes to a slower replica only when a faster
 one's load (a larger batch's longer steps, or the wait for a slot) makes the slower one the sooner.
 The planner relies on that (a slower replica added never makes a fleet miss,
-:mod:`simulator.studies.dominance`), and checks it on what it simulates. It is greedy, each call's own prediction: at 2
-calls/s on an H100 beside an A100 (8B, batches of 4) it keeps 93 % of them on the H100 and cuts the
-mean latency 11 %, at 4 calls/s its mean is 6 % over least-outstanding-tokens'
-(``tests/engine/test_routing.py``).
+:mod:`simulator.studies.dominance`), and checks it on what it simulates. It is greedy, each call's
+own prediction: at 2 calls/s on an H100 beside an A100 (8B, batches of 4) it keeps 93 % of them on
+the H100 and cuts the mean latency 11 %, at 4 calls/s its mean is 6 % over
+least-outstanding-tokens' (``tests/engine/test_routing.py``).
 
 The least-loaded choices (JSQ, least outstanding tokens, KV-aware, and the SLO-aware
 prediction's least-loaded replica) cost O(log R) per request on R replicas, not a scan: each
@@ -531,10 +531,10 @@ def _least_latency(router: Router, backends: list[Backend], prompt: int, output:
     """The replica predicted to serve the call soonest, as llm-d's predicted-latency scheduling
     routes: of each backend's replica with the fewest requests, the least ``TTFT + (O - 1) TPOT``
     (:func:`_predict`, the backend's own closed form), ties to the first backend."""
-    best, best_s = None, math.inf
+    best, best_s, tokens = None, math.inf, max(output, 1)
     for backend in backends:
-        replica, ttft, tpot = _predict(router, backend, prompt, max(output, 1))
-        latency_s = ttft + (max(output, 1) - 1) * tpot
+        replica, ttft, tpot = _predict(router, backend, prompt, tokens)
+        latency_s = ttft + (tokens - 1) * tpot
         if latency_s < best_s:
             best, best_s = replica, latency_s
     assert best is not None

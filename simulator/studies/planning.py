@@ -816,7 +816,7 @@ class Planner:
         worst, worst_error, api_spend = 0.0, math.nan, 0.0
         for document in self.runs.wait(keys).values():
             summary = RunSummary.model_validate(document["summary"])
-            for miss in _measured_misses(summary, self.classes, document["settled"]):
+            for miss in self._run_misses(summary, document):
                 if miss.ratio > worst or (miss.ratio == worst and math.isnan(worst_error)):
                     worst, worst_error = miss.ratio, miss.error
                 seeds.setdefault((miss.klass, miss.target), []).append(miss)
@@ -831,6 +831,11 @@ class Planner:
                                 self.split_of(counts), worst_error)  # fmt: skip
         self._memo[key] = evaluation
         return evaluation
+
+    def _run_misses(self, summary: RunSummary, document: dict[str, Any]) -> list[Miss]:
+        """One run's target ratios (:func:`_measured_misses`), from its ``summary`` and the
+        document it came in (what its stop rule settled)."""
+        return _measured_misses(summary, self.classes, document["settled"])
 
     def _api_spend(self, summary: RunSummary) -> float:
         """The run's per-token spend on the metered (API) backends, in $/h."""
@@ -1401,8 +1406,7 @@ class Planner:
         checks = []
         for seed, (key, _) in enumerate(runs, start=first):
             document = documents[key]
-            summary = RunSummary.model_validate(document["summary"])
-            misses = _measured_misses(summary, self.classes, document["settled"])
+            misses = self._run_misses(RunSummary.model_validate(document["summary"]), document)
             checks.append(SeedCheck(seed, max((m.ratio for m in misses), default=math.nan), bool(document["settled"])))
         return checks
 
