@@ -18,13 +18,14 @@ handful of float operations per step.
 The engine costs one iteration in plain floats (:meth:`FastStepCost.iteration` of a
 :class:`~simulator.analytic.step_time.BatchShape`), and a decode jump straight from its sequences'
 contexts (:meth:`FastStepCost.decode_jump`): its steps share one shape, so their shape terms are
-one lookup, and from :data:`ARRAY_JUMP_STEPS` steps on their core rows are arrays over the steps
-(:meth:`~simulator.analytic.step_time.StepCostModel.core_steps`: element by element the float
-operations of one step's, so every step equals its iteration to the last bit); a shorter jump
-runs its steps one by one, where numpy's set-up per call costs more than it saves. A subclass of the
+one lookup, and each step adds its core rows in plain floats (the tokens it holds:
+:func:`~simulator.analytic.step_time.decode_held_lists`), the same operations as its iteration's,
+so every step equals its iteration to the last bit. Plain floats, not arrays over the steps: a
+jump runs ~100 steps, where numpy's set-up per call costs more than its loops save (measured with
+the compiled engine on ``scenarios/plan-coding-agents.yaml``: a B300 jump of 108 steps of six
+sequences 30 us as arrays, 17 us in floats; ``benchmarks/`` times whole runs). A subclass of the
 reference model that overrides a mechanism (an operator, the MoE row, a collective, the core row,
-:meth:`shape_terms`) is seen here, since these are its methods (with its own core row a jump runs
-step by step); one that overrides how a pass is
+:meth:`shape_terms`) is seen here, since these are its methods; one that overrides how a pass is
 put together (:data:`ASSEMBLY`: :meth:`pass_terms`, :meth:`plus_core`, :meth:`core_totals`, ...)
 is run through its array interface instead (:class:`ArrayCost`), with a warning. A cost model
 that is not the reference one (a test double, another execution style) is used through its array
@@ -46,7 +47,7 @@ from simulator.analytic.step_time import (
     CostModel,
     IterationCost,
     StepCostModel,
-    decode_held,
+    decode_held_lists,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -55,23 +56,7 @@ FloatArray = npt.NDArray[np.float64]
 BASE_CACHE_SIZE = 1 << 16
 
 #: Methods that put a pass together: a subclass overriding one is not evaluated by :class:`FastStepCost`.
-ASSEMBLY = ("pass_terms", "pass_times", "iteration_times", "plus_core", "micro_batches", "core_totals", "core_steps")
-
-
-#: Steps from which a decode jump costs its core rows as arrays (measured with the compiled engine on
-#: a plan candidate of 12 MI300X: below it the step-by-step loop is faster).
-ARRAY_JUMP_STEPS = 64
-
-
-def _held_lists(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[list[float], list[float]]:
-    """:func:`decode_held` as lists of floats; without a window in plain floats (the same two
-    operations a step, ``sum c + n (j + 1)``, without numpy's set-up for a short jump)."""
-    if window is None:
-        n, total = float(len(context_tokens)), float(sum(context_tokens))
-        held = [total + n * float(j + 1) for j in range(steps)]
-        return held, held
-    full, windowed = decode_held(context_tokens, steps, window)
-    return full.tolist(), windowed.tolist()
+ASSEMBLY = ("pass_terms", "pass_times", "iteration_times", "plus_core", "micro_batches", "core_totals")
 
 
 class JumpTimes(NamedTuple):
@@ -99,9 +84,6 @@ class FastStepCost:
         self.draft = FastStepCost(reference.draft) if reference.draft is not None else None
         self.draft_window = reference.draft.deployment.model.attention.window if reference.draft else None
         self._base: dict[tuple[float, float], tuple[float, float, float]] = {}
-        #: Whether a decode jump's core rows run all at once (:meth:`StepCostModel.core_steps`): not for
-        #: a subclass with its own :meth:`~StepCostModel.core_row`.
-        self.steps_at_once = type(reference).core_row is StepCostModel.core_row
 
     def _base_of(self, tokens: float, sequences: float, m: float) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of the reference's :meth:`shape_terms` of one micro-batch of this shape (cached)."""
@@ -125,30 +107,18 @@ class FastStepCost:
         return IterationTimes(*[np.array(column, dtype=np.float64) for column in columns])
 
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
-        """``steps`` decode steps of a fixed batch (tokens held: :func:`decode_held`), without building
-        the batch's aggregates: the shape terms once, the core rows of all steps at once (see module)."""
+        """``steps`` decode steps of a fixed batch (tokens held: :func:`decode_held_lists`), without
+        building the batch's aggregates: the shape terms once, the core rows step by step (see module)."""
         n = float(len(context_tokens))
-        reference = self.reference
-        m = reference.micro_batches(n)  # every step of the jump has the same shape
-        if not self.steps_at_once or steps < ARRAY_JUMP_STEPS:  # step by step, the shape terms looked up once
-            base = self._base_of(n, n, m)
-            total_s, flops, moved = [], [], []
-            for full_step, window_step in zip(*_held_lists(context_tokens, steps, window), strict=True):
-                seconds, step_flops, step_moved = self._plus_core(m, base, n, full_step, full_step, window_step,
-                                                                  window_step)  # fmt: skip
-                total_s.append(seconds)
-                flops.append(step_flops)
-                moved.append(step_moved)
-            return JumpTimes(total_s, flops, moved)
-        held, held_window = decode_held(context_tokens, steps, window)
-        base_s, base_flops, base_moved = self._base_of(n, n, m)
-        tokens, full, windowed = n, held, held_window
-        if m != 1.0:
-            scale = 1.0 / m
-            tokens, full, windowed = tokens * scale, full * scale, windowed * scale
-        core_s, core_flops, core_moved = reference.core_steps(tokens, full, full, windowed, windowed)
-        return JumpTimes((base_s + core_s).tolist(), ((base_flops + core_flops) * m).tolist(),
-                         ((base_moved + core_moved) * m).tolist())  # fmt: skip
+        m = self.reference.micro_batches(n)  # every step of the jump has the same shape
+        base = self._base_of(n, n, m)
+        total_s, flops, moved = [], [], []
+        for full, windowed in zip(*decode_held_lists(context_tokens, steps, window), strict=True):
+            seconds, step_flops, step_moved = self._plus_core(m, base, n, full, full, windowed, windowed)
+            total_s.append(seconds)
+            flops.append(step_flops)
+            moved.append(step_moved)
+        return JumpTimes(total_s, flops, moved)
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one iteration, in plain floats."""

@@ -249,6 +249,14 @@ class BatchAggregates:
 
 
 def decode_held(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[FloatArray, FloatArray]:
+    """:func:`decode_held_lists` as arrays (the array interface's decode steps)."""
+    held, held_window = decode_held_lists(context_tokens, steps, window)
+    return np.array(held, dtype=np.float64), np.array(held_window, dtype=np.float64)
+
+
+def decode_held_lists(
+    context_tokens: Sequence[float], steps: int, window: int | None
+) -> tuple[list[float], list[float]]:
     """Tokens held in KV at each of ``steps`` decode steps of a fixed batch: (all layers, windowed layers).
 
     Step ``j`` (from 0) decodes one token for each sequence, whose cache then holds ``c + j + 1``
@@ -256,12 +264,12 @@ def decode_held(context_tokens: Sequence[float], steps: int, window: int | None)
     = W (n - k) + sum_below c + k (j + 1)``, where the ``k`` sequences still below the window
     (``c + j + 1 < W``) are the smallest (the largest of them reaches it first, at the first step
     where ``c + j + 1 >= W``: ``sum_below`` drops it then). Token counts are whole (or half) numbers,
-    so every sum here is exact, in any order.
+    so every sum here is exact, in any order. Plain floats: a jump's steps are a few dozen, where
+    numpy's set-up per call costs more than its loops save.
     """
     n = float(len(context_tokens))
     total = float(sum(context_tokens))
-    step = np.arange(1.0, steps + 1.0)  # j + 1
-    held = total + n * step
+    held = [total + n * float(j + 1) for j in range(steps)]
     if window is None:
         return held, held
     w = float(window)
@@ -269,7 +277,7 @@ def decode_held(context_tokens: Sequence[float], steps: int, window: int | None)
         return held, _chunk_decode_held(context_tokens, steps, w)
     below = sorted(c for c in context_tokens if c + 1.0 < w)
     k, below_sum = len(below), float(sum(below))
-    counts, sums = np.empty(steps), np.empty(steps)  # k and sum_below at each step
+    held_window: list[float] = []
     j = 0
     while j < steps:
         reached = steps
@@ -280,15 +288,17 @@ def decode_held(context_tokens: Sequence[float], steps: int, window: int | None)
                 reached -= 1
             while reached < steps and largest + (reached + 1.0) < w:
                 reached += 1
-        counts[j:reached], sums[j:reached] = k, below_sum
+        count = float(k)
+        above = w * (n - count) + below_sum
+        held_window.extend([above + count * float(i + 1) for i in range(j, reached)])
         if reached < steps:
             k -= 1
             below_sum -= below[k]
         j = reached
-    return held, w * (n - counts) + sums + counts * step
+    return held, held_window
 
 
-def _chunk_decode_held(context_tokens: Sequence[float], steps: int, chunk: float) -> FloatArray:
+def _chunk_decode_held(context_tokens: Sequence[float], steps: int, chunk: float) -> list[float]:
     """Keys read in a chunked layer at each of ``steps`` decode steps: step ``j`` reads
     ``((c + j) mod W) + 1`` per sequence. With the residues ``r = c mod W`` sorted and ``s = j mod W``,
     ``sum ((r + s) mod W) = sum r + n s - W #{r >= W - s}`` (a residue wraps once), so each step costs
@@ -300,7 +310,7 @@ def _chunk_decode_held(context_tokens: Sequence[float], steps: int, chunk: float
         shift = float(j) - chunk * math.floor(j / chunk)
         wrapped = len(residues) - bisect.bisect_left(residues, chunk - shift)
         held.append(total + n * shift - chunk * wrapped + n)
-    return np.array(held, dtype=np.float64)
+    return held
 
 
 @dataclass
@@ -393,33 +403,9 @@ def roofline_s(memory_s: float, compute_s: float, exponent: float) -> tuple[floa
         memory_p, compute_p = memory_s * memory_s, compute_s * compute_s
         total = memory_p + compute_p
         return math.sqrt(total), memory_p / total if total > 0.0 else 0.0
-    memory_p, compute_p = memory_s**exponent, compute_s**exponent
+    memory_p, compute_p = math.pow(memory_s, exponent), math.pow(compute_s, exponent)  # compiled: C's pow
     total = memory_p + compute_p
-    return total ** (1.0 / exponent), memory_p / total if total > 0.0 else 0.0
-
-
-def roofline_seconds(memory_s: FloatArray, compute_s: FloatArray, exponent: float) -> FloatArray:
-    """:func:`roofline_s`'s seconds of many operators at once, the same float operations element by
-    element (a general ``p`` in plain floats, Python's power: a vectorised power may round differently;
-    operators that are all alike, such as the windowed layers of a decode jump whose sequences all
-    hold a full window, computed once)."""
-    if exponent == 0.0:
-        return np.where(memory_s >= compute_s, memory_s, compute_s)
-    if exponent == 2.0:
-        return np.sqrt(memory_s * memory_s + compute_s * compute_s)
-    inverse = 1.0 / exponent
-    if _alike(memory_s) and _alike(compute_s):
-        memory, compute = float(memory_s[0]), float(compute_s[0])
-        return np.full(memory_s.shape, (memory**exponent + compute**exponent) ** inverse)
-    pairs = zip(memory_s.tolist(), compute_s.tolist())
-    return np.array([(memory**exponent + compute**exponent) ** inverse for memory, compute in pairs],
-                    dtype=np.float64)  # fmt: skip
-
-
-def _alike(values: FloatArray) -> bool:
-    """Whether a one-dimensional array of more than one entry holds one value throughout (its ends
-    compared first: a run of steps that changes usually differs there)."""
-    return bool(values.size > 1 and values[0] == values[-1] and (values == values[0]).all())
+    return math.pow(total, 1.0 / exponent), memory_p / total if total > 0.0 else 0.0
 
 
 def padded_rows_per_expert(tokens: int, experts: int, experts_per_token: int, tile: int) -> float:
@@ -746,36 +732,6 @@ class StepCostModel:
                                                                     rank_tokens)  # fmt: skip
             seconds, flops, moved = seconds + window_s, flops + window_flops, moved + window_moved
         return seconds, flops, moved
-
-    def core_steps(
-        self, tokens: float, held_full: FloatArray, pairs_full: FloatArray, held_window: FloatArray,
-        pairs_window: FloatArray,
-    ) -> tuple[FloatArray, FloatArray, FloatArray]:  # fmt: skip
-        """:meth:`core_totals` of many batches of ``tokens`` new tokens each (the steps of a decode jump),
-        one entry per batch: the same float operations as :meth:`core_row`, element by element."""
-        share = 1.0 / self.dp
-        rank_tokens = tokens * share
-        count_full, count_window = self.core_counts
-        seconds = flops = moved = np.zeros(held_full.shape)
-        if count_full != 0.0:
-            seconds, flops, moved = self._core_row_steps(count_full, held_full, pairs_full, share, rank_tokens)
-        if count_window != 0.0:
-            window_s, window_flops, window_moved = self._core_row_steps(count_window, held_window, pairs_window,
-                                                                        share, rank_tokens)  # fmt: skip
-            seconds, flops, moved = seconds + window_s, flops + window_flops, moved + window_moved
-        return seconds, flops, moved
-
-    def _core_row_steps(
-        self, count: float, held: FloatArray, pairs: FloatArray, share: float, rank_tokens: float
-    ) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """(seconds, FLOPs, bytes) of :meth:`core_row` for each entry of ``held`` and ``pairs``."""
-        kv_tokens = held * share + rank_tokens
-        memory_s = kv_tokens * self.kv_s_per_token
-        compute_s = pairs * share * self.s_per_pair
-        seconds = roofline_seconds(memory_s, compute_s, self.exponent)
-        work = self.chips * count
-        return (count * seconds, work * compute_s * self.core_flop_rate,
-                work * kv_tokens * self.kv_bytes_per_token_layer)  # fmt: skip
 
     def micro_batches(self, tokens: float) -> float:
         """Micro-batches a batch of ``tokens`` new tokens is split into: ``clip(tokens, 1, stages)``."""

@@ -137,7 +137,7 @@ def test_every_profile_costs_a_batch_the_same_through_the_fast_path(hardware: st
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("hardware", CATALOG.hardware_ids())
 def test_a_decode_jump_costs_each_step_as_one_iteration_to_the_last_bit(hardware: str, layout: str) -> None:
-    """A decode jump costs all its steps at once (arrays); each step is, bit for bit, the plain-float
+    """A decode jump costs its steps in one loop; each step is, bit for bit, the plain-float
     iteration of that step's batch, so a run does not depend on how its steps were grouped."""
     rng = np.random.default_rng(17)
     for _, fast, window in _fitting(hardware, layout, ("llama-3.1-70b", "deepseek-v3", "gpt-oss-120b")):
