@@ -18,6 +18,11 @@ prints the table of those finished. Cases:
   step, ~100-token answers, ~1 s tools) on enough replicas to hold their KV, least outstanding
   tokens routing, prefix caching on; ``N agents routed by predicted latency`` the same with
   ``least-predicted-latency`` routing (the router's closed-form prediction per call).
+- ``plan candidate``: ``N coding agents on the plan's answer`` is one candidate of ``infersim plan
+  scenarios/plan-coding-agents.yaml`` run to its end, the fleet of its answer (:data:`PLAN_ANSWER`:
+  4 x H100 + 8 x B300 + 1 x B200 serving gpt-oss-120b, MoE, three step-time models, 13 replicas)
+  with N agents on the coding-agent workload, 20 minutes and the drain: the run the 10-minute
+  question's search repeats ~65 times, so its CPU per call is what the plan's CPU follows.
 
 The header says which engine runs: ``compiled (mypyc)`` after ``make`` (:mod:`simulator.compiled`),
 or ``pure Python`` and why; ``INFERSIM_PURE_PYTHON=1`` measures the sources.
@@ -55,10 +60,11 @@ import yaml
 from simulator import compiled
 from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.layouts import deploy
+from simulator.api import load_scenario
 from simulator.cli import one_blas_thread
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
-from simulator.config.scenario import Scenario
+from simulator.config.scenario import PlanSpec, Scenario
 from simulator.engine.build import build
 from simulator.plan.resolve import resolve
 from simulator.results.metrics import summarize
@@ -79,11 +85,16 @@ QUICK = [
     "10000 reference via infersim run",
     "200 agents",
     "200 agents routed by predicted latency",
+    "200 coding agents on the plan's answer",
 ]
 FULL = [*QUICK, "10000 reference on 64 replicas", "100000 reference", "1000000 reference",
         "1000000 reference via infersim run", "10000 s reference",
         "100000 s reference", "10000 agents", *(f"10000 chat on {hw}" for hw in ARCHITECTURES)]  # fmt: skip
-PEERS = Path(__file__).resolve().parents[1].parent / "shared" / "peers"
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ROOT.parent / "shared" / "peers"
+PLAN_SCENARIO = ROOT / "scenarios" / "plan-coding-agents.yaml"
+#: Replicas per backend of the 10-minute question's answer (README, plan section); the others at 0.
+PLAN_ANSWER = {"h100": 4, "b300": 8, "b200": 1}
 
 
 def reference_scenario(
@@ -155,6 +166,13 @@ def agent_scenario(agents: int, catalog: Catalog, policy: str = "least-outstandi
     }
 
 
+def plan_candidate(agents: int, catalog: Catalog) -> Scenario:
+    """The planning scenario's fleet at :data:`PLAN_ANSWER` with ``agents`` agents, ``plan`` dropped."""
+    scenario = load_scenario(PLAN_SCENARIO, {"load.agents": agents}, catalog)
+    backends = [b.model_copy(update={"replicas": PLAN_ANSWER.get(b.name, 0)}) for b in scenario.fleet]
+    return scenario.model_copy(update={"backends": backends, "deployment": None, "plan": PlanSpec()})
+
+
 def _bench_catalog(folder: Path) -> Catalog:
     workload = {"schema_version": 1, "id": "bench-agent", "name": "bench agent", "description": "benchmark",
                 "sources": {"bench": "benchmarks/run.py"}, "task": AGENT_TASK}  # fmt: skip
@@ -166,7 +184,7 @@ def _bench_catalog(folder: Path) -> Catalog:
 class Case:
     """One benchmark case, parsed from its name: ``N reference``, ``T s reference``, ``N reference
     via infersim run``, ``N reference on R replicas``, ``N agents``, ``N agents routed by predicted
-    latency``, ``N chat on HARDWARE``."""
+    latency``, ``N chat on HARDWARE``, ``N coding agents on the plan's answer``."""
 
     name: str
 
@@ -190,6 +208,9 @@ class Case:
 
 def measure(case: Case) -> dict[str, Any]:
     """Run one case in this process (the simulation, or ``infersim run`` as a command)."""
+    if case.name.endswith("on the plan's answer"):
+        catalog = Catalog()
+        return _simulation(plan_candidate(case.size, catalog), catalog)
     with tempfile.TemporaryDirectory() as folder:
         catalog = _bench_catalog(Path(folder))
         data = case.scenario(catalog)
@@ -208,7 +229,8 @@ def _simulation(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
         "calls": summary.requests_completed, "cpu_s": cpu, "wall_s": wall,
         "events": next(simulation.env._eid),  # SimPy's running event id: events scheduled so far
         "steps": sum(r.iterations for r in summary.replicas), "simulated_s": end_s,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "replicas": scenario.replicas,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "replicas": sum(backend.replicas for backend in scenario.fleet),
     }  # fmt: skip
 
 
