@@ -210,7 +210,9 @@ def measure(case: Case) -> dict[str, Any]:
     """Run one case in this process (the simulation, or ``infersim run`` as a command)."""
     if case.name.endswith("on the plan's answer"):
         catalog = Catalog()
-        return _simulation(plan_candidate(case.size, catalog), catalog)
+        scenario = plan_candidate(case.size, catalog)
+        resolve(scenario, catalog)  # untimed: the plan's process has imported and resolved it all before
+        return _simulation(scenario, catalog)
     with tempfile.TemporaryDirectory() as folder:
         catalog = _bench_catalog(Path(folder))
         data = case.scenario(catalog)

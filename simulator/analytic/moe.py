@@ -101,13 +101,13 @@ def expected_max_binomial(trials: float, probability: float, ranks: int) -> floa
     ``E[max] = sum_{x >= 0} (1 - F(x)^ranks)``, summed exactly over the support when it is
     small and over ``mean +- 8 sigma`` otherwise (the tails beyond add below 1e-12).
     """
-    from scipy import stats  # imported here: a dense model's run never needs scipy
-
     n = round(trials)
     if ranks <= 1 or n == 0 or probability <= 0.0:
         return n * probability
     if probability >= 1.0:
         return float(n)
+    from scipy import stats  # imported here: a run without expert parallelism never needs it
+
     mean, sigma = n * probability, math.sqrt(n * probability * (1.0 - probability))
     low = max(0, int(mean - _TAIL_SIGMAS * sigma))
     high = min(n, math.ceil(mean + _TAIL_SIGMAS * sigma))
@@ -144,11 +144,11 @@ def hot_rank_factor(num_experts: int, ranks: int, expert_load_cv: float) -> floa
     >>> round(hot_rank_factor(256, 32, 0.0), 6)  # no hot experts
     1.0
     """
-    from scipy import integrate, stats
-
     per_rank = num_experts // ranks
     if ranks <= 1 or expert_load_cv <= 0.0 or per_rank >= num_experts:
         return 1.0
+    from scipy import integrate, stats  # imported here: a run without expert parallelism never needs them
+
     rank_cv = expert_load_cv * math.sqrt((num_experts - per_rank) / (per_rank * (num_experts - 1)))
     sigma = math.sqrt(math.log1p(rank_cv**2))
     share = stats.lognorm(s=sigma, scale=math.exp(-(sigma**2) / 2.0))  # mean 1
