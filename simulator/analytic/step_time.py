@@ -264,8 +264,8 @@ def decode_held_lists(
     = W (n - k) + sum_below c + k (j + 1)``, where the ``k`` sequences still below the window
     (``c + j + 1 < W``) are the smallest (the largest of them reaches it first, at the first step
     where ``c + j + 1 >= W``: ``sum_below`` drops it then). Token counts are whole (or half) numbers,
-    so every sum here is exact, in any order. Plain floats: a jump's steps are a few dozen, where
-    numpy's set-up per call costs more than its loops save.
+    so every sum here is exact, in any order. Plain floats: a jump runs tens to hundreds of steps,
+    where numpy's set-up per call costs more than its loops save.
     """
     n = float(len(context_tokens))
     total = float(sum(context_tokens))
