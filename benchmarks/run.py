@@ -64,10 +64,11 @@ from simulator.api import load_scenario
 from simulator.cli import one_blas_thread
 from simulator.config.deployment import DeploymentSpec
 from simulator.config.loading import Catalog
-from simulator.config.scenario import PlanSpec, Scenario
+from simulator.config.scenario import Scenario
 from simulator.engine.build import build
 from simulator.plan.resolve import resolve
 from simulator.results.metrics import summarize
+from simulator.studies.planning import fleet_at
 from simulator.tables import format_table
 
 ARCHITECTURES = {
@@ -167,10 +168,9 @@ def agent_scenario(agents: int, catalog: Catalog, policy: str = "least-outstandi
 
 
 def plan_candidate(agents: int, catalog: Catalog) -> Scenario:
-    """The planning scenario's fleet at :data:`PLAN_ANSWER` with ``agents`` agents, ``plan`` dropped."""
+    """The planning scenario's fleet at :data:`PLAN_ANSWER` with ``agents`` agents (a run reads none of ``plan``)."""
     scenario = load_scenario(PLAN_SCENARIO, {"load.agents": agents}, catalog)
-    backends = [b.model_copy(update={"replicas": PLAN_ANSWER.get(b.name, 0)}) for b in scenario.fleet]
-    return scenario.model_copy(update={"backends": backends, "deployment": None, "plan": PlanSpec()})
+    return fleet_at(scenario, tuple(PLAN_ANSWER.get(b.name, 0) for b in scenario.fleet), "mixed")
 
 
 def _bench_catalog(folder: Path) -> Catalog:

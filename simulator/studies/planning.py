@@ -777,16 +777,13 @@ class Planner:
         replications' by default: ``run.seed + r``)."""
         if seeds is None:
             seeds = range(self.scenario.run.seed, self.scenario.run.seed + self.scenario.plan.replications)
-        backends = [b.model_copy(update={"replicas": n}) for b, n in zip(self.fleet, counts, strict=True)]
-        router = self.scenario.router
-        if kind == "single":
-            router = router.model_copy(update={"rules": {}, "backend_choice": "pooled"})
+        fleet = fleet_at(self.scenario, counts, kind)
         found = []
         for seed in seeds:
             run = self.scenario.run.model_copy(update={"seed": seed})
-            variant = self.scenario.model_copy(  # a run reads none of plan: at its defaults, so a plan with
+            variant = fleet.model_copy(  # a run reads none of plan: at its defaults, so a plan with
                 # other limits (plan.max_candidates, max_replicas) finds the runs it shares in the cache
-                update={"backends": backends, "deployment": None, "router": router, "run": run, "plan": PlanSpec()}
+                update={"run": run, "plan": PlanSpec()}
             )
             variant = tolerating_failures(variant, self.usd_per_replica_hour, self.metered)  # N+k: the k largest down
             text = write_in(variant, self.catalog).model_dump_json(by_alias=True)
@@ -1620,13 +1617,19 @@ def plan_fleet(
     return Planner(scenario, catalog, progress, limits, runs, checkpoint, time_limit_s).search()
 
 
-def answer_scenario(scenario: Scenario, answer: Evaluation) -> Scenario:
-    """The scenario with the planned replica counts (backends at 0 kept, serving nothing)."""
-    backends = [b.model_copy(update={"replicas": n}) for b, n in zip(scenario.fleet, answer.counts, strict=True)]
+def fleet_at(scenario: Scenario, counts: Counts, kind: str) -> Scenario:
+    """The scenario with ``counts`` replicas of each backend (backends at 0 kept, serving nothing);
+    a single-architecture candidate (``kind`` ``"single"``) pools its replicas, the routing rules dropped."""
+    backends = [b.model_copy(update={"replicas": n}) for b, n in zip(scenario.fleet, counts, strict=True)]
     update: dict[str, object] = {"backends": backends, "deployment": None}
-    if answer.kind == "single":
+    if kind == "single":
         update["router"] = scenario.router.model_copy(update={"rules": {}, "backend_choice": "pooled"})
     return scenario.model_copy(update=update)
+
+
+def answer_scenario(scenario: Scenario, answer: Evaluation) -> Scenario:
+    """The scenario with the planned replica counts (:func:`fleet_at`)."""
+    return fleet_at(scenario, answer.counts, answer.kind)
 
 
 def plan_text(result: PlanResult) -> str:
