@@ -19,7 +19,9 @@ The engine costs one iteration in plain floats (:meth:`FastStepCost.iteration` o
 :class:`~simulator.analytic.step_time.BatchShape`), and a decode jump straight from its sequences'
 contexts (:meth:`FastStepCost.decode_jump`): its steps share one shape, so their shape terms are
 one lookup, and each step adds its core rows in plain floats (the tokens it holds:
-:func:`~simulator.analytic.step_time.decode_held_lists`), the same operations as its iteration's,
+:func:`~simulator.analytic.step_time.decode_held_full` and
+:func:`~simulator.analytic.step_time.decode_held_window`, no list for what every step holds alike),
+the same operations as its iteration's,
 so every step equals its iteration to the last bit. Plain floats, not arrays over the steps: a
 jump runs ~100 steps, where numpy's set-up per call costs more than its loops save (measured with
 the compiled engine on ``scenarios/plan-coding-agents.yaml``: a B300 jump of 108 steps of six
@@ -47,7 +49,8 @@ from simulator.analytic.step_time import (
     CostModel,
     IterationCost,
     StepCostModel,
-    decode_held_lists,
+    decode_held_full,
+    decode_held_window,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -107,14 +110,23 @@ class FastStepCost:
         return IterationTimes(*[np.array(column, dtype=np.float64) for column in columns])
 
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
-        """``steps`` decode steps of a fixed batch (tokens held: :func:`decode_held_lists`), without
-        building the batch's aggregates: the shape terms once, the core rows step by step (see module)."""
+        """``steps`` decode steps of a fixed batch (tokens held: :func:`decode_held_full`,
+        :func:`decode_held_window`), without building the batch's aggregates: the shape terms once,
+        the core rows step by step (see module)."""
         n = float(len(context_tokens))
         m = self.reference.micro_batches(n)  # every step of the jump has the same shape
         base = self._base_of(n, n, m)
-        total_s, flops, moved = [], [], []
-        for full, windowed in zip(*decode_held_lists(context_tokens, steps, window), strict=True):
-            seconds, step_flops, step_moved = self._plus_core(m, base, n, full, full, windowed, windowed)
+        total = float(sum(context_tokens))
+        windowed = decode_held_window(context_tokens, steps, window)
+        varying = windowed if isinstance(windowed, list) else None
+        constant = windowed if isinstance(windowed, float) else 0.0
+        total_s: list[float] = []
+        flops: list[float] = []
+        moved: list[float] = []
+        for j in range(steps):
+            full = decode_held_full(total, n, j)
+            held_window = full if windowed is None else constant if varying is None else varying[j]
+            seconds, step_flops, step_moved = self._plus_core(m, base, n, full, full, held_window, held_window)
             total_s.append(seconds)
             flops.append(step_flops)
             moved.append(step_moved)

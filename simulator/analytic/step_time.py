@@ -257,25 +257,47 @@ def decode_held(context_tokens: Sequence[float], steps: int, window: int | None)
 def decode_held_lists(
     context_tokens: Sequence[float], steps: int, window: int | None
 ) -> tuple[list[float], list[float]]:
-    """Tokens held in KV at each of ``steps`` decode steps of a fixed batch: (all layers, windowed layers).
-
-    Step ``j`` (from 0) decodes one token for each sequence, whose cache then holds ``c + j + 1``
-    tokens: ``held_full = sum c + n (j + 1)``; with a window ``W``, ``held_window = sum min(c + j + 1, W)
-    = W (n - k) + sum_below c + k (j + 1)``, where the ``k`` sequences still below the window
-    (``c + j + 1 < W``) are the smallest (the largest of them reaches it first, at the first step
-    where ``c + j + 1 >= W``: ``sum_below`` drops it then). Token counts are whole (or half) numbers,
-    so every sum here is exact, in any order. Plain floats: a jump runs tens to hundreds of steps,
-    where numpy's set-up per call costs more than its loops save.
-    """
-    n = float(len(context_tokens))
-    total = float(sum(context_tokens))
-    held = [total + n * float(j + 1) for j in range(steps)]
-    if window is None:
+    """Tokens held in KV at each of ``steps`` decode steps of a fixed batch: (all layers, windowed
+    layers). Step ``j`` (from 0) decodes one token for each sequence, whose cache then holds
+    ``c + j + 1`` tokens: ``held_full = sum c + n (j + 1)`` (:func:`decode_held_full`); the windowed
+    layers' from :func:`decode_held_window`."""
+    total, n = float(sum(context_tokens)), float(len(context_tokens))
+    held = [decode_held_full(total, n, j) for j in range(steps)]
+    windowed = decode_held_window(context_tokens, steps, window)
+    if windowed is None:
         return held, held
+    if isinstance(windowed, float):
+        return held, [windowed] * steps
+    return held, windowed
+
+
+def decode_held_full(total: float, sequences: float, step: int) -> float:
+    """Tokens all layers hold at decode step ``step`` (from 0) of ``sequences`` sequences that held
+    ``total`` before the first: ``total + n (step + 1)``."""
+    return total + sequences * float(step + 1)
+
+
+def decode_held_window(context_tokens: Sequence[float], steps: int, window: int | None) -> list[float] | float | None:
+    """Tokens the windowed layers hold at each of ``steps`` decode steps of a fixed batch: None
+    without a window (they hold what all layers do); one float when every step holds the same
+    (every sequence already at a sliding window: ``W n``); else a list, one per step.
+
+    With a sliding window ``W``, ``held_window = sum min(c + j + 1, W) = W (n - k) + sum_below c +
+    k (j + 1)``, where the ``k`` sequences still below the window (``c + j + 1 < W``) are the
+    smallest (the largest of them reaches it first, at the first step where ``c + j + 1 >= W``:
+    ``sum_below`` drops it then). Token counts are whole (or half) numbers, so every sum here is
+    exact, in any order. Plain floats: a jump runs tens to hundreds of steps, where numpy's set-up
+    per call costs more than its loops save.
+    """
+    if window is None:
+        return None
+    n = float(len(context_tokens))
     w = float(window)
     if isinstance(window, ChunkedWindow):
-        return held, _chunk_decode_held(context_tokens, steps, w)
+        return _chunk_decode_held(context_tokens, steps, w)
     below = sorted(c for c in context_tokens if c + 1.0 < w)
+    if not below:
+        return w * n
     k, below_sum = len(below), float(sum(below))
     held_window: list[float] = []
     j = 0
@@ -295,7 +317,7 @@ def decode_held_lists(
             k -= 1
             below_sum -= below[k]
         j = reached
-    return held, held_window
+    return held_window
 
 
 def _chunk_decode_held(context_tokens: Sequence[float], steps: int, chunk: float) -> list[float]:
