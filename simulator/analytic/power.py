@@ -106,7 +106,7 @@ class CappedCost:
 
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
         times = self.cost.decode_jump(context_tokens, steps, window)
-        return JumpTimes([t * self.stretch for t in times.total_s], times.flops, times.bytes_moved)
+        return JumpTimes([t * self.stretch for t in times.total_s], times.work)
 
     def draft_s(self, context_tokens: FloatArray) -> float:
         return self.cost.draft_s(context_tokens) * self.stretch

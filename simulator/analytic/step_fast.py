@@ -36,6 +36,7 @@ interface too.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
@@ -62,12 +63,42 @@ BASE_CACHE_SIZE = 1 << 16
 ASSEMBLY = ("pass_terms", "pass_times", "iteration_times", "plus_core", "micro_batches", "core_totals")
 
 
+class JumpWork:
+    """The FLOPs and bytes of a decode jump's steps, summed over its first ``done`` (:meth:`totals`).
+
+    Step by step (``flops``, ``bytes_moved``: one entry a step), each total correctly rounded
+    (:func:`math.fsum`). Or *affine*, where the work grows by the same ``delta`` every step (the
+    reference core rows' FLOPs and bytes are affine in the tokens a step holds, and a decode batch
+    holds ``n`` more every step): the first ``d`` steps did ``d w_0 + delta d (d - 1) / 2``, which is
+    their sum up to rounding, and the jump keeps no list of them (``flops`` and ``bytes_moved`` hold
+    the first step's, the deltas the change a step)."""
+
+    def __init__(
+        self, flops: list[float], bytes_moved: list[float], affine: bool = False, delta_flops: float = 0.0,
+        delta_bytes: float = 0.0,
+    ) -> None:  # fmt: skip
+        self.flops, self.bytes_moved, self.affine = flops, bytes_moved, affine
+        self.delta_flops, self.delta_bytes = delta_flops, delta_bytes
+
+    @classmethod
+    def between(cls, steps: int, first: tuple[float, float], last: tuple[float, float]) -> JumpWork:
+        """Affine work over ``steps`` steps from the first step's (FLOPs, bytes) and the last's."""
+        per_step = 1.0 / float(steps - 1) if steps > 1 else 0.0
+        return cls([first[0]], [first[1]], True, (last[0] - first[0]) * per_step, (last[1] - first[1]) * per_step)
+
+    def totals(self, done: int) -> tuple[float, float]:
+        """(FLOPs, bytes) of the first ``done`` steps."""
+        if not self.affine:
+            return math.fsum(self.flops[:done]), math.fsum(self.bytes_moved[:done])
+        steps, pairs = float(done), float(done * (done - 1) // 2)
+        return steps * self.flops[0] + pairs * self.delta_flops, steps * self.bytes_moved[0] + pairs * self.delta_bytes
+
+
 class JumpTimes(NamedTuple):
-    """Seconds, FLOPs and bytes of each step of a decode jump, as lists (one float per step)."""
+    """The seconds of each step of a decode jump (a list, one float per step) and its work."""
 
     total_s: list[float]
-    flops: list[float]
-    bytes_moved: list[float]
+    work: JumpWork
 
 
 class IterationTimes(NamedTuple):
@@ -87,6 +118,8 @@ class FastStepCost:
         self.draft = FastStepCost(reference.draft) if reference.draft is not None else None
         self.draft_window = reference.draft.deployment.model.attention.window if reference.draft else None
         self._base: dict[tuple[float, float], tuple[float, float, float]] = {}
+        #: whether the core row is the reference's, whose FLOPs and bytes are affine in the tokens held
+        self.affine_core = not overrides(reference, "core_row")
 
     def _base_of(self, tokens: float, sequences: float, m: float) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of the reference's :meth:`shape_terms` of one micro-batch of this shape (cached)."""
@@ -112,7 +145,8 @@ class FastStepCost:
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
         """``steps`` decode steps of a fixed batch (tokens held: :func:`decode_held_full`,
         :func:`decode_held_window`), without building the batch's aggregates: the shape terms once,
-        the core rows step by step (see module)."""
+        the core rows step by step (see module). The work is affine (:class:`JumpWork`) where the
+        windowed layers hold the same at every step and the core row is the reference's."""
         n = float(len(context_tokens))
         m = self.reference.micro_batches(n)  # every step of the jump has the same shape
         base = self._base_of(n, n, m)
@@ -120,17 +154,23 @@ class FastStepCost:
         windowed = decode_held_window(context_tokens, steps, window)
         varying = windowed if isinstance(windowed, list) else None
         constant = windowed if isinstance(windowed, float) else 0.0
+        affine = varying is None and self.affine_core
         total_s: list[float] = []
         flops: list[float] = []
         moved: list[float] = []
+        first = last = (0.0, 0.0)
         for j in range(steps):
             full = decode_held_full(total, n, j)
             held_window = full if windowed is None else constant if varying is None else varying[j]
             seconds, step_flops, step_moved = self._plus_core(m, base, n, full, full, held_window, held_window)
             total_s.append(seconds)
-            flops.append(step_flops)
-            moved.append(step_moved)
-        return JumpTimes(total_s, flops, moved)
+            if not affine:
+                flops.append(step_flops)
+                moved.append(step_moved)
+            elif j == 0:
+                first = (step_flops, step_moved)
+            last = (step_flops, step_moved)
+        return JumpTimes(total_s, JumpWork.between(steps, first, last) if affine else JumpWork(flops, moved))
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one iteration, in plain floats."""
@@ -205,7 +245,7 @@ class ArrayCost:
 
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
         times = self.cost.iteration_times(BatchAggregates.decode_steps(context_tokens, steps, window))
-        return JumpTimes(times.total_s.tolist(), times.flops.tolist(), times.bytes_moved.tolist())
+        return JumpTimes(times.total_s.tolist(), JumpWork(times.flops.tolist(), times.bytes_moved.tolist()))
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         times = self.cost.iteration_times(BatchAggregates(*np.array(shape, dtype=np.float64)[:, None]))
@@ -214,7 +254,12 @@ class ArrayCost:
 
 def reassembled(cost: StepCostModel) -> list[str]:
     """The methods of :data:`ASSEMBLY` a subclass of the reference model overrides."""
-    return [name for name in ASSEMBLY if getattr(type(cost), name) is not getattr(StepCostModel, name)]
+    return [name for name in ASSEMBLY if overrides(cost, name)]
+
+
+def overrides(cost: StepCostModel, method: str) -> bool:
+    """Whether ``cost`` is of a subclass of the reference model with its own ``method``."""
+    return getattr(type(cost), method) is not getattr(StepCostModel, method)
 
 
 def engine_cost(cost: CostModel) -> EngineCost:

@@ -6,7 +6,6 @@ Nothing here computes metrics; :mod:`simulator.results` derives them from the fr
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Sequence
 
@@ -143,12 +142,6 @@ class Recorder:
         totals.iterations += count
         totals.flops += flops
         totals.bytes_moved += bytes_moved
-
-    def iterations(self, replica: int, duration_s: Sequence[float], flops: Sequence[float],
-                   bytes_moved: Sequence[float]) -> None:  # fmt: skip
-        """Several iterations in a row (a decode jump), one entry each; each total correctly rounded
-        (:func:`math.fsum`), so it does not depend on the order of the entries."""
-        self.iteration(replica, math.fsum(duration_s), math.fsum(flops), math.fsum(bytes_moved), len(duration_s))
 
     def freeze(
         self,

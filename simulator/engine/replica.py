@@ -41,7 +41,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 from itertools import accumulate
-from math import ceil
+from math import ceil, fsum
 
 import numpy as np
 import simpy
@@ -294,7 +294,8 @@ class Replica:
         if self._awaiting:  # their second token came at the end of the jump's first step
             self._stamp([], self._emitting(plan)[1], start + cumulative[0])
         applied = self.policy.apply(plan, now, [float(done)] * plan.decodes)
-        self.recorder.iterations(self.index, durations[:done], times.flops[:done], times.bytes_moved[:done])
+        flops, bytes_moved = times.work.totals(done)
+        self.recorder.iteration(self.index, fsum(durations[:done]), flops, bytes_moved, done)
         self.recorder.inter_token(durations[:done], batch)
         self._complete(applied.completed, now)
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from simulator.analytic.placement import PlacementError
-from simulator.analytic.step_fast import FastStepCost
+from simulator.analytic.step_fast import FastStepCost, JumpWork
 from simulator.analytic.step_time import BatchAggregates, BatchShape, StepCostModel, decode_held
 from simulator.config.loading import Catalog
 from simulator.config.speculation import SpeculativeSpec
@@ -56,8 +57,9 @@ def test_fast_path_equals_the_reference_model_on_random_batches_and_decode_jumps
         held = rng.integers(1, 9000, int(n)).astype(float).tolist()
         want = reference.iteration_times(BatchAggregates.decode_steps(held, int(k), window))
         got = fast.decode_jump(held, int(k), window)
-        for column in ("total_s", "flops", "bytes_moved"):
-            np.testing.assert_allclose(getattr(got, column), getattr(want, column), rtol=RTOL)
+        np.testing.assert_allclose(got.total_s, want.total_s, rtol=RTOL)
+        np.testing.assert_allclose(_work_so_far(got.work, int(k)), np.cumsum([want.flops, want.bytes_moved], axis=1),
+                                   rtol=RTOL)  # fmt: skip
     for _ in range(20):  # one iteration in plain floats, as the engine runs it
         new, cached = _random_tokens(rng)
         want = reference.iteration_times(BatchAggregates.of(new, cached, window))
@@ -66,6 +68,11 @@ def test_fast_path_equals_the_reference_model_on_random_batches_and_decode_jumps
     context = rng.integers(1, 9000, 17).astype(float)
     assert fast.draft_s(context) == pytest.approx(reference.draft_s(context), rel=RTOL)
     assert (fast.draft is not None) == bool(reference.accepted)
+
+
+def _work_so_far(work: JumpWork, steps: int) -> np.ndarray:
+    """(FLOPs, bytes) of a jump's first 1, 2, ..., ``steps`` steps: shape (2, steps)."""
+    return np.array([work.totals(done) for done in range(1, steps + 1)]).T
 
 
 @pytest.mark.parametrize("window", [None, 1, 128, 4096])
@@ -141,6 +148,7 @@ def test_a_decode_jump_costs_each_step_as_one_iteration_to_the_last_bit(hardware
     iteration of that step's batch, so a run does not depend on how its steps were grouped."""
     rng = np.random.default_rng(17)
     for _, fast, window in _fitting(hardware, layout, ("llama-3.1-70b", "deepseek-v3", "gpt-oss-120b")):
+        affine = stepwise = 0
         for n, steps in rng.integers(1, 200, (4, 2)):
             below = float(rng.choice([50.0, 0.0]))  # some sequences reach the window during the jump, or all hold it
             contexts = (rng.integers(0, 300, int(n)) * 0.5 + (window or 0) - below).clip(0.0).tolist()
@@ -149,7 +157,20 @@ def test_a_decode_jump_costs_each_step_as_one_iteration_to_the_last_bit(hardware
             each = [fast.iteration(BatchShape(float(n), float(n), held_full=full, held_window=windowed,
                                               pairs_full=full, pairs_window=windowed))
                     for full, windowed in zip(held.tolist(), held_window.tolist(), strict=True)]  # fmt: skip
-            assert list(zip(*jump, strict=True)) == each
+            seconds, flops, moved = (list(column) for column in zip(*each, strict=True))
+            assert jump.total_s == seconds
+            # the work of every prefix a cut may leave: the steps' correctly rounded sums, or their
+            # closed form where each step adds the same (every sequence at its window, or none)
+            sums = [(math.fsum(flops[:done]), math.fsum(moved[:done])) for done in range(1, int(steps) + 1)]
+            if jump.work.affine:
+                assert held_window.tolist() == held.tolist() or len(set(held_window.tolist())) == 1
+                np.testing.assert_allclose(_work_so_far(jump.work, int(steps)), np.array(sums).T, rtol=1e-12)
+            else:
+                assert [jump.work.totals(done) for done in range(1, int(steps) + 1)] == sums
+            affine += jump.work.affine
+            stepwise += not jump.work.affine
+        assert stepwise or window is None  # a windowed model runs both kinds of jump
+        assert affine
 
 
 class WiderCore(StepCostModel):
@@ -170,5 +191,6 @@ def test_a_decode_jump_runs_a_subclass_s_own_core_row() -> None:
     want = [variant.iteration(BatchShape(3.0, 3.0, held_full=full, held_window=windowed, pairs_full=full,
                                          pairs_window=windowed))
             for full, windowed in zip(held.tolist(), held_window.tolist(), strict=True)]  # fmt: skip
-    assert list(zip(*variant.decode_jump(contexts, 5, 128), strict=True)) == want
+    jump = variant.decode_jump(contexts, 5, 128)
+    assert (jump.total_s, jump.work.flops, jump.work.bytes_moved) == tuple(list(c) for c in zip(*want, strict=True))
     assert variant.decode_jump(contexts, 5, 128).total_s[0] > plain.decode_jump(contexts, 5, 128).total_s[0]
