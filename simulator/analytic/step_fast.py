@@ -28,7 +28,7 @@ the compiled engine on ``scenarios/plan-coding-agents.yaml``: a B300 jump of 108
 sequences 30 us as arrays, 17 us in floats; ``benchmarks/`` times whole runs). A subclass of the
 reference model that overrides a mechanism (an operator, the MoE row, a collective, the core row,
 :meth:`shape_terms`) is seen here, since these are its methods; one that overrides how a pass is
-put together (:data:`ASSEMBLY`: :meth:`pass_terms`, :meth:`plus_core`, :meth:`core_totals`, ...)
+put together (:data:`ASSEMBLY`: :meth:`pass_terms`, :meth:`plus_core`, :meth:`core_beside`, ...)
 is run through its array interface instead (:class:`ArrayCost`), with a warning. A cost model
 that is not the reference one (a test double, another execution style) is used through its array
 interface too.
@@ -60,7 +60,15 @@ FloatArray = npt.NDArray[np.float64]
 BASE_CACHE_SIZE = 1 << 16
 
 #: Methods that put a pass together: a subclass overriding one is not evaluated by :class:`FastStepCost`.
-ASSEMBLY = ("pass_terms", "pass_times", "iteration_times", "plus_core", "micro_batches", "core_totals")
+ASSEMBLY = (
+    "pass_terms",
+    "pass_times",
+    "iteration_times",
+    "plus_core",
+    "micro_batches",
+    "core_window",
+    "core_beside",
+)
 
 
 class JumpWork:
@@ -155,14 +163,20 @@ class FastStepCost:
         varying = windowed if isinstance(windowed, list) else None
         constant = windowed if isinstance(windowed, float) else 0.0
         affine = varying is None and self.affine_core
+        # what the windowed layers cost, once where every step holds the same there
+        same_window = self._window(m, n, constant, constant) if windowed is not None and varying is None else None
         total_s: list[float] = []
         flops: list[float] = []
         moved: list[float] = []
         first = last = (0.0, 0.0)
         for j in range(steps):
             full = decode_held_full(total, n, j)
-            held_window = full if windowed is None else constant if varying is None else varying[j]
-            seconds, step_flops, step_moved = self._plus_core(m, base, n, full, full, held_window, held_window)
+            if windowed is not None and varying is None:
+                core_window = same_window
+            else:
+                held_window = full if varying is None else varying[j]
+                core_window = self._window(m, n, held_window, held_window)
+            seconds, step_flops, step_moved = self._plus_core(m, base, n, full, full, core_window)
             total_s.append(seconds)
             if not affine:
                 flops.append(step_flops)
@@ -184,22 +198,30 @@ class FastStepCost:
         """(seconds, FLOPs, bytes) of one iteration: the cached shape terms of its micro-batch plus
         the attention core, every micro-batch's work counted (see module)."""
         m = self.reference.micro_batches(tokens)
-        return self._plus_core(m, self._base_of(tokens, sequences, m), tokens, held_full, pairs_full, held_window,
-                               pairs_window)  # fmt: skip
+        return self._plus_core(m, self._base_of(tokens, sequences, m), tokens, held_full, pairs_full,
+                               self._window(m, tokens, held_window, pairs_window))  # fmt: skip
+
+    def _window(
+        self, m: float, tokens: float, held_window: float, pairs_window: float
+    ) -> tuple[float, float, float] | None:  # fmt: skip
+        """The windowed layers' attention core of a micro-batch's share (None without windowed layers)."""
+        if m != 1.0:
+            scale = 1.0 / m
+            tokens, held_window, pairs_window = tokens * scale, held_window * scale, pairs_window * scale
+        return self.reference.core_window(tokens, held_window, pairs_window)
 
     def _plus_core(
         self, m: float, base: tuple[float, float, float], tokens: float, held_full: float, pairs_full: float,
-        held_window: float, pairs_window: float,
+        window: tuple[float, float, float] | None,
     ) -> tuple[float, float, float]:  # fmt: skip
         """(seconds, FLOPs, bytes) of one iteration of ``m`` micro-batches whose shape terms are
-        ``base`` (:meth:`_base_of`): plus the attention core of a micro-batch's share."""
+        ``base`` (:meth:`_base_of`): plus the attention core of a micro-batch's share, its windowed
+        layers' ``window`` (:meth:`_window`)."""
         base_s, base_flops, base_moved = base
         if m != 1.0:
             scale = 1.0 / m
             tokens, held_full, pairs_full = tokens * scale, held_full * scale, pairs_full * scale
-            held_window, pairs_window = held_window * scale, pairs_window * scale
-        core_s, core_flops, core_moved = self.reference.core_totals(tokens, held_full, pairs_full, held_window,
-                                                                    pairs_window)  # fmt: skip
+        core_s, core_flops, core_moved = self.reference.core_beside(tokens, held_full, pairs_full, window)
         return base_s + core_s, (base_flops + core_flops) * m, (base_moved + core_moved) * m
 
     def draft_s(self, context_tokens: FloatArray) -> float:

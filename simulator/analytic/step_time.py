@@ -739,19 +739,28 @@ class StepCostModel:
         return (count * seconds, memory_share, work * compute_s * self.core_flop_rate,
                 work * kv_tokens * self.kv_bytes_per_token_layer)  # fmt: skip
 
-    def core_totals(
-        self, tokens: float, held_full: float, pairs_full: float, held_window: float, pairs_window: float
-    ) -> tuple[float, float, float]:
-        """(seconds, FLOPs, bytes) of the attention core of all and of windowed layers (:meth:`core_row`)."""
+    def core_window(self, tokens: float, held_window: float, pairs_window: float) -> tuple[float, float, float] | None:
+        """(seconds, FLOPs, bytes) of the windowed layers' attention core (:meth:`core_row`); None
+        without windowed layers."""
+        count_window = self.core_counts[1]
+        if count_window == 0.0:
+            return None
         share = 1.0 / self.dp
-        rank_tokens = tokens * share
-        count_full, count_window = self.core_counts
+        seconds, _, flops, moved = self.core_row(count_window, held_window, pairs_window, share, tokens * share)
+        return seconds, flops, moved
+
+    def core_beside(
+        self, tokens: float, held_full: float, pairs_full: float, window: tuple[float, float, float] | None
+    ) -> tuple[float, float, float]:
+        """(seconds, FLOPs, bytes) of the attention core of all layers (:meth:`core_row`) plus
+        ``window``, the windowed layers' (:meth:`core_window`)."""
+        share = 1.0 / self.dp
+        count_full = self.core_counts[0]
         seconds = flops = moved = 0.0
         if count_full != 0.0:
-            seconds, _, flops, moved = self.core_row(count_full, held_full, pairs_full, share, rank_tokens)
-        if count_window != 0.0:
-            window_s, _, window_flops, window_moved = self.core_row(count_window, held_window, pairs_window, share,
-                                                                    rank_tokens)  # fmt: skip
+            seconds, _, flops, moved = self.core_row(count_full, held_full, pairs_full, share, tokens * share)
+        if window is not None:
+            window_s, window_flops, window_moved = window
             seconds, flops, moved = seconds + window_s, flops + window_flops, moved + window_moved
         return seconds, flops, moved
 
