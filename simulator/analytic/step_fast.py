@@ -167,17 +167,16 @@ class FastStepCost:
         total = float(sum(context_tokens))
         windowed = decode_held_window(context_tokens, steps, window)
         varying = windowed if isinstance(windowed, list) else None
-        constant = windowed if isinstance(windowed, float) else 0.0
+        alike = isinstance(windowed, float)  # every step's windowed layers hold the same: cost them once
+        same_window = self._window(m, n, windowed, windowed) if isinstance(windowed, float) else None
         affine = varying is None and self.affine_core
-        # what the windowed layers cost, once where every step holds the same there
-        same_window = self._window(m, n, constant, constant) if windowed is not None and varying is None else None
         total_s: list[float] = []
         flops: list[float] = []
         moved: list[float] = []
         first = last = (0.0, 0.0)
         for j in range(steps):
             full = decode_held_full(total, n, j)
-            if windowed is not None and varying is None:
+            if alike:
                 core_window = same_window
             else:
                 held_window = full if varying is None else varying[j]
