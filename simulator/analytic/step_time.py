@@ -249,26 +249,17 @@ class BatchAggregates:
 
 
 def decode_held(context_tokens: Sequence[float], steps: int, window: int | None) -> tuple[FloatArray, FloatArray]:
-    """:func:`decode_held_lists` as arrays (the array interface's decode steps)."""
-    held, held_window = decode_held_lists(context_tokens, steps, window)
-    return np.array(held, dtype=np.float64), np.array(held_window, dtype=np.float64)
-
-
-def decode_held_lists(
-    context_tokens: Sequence[float], steps: int, window: int | None
-) -> tuple[list[float], list[float]]:
-    """Tokens held in KV at each of ``steps`` decode steps of a fixed batch: (all layers, windowed
-    layers). Step ``j`` (from 0) decodes one token for each sequence, whose cache then holds
-    ``c + j + 1`` tokens: ``held_full = sum c + n (j + 1)`` (:func:`decode_held_full`); the windowed
-    layers' from :func:`decode_held_window`."""
+    """Tokens held in KV at each of ``steps`` decode steps of a fixed batch, as arrays (the array
+    interface's decode steps): (all layers, :func:`decode_held_full`; windowed layers,
+    :func:`decode_held_window`)."""
     total, n = float(sum(context_tokens)), float(len(context_tokens))
-    held = [decode_held_full(total, n, j) for j in range(steps)]
+    held = np.array([decode_held_full(total, n, j) for j in range(steps)], dtype=np.float64)
     windowed = decode_held_window(context_tokens, steps, window)
     if windowed is None:
         return held, held
     if isinstance(windowed, float):
-        return held, [windowed] * steps
-    return held, windowed
+        return held, np.full(steps, windowed)
+    return held, np.array(windowed, dtype=np.float64)
 
 
 def decode_held_full(total: float, sequences: float, step: int) -> float:
