@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.analytic.step_fast import EngineCost, FloatArray, IterationTimes, JumpTimes
+from simulator.analytic.step_fast import EngineCost, FloatArray, IterationTimes, JumpTimes, jump_times
 from simulator.analytic.step_time import BatchAggregates, BatchShape, IterationCost
 from simulator.config.hardware import HardwareProfile
 from simulator.errors import InfersimError
@@ -106,7 +106,7 @@ class CappedCost:
 
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
         times = self.cost.decode_jump(context_tokens, steps, window)
-        return JumpTimes([t * self.stretch for t in times.total_s], times.work)
+        return jump_times([t * self.stretch for t in times.total_s], times.work)
 
     def draft_s(self, context_tokens: FloatArray) -> float:
         return self.cost.draft_s(context_tokens) * self.stretch

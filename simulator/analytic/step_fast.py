@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -109,10 +110,17 @@ class JumpWork:
 
 
 class JumpTimes(NamedTuple):
-    """The seconds of each step of a decode jump (a list, one float per step) and its work."""
+    """The seconds of each step of a decode jump (a list, one float per step), its work, and the
+    seconds from its start to the end of each step (the running sum of ``total_s``, left to right)."""
 
     total_s: list[float]
     work: JumpWork
+    cumulative_s: list[float]
+
+
+def jump_times(total_s: list[float], work: JumpWork) -> JumpTimes:
+    """A jump's :class:`JumpTimes` from the seconds of its steps (their running sum added)."""
+    return JumpTimes(total_s, work, list(accumulate(total_s)))
 
 
 class IterationTimes(NamedTuple):
@@ -171,6 +179,8 @@ class FastStepCost:
         same_window = self._window(m, n, windowed, windowed) if isinstance(windowed, float) else None
         affine = varying is None and self.affine_core
         total_s: list[float] = []
+        cumulative_s: list[float] = []
+        elapsed = 0.0
         flops: list[float] = []
         moved: list[float] = []
         first = last = (0.0, 0.0)
@@ -183,13 +193,16 @@ class FastStepCost:
                 core_window = self._window(m, n, held_window, held_window)
             seconds, step_flops, step_moved = self._plus_core(m, base, n, full, full, core_window)
             total_s.append(seconds)
+            elapsed += seconds
+            cumulative_s.append(elapsed)
             if not affine:
                 flops.append(step_flops)
                 moved.append(step_moved)
             elif j == 0:
                 first = (step_flops, step_moved)
             last = (step_flops, step_moved)
-        return JumpTimes(total_s, JumpWork.between(steps, first, last) if affine else JumpWork(flops, moved))
+        work = JumpWork.between(steps, first, last) if affine else JumpWork(flops, moved)
+        return JumpTimes(total_s, work, cumulative_s)
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one iteration, in plain floats."""
@@ -272,7 +285,7 @@ class ArrayCost:
 
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
         times = self.cost.iteration_times(BatchAggregates.decode_steps(context_tokens, steps, window))
-        return JumpTimes(times.total_s.tolist(), JumpWork(times.flops.tolist(), times.bytes_moved.tolist()))
+        return jump_times(times.total_s.tolist(), JumpWork(times.flops.tolist(), times.bytes_moved.tolist()))
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         times = self.cost.iteration_times(BatchAggregates(*np.array(shape, dtype=np.float64)[:, None]))

@@ -7,6 +7,7 @@ Nothing here computes metrics; :mod:`simulator.results` derives them from the fr
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,8 +28,6 @@ from simulator.records.store import (
     TaskRecord,
     TokenCounter,
 )
-
-ITL_BUFFER = 8192
 
 
 class RunningTask:
@@ -56,8 +55,8 @@ class Recorder:
         self.batch = [LevelMonitor(marks=marks, points=points) for _ in range(replicas)]
         self.kv_blocks = [LevelMonitor(marks=marks, points=points) for _ in range(replicas)]
         self.totals = [ReplicaTotals() for _ in range(replicas)]
-        self.itl_counts = np.zeros(ITL_BIN_EDGES_S.size - 1)
-        self._itl_durations, self._itl_weights = array("d"), array("d")
+        self._itl_edges: list[float] = ITL_BIN_EDGES_S.tolist()
+        self._itl_counts = [0.0] * (len(self._itl_edges) - 1)  # gaps per bin of the histogram
         self.tokens = [TokenCounter(marks=marks, points=points) for _ in range(replicas)]
         self.tasks = array("d")  # one TaskRecord per finished task, flat
         self.running: dict[int, RunningTask] = {}  # top-level tasks under way, by id
@@ -98,27 +97,42 @@ class Recorder:
     def request_count(self) -> int:
         return len(self.requests)
 
-    def inter_token(self, durations_s: Sequence[float], weights: Sequence[float] | float) -> None:
-        """Add inter-token gaps to the histogram: gap ``durations_s[i]``, ``weights[i]`` times; a
-        float ``weights`` counts each gap that many times (a decode jump: one gap per step for
-        each of its sequences).
+    def _itl_bin(self, gap_s: float) -> int:
+        """The histogram bin of an inter-token gap: the last edge at or below it
+        (``searchsorted(edges, gap, side="right") - 1``), clipped to the bins."""
+        return min(max(bisect_right(self._itl_edges, gap_s) - 1, 0), len(self._itl_counts) - 1)
 
-        Samples are buffered and binned in bulk, so memory stays flat in simulated time.
-        """
-        self._itl_durations.extend(durations_s)
-        if isinstance(weights, float):
-            self._itl_weights.extend(array("d", [weights]) * len(durations_s))
-        else:
-            self._itl_weights.extend(weights)
-        if len(self._itl_durations) >= ITL_BUFFER:
-            self.flush_inter_tokens()
+    def inter_token(self, durations_s: Sequence[float], weights: Sequence[float]) -> None:
+        """Add inter-token gaps to the histogram: gap ``durations_s[i]``, ``weights[i]`` times."""
+        counts = self._itl_counts
+        for gap_s, weight in zip(durations_s, weights, strict=True):
+            counts[self._itl_bin(gap_s)] += weight
+
+    def inter_token_steps(self, durations_s: list[float], steps: int, weight: float) -> None:
+        """The first ``steps`` gaps of ``durations_s``, each ``weight`` times (a decode jump: one gap
+        per step for each of its sequences).
+
+        A jump's steps mostly share a bin with the step before, so a run of them is added at
+        once, ``weight x run``: the weights are whole tokens, so every count is a whole number
+        below 2^53 and the sum is exact in any order (as the histogram of the gaps one by one)."""
+        edges, counts = self._itl_edges, self._itl_counts
+        low = high = 0.0  # the edges of the bin of the run (none yet)
+        current, run = 0, 0
+        for step in range(steps):
+            gap_s = durations_s[step]
+            if low <= gap_s < high:
+                run += 1
+                continue
+            if run:
+                counts[current] += weight * run
+            current, run = self._itl_bin(gap_s), 1
+            low, high = edges[current], edges[current + 1]
+        if run:
+            counts[current] += weight * run
 
     def inter_token_gaps(self, duration_s: float, count: float) -> None:
         """``count`` inter-token gaps of ``duration_s`` each (one iteration's one-token decodes)."""
-        self._itl_durations.append(duration_s)
-        self._itl_weights.append(count)
-        if len(self._itl_durations) >= ITL_BUFFER:
-            self.flush_inter_tokens()
+        self._itl_counts[self._itl_bin(duration_s)] += count
 
     def verified(self, drafts: int, emitted: FloatArray) -> None:
         """Speculative verify passes of ``drafts`` drafted tokens each, one per sequence, that
@@ -127,13 +141,6 @@ class Recorder:
         if counts is None:
             counts = self.verifications[drafts] = np.zeros(drafts + 1)
         counts += np.bincount(emitted.astype(np.int64) - 1, minlength=drafts + 1)
-
-    def flush_inter_tokens(self) -> None:
-        if self._itl_durations:
-            durations = np.frombuffer(self._itl_durations, dtype=np.float64)
-            index = np.searchsorted(ITL_BIN_EDGES_S, durations, side="right") - 1
-            np.add.at(self.itl_counts, np.clip(index, 0, self.itl_counts.size - 1), self._itl_weights)
-            self._itl_durations, self._itl_weights = array("d"), array("d")
 
     def iteration(self, replica: int, duration_s: float, flops: float, bytes_moved: float, count: int = 1) -> None:
         """``count`` iterations that took ``duration_s`` and did ``flops`` and ``bytes_moved`` in all."""
@@ -156,7 +163,6 @@ class Recorder:
 
         Requests that streamed stay where they are (``RunRecords.streamed``; ``requests`` is empty).
         """
-        self.flush_inter_tokens()
         rows = self.requests
         table = rows.in_memory()[:0] if rows.streamed else rows.in_memory()  # a view
         order = np.argsort(table[:, 0], kind="stable")
@@ -172,7 +178,7 @@ class Recorder:
             batch=self.batch,
             kv_blocks=self.kv_blocks,
             totals=self.totals,
-            itl_counts=self.itl_counts.copy(),
+            itl_counts=np.array(self._itl_counts),
             tokens=self.tokens,
             end_s=end_s,
             warmup_s=warmup_s,

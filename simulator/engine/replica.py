@@ -264,8 +264,11 @@ class Replica:
     def _jump(self, plan: Plan, steps: int, start: float) -> ProcessGenerator:
         env = self.env
         times = self.cost.decode_jump(plan.context, steps, plan.window)
-        durations = times.total_s if self.slowdown == 1.0 else [d * self.slowdown for d in times.total_s]
-        cumulative = list(accumulate(durations))
+        if self.slowdown == 1.0:
+            durations, cumulative = times.total_s, times.cumulative_s
+        else:
+            durations = [d * self.slowdown for d in times.total_s]
+            cumulative = list(accumulate(durations))
         self.recorder.batch[self.index].record(start, float(plan.running))
         batch = float(plan.decodes)
         self.recorder.tokens[self.index].span(start, start + cumulative[-1], steps * batch, 0.0)
@@ -296,7 +299,7 @@ class Replica:
         applied = self.policy.apply(plan, now, [float(done)] * plan.decodes)
         flops, bytes_moved = times.work.totals(done)
         self.recorder.iteration(self.index, fsum(durations[:done]), flops, bytes_moved, done)
-        self.recorder.inter_token(durations[:done], batch)
+        self.recorder.inter_token_steps(durations, done, batch)
         self._complete(applied.completed, now)
 
     def fail(self, policy: BatchPolicy, up_at: float) -> list[Request]:

@@ -130,3 +130,45 @@ def test_littles_law_holds_on_a_compacted_sample_path() -> None:
     served = r["dropped"] == 0
     sojourn = np.clip(r["done_s"][served], None, rec.end_s) - r["arrival_s"][served]
     assert rec.in_system.integral(0.0, rec.end_s) == pytest.approx(sojourn.sum(), rel=1e-9)
+
+
+def test_the_inter_token_histogram_counts_every_gap_in_its_bin_exactly() -> None:
+    """The inter-token histogram holds, per bin of ``ITL_BIN_EDGES_S``, the weight of every gap
+    recorded in it (a gap's bin: the last edge at or below it, clipped to the bins), whichever way
+    the gaps came: a decode jump's steps (runs of a bin added at once), one iteration's decodes, or
+    speculative passes gap by gap. Whole-token weights make every count exact, so it equals
+    numpy's weighted histogram of all the gaps to the last bit."""
+    from simulator.engine.recorder import Recorder
+    from simulator.records.store import ITL_BIN_EDGES_S
+
+    rng = np.random.default_rng(5)
+    recorder = Recorder(1)
+    gaps: list[float] = []
+    weights: list[float] = []
+    for _ in range(200):  # jumps: slowly growing steps, a bin crossed now and then; a cut keeps a prefix
+        steps = int(rng.integers(1, 300))
+        durations = (rng.uniform(1e-3, 0.1) * np.cumprod(np.full(steps, 1.0 + rng.uniform(0.0, 1e-3)))).tolist()
+        done, batch = int(rng.integers(1, steps + 1)), float(rng.integers(1, 64))
+        recorder.inter_token_steps(durations, done, batch)
+        gaps += durations[:done]
+        weights += [batch] * done
+    edges = ITL_BIN_EDGES_S.tolist()
+    odd = [edges[0] / 2, edges[0], edges[1], edges[900], edges[-2], edges[-1], 2 * edges[-1], 0.0]  # edges, out of range
+    recorder.inter_token_steps(odd, len(odd), 3.0)
+    gaps += odd
+    weights += [3.0] * len(odd)
+    for gap in odd + rng.uniform(1e-4, 1.0, 50).tolist():  # iterations
+        recorder.inter_token_gaps(gap, 7.0)
+        gaps.append(gap)
+        weights.append(7.0)
+    verify_gaps, verify_weights = rng.uniform(1e-3, 0.05, 40).tolist(), rng.integers(1, 5, 40).astype(float).tolist()
+    recorder.inter_token(verify_gaps, verify_weights)  # speculative: a weight per gap
+    gaps += verify_gaps
+    weights += verify_weights
+
+    counts = recorder.freeze(1.0, 0.0, [], 0, 0.0, None).itl_counts
+    index = np.clip(np.searchsorted(ITL_BIN_EDGES_S, gaps, side="right") - 1, 0, ITL_BIN_EDGES_S.size - 2)
+    expected = np.zeros(ITL_BIN_EDGES_S.size - 1)
+    np.add.at(expected, index, weights)
+    assert counts.tolist() == expected.tolist()
+    assert counts.sum() == sum(weights)
