@@ -153,7 +153,8 @@ def test_the_inter_token_histogram_counts_every_gap_in_its_bin_exactly() -> None
         gaps += durations[:done]
         weights += [batch] * done
     edges = ITL_BIN_EDGES_S.tolist()
-    odd = [edges[0] / 2, edges[0], edges[1], edges[900], edges[-2], edges[-1], 2 * edges[-1], 0.0]  # edges, out of range
+    # gaps on the edges and out of their range
+    odd = [edges[0] / 2, edges[0], edges[1], edges[900], edges[-2], edges[-1], 2 * edges[-1], 0.0]
     recorder.inter_token_steps(odd, len(odd), 3.0)
     gaps += odd
     weights += [3.0] * len(odd)
