@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from itertools import accumulate
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -111,16 +110,24 @@ class JumpWork:
 
 class JumpTimes(NamedTuple):
     """The seconds of each step of a decode jump (a list, one float per step), its work, and the
-    seconds from its start to the end of each step (the running sum of ``total_s``, left to right)."""
+    seconds of all its steps (:func:`running_sum` of ``total_s``)."""
 
     total_s: list[float]
     work: JumpWork
-    cumulative_s: list[float]
+    elapsed_s: float
+
+
+def running_sum(seconds: list[float]) -> float:
+    """``seconds`` added left to right, as a clock that waits for each in turn reads (not :func:`math.fsum`)."""
+    elapsed = 0.0
+    for step_s in seconds:
+        elapsed += step_s
+    return elapsed
 
 
 def jump_times(total_s: list[float], work: JumpWork) -> JumpTimes:
-    """A jump's :class:`JumpTimes` from the seconds of its steps (their running sum added)."""
-    return JumpTimes(total_s, work, list(accumulate(total_s)))
+    """A jump's :class:`JumpTimes` from the seconds of its steps."""
+    return JumpTimes(total_s, work, running_sum(total_s))
 
 
 class IterationTimes(NamedTuple):
@@ -179,7 +186,6 @@ class FastStepCost:
         same_window = self._window(m, n, windowed, windowed) if isinstance(windowed, float) else None
         affine = varying is None and self.affine_core
         total_s: list[float] = []
-        cumulative_s: list[float] = []
         elapsed = 0.0
         flops: list[float] = []
         moved: list[float] = []
@@ -194,7 +200,6 @@ class FastStepCost:
             seconds, step_flops, step_moved = self._plus_core(m, base, n, full, full, core_window)
             total_s.append(seconds)
             elapsed += seconds
-            cumulative_s.append(elapsed)
             if not affine:
                 flops.append(step_flops)
                 moved.append(step_moved)
@@ -202,7 +207,7 @@ class FastStepCost:
                 first = (step_flops, step_moved)
             last = (step_flops, step_moved)
         work = JumpWork.between(steps, first, last) if affine else JumpWork(flops, moved)
-        return JumpTimes(total_s, work, cumulative_s)
+        return JumpTimes(total_s, work, elapsed)
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one iteration, in plain floats."""

@@ -38,16 +38,14 @@ look at their sequences for it, so the engine keeps one timestamp per request, n
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable
-from itertools import accumulate
 from math import ceil, fsum
 
 import numpy as np
 import simpy
 
 from simulator.analytic.speculation import draw_emitted, tokens_per_verify
-from simulator.analytic.step_fast import EngineCost
+from simulator.analytic.step_fast import EngineCost, running_sum
 from simulator.engine import ProcessGenerator
 from simulator.engine.batching.protocol import BatchPolicy, Plan
 from simulator.engine.kv.tiers import KVTiers
@@ -265,20 +263,20 @@ class Replica:
         env = self.env
         times = self.cost.decode_jump(plan.context, steps, plan.window)
         if self.slowdown == 1.0:
-            durations, cumulative = times.total_s, times.cumulative_s
+            durations, elapsed = times.total_s, times.elapsed_s
         else:
             durations = [d * self.slowdown for d in times.total_s]
-            cumulative = list(accumulate(durations))
+            elapsed = running_sum(durations)
         self.recorder.batch[self.index].record(start, float(plan.running))
         batch = float(plan.decodes)
-        self.recorder.tokens[self.index].span(start, start + cumulative[-1], steps * batch, 0.0)
-        end = self._step = env.timeout(cumulative[-1])
+        self.recorder.tokens[self.index].span(start, start + elapsed, steps * batch, 0.0)
+        end = self._step = env.timeout(elapsed)
         epoch, self.stepping = self.epoch, True
         # Any arrival might join at the next step boundary (a higher priority may jump the queue),
         # so an arrival cuts the jump (submit) whenever a slot and some KV are free, exactly as
         # stepping would.
         if self.policy.has_room():
-            jump = self._cuttable = Jump(start, cumulative, end)
+            jump = self._cuttable = Jump(start, durations, elapsed, end)
             yield end  # or the end of the step an arrival came in
             self.stepping = False
             if self.epoch != epoch:  # the replica failed during the jump: nothing it did stands
@@ -286,7 +284,7 @@ class Replica:
             self._cuttable = None
             done = jump.done
             if done < steps:
-                self.recorder.tokens[self.index].amend(start + cumulative[done - 1], done * batch)
+                self.recorder.tokens[self.index].amend(start + jump.elapsed_s, done * batch)
         else:
             yield end
             self.stepping = False
@@ -295,7 +293,7 @@ class Replica:
             done = steps
         now = env.now
         if self._awaiting:  # their second token came at the end of the jump's first step
-            self._stamp([], self._emitting(plan)[1], start + cumulative[0])
+            self._stamp([], self._emitting(plan)[1], start + durations[0])
         applied = self.policy.apply(plan, now, [float(done)] * plan.decodes)
         flops, bytes_moved = times.work.totals(done)
         self.recorder.iteration(self.index, fsum(durations[:done]), flops, bytes_moved, done)
@@ -327,18 +325,27 @@ class Replica:
 
 
 class Jump:
-    """A decode jump in progress: its start, the cumulative seconds of its steps, the timeout of
-    its end, and the steps it runs (all of them, unless an arrival cut it)."""
+    """A decode jump in progress: its start, the seconds of its steps, the timeout of its end, the
+    steps it runs (all of them, unless an arrival cut it) and their seconds (added left to right,
+    as the replica's clock waits for them: :func:`~simulator.analytic.step_fast.running_sum`)."""
 
-    def __init__(self, start: float, cumulative: list[float], end: simpy.Timeout) -> None:
-        self.start, self.cumulative, self.end = start, cumulative, end
-        self.done = len(cumulative)
+    def __init__(self, start: float, durations: list[float], elapsed_s: float, end: simpy.Timeout) -> None:
+        self.start, self.durations, self.end = start, durations, end
+        self.done, self.elapsed_s = len(durations), elapsed_s
 
     def cut_at(self, env: simpy.Environment, now: float) -> simpy.Timeout:
-        """End the jump with the step in progress at ``now``: whoever waits on the jump's end is
-        moved to a timeout at that step's end (at once when it has just ended), which is returned."""
-        self.done = min(bisect_left(self.cumulative, now - self.start) + 1, len(self.cumulative))
-        boundary = env.timeout(max(self.start + self.cumulative[self.done - 1] - now, 0.0))
+        """End the jump with the step in progress at ``now`` (the first whose end is not before
+        ``now``): whoever waits on the jump's end is moved to a timeout at that step's end (at once
+        when it has just ended), which is returned."""
+        since = now - self.start
+        elapsed, done = 0.0, 0
+        for step_s in self.durations:
+            elapsed += step_s
+            done += 1
+            if elapsed >= since:
+                break
+        self.done, self.elapsed_s = done, elapsed
+        boundary = env.timeout(max(self.start + elapsed - now, 0.0))
         boundary.callbacks, self.end.callbacks = self.end.callbacks, []
         return boundary
 

@@ -162,7 +162,7 @@ def test_a_decode_jump_costs_each_step_as_one_iteration_to_the_last_bit(hardware
                     for full, windowed in zip(held.tolist(), held_window.tolist(), strict=True)]  # fmt: skip
             seconds, flops, moved = (list(column) for column in zip(*each, strict=True))
             assert jump.total_s == seconds
-            assert jump.cumulative_s == list(itertools.accumulate(seconds))  # the step ends the replica waits for
+            assert jump.elapsed_s == list(itertools.accumulate(seconds))[-1]  # the end the replica waits for
             # the work of every prefix a cut may leave: the steps' correctly rounded sums, or their
             # closed form where each step adds the same (every sequence at its window, or none)
             sums = [(math.fsum(flops[:done]), math.fsum(moved[:done])) for done in range(1, int(steps) + 1)]

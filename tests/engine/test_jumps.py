@@ -3,6 +3,8 @@ finds room cuts it at the end of the step in progress, where stepping would admi
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import simpy
@@ -74,3 +76,38 @@ def test_jumps_and_their_cuts_give_the_times_of_stepping(seed: int, slots: int) 
     # the same iterations at the same times (a jump adds its step times up as one sum: rounding apart)
     np.testing.assert_allclose(jumped, stepped, rtol=1e-9, atol=1e-12)
     assert jump_events < step_events / 3  # and the jumps did run: one event for many steps
+
+
+def _woken_at(times: list[float], event: simpy.Event) -> None:
+    times.append(event.env.now)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_cut_ends_the_step_in_progress_at_its_end(seed: int) -> None:
+    """A cut at ``now`` keeps the steps up to the first whose end (the running sum of the step
+    seconds) is at or after ``now``, and moves the jump's waiters to that end: ``start + C[done - 1]``,
+    ``done = min(bisect_left(C, now - start) + 1, n)`` over the running sums ``C`` (at once when a
+    step has just ended)."""
+    from bisect import bisect_left
+    from itertools import accumulate
+
+    from simulator.engine.replica import Jump
+
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        env = simpy.Environment(initial_time=float(rng.uniform(0.0, 1e4)))
+        start = env.now
+        durations = rng.uniform(1e-4, 0.05, int(rng.integers(1, 120))).tolist()
+        sums = list(accumulate(durations))
+        end = env.timeout(sums[-1])
+        woken: list[float] = []
+        end.callbacks.append(partial(_woken_at, woken))
+        jump = Jump(start, durations, sums[-1], end)
+        cut = start + float(rng.choice([rng.uniform(0.0, sums[-1]), sums[int(rng.integers(len(sums)))]]))
+        env.run(until=cut)  # the arrival comes at ``cut``, before the jump's end fires
+        jump.cut_at(env, env.now)
+        done = min(bisect_left(sums, env.now - start) + 1, len(sums))
+        assert (jump.done, jump.elapsed_s) == (done, sums[done - 1])
+        env.run()
+        assert len(woken) == 1 and woken[0] >= cut
+        assert woken[0] == pytest.approx(start + sums[done - 1], rel=1e-15, abs=0.0)  # up to one rounding of the delay
