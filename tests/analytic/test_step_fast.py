@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from simulator.analytic.placement import PlacementError
+from simulator.analytic.placement import Deployment, PlacementError
 from simulator.analytic.step_fast import FastStepCost, JumpWork
 from simulator.analytic.step_time import BatchAggregates, BatchShape, StepCostModel, decode_held
 from simulator.config.loading import Catalog
@@ -198,3 +198,34 @@ def test_a_decode_jump_runs_a_subclass_s_own_core_row() -> None:
     jump = variant.decode_jump(contexts, 5, 128)
     assert (jump.total_s, jump.work.flops, jump.work.bytes_moved) == tuple(list(c) for c in zip(*want, strict=True))
     assert variant.decode_jump(contexts, 5, 128).total_s[0] > plain.decode_jump(contexts, 5, 128).total_s[0]
+
+
+def _deployed(hardware: str, model: str) -> list[Deployment]:
+    try:
+        return [deploy(CATALOG, hardware=hardware, model=model)]
+    except PlacementError:
+        return []
+
+
+def test_shape_terms_are_shared_by_equal_deployments_only() -> None:
+    """The shape-term cache outlives a run, shared by the reference models of equal deployments
+    (their terms depend on the deployment alone): an equal deployment built anew reuses it, another
+    deployment or a subclass (whose terms may depend on more) has its own, and the fewest recently
+    used go once more than ``SHARED_DEPLOYMENTS`` are held. Shared or not, a batch costs the same."""
+    from simulator.analytic import step_fast
+
+    spec = {"hardware": "nvidia-h100-sxm", "model": "llama-3.1-70b"}
+    first, again = (FastStepCost(StepCostModel(deploy(CATALOG, **spec))) for _ in range(2))
+    shape = BatchShape(512.0, 3.0, held_full=2048.0, held_window=2048.0, pairs_full=4096.0, pairs_window=4096.0)
+    alone = first.iteration(shape)
+    assert again._base is first._base and again.iteration(shape) == alone
+    other = FastStepCost(StepCostModel(deploy(CATALOG, hardware="nvidia-b200", model="llama-3.1-70b")))
+    variant = FastStepCost(WiderCore(deploy(CATALOG, **spec)))
+    assert other._base is not first._base and variant._base is not first._base
+    others = [deployed for hardware in CATALOG.hardware_ids() for deployed in _deployed(hardware, "llama-3.1-8b")]
+    assert len(others) >= step_fast.SHARED_DEPLOYMENTS
+    for deployment in others[: step_fast.SHARED_DEPLOYMENTS]:  # as many others as are kept push the first out
+        FastStepCost(StepCostModel(deployment))
+    fresh = FastStepCost(StepCostModel(deploy(CATALOG, **spec)))
+    assert fresh._base is not first._base and fresh.iteration(shape) == alone
+    assert len(step_fast._shared) == step_fast.SHARED_DEPLOYMENTS
