@@ -21,6 +21,10 @@ is made by the closed-form estimate (:mod:`simulator.analytic.estimate`):
 
 A layout the deployment pins (``attention_parallel``, ``expert_parallel``, ``tensor_parallel``)
 is not searched. Dense models and layer-pipelined machines have one candidate.
+
+The choice depends on the spec, the question and the profiles it reads (hardware, model, stack,
+a separate draft model) alone, so the last :data:`CHOICES_KEPT` are kept and an equal request is
+answered from them (a plan resolves the same backends for every candidate it simulates).
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ from simulator.analytic.estimate import estimate, saturation_concurrency
 from simulator.analytic.placement import Deployment, PlacementError, plan
 from simulator.analytic.speculation import draft_architecture
 from simulator.config.deployment import DEFAULT_MIN_KV_TOKENS, DeploymentSpec
+from simulator.config.hardware import HardwareProfile
 from simulator.config.loading import Catalog
+from simulator.config.model import ModelSpec
+from simulator.config.stack import StackProfile
 
 #: The question a layout is chosen for when none is given: throughput at saturation on a
 #: 1,000-token prompt and a 1,000-token answer (the demo's and Artificial Analysis's lengths).
@@ -106,8 +113,14 @@ def _score(deployment: Deployment, question: Question) -> float:
     return result.aggregate_output_tok_s / deployment.replica_chips
 
 
+#: Layout choices kept (:func:`choose_layout`), least recently used out.
+CHOICES_KEPT = 64
+_choices: list[tuple[tuple[object, ...], LayoutChoice]] = []  # (what was asked, what was chosen), most recent last
+
+
 def choose_layout(catalog: Catalog, spec: DeploymentSpec, question: Question | None = None) -> LayoutChoice:
-    """Every layout that fits, scored for ``question`` and ranked (module docstring).
+    """Every layout that fits, scored for ``question`` and ranked (module docstring); an equal
+    request (the same spec and question of equal profiles) gets the choice kept from before.
 
     Raises
     ------
@@ -118,6 +131,23 @@ def choose_layout(catalog: Catalog, spec: DeploymentSpec, question: Question | N
     hardware = catalog.hardware(spec.hardware)
     model = catalog.model(spec.model)
     stack = catalog.stack(spec.stack or hardware.execution.default_stack)
+    draft = spec.speculative.draft_model if spec.speculative is not None else None
+    asked = (spec, question, hardware, model, stack, catalog.model(draft) if draft is not None else None)
+    for index, (kept, choice) in enumerate(_choices):
+        if kept == asked:
+            _choices.append(_choices.pop(index))
+            return choice
+    choice = _choose(catalog, spec, question, hardware, model, stack)
+    if len(_choices) >= CHOICES_KEPT:
+        del _choices[0]
+    _choices.append((asked, choice))
+    return choice
+
+
+def _choose(
+    catalog: Catalog, spec: DeploymentSpec, question: Question, hardware: HardwareProfile, model: ModelSpec,
+    stack: StackProfile,
+) -> LayoutChoice:  # fmt: skip
     candidates: list[Candidate] = []
     first_error: PlacementError | None = None
     for variant in layout_specs(spec, model.moe is not None, hardware.execution.layer_pipelined):

@@ -178,6 +178,27 @@ def test_the_chosen_layout_fits_and_scores_best(catalog: Catalog, concurrency: i
     assert all(choice.ranked[0].score >= c.score for c in choice.ranked)
 
 
+def test_an_equal_request_gets_the_kept_choice_and_another_profile_its_own(catalog: Catalog) -> None:
+    """A layout choice depends on the spec, the question and the profiles alone: asked again (the
+    profiles looked up anew) it is the choice kept; asked of a hardware profile with one number
+    changed (a researcher's what-if) it is chosen anew, for that hardware; the fewest recently
+    used go once more than ``CHOICES_KEPT`` are held."""
+    from simulator.analytic import layouts
+
+    spec = DeploymentSpec(hardware="nvidia-h200", model="qwen3-235b-a22b", chips=8, weights="fp8")
+    first = choose_layout(catalog, spec, Question(1000, 1000, 64))
+    assert choose_layout(Catalog(), spec, Question(1000, 1000, 64)) is first
+    assert choose_layout(catalog, spec, Question(1000, 1000, 1)) is not first
+    faster = with_values(catalog.hardware("nvidia-h200"), {"memory.1.bandwidth": "9.6 TB/s"})  # its HBM, twice as fast
+    what_if = choose_layout(catalog, spec.model_copy(update={"hardware": faster}), Question(1000, 1000, 64))
+    assert what_if is not first and what_if.deployment.hardware == faster
+    assert what_if.ranked[0].score > first.ranked[0].score  # faster memory serves more
+    for concurrency in range(2, layouts.CHOICES_KEPT + 2):
+        choose_layout(catalog, spec, Question(1000, 1000, concurrency))
+    assert choose_layout(catalog, spec, Question(1000, 1000, 64)) is not first
+    assert len(layouts._choices) == layouts.CHOICES_KEPT
+
+
 def test_a_layout_that_does_not_fit_is_never_chosen(catalog: Catalog) -> None:
     """Data-parallel attention replicates attention on every chip: where that does not fit, only
     the tensor-parallel layouts remain; where nothing fits, the placement error is raised."""
