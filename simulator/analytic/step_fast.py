@@ -69,8 +69,9 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Distinct (tokens, sequences) shapes kept; the cache is cleared when it fills (memory stays flat).
 BASE_CACHE_SIZE = 1 << 16
-#: Deployments whose shape terms stay cached between runs (:func:`shape_cache`), least recently used out.
-SHARED_DEPLOYMENTS = 16
+#: Deployments whose shape terms stay cached between runs (:func:`shape_cache`), least recently used
+#: out: a plan's backends all stay; at most this many full caches (~18 MB each) are held.
+SHARED_DEPLOYMENTS = 8
 
 ShapeCache = dict[tuple[float, float], tuple[float, float, float]]
 _shared: list[tuple[Deployment, ShapeCache]] = []  # most recently used last
