@@ -29,6 +29,7 @@ answered from them (a plan resolves the same backends for every candidate it sim
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 
 from simulator.analytic.estimate import estimate, saturation_concurrency
@@ -116,6 +117,7 @@ def _score(deployment: Deployment, question: Question) -> float:
 #: Layout choices kept (:func:`choose_layout`), least recently used out.
 CHOICES_KEPT = 64
 _choices: list[tuple[tuple[object, ...], LayoutChoice]] = []  # (what was asked, what was chosen), most recent last
+_choices_lock = threading.Lock()  # a Dask worker may resolve scenarios in threads
 
 
 def choose_layout(catalog: Catalog, spec: DeploymentSpec, question: Question | None = None) -> LayoutChoice:
@@ -133,14 +135,16 @@ def choose_layout(catalog: Catalog, spec: DeploymentSpec, question: Question | N
     stack = catalog.stack(spec.stack or hardware.execution.default_stack)
     draft = spec.speculative.draft_model if spec.speculative is not None else None
     asked = (spec, question, hardware, model, stack, catalog.model(draft) if draft is not None else None)
-    for index, (kept, choice) in enumerate(_choices):
-        if kept == asked:
-            _choices.append(_choices.pop(index))
-            return choice
+    with _choices_lock:
+        for index, (kept, choice) in enumerate(_choices):
+            if kept == asked:
+                _choices.append(_choices.pop(index))
+                return choice
     choice = _choose(catalog, spec, question, hardware, model, stack)
-    if len(_choices) >= CHOICES_KEPT:
-        del _choices[0]
-    _choices.append((asked, choice))
+    with _choices_lock:
+        if len(_choices) >= CHOICES_KEPT:
+            del _choices[0]
+        _choices.append((asked, choice))
     return choice
 
 

@@ -47,6 +47,7 @@ interface too.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
@@ -75,6 +76,7 @@ SHARED_DEPLOYMENTS = 8
 
 ShapeCache = dict[tuple[float, float], tuple[float, float, float]]
 _shared: list[tuple[Deployment, ShapeCache]] = []  # most recently used last
+_shared_lock = threading.Lock()  # a Dask worker may run simulations in threads
 
 
 def shape_cache(reference: StepCostModel) -> ShapeCache:
@@ -85,15 +87,16 @@ def shape_cache(reference: StepCostModel) -> ShapeCache:
     if type(reference) is not StepCostModel:
         return {}
     deployment = reference.deployment
-    for index, (held, cache) in enumerate(_shared):
-        if held == deployment:
-            _shared.append(_shared.pop(index))
-            return cache
-    if len(_shared) >= SHARED_DEPLOYMENTS:
-        del _shared[0]
-    cache = {}
-    _shared.append((deployment, cache))
-    return cache
+    with _shared_lock:
+        for index, (held, cache) in enumerate(_shared):
+            if held == deployment:
+                _shared.append(_shared.pop(index))
+                return cache
+        if len(_shared) >= SHARED_DEPLOYMENTS:
+            del _shared[0]
+        cache = {}
+        _shared.append((deployment, cache))
+        return cache
 
 
 #: Methods that put a pass together: a subclass overriding one is not evaluated by :class:`FastStepCost`.

@@ -229,3 +229,19 @@ def test_shape_terms_are_shared_by_equal_deployments_only() -> None:
     fresh = FastStepCost(StepCostModel(deploy(CATALOG, **spec)))
     assert fresh._base is not first._base and fresh.iteration(shape) == alone
     assert len(step_fast._shared) == step_fast.SHARED_DEPLOYMENTS
+
+
+def test_threads_share_one_shape_cache_per_deployment() -> None:
+    """Simulations in threads (a Dask worker's) look the cache up at once: each deployment is
+    held once, and every thread gets its cache."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from simulator.analytic import step_fast
+
+    models = [StepCostModel(d) for hardware in ("nvidia-h100-sxm", "nvidia-b200", "amd-mi300x")
+              for d in _deployed(hardware, "llama-3.1-8b")]  # fmt: skip
+    with ThreadPoolExecutor(8) as pool:
+        caches = list(pool.map(step_fast.shape_cache, models * 300))
+    held = [deployment for deployment, _ in step_fast._shared]
+    assert all(held.count(model.deployment) == 1 for model in models)
+    assert all(cache is caches[index % len(models)] for index, cache in enumerate(caches))
