@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.analytic.step_fast import EngineCost, FloatArray, IterationTimes, JumpTimes, jump_times
+from simulator.analytic.step_fast import EngineCost, FloatArray, IterationTimes, JumpSteps, StretchedSteps
 from simulator.analytic.step_time import BatchAggregates, BatchShape, IterationCost
 from simulator.config.hardware import HardwareProfile
 from simulator.errors import InfersimError
@@ -104,9 +104,8 @@ class CappedCost:
         times = self.cost.iteration_times(batch)
         return IterationTimes(np.asarray(times.total_s) * self.stretch, times.flops, times.bytes_moved)
 
-    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
-        times = self.cost.decode_jump(context_tokens, steps, window)
-        return jump_times([t * self.stretch for t in times.total_s], times.work)
+    def decode_steps(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpSteps:
+        return StretchedSteps(self.cost.decode_steps(context_tokens, steps, window), self.stretch)
 
     def draft_s(self, context_tokens: FloatArray) -> float:
         return self.cost.draft_s(context_tokens) * self.stretch

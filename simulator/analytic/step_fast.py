@@ -21,8 +21,9 @@ fell ~12 %: a prefill chunk beside decodes is a new shape almost every iteration
 
 The engine costs one iteration in plain floats (:meth:`FastStepCost.iteration` of a
 :class:`~simulator.analytic.step_time.BatchShape`), and a decode jump straight from its sequences'
-contexts (:meth:`FastStepCost.decode_jump`): its steps share one shape, so their shape terms are
-one lookup, and each step adds its core rows in plain floats (the tokens it holds:
+contexts (:meth:`FastStepCost.decode_steps`, each step costed when the replica first asks for it:
+:class:`DecodeSteps`): its steps share one shape, so their shape terms are one lookup, and each step
+adds its core rows in plain floats (the tokens it holds:
 :func:`~simulator.analytic.step_time.decode_held_full` and
 :func:`~simulator.analytic.step_time.decode_held_window`, no list for what every step holds alike),
 the same operations as its iteration's, so every step's seconds equal its iteration's to the last
@@ -159,11 +160,6 @@ def running_sum(seconds: list[float]) -> float:
     return elapsed
 
 
-def jump_times(total_s: list[float], work: JumpWork) -> JumpTimes:
-    """A jump's :class:`JumpTimes` from the seconds of its steps."""
-    return JumpTimes(total_s, work, running_sum(total_s))
-
-
 class IterationTimes(NamedTuple):
     """Seconds between iterations, and the FLOPs and bytes all chips did, one entry per iteration."""
 
@@ -206,42 +202,13 @@ class FastStepCost:
         return IterationTimes(*[np.array(column, dtype=np.float64) for column in columns])
 
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
+        """Every step of :meth:`decode_steps`, at once."""
+        return self.decode_steps(context_tokens, steps, window).times()
+
+    def decode_steps(self, context_tokens: Sequence[float], steps: int, window: int | None) -> DecodeSteps:
         """``steps`` decode steps of a fixed batch (tokens held: :func:`decode_held_full`,
-        :func:`decode_held_window`), without building the batch's aggregates: the shape terms once,
-        the core rows step by step (see module). The work is affine (:class:`JumpWork`) where the
-        windowed layers hold the same at every step and the core row is the reference's."""
-        n = float(len(context_tokens))
-        m = self.reference.micro_batches(n)  # every step of the jump has the same shape
-        base = self._base_of(n, n, m)
-        total = float(sum(context_tokens))
-        windowed = decode_held_window(context_tokens, steps, window)
-        varying = windowed if isinstance(windowed, list) else None
-        alike = isinstance(windowed, float)  # every step's windowed layers hold the same: cost them once
-        same_window = self._window(m, n, windowed, windowed) if isinstance(windowed, float) else None
-        affine = varying is None and self.affine_core
-        total_s: list[float] = []
-        elapsed = 0.0
-        flops: list[float] = []
-        moved: list[float] = []
-        first = last = (0.0, 0.0)
-        for j in range(steps):
-            full = decode_held_full(total, n, j)
-            if alike:
-                core_window = same_window
-            else:
-                held_window = full if varying is None else varying[j]
-                core_window = self._window(m, n, held_window, held_window)
-            seconds, step_flops, step_moved = self._plus_core(m, base, n, full, full, core_window)
-            total_s.append(seconds)
-            elapsed += seconds
-            if not affine:
-                flops.append(step_flops)
-                moved.append(step_moved)
-            elif j == 0:
-                first = (step_flops, step_moved)
-            last = (step_flops, step_moved)
-        work = JumpWork.between(steps, first, last) if affine else JumpWork(flops, moved)
-        return JumpTimes(total_s, work, elapsed)
+        :func:`decode_held_window`), costed as far as the replica asks (:class:`DecodeSteps`)."""
+        return DecodeSteps(self, context_tokens, steps, window)
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one iteration, in plain floats."""
@@ -289,6 +256,102 @@ class FastStepCost:
         return float(self.draft.iteration_times(decode).total_s[0]) * len(self.accepted)
 
 
+class JumpSteps:
+    """A decode jump's ``steps`` steps, costed as far as asked (:meth:`extend`): the seconds of each
+    step costed so far (``total_s``), their running sum (``elapsed_s``, :func:`running_sum`), and the
+    work of the jump (:meth:`work`). This base holds steps costed before it was made."""
+
+    def __init__(self, steps: int, total_s: list[float], elapsed_s: float, work: JumpWork | None = None) -> None:
+        self.steps, self.total_s, self.elapsed_s = steps, total_s, elapsed_s
+        self._work = work
+
+    def extend(self, upto: int) -> None:
+        """Cost the steps up to ``upto`` (of ``steps``) in all; the rest stays uncosted."""
+
+    def work(self) -> JumpWork:
+        """The FLOPs and bytes of the jump (:class:`JumpWork`; its first ``done`` steps need only be costed)."""
+        assert self._work is not None
+        return self._work
+
+    def times(self) -> JumpTimes:
+        """Every step, costed."""
+        self.extend(self.steps)
+        return JumpTimes(self.total_s, self.work(), self.elapsed_s)
+
+
+class DecodeSteps(JumpSteps):
+    """:meth:`FastStepCost.decode_steps`: the shape terms once, the core rows step by step (module
+    docstring), each step costed when first asked for. The work is affine (:class:`JumpWork`)
+    where the windowed layers hold the same at every step and the core row is the reference's: from
+    the first step's and the last's, the last costed on its own when the jump ends before it."""
+
+    def __init__(self, cost: FastStepCost, context_tokens: Sequence[float], steps: int, window: int | None) -> None:
+        super().__init__(steps, [], 0.0)
+        self.cost = cost
+        n = self.n = float(len(context_tokens))
+        m = self.m = cost.reference.micro_batches(n)  # every step of the jump has the same shape
+        self.base = cost._base_of(n, n, m)
+        self.total = float(sum(context_tokens))
+        windowed = decode_held_window(context_tokens, steps, window)
+        self.varying = windowed if isinstance(windowed, list) else None
+        self.alike = isinstance(windowed, float)  # every step's windowed layers hold the same: cost them once
+        self.same_window = cost._window(m, n, windowed, windowed) if isinstance(windowed, float) else None
+        self.affine = self.varying is None and cost.affine_core
+        self.flops: list[float] = []
+        self.moved: list[float] = []
+        self.first = (0.0, 0.0)
+
+    def _step(self, j: int) -> tuple[float, float, float]:
+        """(seconds, FLOPs, bytes) of step ``j``."""
+        cost, m, n = self.cost, self.m, self.n
+        full = decode_held_full(self.total, n, j)
+        if self.alike:
+            core_window = self.same_window
+        else:
+            held_window = full if self.varying is None else self.varying[j]
+            core_window = cost._window(m, n, held_window, held_window)
+        return cost._plus_core(m, self.base, n, full, full, core_window)
+
+    def extend(self, upto: int) -> None:
+        total_s, elapsed, affine = self.total_s, self.elapsed_s, self.affine
+        for j in range(len(total_s), min(upto, self.steps)):
+            seconds, step_flops, step_moved = self._step(j)
+            total_s.append(seconds)
+            elapsed += seconds
+            if not affine:
+                self.flops.append(step_flops)
+                self.moved.append(step_moved)
+            elif j == 0:
+                self.first = (step_flops, step_moved)
+        self.elapsed_s = elapsed
+
+    def work(self) -> JumpWork:
+        if not self.affine:
+            return JumpWork(self.flops, self.moved)
+        _, last_flops, last_moved = self._step(self.steps - 1)
+        return JumpWork.between(self.steps, self.first, (last_flops, last_moved))
+
+
+class StretchedSteps(JumpSteps):
+    """A jump's steps each ``stretch`` times as long (a power cap, a straggler), costed as ``steps`` is."""
+
+    def __init__(self, steps: JumpSteps, stretch: float) -> None:
+        super().__init__(steps.steps, [], 0.0)
+        self.inner, self.stretch = steps, stretch
+
+    def extend(self, upto: int) -> None:
+        self.inner.extend(upto)
+        total_s, elapsed, stretch = self.total_s, self.elapsed_s, self.stretch
+        for seconds in self.inner.total_s[len(total_s) :]:
+            stretched = seconds * stretch
+            total_s.append(stretched)
+            elapsed += stretched
+        self.elapsed_s = elapsed
+
+    def work(self) -> JumpWork:
+        return self.inner.work()
+
+
 class EngineCost(Protocol):
     """What a replica asks of its step-time model: :class:`~simulator.analytic.step_time.CostModel`,
     plus one iteration in plain floats and a decode jump as lists (:class:`JumpTimes`)."""
@@ -303,8 +366,8 @@ class EngineCost(Protocol):
         """Seconds between iterations for each entry of ``batch``, with FLOPs and bytes."""
         ...
 
-    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
-        """The ``steps`` decode steps of sequences holding ``context_tokens``, one entry per step."""
+    def decode_steps(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpSteps:
+        """The ``steps`` decode steps of sequences holding ``context_tokens``, costed as far as asked."""
         ...
 
     def draft_s(self, context_tokens: FloatArray) -> float:
@@ -323,8 +386,14 @@ class ArrayCost:
         self.draft_s = cost.draft_s
 
     def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
+        return self.decode_steps(context_tokens, steps, window).times()
+
+    def decode_steps(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpSteps:
         times = self.cost.iteration_times(BatchAggregates.decode_steps(context_tokens, steps, window))
-        return jump_times(times.total_s.tolist(), JumpWork(times.flops.tolist(), times.bytes_moved.tolist()))
+        total_s = times.total_s.tolist()
+        return JumpSteps(
+            steps, total_s, running_sum(total_s), JumpWork(times.flops.tolist(), times.bytes_moved.tolist())
+        )
 
     def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
         times = self.cost.iteration_times(BatchAggregates(*np.array(shape, dtype=np.float64)[:, None]))

@@ -4,14 +4,18 @@ Each iteration costs the cost model's time for its batch (``iteration``, micro-b
 included), plus the time its KV tiers give the swaps the plan carries
 (:meth:`~simulator.engine.kv.tiers.KVTiers.swap_s`) and, with speculative decoding, the draft's
 ``gamma`` passes over the decoding sequences (the cost model's ``draft_s``). A batch of pure
-decodes that nothing can join (no prefill pending, nobody admissible) *jumps*: the per-step
-times of the next ``k`` steps are computed at once (``decode_jump``) and the replica waits
-once, on one event, where ``k`` runs to the first completion or the first block shortage (the
-policy says). The blocks the steps fill are taken when the jump ends, for the steps actually
+decodes that nothing can join (no prefill pending, nobody admissible) *jumps*: it runs the next
+``k`` steps waiting on one event, where ``k`` runs to the first completion or the first block
+shortage (the policy says), their per-step times costed without an iteration each
+(``decode_steps``). The blocks the steps fill are taken when the jump ends, for the steps actually
 run. While a slot and some KV are free, an arrival cuts the jump at the end of the step in
 progress, exactly as iteration-level batching would admit it there: the replica's wait moves
 from the jump's end to a timeout at that step's end (the callbacks of the one move to the other,
-so a cut costs one event, and the jump's own end fires later with nobody waiting on it).
+so a cut costs one event, and the jump's own end fires later with nobody waiting on it). Most such
+jumps are cut early, so their steps are costed a chunk at a time (:data:`FIRST_CHUNK_STEPS`, then
+:data:`CHUNK_GROWTH` times as many in all at each chunk's end reached uncut, one event each); the
+end of the last chunk is the end the jump would have had costed at once (the same running sum),
+and so are every step's time, the records and the totals (``tests/engine/test_jumps.py``).
 
 Speculative decoding: each decoding sequence of a verify pass emits ``1 + j`` tokens, ``j`` the
 drafts accepted before the first rejection (position ``i`` accepted with the cost model's
@@ -45,12 +49,20 @@ import numpy as np
 import simpy
 
 from simulator.analytic.speculation import draw_emitted, tokens_per_verify
-from simulator.analytic.step_fast import EngineCost, running_sum
+from simulator.analytic.step_fast import EngineCost, StretchedSteps
 from simulator.engine import ProcessGenerator
 from simulator.engine.batching.protocol import BatchPolicy, Plan
 from simulator.engine.kv.tiers import KVTiers
 from simulator.engine.recorder import Recorder
 from simulator.engine.request import Request
+
+#: Steps of a jump an arrival may cut costed at first, and the growth of the steps costed when the
+#: jump reaches their end uncut. On ``scenarios/plan-coding-agents.yaml`` over half the steps its
+#: jumps costed were never run (an arrival cut them: a jump ran ~50 of ~110); costing 96 steps
+#: first, then twice as many in all each time, leaves ~30 % of the costed steps unrun, for one event
+#: more every ~6 jumps.
+FIRST_CHUNK_STEPS = 96
+CHUNK_GROWTH = 2.0
 
 
 class Replica:
@@ -83,6 +95,7 @@ class Replica:
         self._step: simpy.Event | None = None  # what the process waits on while stepping (failures end it early)
         self.on_lost: Callable[[Request], None] | None = None  # takes the requests a failure loses
         self._awaiting: set[Request] = set()  # requests with a first token here and no second yet
+        self.first_chunk_steps = FIRST_CHUNK_STEPS  # steps of a jump an arrival may cut costed at first
 
     def _load_changed(self) -> None:
         for changed in self.watchers:
@@ -261,30 +274,41 @@ class Replica:
 
     def _jump(self, plan: Plan, steps: int, start: float) -> ProcessGenerator:
         env = self.env
-        times = self.cost.decode_jump(plan.context, steps, plan.window)
-        if self.slowdown == 1.0:
-            durations, elapsed = times.total_s, times.elapsed_s
-        else:
-            durations = [d * self.slowdown for d in times.total_s]
-            elapsed = running_sum(durations)
-        self.recorder.batch[self.index].record(start, float(plan.running))
-        batch = float(plan.decodes)
-        self.recorder.tokens[self.index].span(start, start + elapsed, steps * batch, 0.0)
-        end = self._step = env.timeout(elapsed)
-        epoch, self.stepping = self.epoch, True
+        costs = self.cost.decode_steps(plan.context, steps, plan.window)
+        if self.slowdown != 1.0:
+            costs = StretchedSteps(costs, self.slowdown)
         # Any arrival might join at the next step boundary (a higher priority may jump the queue),
         # so an arrival cuts the jump (submit) whenever a slot and some KV are free, exactly as
-        # stepping would.
-        if self.policy.has_room():
-            jump = self._cuttable = Jump(start, durations, elapsed, end)
-            yield end  # or the end of the step an arrival came in
+        # stepping would; such a jump is costed a chunk of steps at a time (most are cut early).
+        cuttable = self.policy.has_room()
+        costs.extend(self.first_chunk_steps if cuttable else steps)
+        durations = costs.total_s
+        self.recorder.batch[self.index].record(start, float(plan.running))
+        batch = float(plan.decodes)
+        tokens = self.recorder.tokens[self.index]
+        tokens.span(start, start + costs.elapsed_s, len(durations) * batch, 0.0)
+        end = self._step = env.timeout(costs.elapsed_s)
+        epoch, self.stepping = self.epoch, True
+        if cuttable:
+            jump = self._cuttable = Jump(start, durations, costs.elapsed_s, end)
+            while True:
+                yield jump.end  # the end of the steps costed so far, or of the step an arrival came in
+                if self.epoch != epoch:  # the replica failed during the jump: nothing it did stands
+                    self.stepping = False
+                    return
+                if jump.cut or len(durations) == steps:
+                    break
+                costs.extend(ceil(len(durations) * CHUNK_GROWTH))
+                jump.done, jump.elapsed_s = len(durations), costs.elapsed_s
+                tokens.amend(start + costs.elapsed_s, len(durations) * batch)
+                # at start + elapsed to the last bit: the delay's two roundings cancel (a tie in
+                # both could leave it an ulp off, where no delay reaches it)
+                jump.end = self._step = env.timeout(start + costs.elapsed_s - env.now)
             self.stepping = False
-            if self.epoch != epoch:  # the replica failed during the jump: nothing it did stands
-                return
             self._cuttable = None
             done = jump.done
             if done < steps:
-                self.recorder.tokens[self.index].amend(start + jump.elapsed_s, done * batch)
+                tokens.amend(start + jump.elapsed_s, done * batch)
         else:
             yield end
             self.stepping = False
@@ -295,7 +319,7 @@ class Replica:
         if self._awaiting:  # their second token came at the end of the jump's first step
             self._stamp([], self._emitting(plan)[1], start + durations[0])
         applied = self.policy.apply(plan, now, [float(done)] * plan.decodes)
-        flops, bytes_moved = times.work.totals(done)
+        flops, bytes_moved = costs.work().totals(done)
         self.recorder.iteration(self.index, fsum(durations[:done]), flops, bytes_moved, done)
         self.recorder.inter_token_steps(durations, done, batch)
         self._complete(applied.completed, now)
@@ -325,13 +349,14 @@ class Replica:
 
 
 class Jump:
-    """A decode jump in progress: its start, the seconds of its steps, the timeout of its end, the
-    steps it runs (all of them, unless an arrival cut it) and their seconds (added left to right,
-    as the replica's clock waits for them: :func:`~simulator.analytic.step_fast.running_sum`)."""
+    """A decode jump in progress: its start, the seconds of its steps costed so far, the timeout of
+    their end, the steps it runs (those costed, unless an arrival cut it) and their seconds (added
+    left to right, as the replica's clock waits for them: :func:`~simulator.analytic.step_fast.running_sum`)."""
 
     def __init__(self, start: float, durations: list[float], elapsed_s: float, end: simpy.Timeout) -> None:
         self.start, self.durations, self.end = start, durations, end
         self.done, self.elapsed_s = len(durations), elapsed_s
+        self.cut = False
 
     def cut_at(self, env: simpy.Environment, now: float) -> simpy.Timeout:
         """End the jump with the step in progress at ``now`` (the first whose end is not before
@@ -344,7 +369,7 @@ class Jump:
             done += 1
             if elapsed >= since:
                 break
-        self.done, self.elapsed_s = done, elapsed
+        self.done, self.elapsed_s, self.cut = done, elapsed, True
         boundary = env.timeout(max(self.start + elapsed - now, 0.0))
         boundary.callbacks, self.end.callbacks = self.end.callbacks, []
         return boundary

@@ -44,15 +44,20 @@ class CountingEnvironment(simpy.Environment):
         super().step()
 
 
-def _serve(policy_class: type[ContinuousBatchingPolicy], seed: int, slots: int) -> tuple[list[tuple[float, ...]], int]:
+def _serve(
+    policy_class: type[ContinuousBatchingPolicy], seed: int, slots: int, chunk: int | None = None,
+    recorder: Recorder | None = None,
+) -> tuple[list[tuple[float, ...]], int]:  # fmt: skip
     """(admission, first token and completion of each request, events processed) of one replica
-    serving random arrivals."""
+    serving random arrivals (``chunk``: the steps of a cuttable jump costed at first)."""
     rng = np.random.default_rng(seed)
     env = CountingEnvironment()
     policy = policy_class(Slots(slots), BlockManager(2000, 16), 8192, 1.0, None)
     done: dict[int, float] = {}
-    replica = Replica(env, 0, COST, policy, Recorder(1), np.random.default_rng(0),
+    replica = Replica(env, 0, COST, policy, recorder or Recorder(1), np.random.default_rng(0),
                       lambda r: done.update({r.id: env.now}))  # fmt: skip
+    if chunk is not None:
+        replica.first_chunk_steps = chunk
     env.process(replica.run())
     arrivals = np.cumsum(rng.exponential(0.15, 30))
     requests = [Request(i, float(t), int(rng.integers(8, 400)), int(rng.integers(2, 120)), 0)
@@ -76,6 +81,23 @@ def test_jumps_and_their_cuts_give_the_times_of_stepping(seed: int, slots: int) 
     # the same iterations at the same times (a jump adds its step times up as one sum: rounding apart)
     np.testing.assert_allclose(jumped, stepped, rtol=1e-9, atol=1e-12)
     assert jump_events < step_events / 3  # and the jumps did run: one event for many steps
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_jump_costed_in_chunks_runs_as_one_costed_at_once(seed: int) -> None:
+    """An uncut jump costs its steps a chunk at a time (an event at each chunk's end); every time,
+    record and total is the same to the last bit as with all its steps costed at once."""
+    runs = []
+    for chunk in (1, 3, 10**9):
+        recorder = Recorder(1)
+        times, events = _serve(ContinuousBatchingPolicy, seed, 64, chunk, recorder)
+        frozen = recorder.freeze(1e9, 0.0, [], 0, 0.0, None)
+        totals = frozen.totals[0]
+        tokens = frozen.tokens[0]
+        runs.append((times, frozen.itl_counts.tolist(), (totals.busy_s, totals.iterations, totals.flops,
+                     totals.bytes_moved), (list(tokens.times), list(tokens.output)), events))  # fmt: skip
+    assert runs[0][:4] == runs[1][:4] == runs[2][:4]
+    assert runs[0][4] > runs[1][4] > runs[2][4]  # the small chunks ran: an event at each one's end
 
 
 def _woken_at(times: list[float], event: simpy.Event) -> None:
