@@ -8,7 +8,9 @@ One boundary for everything that can go wrong:
 - Ctrl-C exits 130 and SIGTERM 143, each with one line and no traceback, leaving any results
   folder as it was (:mod:`simulator.cli.output`), except the runs a long command (``sweep``,
   ``plan``, ``compare``, ``run`` with several values) finished, which it keeps and names; the
-  package's imports happen inside :func:`main`, so a Ctrl-C while they run is caught too;
+  package's imports happen inside :func:`main`, so a Ctrl-C while they run is caught too. Where
+  SIGTERM's raise lands in a finaliser (Python ignores it there), a long command still stops at
+  its next finished run and never writes its full results (:func:`stop_if_terminated`);
 - a failure of the operating system is one line naming the path and the system's reason
   (``infersim: error: PATH: REASON``, no traceback): exit 74 (``EX_IOERR`` of ``sysexits.h``)
   when the device cannot store what is written (full, over quota, failing), standard output
@@ -62,11 +64,32 @@ def _terminate_now() -> None:
     os._exit(EXIT_TERMINATED)
 
 
+#: Set by SIGTERM: where its raise was swallowed (in a finaliser), a long command still stops at its
+#: next finished run and before its last write (:func:`stop_if_terminated`), not reporting success.
+_SIGTERM_RECEIVED = threading.Event()
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    _SIGTERM_RECEIVED.set()
     watchdog = threading.Timer(TERMINATE_GRACE_S, _terminate_now)
     watchdog.daemon = True
     watchdog.start()
     raise Terminated
+
+
+def _unraisable(unraisable: Any) -> None:
+    """Python's report of an exception it could not raise (in a finaliser), but a SIGTERM's: that
+    one is not lost (:func:`stop_if_terminated`), so it prints no traceback."""
+    if not isinstance(unraisable.exc_value, Terminated):
+        sys.__unraisablehook__(unraisable)
+
+
+def stop_if_terminated(kept: str) -> None:
+    """Raise :class:`Terminated` (leaving ``kept``) if a SIGTERM came whose own raise was lost."""
+    if _SIGTERM_RECEIVED.is_set():
+        exc = Terminated()
+        exc.kept = kept  # type: ignore[attr-defined]
+        raise exc
 
 
 def _show_warning(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
@@ -163,6 +186,8 @@ def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Callable[[An
 def _handle(args: argparse.Namespace, handler: Callable[[Any], int]) -> int:
     """Run the command; each way it can end is one exit status and at most one line on stderr."""
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
+    _SIGTERM_RECEIVED.clear()
+    unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable
     try:
         with _user_warnings(), _stdout_named():
             code = handler(args)
@@ -185,6 +210,7 @@ def _handle(args: argparse.Namespace, handler: Callable[[Any], int]) -> int:
     except Exception as exc:  # a bug: say so briefly, the traceback on request
         return _internal_error(exc, args.debug)
     finally:
+        sys.unraisablehook = unraisable
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 

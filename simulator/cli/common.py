@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import yaml
 
 from simulator.capacity import Capacity
+from simulator.cli import stop_if_terminated
 from simulator.cli.output import FileContents, ResultsFolder
 from simulator.config.loading import Catalog, parse_override
 from simulator.config.scenario import Scenario
@@ -186,9 +187,12 @@ class PartialFolder:
         )
         self.started = True
         self.written += [name for name in files if name not in self.written]
+        stop_if_terminated(self.kept())
 
     def finish(self, files: Mapping[str, FileContents]) -> None:
-        """The full results; the runs written before stay, ``<stem>.partial.json`` goes."""
+        """The full results; the runs written before stay, ``<stem>.partial.json`` goes (not after a
+        SIGTERM: the folder stays partial)."""
+        stop_if_terminated(self.kept())
         self.out.write(files, kept=tuple(name for name in self.written if name not in files))
 
     def kept(self) -> str:

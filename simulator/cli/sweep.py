@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from simulator.cli import Terminated
+from simulator.cli import Terminated, stop_if_terminated
 from simulator.cli.common import (
     catalog,
     interactive,
@@ -63,6 +63,7 @@ def sweep(args: argparse.Namespace) -> int:
         if started:
             exc.kept = f"finished runs are kept in {out.path / 'cache'}; rerun the sweep to resume"  # type: ignore[union-attr]
         raise
+    stop_if_terminated(f"finished runs are kept in {out.path / 'cache'}; rerun the sweep to resume")
     factors = list(dict.fromkeys(k for p in runs for k in p.factors))
     summary = summarize_rows(rows, factors, spec.metrics)
     runs_name, runs_table = table_file(rows, "runs")

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -167,7 +168,7 @@ def _stop_when(args: list[str], ready: Callable[[], bool]) -> subprocess.Complet
 
 
 def test_a_stopped_plan_keeps_its_finished_candidates_marked_partial(tmp_path: Path) -> None:
-    slow = MIXED.replace("duration: 8 s", "duration: 60 s")
+    slow = MIXED.replace("duration: 8 s", "duration: 600 s")  # ~1 s a candidate: still running when stopped
     out = tmp_path / "out"
     args = ["plan", str(_write(tmp_path, slow)), "-o", str(out), "--jobs", "1"]
     ended = _stop_when(args, lambda: any((out / "cache").glob("*.json")))  # once a candidate has finished
@@ -214,3 +215,33 @@ def test_bad_executor_flags_exit_2_before_anything_runs(
         err = capsys.readouterr().err
         assert expected in err and "Traceback" not in err
         assert not (tmp_path / "out").exists()
+
+
+def test_a_sigterm_whose_raise_was_lost_still_stops_a_long_command(tmp_path: Path) -> None:
+    """SIGTERM raises in the main thread, but a raise landing in a finaliser is ignored by Python:
+    the command then stops at its next finished run, and never writes its full results (the folder
+    stays partial); the ignored raise prints no traceback, any other unraisable error still does."""
+    import simulator.cli as cli
+    from simulator.cli.common import PartialFolder
+    from simulator.cli.output import ResultsFolder
+
+    folder = PartialFolder(ResultsFolder(tmp_path / "out", "plan"), "plan", 1)
+    folder.add({"a.json": "{}"}, {"evaluations": []})  # no SIGTERM yet: nothing stops
+    reported: list[object] = []
+    default, sys.__unraisablehook__ = sys.__unraisablehook__, reported.append
+    try:
+        cli._unraisable(types.SimpleNamespace(exc_value=cli.Terminated()))
+        cli._unraisable(types.SimpleNamespace(exc_value=ValueError("a finaliser's own bug")))
+    finally:
+        sys.__unraisablehook__ = default
+    assert len(reported) == 1  # the SIGTERM's is not reported, the bug is
+    cli._SIGTERM_RECEIVED.set()  # what a SIGTERM leaves when its raise was ignored
+    try:
+        with pytest.raises(cli.Terminated) as stopped:
+            folder.add({"b.json": "{}"}, {"evaluations": []})
+        assert "the finished runs are kept in" in stopped.value.kept  # type: ignore[attr-defined]
+        with pytest.raises(cli.Terminated):
+            folder.finish({"plan.json": "{}"})
+    finally:
+        cli._SIGTERM_RECEIVED.clear()
+    assert (tmp_path / "out" / "plan.partial.json").exists() and not (tmp_path / "out" / "plan.json").exists()
