@@ -29,10 +29,10 @@ answered from them (a plan resolves the same backends for every candidate it sim
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, replace
 
 from simulator.analytic.estimate import estimate, saturation_concurrency
+from simulator.analytic.kept import Kept
 from simulator.analytic.placement import Deployment, PlacementError, plan
 from simulator.analytic.speculation import draft_architecture
 from simulator.config.deployment import DEFAULT_MIN_KV_TOKENS, DeploymentSpec
@@ -116,8 +116,7 @@ def _score(deployment: Deployment, question: Question) -> float:
 
 #: Layout choices kept (:func:`choose_layout`), least recently used out.
 CHOICES_KEPT = 64
-_choices: list[tuple[tuple[object, ...], LayoutChoice]] = []  # (what was asked, what was chosen), most recent last
-_choices_lock = threading.Lock()  # a Dask worker may resolve scenarios in threads
+_choices: Kept[tuple[object, ...], LayoutChoice] = Kept(CHOICES_KEPT)  # by what was asked
 
 
 def choose_layout(catalog: Catalog, spec: DeploymentSpec, question: Question | None = None) -> LayoutChoice:
@@ -135,16 +134,9 @@ def choose_layout(catalog: Catalog, spec: DeploymentSpec, question: Question | N
     stack = catalog.stack(spec.stack or hardware.execution.default_stack)
     draft = spec.speculative.draft_model if spec.speculative is not None else None
     asked = (spec, question, hardware, model, stack, catalog.model(draft) if draft is not None else None)
-    with _choices_lock:
-        for index, (kept, choice) in enumerate(_choices):
-            if kept == asked:
-                _choices.append(_choices.pop(index))
-                return choice
-    choice = _choose(catalog, spec, question, hardware, model, stack)
-    with _choices_lock:
-        if len(_choices) >= CHOICES_KEPT:
-            del _choices[0]
-        _choices.append((asked, choice))
+    choice = _choices.get(asked)
+    if choice is None:
+        choice = _choices.keep(asked, _choose(catalog, spec, question, hardware, model, stack))
     return choice
 
 

@@ -48,7 +48,6 @@ interface too.
 from __future__ import annotations
 
 import math
-import threading
 import warnings
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
@@ -56,6 +55,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from simulator.analytic.kept import Kept
 from simulator.analytic.placement import Deployment
 from simulator.analytic.step_time import (
     BatchAggregates,
@@ -76,8 +76,7 @@ BASE_CACHE_SIZE = 1 << 16
 SHARED_DEPLOYMENTS = 8
 
 ShapeCache = dict[tuple[float, float], tuple[float, float, float]]
-_shared: list[tuple[Deployment, ShapeCache]] = []  # most recently used last
-_shared_lock = threading.Lock()  # a Dask worker may run simulations in threads
+_shared: Kept[Deployment, ShapeCache] = Kept(SHARED_DEPLOYMENTS)
 
 
 def shape_cache(reference: StepCostModel) -> ShapeCache:
@@ -87,17 +86,8 @@ def shape_cache(reference: StepCostModel) -> ShapeCache:
     each shape once; a cache of its own for a subclass, whose terms may depend on more."""
     if type(reference) is not StepCostModel:
         return {}
-    deployment = reference.deployment
-    with _shared_lock:
-        for index, (held, cache) in enumerate(_shared):
-            if held == deployment:
-                _shared.append(_shared.pop(index))
-                return cache
-        if len(_shared) >= SHARED_DEPLOYMENTS:
-            del _shared[0]
-        cache = {}
-        _shared.append((deployment, cache))
-        return cache
+    cache = _shared.get(reference.deployment)
+    return cache if cache is not None else _shared.keep(reference.deployment, {})
 
 
 #: Methods that put a pass together: a subclass overriding one is not evaluated by :class:`FastStepCost`.

@@ -228,7 +228,7 @@ def test_shape_terms_are_shared_by_equal_deployments_only() -> None:
         FastStepCost(StepCostModel(deployment))
     fresh = FastStepCost(StepCostModel(deploy(CATALOG, **spec)))
     assert fresh._base is not first._base and fresh.iteration(shape) == alone
-    assert len(step_fast._shared) == step_fast.SHARED_DEPLOYMENTS
+    assert len(step_fast._shared.keys()) == step_fast.SHARED_DEPLOYMENTS
 
 
 def test_threads_share_one_shape_cache_per_deployment() -> None:
@@ -242,6 +242,6 @@ def test_threads_share_one_shape_cache_per_deployment() -> None:
               for d in _deployed(hardware, "llama-3.1-8b")]  # fmt: skip
     with ThreadPoolExecutor(8) as pool:
         caches = list(pool.map(step_fast.shape_cache, models * 300))
-    held = [deployment for deployment, _ in step_fast._shared]
+    held = step_fast._shared.keys()
     assert all(held.count(model.deployment) == 1 for model in models)
     assert all(cache is caches[index % len(models)] for index, cache in enumerate(caches))
