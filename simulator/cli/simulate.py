@@ -274,7 +274,7 @@ def plan(args: argparse.Namespace) -> int:
         scenario = planner.scenario  # priced on one cost basis (Planner)
         resolved = scenario_yaml(write_in(scenario, cat))
         pool = start(args.executor, args.jobs, args.address)
-        run_args = (profile_dirs(args), limits(args), planner.stops_early, planner.deadline)
+        run_args = (profile_dirs(args), limits(args), planner.stops_early, planner.deadline, planner.tasks_only)
         planner.runs = Runs(pool, summary_run, run_args, Cache(out.path / "cache"), started)
         try:
             result = planner.search()

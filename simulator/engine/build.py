@@ -251,17 +251,19 @@ def _start_failures(
 
 
 def build(resolved: ResolvedScenario, rows_kept: int | None = REQUEST_ROWS_KEPT, points: int | None = None,
-          ) -> Simulation:  # fmt: skip
+          details: bool = True) -> Simulation:  # fmt: skip
     """Construct every component, connect them, start the processes (nothing runs yet).
 
     ``rows_kept``: request rows held in memory before they stream (:class:`~simulator.records.store.RequestRows`;
     None keeps all); a fleet with disaggregated backends keeps all (its KV handoffs join them by id).
     ``points``: the buckets of each level and token series (:mod:`simulator.records.series`; default
-    :func:`~simulator.records.series.points_per_series`).
+    :func:`~simulator.records.series.points_per_series`). ``details`` False records only the tasks
+    (:class:`~simulator.engine.recorder.Recorder`): the same simulation, for a caller that reads
+    nothing else (a plan's task-time verdicts).
     """
     scenario = resolved.scenario
     env = simpy.Environment()
-    recorder = Recorder(resolved.replicas, scenario.run.warmup, _rows_kept(resolved, rows_kept), points)
+    recorder = Recorder(resolved.replicas, scenario.run.warmup, _rows_kept(resolved, rows_kept), points, details)
     root = np.random.SeedSequence(scenario.run.seed)
     replicas_ss, router_ss, *class_seeds = root.spawn(2 + len(resolved.classes))
     replica_seeds = replicas_ss.spawn(resolved.replicas)

@@ -41,13 +41,18 @@ class RunningTask:
 
 
 class Recorder:
-    """Collects everything a run produces, per replica and globally."""
+    """Collects everything a run produces, per replica and globally; with ``details`` False only
+    its tasks (their records, and the tasks under way a stop rule reads): the engine then records
+    no request rows, levels, token counts, inter-token gaps, second tokens or work totals (the
+    simulation itself is the same: nothing recorded feeds back into it)."""
 
     def __init__(self, replicas: int, warmup_s: float = 0.0, rows_kept: int | None = REQUEST_ROWS_KEPT,
-                 points: int | None = None) -> None:  # fmt: skip
+                 points: int | None = None, details: bool = True) -> None:  # fmt: skip
         """``warmup_s``: where the levels and token counts stay exact however long the run;
         ``rows_kept``: the request rows held in memory before they stream (None: all);
-        ``points``: buckets per level and token series (default :func:`~simulator.records.series.points_per_series`)."""
+        ``points``: buckets per level and token series (default :func:`~simulator.records.series.points_per_series`);
+        ``details``: whether the engine records more than the tasks (the class docstring)."""
+        self.details = details
         self.requests = RequestRows(len(REQUEST_COLUMNS), rows_kept)  # one RequestRecord per request
         marks, points = (warmup_s,), points or points_per_series(replicas)
         self.in_system = LevelMonitor(marks=marks, points=points)
@@ -65,16 +70,21 @@ class Recorder:
         self._in_system = 0
 
     def arrival(self, t: float) -> None:
+        if not self.details:
+            return
         self._in_system += 1
         self.in_system.record(t, self._in_system)
 
     def departure(self, t: float, record: RequestRecord) -> None:
+        if not self.details:
+            return
         self._in_system -= 1
         self.in_system.record(t, self._in_system)
         self.requests.extend(record)
 
     def dropped(self, record: RequestRecord) -> None:
-        self.requests.extend(record)
+        if self.details:
+            self.requests.extend(record)
 
     def task_started(self, task: int, start_s: float, klass: int, waits: int) -> RunningTask:
         """A top-level task began with ``waits`` tool waits ahead (seen by a run's stop rule until
@@ -85,6 +95,8 @@ class Recorder:
 
     def gave_up(self, t: float, record: RequestRecord) -> None:
         """A request that arrived and leaves unanswered (an API refused it until its retries ran out)."""
+        if not self.details:
+            return
         self._in_system -= 1
         self.in_system.record(t, self._in_system)
         self.requests.extend(record)

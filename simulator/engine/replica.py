@@ -96,6 +96,7 @@ class Replica:
         self.on_lost: Callable[[Request], None] | None = None  # takes the requests a failure loses
         self._awaiting: set[Request] = set()  # requests with a first token here and no second yet
         self.first_chunk_steps = FIRST_CHUNK_STEPS  # steps of a jump an arrival may cut costed at first
+        self.details = recorder.details  # levels, tokens, gaps, second tokens and work recorded (or only tasks)
 
     def _load_changed(self) -> None:
         for changed in self.watchers:
@@ -148,7 +149,8 @@ class Replica:
         self.policy.enqueue(request)
         self._load_changed()
         now = self.env.now
-        self.recorder.queue[self.index].record(now, self.policy.queued)
+        if self.details:
+            self.recorder.queue[self.index].record(now, self.policy.queued)
         if self._wake is not None:
             _trigger(self._wake)
         elif self._cuttable is not None:  # the first arrival cuts it
@@ -205,6 +207,8 @@ class Replica:
         return self.policy.unchanged_steps(plan)
 
     def _record_queue(self, now: float) -> None:
+        if not self.details:
+            return
         self.recorder.queue[self.index].record(now, self.policy.queued)
         self.recorder.kv_blocks[self.index].record(now, self.policy.kv_used)
 
@@ -217,11 +221,13 @@ class Replica:
             duration += self.cost.draft_s(plan.decode_context)
         if self.slowdown != 1.0:
             duration *= self.slowdown
-        self.recorder.batch[self.index].record(start, float(plan.running))
-        self.recorder.iteration(self.index, duration, flops, bytes_moved)
-        per_decode = tokens_per_verify(accepted) if accepted else 1.0
-        expected_output = plan.first_tokens + float(decodes) * per_decode
-        self.recorder.tokens[self.index].span(start, start + duration, expected_output, plan.prefill_tokens)
+        details = self.details
+        if details:
+            self.recorder.batch[self.index].record(start, float(plan.running))
+            self.recorder.iteration(self.index, duration, flops, bytes_moved)
+            per_decode = tokens_per_verify(accepted) if accepted else 1.0
+            expected_output = plan.first_tokens + float(decodes) * per_decode
+            self.recorder.tokens[self.index].span(start, start + duration, expected_output, plan.prefill_tokens)
         epoch, self.stepping = self.epoch, True
         step = self._step = self.env.timeout(duration)
         yield step
@@ -229,20 +235,23 @@ class Replica:
         if self.epoch != epoch:  # the replica failed during the iteration: nothing it did stands
             return
         now = self.env.now
-        firsts, seconds = self._emitting(plan) if self._awaiting or not plan.all_decoding else ([], [])
+        stamped = details and (bool(self._awaiting) or not plan.all_decoding)
+        firsts, seconds = self._emitting(plan) if stamped else ([], [])
         if accepted and decodes:
             drawn = draw_emitted(self.rng, accepted, decodes)
-            if now >= self.recorder.warmup_s:
+            if details and now >= self.recorder.warmup_s:
                 self.recorder.verified(len(accepted), drawn)
             applied = self.policy.apply(plan, now, drawn.tolist())
             emitted = applied.decode_tokens
-            self.recorder.inter_token([duration / tokens for tokens in emitted], emitted)
+            if details:
+                self.recorder.inter_token([duration / tokens for tokens in emitted], emitted)
         else:  # one token per decode: as many gaps of the iteration's duration
             applied = self.policy.apply(plan, now, [1.0] * decodes)
-            if decodes:
+            if details and decodes:
                 self.recorder.inter_token_gaps(duration, float(decodes))
-        self.recorder.tokens[self.index].amend(now, applied.tokens)
-        self._stamp(firsts, seconds, now)
+        if details:
+            self.recorder.tokens[self.index].amend(now, applied.tokens)
+            self._stamp(firsts, seconds, now)
         self._complete(applied.completed, now)
 
     def _emitting(self, plan: Plan) -> tuple[list[Request], list[Request]]:
@@ -283,10 +292,12 @@ class Replica:
         cuttable = self.policy.has_room()
         costs.extend(self.first_chunk_steps if cuttable else steps)
         durations = costs.total_s
-        self.recorder.batch[self.index].record(start, float(plan.running))
+        details = self.details
         batch = float(plan.decodes)
         tokens = self.recorder.tokens[self.index]
-        tokens.span(start, start + costs.elapsed_s, len(durations) * batch, 0.0)
+        if details:
+            self.recorder.batch[self.index].record(start, float(plan.running))
+            tokens.span(start, start + costs.elapsed_s, len(durations) * batch, 0.0)
         end = self._step = env.timeout(costs.elapsed_s)
         epoch, self.stepping = self.epoch, True
         if cuttable:
@@ -300,14 +311,15 @@ class Replica:
                     break
                 costs.extend(ceil(len(durations) * CHUNK_GROWTH))
                 jump.done, jump.elapsed_s = len(durations), costs.elapsed_s
-                tokens.amend(start + costs.elapsed_s, len(durations) * batch)
+                if details:
+                    tokens.amend(start + costs.elapsed_s, len(durations) * batch)
                 # at start + elapsed to the last bit: the delay's two roundings cancel (a tie in
                 # both could leave it an ulp off, where no delay reaches it)
                 jump.end = self._step = env.timeout(start + costs.elapsed_s - env.now)
             self.stepping = False
             self._cuttable = None
             done = jump.done
-            if done < steps:
+            if details and done < steps:
                 tokens.amend(start + jump.elapsed_s, done * batch)
         else:
             yield end
@@ -319,9 +331,10 @@ class Replica:
         if self._awaiting:  # their second token came at the end of the jump's first step
             self._stamp([], self._emitting(plan)[1], start + durations[0])
         applied = self.policy.apply(plan, now, [float(done)] * plan.decodes)
-        flops, bytes_moved = costs.work().totals(done)
-        self.recorder.iteration(self.index, fsum(durations[:done]), flops, bytes_moved, done)
-        self.recorder.inter_token_steps(durations, done, batch)
+        if details:
+            flops, bytes_moved = costs.work().totals(done)
+            self.recorder.iteration(self.index, fsum(durations[:done]), flops, bytes_moved, done)
+            self.recorder.inter_token_steps(durations, done, batch)
         self._complete(applied.completed, now)
 
     def fail(self, policy: BatchPolicy, up_at: float) -> list[Request]:
@@ -335,17 +348,20 @@ class Replica:
         if self.stepping and self._step is not None:  # the step ends now, void; its tokens were never delivered
             ended = self.env.timeout(0.0)
             ended.callbacks, self._step.callbacks = self._step.callbacks, []
-            self.recorder.tokens[self.index].amend(now, 0.0)
+            if self.details:
+                self.recorder.tokens[self.index].amend(now, 0.0)
         self._record_queue(now)
-        self.recorder.batch[self.index].record(now, 0.0)
+        if self.details:
+            self.recorder.batch[self.index].record(now, 0.0)
         self._load_changed()
         return held
 
     def _complete(self, completed: list[Request], now: float) -> None:
         for request in completed:
             self.on_complete(request)
-        self.recorder.kv_blocks[self.index].record(now, self.policy.kv_used)
-        self.recorder.batch[self.index].record(now, float(self.policy.running))
+        if self.details:
+            self.recorder.kv_blocks[self.index].record(now, self.policy.kv_used)
+            self.recorder.batch[self.index].record(now, float(self.policy.running))
 
 
 class Jump:

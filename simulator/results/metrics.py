@@ -306,6 +306,14 @@ def class_cost(parts: dict[str, RunCost], tasks: int, fleet_usd: float, makes_ta
     )
 
 
+def class_task_summaries(records: RunRecords, classes: Sequence[WorkloadClass]) -> dict[str, TaskSummary | None]:
+    """Each class's tasks as :func:`summarize` reports them: the run's (``tasks``) for a single
+    class, each class's own (``classes.<name>.tasks``) for several."""
+    if len(classes) > 1:
+        return {spec.name: class_tasks(records, k, spec) for k, spec in enumerate(classes)}
+    return {spec.name: _run_tasks(records, classes) for spec in classes}
+
+
 def _run_tasks(records: RunRecords, classes: Sequence[WorkloadClass]) -> TaskSummary | None:
     """The run's task summary when it recorded tasks or a class makes them, else None."""
     if records.tasks["task"].size or any(_makes_tasks(c) for c in classes):

@@ -92,6 +92,11 @@ with the numbers so far and the risk. Nothing else stops
 early: a *meets* is never settled before the end (a running task may still end late), nor a
 target on other metrics.
 
+**Runs that record only their tasks**: where every target bounds task times and no backend
+bills per token, a run's tasks are all its verdict reads, so it records nothing else (no request
+rows, levels, token counts, inter-token gaps or work totals: :func:`~simulator.runner.simulate_tasks`,
+the same simulation, about a fifth less CPU) and its document holds each class's task summary.
+
 **A stated confidence** (``plan.confidence``, with two replications or more): a target is met
 when the mean of its ratio over the seeds is under 1 at that one-sided confidence, ``mean + t s /
 sqrt(r)`` (:func:`seeds_bound`: Student's ``t`` over the ``r`` seeds' spread ``s``), not when every
@@ -189,7 +194,7 @@ from simulator.plan.limits import Limits, check_runs
 from simulator.plan.resolve import BackendPlan, ScenarioError, backend_plan, layout_question
 from simulator.results.sampling import NOISE_ERRORS, standard_error
 from simulator.results.summary import ClassSummary, DistributionStats, LatencyStats, RunSummary, TaskSummary
-from simulator.runner import simulate
+from simulator.runner import simulate, simulate_tasks
 from simulator.studies.dominance import ServiceOrder, swapped
 from simulator.studies.execution import Executor, Profiles, Runs, catalog_of, inputs_digest, run_key
 from simulator.studies.power_budget import power_limits, replica_kw, within_budget
@@ -482,9 +487,9 @@ class PlanResult:
         }
 
 
-def target_value(summary: LatencyStats, tasks: TaskSummary | None, target: SLOTarget) -> float:
-    """The statistic a target bounds, from one class's latencies and tasks (NaN when nothing was measured)."""
-    return _statistic(_target_stats(summary, tasks, target), target.stat)
+#: What a target of one class reads: the class's latencies (None from a run that recorded only its
+#: tasks) and its tasks.
+ClassPart = tuple[LatencyStats | None, TaskSummary | None]
 
 
 def _statistic(stats: DistributionStats | None, stat: str) -> float:
@@ -492,7 +497,9 @@ def _statistic(stats: DistributionStats | None, stat: str) -> float:
     return math.nan if stats is None else float(getattr(stats, stat))
 
 
-def _target_stats(summary: LatencyStats, tasks: TaskSummary | None, target: SLOTarget) -> DistributionStats | None:
+def _target_stats(
+    summary: LatencyStats | None, tasks: TaskSummary | None, target: SLOTarget
+) -> DistributionStats | None:
     """The distribution a target reads a statistic of (None when the run has none)."""
     if target.metric == "task_time_s":
         return tasks.task_time_s if tasks else None
@@ -500,13 +507,44 @@ def _target_stats(summary: LatencyStats, tasks: TaskSummary | None, target: SLOT
     return found
 
 
-def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Miss]:
-    """Every target of every class, with its normalised ratio (> 1: missed; inf: nothing measured)."""
-    found = []
+def _only_task_targets(classes: list[WorkloadClass]) -> bool:
+    """Whether every target of every class bounds task times (a run's tasks are all its verdict reads)."""
+    return all(target.metric == "task_time_s" for klass in classes for target in klass.slo.targets)
+
+
+def summary_parts(summary: RunSummary, classes: list[WorkloadClass]) -> dict[str, ClassPart]:
+    """What each class's targets read of a run's summary: its own part with several classes, the
+    whole run's with one."""
+    parts: dict[str, ClassPart] = {}
     for klass in classes:
         part: RunSummary | ClassSummary = summary.classes[klass.name] if summary.classes else summary
+        parts[klass.name] = (part, part.tasks)
+    return parts
+
+
+def document_parts(document: dict[str, Any], classes: list[WorkloadClass]) -> dict[str, ClassPart]:
+    """What each class's targets read of a run's document (:func:`summary_run`): its summary's
+    parts, or from a run that recorded only its tasks, each class's tasks."""
+    if "summary" in document:
+        return summary_parts(RunSummary.model_validate(document["summary"]), classes)
+    return {
+        name: (None, TaskSummary.model_validate(tasks) if tasks is not None else None)
+        for name, tasks in document["tasks"].items()
+    }
+
+
+def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Miss]:
+    """Every target of every class, with its normalised ratio (> 1: missed; inf: nothing measured)."""
+    return _ratios(summary_parts(summary, classes), classes)
+
+
+def _ratios(parts: dict[str, ClassPart], classes: list[WorkloadClass]) -> list[Miss]:
+    """:func:`target_ratios` of each class's ``parts``."""
+    found = []
+    for klass in classes:
+        latencies, tasks = parts[klass.name]
         for target in klass.slo.targets:
-            stats = _target_stats(part, part.tasks, target)
+            stats = _target_stats(latencies, tasks, target)
             value = _statistic(stats, target.stat)
             error = math.nan if stats is None else standard_error(stats, target.stat)
             if not math.isfinite(value):
@@ -523,20 +561,27 @@ def target_ratios(summary: RunSummary, classes: list[WorkloadClass]) -> list[Mis
 
 def summary_run(
     scenario_json: str, profiles: Profiles, limits: Limits | None, stop_early: bool = True,
-    deadline: float | None = None,
+    deadline: float | None = None, tasks_only: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """Simulate one resolved scenario (on any executor): its summary document, and the targets a
-    :class:`SettledMiss` stopped it on (``settled``: empty when it ran to its end; ``stop_early``
-    False: never stopped). Past the wall-clock ``deadline`` (``time.time()``) the run is abandoned:
-    :class:`~simulator.engine.build.OutOfTimeError`, nothing returned, nothing cached."""
+    """Simulate one resolved scenario (on any executor): its summary document (``summary``), and
+    the targets a :class:`SettledMiss` stopped it on (``settled``: empty when it ran to its end;
+    ``stop_early`` False: never stopped). ``tasks_only``: the run records only its tasks
+    (:func:`~simulator.runner.simulate_tasks`) and the document holds each class's task summary
+    (``tasks``) in place of the summary. Past the wall-clock ``deadline`` (``time.time()``) the run
+    is abandoned: :class:`~simulator.engine.build.OutOfTimeError`, nothing returned, nothing cached."""
     scenario = Scenario.model_validate_json(scenario_json)
     catalog = catalog_of(profiles)
     rule = SettledMiss.of(scenario, catalog) if stop_early else None
     stop = rule.when() if rule else None
     if deadline is not None:
         stop = dataclasses.replace(stop, deadline=deadline) if stop else StopWhen.at_deadline(deadline)
-    result = simulate(scenario, catalog, limits=limits, stop=stop)
-    return {"summary": result.summary.to_dict(), "settled": rule.settled if rule and result.stopped else []}
+    if tasks_only:
+        tasks, stopped = simulate_tasks(scenario, catalog, limits, stop)
+        found: dict[str, Any] = {"tasks": {name: t.to_dict() if t else None for name, t in tasks.items()}}
+    else:
+        result = simulate(scenario, catalog, limits=limits, stop=stop)
+        found, stopped = {"summary": result.summary.to_dict()}, result.stopped
+    return {**found, "settled": rule.settled if rule and stopped else []}
 
 
 @dataclass(frozen=True)
@@ -552,14 +597,14 @@ Search = Generator[Ask, "Evaluation", "Evaluation | None"]
 
 
 def _measured_misses(
-    summary: RunSummary, classes: list[WorkloadClass], settled_targets: list[dict[str, Any]]
+    parts: dict[str, ClassPart], classes: list[WorkloadClass], settled_targets: list[dict[str, Any]]
 ) -> list[Miss]:
-    """The run's target ratios (:func:`target_ratios`); of a run stopped once targets missed
-    (``settled_targets`` not empty), only those targets, each with how it was settled and a ratio
-    of at least the settled floor's (``at_least_s`` over the bound): the others were not measured
-    to the end."""
+    """The run's target ratios (:func:`target_ratios`, of each class's ``parts``); of a run stopped
+    once targets missed (``settled_targets`` not empty), only those targets, each with how it was
+    settled and a ratio of at least the settled floor's (``at_least_s`` over the bound): the others
+    were not measured to the end."""
     settled = {(s["class"], s["target"]): s for s in settled_targets}
-    ratios = target_ratios(summary, classes)
+    ratios = _ratios(parts, classes)
     if not settled:
         return ratios
     return [
@@ -657,16 +702,20 @@ class Planner:
         #: Whether runs stop once a miss is settled: not where a seeds' mean decides (``plan.confidence``),
         #: which needs each seed's ratio to its end.
         self.stops_early = self.t_quantile is None
-        self.runs = runs or Runs(Executor(), summary_run, (catalog, run_limits, self.stops_early, self.deadline), None)
-        stopping = f"stopped once a miss is settled (risk {STOP_RISK:g})" if self.stops_early else "run to the end"
-        self.inputs = inputs_digest(scenario, ["summary", stopping])
-        self.stopped = ""  # what stopped the search (_over_budget); "" while it runs
         self.fleet = scenario.fleet
         self.names = tuple(b.name for b in self.fleet)
         self.classes = scenario.workload_classes
         _require_targets(scenario)
         self.usd_per_replica_hour: tuple[float, ...] = tuple(p.usd_per_replica_hour for p in plans)
         self.metered: tuple[bool, ...] = tuple(p.pricing.token_price is not None for p in plans)
+        #: Whether a run records only its tasks (:func:`summary_run`): every target bounds task
+        #: times and no backend bills per token, so nothing else of a run decides its verdict.
+        self.tasks_only = _only_task_targets(self.classes) and not any(self.metered)
+        run_args = (catalog, run_limits, self.stops_early, self.deadline, self.tasks_only)
+        self.runs = runs or Runs(Executor(), summary_run, run_args, None)
+        stopping = f"stopped once a miss is settled (risk {STOP_RISK:g})" if self.stops_early else "run to the end"
+        self.inputs = inputs_digest(scenario, ["tasks" if self.tasks_only else "summary", stopping])
+        self.stopped = ""  # what stopped the search (_over_budget); "" while it runs
         self.cost_basis = _cost_basis(basis, self.metered)
         self.splits = _splits(self.fleet, self.names)
         self.replica_shapes = {name: _shape(p) for name, p in zip(self.names, plans, strict=True)}
@@ -812,12 +861,11 @@ class Planner:
         seeds: dict[tuple[str, str], list[Miss]] = {}
         worst, worst_error, api_spend = 0.0, math.nan, 0.0
         for document in self.runs.wait(keys).values():
-            summary = RunSummary.model_validate(document["summary"])
-            for miss in self._run_misses(summary, document):
+            for miss in self._run_misses(document):
                 if miss.ratio > worst or (miss.ratio == worst and math.isnan(worst_error)):
                     worst, worst_error = miss.ratio, miss.error
                 seeds.setdefault((miss.klass, miss.target), []).append(miss)
-            api_spend += self._api_spend(summary) / self.scenario.plan.replications
+            api_spend += self._api_spend(document) / self.scenario.plan.replications
         for found in seeds.values():  # with plan.confidence, a target's seeds decide it together
             t = self.t_quantile
             bound = math.nan if t is None else seeds_bound([m.ratio for m in found], t)
@@ -829,16 +877,18 @@ class Planner:
         self._memo[key] = evaluation
         return evaluation
 
-    def _run_misses(self, summary: RunSummary, document: dict[str, Any]) -> list[Miss]:
-        """One run's target ratios (:func:`_measured_misses`), from its ``summary`` and the
-        document it came in (what its stop rule settled)."""
-        return _measured_misses(summary, self.classes, document["settled"])
+    def _run_misses(self, document: dict[str, Any]) -> list[Miss]:
+        """One run's target ratios (:func:`_measured_misses`), from its document (:func:`summary_run`:
+        its summary or its classes' tasks, and what its stop rule settled)."""
+        return _measured_misses(document_parts(document, self.classes), self.classes, document["settled"])
 
-    def _api_spend(self, summary: RunSummary) -> float:
-        """The run's per-token spend on the metered (API) backends, in $/h."""
-        return sum(
-            b.cost.usd_per_hour for b, metered in zip(summary.backends.values(), self.metered, strict=True) if metered
-        )
+    def _api_spend(self, document: dict[str, Any]) -> float:
+        """The run's per-token spend on the metered (API) backends, in $/h (none without them: then
+        a run may record only its tasks)."""
+        if not any(self.metered):
+            return 0.0
+        backends = RunSummary.model_validate(document["summary"]).backends.values()
+        return sum(b.cost.usd_per_hour for b, metered in zip(backends, self.metered, strict=True) if metered)
 
     def _drive(self, searches: list[Search]) -> list[Evaluation | None]:
         """Run ``searches`` side by side: each step asks every live search's candidate (then the
@@ -1403,7 +1453,7 @@ class Planner:
         checks = []
         for seed, (key, _) in enumerate(runs, start=first):
             document = documents[key]
-            misses = self._run_misses(RunSummary.model_validate(document["summary"]), document)
+            misses = self._run_misses(document)
             checks.append(SeedCheck(seed, max((m.ratio for m in misses), default=math.nan), bool(document["settled"])))
         return checks
 
