@@ -38,6 +38,10 @@ second; it gets it at the end of the next iteration that emits for it (its first
 or the end of a re-run prompt after a preemption), or at the end of the first step of a jump.
 Only the iterations that finish a prompt, or run while some request waits for its second token,
 look at their sequences for it, so the engine keeps one timestamp per request, none per token.
+
+Recording: with the recorder's ``details`` off (a run that records only its tasks, as a plan's
+runs do where their verdicts read nothing else) the replica records no levels, token spans,
+inter-token gaps, second tokens, FLOPs, bytes or busy time; it runs the same steps.
 """
 
 from __future__ import annotations
