@@ -2,9 +2,9 @@
 same simulation: nothing the recorder keeps feeds back into it. So its task records, its end and its
 stop are the full run's to the last bit, whatever the engine does on the way (agents with tools, KV
 tiers, several classes with priorities, speculative decoding, API limits that refuse and retry,
-failures and N+1, a power cap, split prefill and decode), while it keeps no request row, level,
-token count, inter-token gap or work total. A plan's runs record only their tasks exactly where
-every target bounds task times and no backend bills per token."""
+failures and N+1, agents through an outage, a power cap, split prefill and decode), while it keeps
+no request row, level, token count, inter-token gap or work total. A plan's runs record only their
+tasks exactly where every target bounds task times and no backend bills per token."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from tests.engine.test_plan_search import CS3_8B, _agents_task_time
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: One of two H100s down from 60 s to 150 s, its requests retried on the other.
+OUTAGE = {"backend": "nvidia-h100-sxm", "replica": 1, "at": "60 s", "down_for": "90 s"}
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "agents, KV tiers": ("agents-kv-offload.yaml", {"run.duration": "240 s"}),
     "classes, speculative": ("mixed-classes.yaml", {"run.duration": "200 s", "run.warmup": "0 s", "run.drain": True,
@@ -35,6 +37,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                                                     "deployment.speculative.tokens_proposed": 3}),
     "API limits": ("api-rate-limits.yaml", {"run.duration": "240 s"}),
     "failures, N+1": ("n-plus-one.yaml", {"run.duration": "90 s"}),
+    "agents, an outage": ("agents-kv-offload.yaml", {"run.duration": "240 s", "replicas": 2, "scheduler.kv_tiers": None,
+                                                     "failures": {"random": False, "outages": [OUTAGE]}}),
     "power cap": ("power-capped.yaml", {"run.duration": "90 s"}),
     "split fleet": ("plan-split-fleet.yaml", {"run.duration": "60 s"}),
 }  # fmt: skip
