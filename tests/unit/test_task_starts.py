@@ -103,3 +103,16 @@ def test_the_laplace_bound_is_over_the_exact_transform() -> None:
     bound = log_laplace_bound(spec, lambdas)
     assert np.all(bound >= exact)
     assert np.all(np.exp(bound - exact)[lambdas * spec.mean <= 10] < 1.01)
+
+
+def test_a_bound_is_built_once_for_equal_inputs_and_anew_for_others() -> None:
+    """The bound depends on the task, the agents and the risk alone: asked again with an equal task
+    (built anew) it is the one kept, and for other agents, another risk or another latency a new one."""
+    lognormal = {"dist": "lognormal", "median": 4.0, "sigma": 1.0}
+    first = TaskStarts.of(_task(lognormal), 20, 1e-6)
+    assert first is not None and TaskStarts.of(_task(lognormal), 20, 1e-6) is first
+    others = [TaskStarts.of(_task(lognormal), 21, 1e-6), TaskStarts.of(_task(lognormal), 20, 1e-5),
+              TaskStarts.of(_task({**lognormal, "median": 5.0}), 20, 1e-6)]  # fmt: skip
+    assert all(other is not None and other is not first for other in others)
+    assert TaskStarts.of(_task(lognormal), 20, 1e-5) is others[1]
+    assert others[0].most(60.0, [3] * 21) != first.most(60.0, [3] * 20)  # type: ignore[union-attr]
