@@ -191,10 +191,6 @@ class FastStepCost:
         columns = zip(*[self.iteration(BatchShape(*shape)) for shape in statistics], strict=True)
         return IterationTimes(*[np.array(column, dtype=np.float64) for column in columns])
 
-    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
-        """Every step of :meth:`decode_steps`, at once."""
-        return self.decode_steps(context_tokens, steps, window).times()
-
     def decode_steps(self, context_tokens: Sequence[float], steps: int, window: int | None) -> DecodeSteps:
         """``steps`` decode steps of a fixed batch (tokens held: :func:`decode_held_full`,
         :func:`decode_held_window`), costed as far as the replica asks (:class:`DecodeSteps`)."""
@@ -344,7 +340,7 @@ class StretchedSteps(JumpSteps):
 
 class EngineCost(Protocol):
     """What a replica asks of its step-time model: :class:`~simulator.analytic.step_time.CostModel`,
-    plus one iteration in plain floats and a decode jump as lists (:class:`JumpTimes`)."""
+    plus one iteration in plain floats and a decode jump costed as far as asked (:class:`JumpSteps`)."""
 
     accepted: tuple[float, ...]
 
@@ -374,9 +370,6 @@ class ArrayCost:
         self.accepted = cost.accepted
         self.iteration_times = cost.iteration_times
         self.draft_s = cost.draft_s
-
-    def decode_jump(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpTimes:
-        return self.decode_steps(context_tokens, steps, window).times()
 
     def decode_steps(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpSteps:
         times = self.cost.iteration_times(BatchAggregates.decode_steps(context_tokens, steps, window))

@@ -59,7 +59,7 @@ def test_fast_path_equals_the_reference_model_on_random_batches_and_decode_jumps
     for n, k in rng.integers(1, 129, (10, 2)):  # a decode jump from its sequences' contexts, as the engine runs it
         held = rng.integers(1, 9000, int(n)).astype(float).tolist()
         want = reference.iteration_times(BatchAggregates.decode_steps(held, int(k), window))
-        got = fast.decode_jump(held, int(k), window)
+        got = fast.decode_steps(held, int(k), window).times()
         np.testing.assert_allclose(got.total_s, want.total_s, rtol=RTOL)
         np.testing.assert_allclose(_work_so_far(got.work, int(k)), np.cumsum([want.flops, want.bytes_moved], axis=1),
                                    rtol=RTOL)  # fmt: skip
@@ -155,7 +155,7 @@ def test_a_decode_jump_costs_each_step_as_one_iteration_to_the_last_bit(hardware
         for n, steps in rng.integers(1, 200, (4, 2)):
             below = float(rng.choice([50.0, 0.0]))  # some sequences reach the window during the jump, or all hold it
             contexts = (rng.integers(0, 300, int(n)) * 0.5 + (window or 0) - below).clip(0.0).tolist()
-            jump = fast.decode_jump(contexts, int(steps), window)
+            jump = fast.decode_steps(contexts, int(steps), window).times()
             held, held_window = decode_held(contexts, int(steps), window)
             each = [fast.iteration(BatchShape(float(n), float(n), held_full=full, held_window=windowed,
                                               pairs_full=full, pairs_window=windowed))
@@ -195,9 +195,12 @@ def test_a_decode_jump_runs_a_subclass_s_own_core_row() -> None:
     want = [variant.iteration(BatchShape(3.0, 3.0, held_full=full, held_window=windowed, pairs_full=full,
                                          pairs_window=windowed))
             for full, windowed in zip(held.tolist(), held_window.tolist(), strict=True)]  # fmt: skip
-    jump = variant.decode_jump(contexts, 5, 128)
+    jump = variant.decode_steps(contexts, 5, 128).times()
     assert (jump.total_s, jump.work.flops, jump.work.bytes_moved) == tuple(list(c) for c in zip(*want, strict=True))
-    assert variant.decode_jump(contexts, 5, 128).total_s[0] > plain.decode_jump(contexts, 5, 128).total_s[0]
+    assert (
+        variant.decode_steps(contexts, 5, 128).times().total_s[0]
+        > plain.decode_steps(contexts, 5, 128).times().total_s[0]
+    )
 
 
 def _deployed(hardware: str, model: str) -> list[Deployment]:
