@@ -15,8 +15,10 @@ refuses a float with ``TypeError``, compiled or not (``tests/engine/test_compile
 - ``infersim compile`` (run by ``make``) builds them into :data:`BUILD_DIR` (``build/compiled/``
   beside the package): one shared library for the group and a small extension module per
   compiled module, with a manifest holding the SHA-256 of every ``.py`` file of the package
-  (compiled code relies on the types of the modules it imports, so any edit counts) and the
-  interpreter's extension suffix. A build is staged in a temporary folder and swapped in.
+  (compiled code relies on the types of the modules it imports, so any edit counts), the
+  interpreter's extension suffix and the interpreter itself (its ``sys.version`` and executable:
+  two builds of Python 3.11 share a suffix, not their internals). A build is staged in a
+  temporary folder and swapped in.
 - ``import simulator`` calls :func:`install`: when the manifest matches the sources on disk and
   this interpreter, and every extension file is there, an import hook loads :data:`MODULES`
   from the build; otherwise every module runs from its source. An edit therefore runs as
@@ -101,6 +103,12 @@ def _extension_suffix() -> str:
     return importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
+def _interpreter() -> str:
+    """The interpreter a build is for: its version and build (``sys.version``) and its executable.
+    Two builds of one minor version share an extension suffix but not their internals."""
+    return f"{sys.version} at {os.path.realpath(sys.executable)}"
+
+
 def _manifest(folder: Path) -> dict[str, object] | None:
     try:
         found = json.loads((folder / "manifest.json").read_text())
@@ -123,7 +131,7 @@ def _stale_reason(folder: Path) -> str | None:
         return "no compiled build: run make"
     if _extension_files(folder) is None:
         return "the compiled build lacks a module (the list of compiled modules changed?): run make"
-    if manifest.get("extension_suffix") != _extension_suffix():
+    if manifest.get("extension_suffix") != _extension_suffix() or manifest.get("python") != _interpreter():
         return "the compiled build is for another Python: run make"
     if manifest.get("sources") != _sources_digest():
         return "sources changed since the compiled build: run make"
@@ -199,7 +207,7 @@ def build(destination: Path = BUILD_DIR) -> None:
     from setuptools import Distribution
 
     destination.parent.mkdir(parents=True, exist_ok=True)
-    manifest = {"extension_suffix": _extension_suffix(), "sources": _sources_digest()}
+    manifest = {"extension_suffix": _extension_suffix(), "python": _interpreter(), "sources": _sources_digest()}
     with (
         contextlib.chdir(PACKAGE.parent),
         tempfile.TemporaryDirectory(dir=destination.parent, prefix=".compiling-") as folder,

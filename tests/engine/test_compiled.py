@@ -31,7 +31,10 @@ def _fake_build(folder: Path, **changes: object) -> Path:
         file = folder.joinpath(*name.split(".")).with_suffix(compiled._extension_suffix())
         file.parent.mkdir(parents=True, exist_ok=True)
         file.touch()
-    manifest = {"extension_suffix": compiled._extension_suffix(), "sources": compiled._sources_digest(), **changes}
+    manifest = {
+        "extension_suffix": compiled._extension_suffix(), "python": compiled._interpreter(),
+        "sources": compiled._sources_digest(), **changes,
+    }  # fmt: skip
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
 
@@ -45,6 +48,8 @@ def test_a_build_stands_in_for_the_sources_only_while_it_was_compiled_from_them(
     assert compiled.current(_fake_build(tmp_path / "fresh"))
     assert "sources changed" in _why_not(_fake_build(tmp_path / "edited", sources="0" * 64))
     assert "another Python" in _why_not(_fake_build(tmp_path / "other", extension_suffix=".cpython-39.so"))
+    # another build of the same minor version (a distribution's python3 beside pyenv's): same suffix
+    assert "another Python" in _why_not(_fake_build(tmp_path / "patch", python="3.11.2 (main) at /usr/bin/python3.11"))
     assert "no compiled build" in _why_not(tmp_path / "missing")
     broken = _fake_build(tmp_path / "broken")
     (broken / "manifest.json").write_text("{not json")
