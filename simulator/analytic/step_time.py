@@ -575,6 +575,8 @@ class StepCostModel:
 
     def __init__(self, deployment: Deployment) -> None:
         d = self.deployment = deployment
+        #: How many micro-batches can be in flight: one per layer on spatial machines.
+        self.pipeline_stages = d.model.num_layers if d.hardware.execution.layer_pipelined else d.pipeline_parallel
         hw, model = d.hardware, d.model
         self.shapes = s = layer_shapes(model)
         tp = d.tensor_parallel
@@ -894,12 +896,6 @@ class StepCostModel:
     def tokens_per_step(self) -> float:
         """Expected tokens a decode step emits per sequence: 1, or a verify's with speculation."""
         return tokens_per_verify(self.accepted) if self.accepted else 1.0
-
-    @property
-    def pipeline_stages(self) -> int:
-        """How many micro-batches can be in flight: one per layer on spatial machines."""
-        d = self.deployment
-        return d.model.num_layers if d.hardware.execution.layer_pipelined else d.pipeline_parallel
 
     def cycle_time(self, batch_size: int, context_tokens: float, new_tokens: float = 1.0) -> tuple[float, StepTime]:
         """Seconds between successive tokens of each of ``batch_size`` identical sequences.

@@ -146,7 +146,9 @@ class LogNormal(Spec):
         return np.exp(math.log(self.median) + self.sigma * _standard_normal_quantile(u))
 
     def draw(self, rng: np.random.Generator) -> float:
-        return float(rng.lognormal(math.log(self.median), self.sigma))
+        """``rng.lognormal(log median, sigma)`` as numpy computes it, ``exp(mu + sigma z)`` of one
+        standard normal draw ``z`` (the same number, the same stream), without its array call."""
+        return math.exp(math.log(self.median) + self.sigma * rng.standard_normal())
 
 
 class Exponential(Spec):

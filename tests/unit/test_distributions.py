@@ -20,6 +20,8 @@ SPECS: list[dict[str, Any]] = [
     {"dist": "normal", "mean": -0.0, "std": 0.0},  # every draw -0.0 before truncation: 0.0 after
     {"dist": "lognormal", "median": 150.0, "sigma": 0.5},
     {"dist": "lognormal", "median": 150.0, "sigma": 0.0},
+    {"dist": "lognormal", "median": 4.0, "sigma": 1.0},  # a coding agent's tool latency (s)
+    {"dist": "lognormal", "median": 1e-3, "sigma": 2.5},
     {"dist": "exponential", "mean": 4.0},
     {"dist": "geometric", "mean": 64.0},
     {"dist": "geometric", "mean": 1.0},
