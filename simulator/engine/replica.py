@@ -55,7 +55,8 @@ import simpy
 from simulator.analytic.speculation import draw_emitted, tokens_per_verify
 from simulator.analytic.step_fast import EngineCost, StretchedSteps
 from simulator.engine import ProcessGenerator
-from simulator.engine.batching.protocol import BatchPolicy, Plan
+from simulator.engine.batching.paged import PagedBatching
+from simulator.engine.batching.protocol import Plan
 from simulator.engine.kv.tiers import KVTiers
 from simulator.engine.recorder import Recorder
 from simulator.engine.request import Request
@@ -78,7 +79,7 @@ class Replica:
         env: simpy.Environment,
         index: int,
         cost: EngineCost,
-        policy: BatchPolicy,
+        policy: PagedBatching,
         recorder: Recorder,
         rng: np.random.Generator,
         on_complete: Callable[[Request], None],
@@ -341,7 +342,7 @@ class Replica:
             self.recorder.inter_token_steps(durations, done, batch)
         self._complete(applied.completed, now)
 
-    def fail(self, policy: BatchPolicy, up_at: float) -> list[Request]:
+    def fail(self, policy: PagedBatching, up_at: float) -> list[Request]:
         """Fail now, down until ``up_at`` with the empty ``policy``: the requests it held (queued
         first, then running), its KV gone; the step in progress ends at its boundary, void."""
         now = self.env.now

@@ -15,7 +15,7 @@ from simulator.analytic.step_time import BatchAggregates, PassTimes
 from simulator.config.batching import BatchingSpec
 from simulator.config.scenario import ArrivalProcess
 from simulator.engine.batching.paged import PagedBatching
-from simulator.engine.batching.protocol import BatchPolicy, Plan
+from simulator.engine.batching.protocol import Plan
 from simulator.engine.batching.registry import batch_policy
 from simulator.engine.batching.slots import Slots
 from simulator.engine.kv.blocks import BlockManager
@@ -49,7 +49,7 @@ class OneAtATimePolicy(PagedBatching):
 
 
 @batch_policy.register
-def _one_at_a_time(spec: OneAtATime, backend: BackendPlan, blocks: BlockManager) -> BatchPolicy:
+def _one_at_a_time(spec: OneAtATime, backend: BackendPlan, blocks: BlockManager) -> PagedBatching:
     return OneAtATimePolicy(Slots(1), blocks, backend.max_batched_tokens, 1.0, backend.window)
 
 

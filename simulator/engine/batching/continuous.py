@@ -14,7 +14,7 @@ from mypy_extensions import mypyc_attr
 
 from simulator.config.batching import ContinuousBatching
 from simulator.engine.batching.paged import PagedBatching
-from simulator.engine.batching.protocol import BatchPolicy, Plan
+from simulator.engine.batching.protocol import Plan
 from simulator.engine.batching.registry import batch_policy
 from simulator.engine.batching.slots import Slots
 from simulator.engine.kv.blocks import BlockManager
@@ -58,7 +58,7 @@ class PrefillFirstBatchingPolicy(ContinuousBatchingPolicy):
         return self.prefill_pending()
 
 
-def _continuous(spec: ContinuousBatching, backend: BackendPlan, blocks: BlockManager) -> BatchPolicy:
+def _continuous(spec: ContinuousBatching, backend: BackendPlan, blocks: BlockManager) -> PagedBatching:
     """Continuous batching; what the config leaves empty is the deployment's serving stack's."""
     stack = backend.deployment.stack
     priority = spec.priority or stack.priority

@@ -39,10 +39,12 @@ from simulator.engine.request import Request
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a policy outside the package may build on it
 class PagedBatching:
-    """Shared machinery of the bundled policies: the queue, the slots, paged KV with a prefix
-    cache, admission and preemption. A subclass forms iterations (:meth:`plan`) from the public
-    methods below (``grow``, ``schedule_prefills``, ``prefill_pending``, ``can_admit``,
-    ``preempt``) and hands them back through :meth:`planned`."""
+    """A replica's batching policy: the queue, the slots, paged KV with a prefix cache, admission
+    and preemption. The replica reads its load views (``queued``, ``running``, ``kv_used``,
+    ``tokens_left``, ``kv_headroom``, ``has_room``) and runs ``plan``, ``unchanged_steps`` and
+    ``apply``. A subclass forms iterations (:meth:`plan`) from the public methods below (``grow``,
+    ``schedule_prefills``, ``prefill_pending``, ``can_admit``, ``preempt``) and hands them back
+    through :meth:`planned`."""
 
     def __init__(
         self,

@@ -9,7 +9,7 @@ from mypy_extensions import mypyc_attr
 
 from simulator.config.batching import StaticBatching
 from simulator.engine.batching.paged import PagedBatching
-from simulator.engine.batching.protocol import BatchPolicy, Plan
+from simulator.engine.batching.protocol import Plan
 from simulator.engine.batching.registry import batch_policy
 from simulator.engine.batching.slots import Slots
 from simulator.engine.kv.blocks import BlockManager
@@ -51,7 +51,7 @@ class StaticBatchingPolicy(PagedBatching):
         return self.planned(q)
 
 
-def _static(spec: StaticBatching, backend: BackendPlan, blocks: BlockManager) -> BatchPolicy:
+def _static(spec: StaticBatching, backend: BackendPlan, blocks: BlockManager) -> PagedBatching:
     return StaticBatchingPolicy(Slots(backend.batch_cap), blocks, backend.max_batched_tokens, 1.0, backend.window)
 
 
