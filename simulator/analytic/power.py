@@ -88,7 +88,7 @@ def replicas_within(budget_kw: float, replica_kw: float) -> int:
     return math.floor(budget_kw / replica_kw * (1.0 + BUDGET_ROUNDING))
 
 
-class CappedCost:
+class CappedCost(EngineCost):
     """A replica's :class:`~simulator.analytic.step_fast.EngineCost` with every step ``stretch`` times
     longer (the work, FLOPs and bytes, unchanged)."""
 

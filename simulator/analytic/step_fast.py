@@ -50,10 +50,11 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+from mypy_extensions import mypyc_attr
 
 from simulator.analytic.kept import Kept
 from simulator.analytic.placement import Deployment
@@ -158,7 +159,34 @@ class IterationTimes(NamedTuple):
     bytes_moved: FloatArray
 
 
-class FastStepCost:
+@mypyc_attr(allow_interpreted_subclasses=True)  # a power cap's CappedCost (simulator.analytic.power) builds on it
+class EngineCost:
+    """What a replica asks of its step-time model: :class:`~simulator.analytic.step_time.CostModel`,
+    plus one iteration in plain floats and a decode jump costed as far as asked (:class:`JumpSteps`).
+    A base class, not a protocol: the compiled replica calls its methods directly."""
+
+    accepted: tuple[float, ...]
+
+    def iteration(self, shape: BatchShape) -> tuple[float, float, float]:  # pragma: no cover - abstract
+        """(seconds, FLOPs, bytes) of one iteration of this shape."""
+        raise NotImplementedError
+
+    def iteration_times(self, batch: BatchAggregates) -> IterationCost:  # pragma: no cover - abstract
+        """Seconds between iterations for each entry of ``batch``, with FLOPs and bytes."""
+        raise NotImplementedError
+
+    def decode_steps(
+        self, context_tokens: Sequence[float], steps: int, window: int | None
+    ) -> JumpSteps:  # pragma: no cover - abstract
+        """The ``steps`` decode steps of sequences holding ``context_tokens``, costed as far as asked."""
+        raise NotImplementedError
+
+    def draft_s(self, context_tokens: FloatArray) -> float:  # pragma: no cover - abstract
+        """Seconds the draft takes to propose for decoding sequences holding ``context_tokens``."""
+        raise NotImplementedError
+
+
+class FastStepCost(EngineCost):
     """:class:`StepCostModel`'s ``iteration_times`` and ``draft_s``, evaluated as described above."""
 
     def __init__(self, reference: StepCostModel) -> None:
@@ -338,38 +366,19 @@ class StretchedSteps(JumpSteps):
         return self.inner.work()
 
 
-class EngineCost(Protocol):
-    """What a replica asks of its step-time model: :class:`~simulator.analytic.step_time.CostModel`,
-    plus one iteration in plain floats and a decode jump costed as far as asked (:class:`JumpSteps`)."""
-
-    accepted: tuple[float, ...]
-
-    def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
-        """(seconds, FLOPs, bytes) of one iteration of this shape."""
-        ...
-
-    def iteration_times(self, batch: BatchAggregates) -> IterationCost:
-        """Seconds between iterations for each entry of ``batch``, with FLOPs and bytes."""
-        ...
-
-    def decode_steps(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpSteps:
-        """The ``steps`` decode steps of sequences holding ``context_tokens``, costed as far as asked."""
-        ...
-
-    def draft_s(self, context_tokens: FloatArray) -> float:
-        """Seconds the draft takes to propose for decoding sequences holding ``context_tokens``."""
-        ...
-
-
-class ArrayCost:
+class ArrayCost(EngineCost):
     """Any :class:`~simulator.analytic.step_time.CostModel` as an :class:`EngineCost`: one iteration
     is a batch of one entry."""
 
     def __init__(self, cost: CostModel) -> None:
         self.cost = cost
         self.accepted = cost.accepted
-        self.iteration_times = cost.iteration_times
-        self.draft_s = cost.draft_s
+
+    def iteration_times(self, batch: BatchAggregates) -> IterationCost:
+        return self.cost.iteration_times(batch)
+
+    def draft_s(self, context_tokens: FloatArray) -> float:
+        return self.cost.draft_s(context_tokens)
 
     def decode_steps(self, context_tokens: Sequence[float], steps: int, window: int | None) -> JumpSteps:
         times = self.cost.iteration_times(BatchAggregates.decode_steps(context_tokens, steps, window))
