@@ -739,7 +739,7 @@ class StepCostModel:
         if count_window == 0.0:
             return None
         share = 1.0 / self.dp
-        seconds, _, flops, moved = self.core_row(count_window, held_window, pairs_window, share, tokens * share)
+        seconds, _share, flops, moved = self.core_row(count_window, held_window, pairs_window, share, tokens * share)
         return seconds, flops, moved
 
     def core_beside(
@@ -751,7 +751,7 @@ class StepCostModel:
         count_full = self.core_counts[0]
         seconds = flops = moved = 0.0
         if count_full != 0.0:
-            seconds, _, flops, moved = self.core_row(count_full, held_full, pairs_full, share, tokens * share)
+            seconds, _share, flops, moved = self.core_row(count_full, held_full, pairs_full, share, tokens * share)
         if window is not None:
             window_s, window_flops, window_moved = window
             seconds, flops, moved = seconds + window_s, flops + window_flops, moved + window_moved
