@@ -4,7 +4,7 @@
 # is 3.11 or newer and has venv and the C headers, else the first python3 on PATH. A distribution's
 # build (Debian, Ubuntu, Fedora) is compiled with profile-guided and link-time optimisation into one
 # static binary; pyenv's default build is neither, and the engine runs ~20 % slower on it (README,
-# "How fast"). `make clean` first to move an existing .venv to another interpreter.
+# Quickstart). `make clean` first to move an existing .venv to another interpreter.
 SYSTEM_PYTHON := /usr/bin/python3
 PYTHON ?= $(shell $(SYSTEM_PYTHON) -c 'import ensurepip, os, sys, sysconfig, venv; \
 	sys.exit(sys.version_info < (3, 11) or not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
