@@ -71,13 +71,16 @@ class PagedBatching:
     # -- the replica's view -----------------------------------------------------------------------
     @property
     def queued(self) -> int:
+        """Requests waiting for admission."""
         return len(self.waiting)
 
     def held(self) -> list[Request]:
+        """Every request the policy holds, waiting first, then running (what a failure loses)."""
         return [*self.waiting, *(slot.request for slot in self.slots.table if slot.request is not None)]
 
     @property
     def running(self) -> int:
+        """Sequences holding a slot."""
         return self.slots.count
 
     @property
@@ -87,12 +90,15 @@ class PagedBatching:
 
     @property
     def block_tokens(self) -> int:
+        """Tokens of one KV block."""
         return self.kv.block_tokens
 
     def tokens_left(self) -> float:
+        """Prompt and output tokens still to process: running sequences plus the queue."""
         return self.slots.tokens_left + self.waiting.tokens
 
     def kv_headroom(self) -> float:
+        """Free KV blocks after the queue's prompts are admitted (negative: oversubscribed)."""
         kv = self.kv
         demand = sum(
             kv.blocks_of(r.input_tokens + r.generated) + kv.window_blocks(r.input_tokens + r.output_tokens)
@@ -101,12 +107,16 @@ class PagedBatching:
         return kv.available - demand
 
     def has_room(self) -> bool:
+        """A slot and some KV are free: an arrival might join at the next step."""
         return self.slots.count < self.slots.capacity and self.kv.available > 0
 
     def enqueue(self, request: Request) -> None:
+        """A request arrives at the replica."""
         self.waiting.append(request)
 
     def plan(self, now: float) -> Plan:  # pragma: no cover - abstract
+        """Form the next iteration: admit what fits, choose each slot's new tokens (an empty plan
+        with sequences running: the replica calls :meth:`preempt` and asks again)."""
         raise NotImplementedError
 
     def planned(self, new_tokens: dict[int, float]) -> Plan:

@@ -42,8 +42,9 @@ class Slot:
 class Plan:
     """One iteration as a policy formed it: the slots it schedules (ascending) and their new tokens.
 
-    The policy's slots do not change until it applies the plan, so the views below describe
-    the planned iteration whenever they are read before :meth:`~simulator.engine.batching.paged.PagedBatching.apply`.
+    The policy's slots do not change until it applies the plan, so the views below describe the
+    planned iteration whenever they are read before it is applied
+    (:meth:`~simulator.engine.batching.paged.PagedBatching.apply`).
     """
 
     def __init__(
