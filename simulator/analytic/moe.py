@@ -106,14 +106,27 @@ def expected_max_binomial(trials: float, probability: float, ranks: int) -> floa
         return n * probability
     if probability >= 1.0:
         return float(n)
-    from scipy import stats  # imported here: a run without expert parallelism never needs it
-
     mean, sigma = n * probability, math.sqrt(n * probability * (1.0 - probability))
     low = max(0, int(mean - _TAIL_SIGMAS * sigma))
     high = min(n, math.ceil(mean + _TAIL_SIGMAS * sigma))
     x = np.arange(low, high + 1)
-    tail = 1.0 - np.power(stats.binom.cdf(x, n, probability), ranks)
+    tail = 1.0 - np.power(binomial_cdf(x, n, probability), ranks)
     return float(low + tail.sum())
+
+
+def binomial_cdf(x: npt.NDArray[np.int64], trials: int, probability: float) -> FloatArray:
+    """``scipy.stats.binom.cdf(x, trials, probability)`` for integers ``0 <= x <= trials`` and
+    ``0 < probability < 1``: the ufunc it evaluates (boost's incomplete beta), without the
+    distribution's argument checks (~40 us a call, most of an expert-parallel prefill shape's cost
+    where the trials are few); 1 at ``x = trials``, as it gives. The same numbers
+    (``tests/unit/test_moe.py``); scipy's own call where a release moves the ufunc."""
+    try:  # imported here: a run without expert parallelism never needs scipy
+        from scipy.special._ufuncs import _binom_cdf
+    except ImportError:  # pragma: no cover - a scipy that moved it
+        from scipy import stats
+
+        return np.asarray(stats.binom.cdf(x, trials, probability), dtype=np.float64)
+    return np.where(x >= trials, 1.0, _binom_cdf(x.astype(np.float64), trials, probability))
 
 
 @lru_cache(maxsize=65536)
