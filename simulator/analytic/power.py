@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.analytic.step_fast import EngineCost, FloatArray, IterationTimes, JumpSteps, StretchedSteps
-from simulator.analytic.step_time import BatchAggregates, BatchShape, IterationCost
+from simulator.analytic.step_time import BatchAggregates, IterationCost, ShapeFloats
 from simulator.config.hardware import HardwareProfile
 from simulator.errors import InfersimError
 
@@ -96,7 +96,7 @@ class CappedCost(EngineCost):
         self.cost, self.stretch = cost, stretch
         self.accepted = cost.accepted
 
-    def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
+    def iteration(self, shape: ShapeFloats) -> tuple[float, float, float]:
         seconds, flops, bytes_moved = self.cost.iteration(shape)
         return seconds * self.stretch, flops, bytes_moved
 

@@ -27,7 +27,11 @@ adds its core rows in plain floats (the tokens it holds:
 :func:`~simulator.analytic.step_time.decode_held_full` and
 :func:`~simulator.analytic.step_time.decode_held_window`, no list for what every step holds alike),
 the same operations as its iteration's, so every step's seconds equal its iteration's to the last
-bit. Where the windowed layers hold the same at every step (every sequence already fills its
+bit. On one micro-batch whose windowed layers hold the same at every step (a GPU's decode), the
+steps after the first are costed in one loop of the reference model's
+(:meth:`~simulator.analytic.step_time.StepCostModel.decode_seconds`: the core row's operations, no
+call, tuple, FLOPs or bytes a step; on ``scenarios/plan-coding-agents.yaml`` a jump-bound
+candidate's CPU fell ~10 %). Where the windowed layers hold the same at every step (every sequence already fills its
 window), their row is costed once for the jump
 (:meth:`~simulator.analytic.step_time.StepCostModel.core_window`), and the jump's FLOPs and bytes
 are affine in the step (:class:`JumpWork`): no list of them, their sum up to rounding. Each float a
@@ -59,36 +63,31 @@ from mypy_extensions import mypyc_attr
 from simulator.analytic.kept import Kept
 from simulator.analytic.placement import Deployment
 from simulator.analytic.step_time import (
+    SHARED_DEPLOYMENTS,
     BatchAggregates,
     BatchShape,
     CostModel,
     IterationCost,
+    ShapeFloats,
     StepCostModel,
     decode_held_full,
     decode_held_window,
+    deployment_cache,
 )
 
 FloatArray = npt.NDArray[np.float64]
 
 #: Distinct (tokens, sequences) shapes kept; the cache is cleared when it fills (memory stays flat).
 BASE_CACHE_SIZE = 1 << 16
-#: Deployments whose shape terms stay cached between runs (:func:`shape_cache`), least recently used
-#: out: a plan's backends all stay; at most this many full caches (~18 MB each) are held.
-SHARED_DEPLOYMENTS = 8
-
 ShapeCache = dict[tuple[float, float], tuple[float, float, float]]
 _shared: Kept[Deployment, ShapeCache] = Kept(SHARED_DEPLOYMENTS)
 
 
 def shape_cache(reference: StepCostModel) -> ShapeCache:
-    """Where :class:`FastStepCost` keeps the shape terms of ``reference``: shared by the reference
-    models of equal deployments (the reference model's terms depend on its deployment alone), so the
-    runs of one process that hold the same backend (a plan's candidates, a sweep's points) compute
-    each shape once; a cache of its own for a subclass, whose terms may depend on more."""
-    if type(reference) is not StepCostModel:
-        return {}
-    cache = _shared.get(reference.deployment)
-    return cache if cache is not None else _shared.keep(reference.deployment, {})
+    """Where :class:`FastStepCost` keeps the shape terms of ``reference``
+    (:func:`~simulator.analytic.step_time.deployment_cache`: shared by equal deployments; at most
+    :data:`~simulator.analytic.step_time.SHARED_DEPLOYMENTS` full caches, ~18 MB each, are held)."""
+    return deployment_cache(_shared, reference)
 
 
 #: Methods that put a pass together: a subclass overriding one is not evaluated by :class:`FastStepCost`.
@@ -167,8 +166,8 @@ class EngineCost:
 
     accepted: tuple[float, ...]
 
-    def iteration(self, shape: BatchShape) -> tuple[float, float, float]:  # pragma: no cover - abstract
-        """(seconds, FLOPs, bytes) of one iteration of this shape."""
+    def iteration(self, shape: ShapeFloats) -> tuple[float, float, float]:  # pragma: no cover - abstract
+        """(seconds, FLOPs, bytes) of one iteration of this shape (a :class:`BatchShape` or its floats)."""
         raise NotImplementedError
 
     def iteration_times(self, batch: BatchAggregates) -> IterationCost:  # pragma: no cover - abstract
@@ -224,10 +223,10 @@ class FastStepCost(EngineCost):
         :func:`decode_held_window`), costed as far as the replica asks (:class:`DecodeSteps`)."""
         return DecodeSteps(self, context_tokens, steps, window)
 
-    def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
+    def iteration(self, shape: ShapeFloats) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of one iteration, in plain floats."""
-        return self._iteration(shape.tokens, shape.sequences, shape.held_full, shape.pairs_full, shape.held_window,
-                               shape.pairs_window)  # fmt: skip
+        tokens, sequences, held_full, held_window, pairs_full, pairs_window = shape
+        return self._iteration(tokens, sequences, held_full, pairs_full, held_window, pairs_window)
 
     def _iteration(
         self, tokens: float, sequences: float, held_full: float, pairs_full: float, held_window: float,
@@ -311,6 +310,10 @@ class DecodeSteps(JumpSteps):
         self.alike = isinstance(windowed, float)  # every step's windowed layers hold the same: cost them once
         self.same_window = cost._window(m, n, windowed, windowed) if isinstance(windowed, float) else None
         self.affine = self.varying is None and cost.affine_core
+        #: whether the steps after the first are costed in one loop (:meth:`StepCostModel.decode_seconds`):
+        #: affine work, one micro-batch, windowed layers alike at every step (or none)
+        self.fused = self.affine and m == 1.0 and (self.alike or cost.reference.core_counts[1] == 0.0)
+        self.window_s = self.same_window[0] if self.same_window is not None else None
         self.flops: list[float] = []
         self.moved: list[float] = []
         self.first = (0.0, 0.0)
@@ -328,7 +331,9 @@ class DecodeSteps(JumpSteps):
 
     def extend(self, upto: int) -> None:
         total_s, elapsed, affine = self.total_s, self.elapsed_s, self.affine
-        for j in range(len(total_s), min(upto, self.steps)):
+        start, stop = len(total_s), min(upto, self.steps)
+        alone = min(stop, 1) if self.fused else stop  # fused, the first step alone: its work starts the affine sum
+        for j in range(start, alone):
             seconds, step_flops, step_moved = self._step(j)
             total_s.append(seconds)
             elapsed += seconds
@@ -337,6 +342,9 @@ class DecodeSteps(JumpSteps):
                 self.moved.append(step_moved)
             elif j == 0:
                 self.first = (step_flops, step_moved)
+        if alone < stop:
+            elapsed = self.cost.reference.decode_seconds(self.base[0], self.n, self.total, self.window_s,
+                                                         (max(start, alone), stop), total_s, elapsed)  # fmt: skip
         self.elapsed_s = elapsed
 
     def work(self) -> JumpWork:
@@ -387,7 +395,7 @@ class ArrayCost(EngineCost):
             steps, total_s, running_sum(total_s), JumpWork(times.flops.tolist(), times.bytes_moved.tolist())
         )
 
-    def iteration(self, shape: BatchShape) -> tuple[float, float, float]:
+    def iteration(self, shape: ShapeFloats) -> tuple[float, float, float]:
         times = self.cost.iteration_times(BatchAggregates(*np.array(shape, dtype=np.float64)[:, None]))
         return float(times.total_s[0]), float(times.flops[0]), float(times.bytes_moved[0])
 

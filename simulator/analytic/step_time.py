@@ -81,13 +81,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 from mypy_extensions import mypyc_attr
 
 from simulator.analytic.architecture import FLOPS_PER_MAC, layer_shapes
+from simulator.analytic.kept import Kept
 from simulator.analytic.moe import (
     DEFAULT_EXPERT_LOAD_CV,
     busiest_rank_experts,
@@ -121,6 +122,19 @@ FloatArray = npt.NDArray[np.float64]
 #: loss at 32 tokens per GPU and a gain from 64-128 up (lmsys.org/blog/2025-05-05-large-scale-ep).
 TWO_BATCH_OVERLAP_MIN_TOKENS = 128
 
+#: (weight seconds, compute seconds, FLOPs, weight bytes, expert set-up seconds) of one MoE layer
+#: (:meth:`StepCostModel.moe_row`).
+MoERow = tuple[float, float, float, float, float]
+#: MoE rows kept per deployment (:meth:`StepCostModel.moe_row`; ~400 bytes each); cleared when full.
+MOE_ROWS_KEPT = 1 << 15
+#: Deployments whose results stay kept between runs (:func:`deployment_cache`), least recently used
+#: out: a plan's backends all stay.
+SHARED_DEPLOYMENTS = 8
+_moe_rows: Kept[Deployment, dict[tuple[float, float], MoERow]] = Kept(SHARED_DEPLOYMENTS)
+
+CacheKey = TypeVar("CacheKey")
+CacheValue = TypeVar("CacheValue")
+
 
 @dataclass(frozen=True)
 class StepTime:
@@ -144,6 +158,12 @@ class StepTime:
         return StepTime({k: self.components_s.get(k, 0.0) + other.components_s.get(k, 0.0) for k in keys})
 
 
+#: One batch's statistics as plain floats, in :class:`BatchShape`'s order (``tokens, sequences,
+#: held_full, held_window, pairs_full, pairs_window``): what the engine hands its step-time model
+#: every iteration (compiled, a tuple of floats is passed unboxed; a :class:`BatchShape` is one too).
+ShapeFloats = tuple[float, float, float, float, float, float]
+
+
 class BatchShape(NamedTuple):
     """The statistics of :class:`BatchAggregates` for one batch, as floats (the engine's iterations)."""
 
@@ -156,29 +176,34 @@ class BatchShape(NamedTuple):
 
     @classmethod
     def of(cls, new_tokens: Sequence[float], context_tokens: Sequence[float], window: int | None) -> BatchShape:
-        """:meth:`BatchAggregates.of` in plain Python, for the few sequences of one iteration
-        (whole or half token counts: every sum is exact, so both agree to the last bit). With a window,
-        one pass over the sequences takes the three sums that need both counts, each in their order."""
-        tokens = float(sum(new_tokens))
-        held = float(sum(context_tokens)) + tokens
-        if window is None or isinstance(window, ChunkedWindow):
-            pairs = float(sum(q * (c + (q + 1.0) / 2.0) for q, c in zip(new_tokens, context_tokens)))
-            if window is None:
-                return cls(tokens, float(len(new_tokens)), held, held, pairs, pairs)
-            w = float(window)
-            held_window = float(sum(chunk_held(q, c, w) for q, c in zip(new_tokens, context_tokens)))
-            pairs_window = float(sum(chunk_pairs(c + q, w) - chunk_pairs(c, w)
-                                     for q, c in zip(new_tokens, context_tokens)))  # fmt: skip
-            return cls(tokens, float(len(new_tokens)), held, held_window, pairs, pairs_window)
+        """:func:`batch_shape` as a :class:`BatchShape`."""
+        return cls(*batch_shape(new_tokens, context_tokens, window))
+
+
+def batch_shape(new_tokens: Sequence[float], context_tokens: Sequence[float], window: int | None) -> ShapeFloats:
+    """:meth:`BatchAggregates.of` in plain Python, for the few sequences of one iteration
+    (whole or half token counts: every sum is exact, so both agree to the last bit). With a window,
+    one pass over the sequences takes the three sums that need both counts, each in their order."""
+    tokens = float(sum(new_tokens))
+    held = float(sum(context_tokens)) + tokens
+    if window is None or isinstance(window, ChunkedWindow):
+        pairs = float(sum(q * (c + (q + 1.0) / 2.0) for q, c in zip(new_tokens, context_tokens)))
+        if window is None:
+            return tokens, float(len(new_tokens)), held, held, pairs, pairs
         w = float(window)
-        pairs = held_window = pairs_window = 0.0
-        for q, c in zip(new_tokens, context_tokens):
-            causal = c + (q + 1.0) / 2.0
-            pairs += q * causal
-            held_after = c + q
-            held_window += w if w < held_after else held_after  # min(c + q, W)
-            pairs_window += q * (w if w < causal else causal)
-        return cls(tokens, float(len(new_tokens)), held, held_window, pairs, pairs_window)
+        held_window = float(sum(chunk_held(q, c, w) for q, c in zip(new_tokens, context_tokens)))
+        pairs_window = float(sum(chunk_pairs(c + q, w) - chunk_pairs(c, w)
+                                 for q, c in zip(new_tokens, context_tokens)))  # fmt: skip
+        return tokens, float(len(new_tokens)), held, held_window, pairs, pairs_window
+    w = float(window)
+    pairs = held_window = pairs_window = 0.0
+    for q, c in zip(new_tokens, context_tokens):
+        causal = c + (q + 1.0) / 2.0
+        pairs += q * causal
+        held_after = c + q
+        held_window += w if w < held_after else held_after  # min(c + q, W)
+        pairs_window += q * (w if w < causal else causal)
+    return tokens, float(len(new_tokens)), held, held_window, pairs, pairs_window
 
 
 def chunk_held(new: float, cached: float, chunk: float) -> float:
@@ -556,6 +581,19 @@ def _expert_skew(moe: MoESpec | None, expert_parallel: int) -> tuple[float, floa
     return hot, other_ranks(moe.num_routed_experts, moe.experts_per_token, expert_parallel)
 
 
+def deployment_cache(
+    kept: Kept[Deployment, dict[CacheKey, CacheValue]], model: StepCostModel
+) -> dict[CacheKey, CacheValue]:
+    """Where ``model`` keeps results that depend on its deployment alone: one dict shared by the
+    reference models of equal deployments, so the runs of one process that hold the same backend (a
+    plan's candidates, a sweep's points) compute each once; a dict of its own for a subclass, whose
+    results may depend on more."""
+    if type(model) is not StepCostModel:
+        return {}
+    cache = kept.get(model.deployment)
+    return cache if cache is not None else kept.keep(model.deployment, {})
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # a variant of the physics may build on it
 class StepCostModel:
     """Pure step-time model of one deployment: batch state in, seconds out.
@@ -612,6 +650,8 @@ class StepCostModel:
         self.draft = StepCostModel(d.draft) if d.draft is not None else None
         self.accepted = acceptance(d.speculative) if d.speculative is not None else ()
         self.fabric_per_layer_s = self._fabric_per_layer()
+        #: MoE rows by their arguments (:meth:`moe_row`), shared by equal deployments (:func:`deployment_cache`).
+        self.moe_rows: dict[tuple[float, float], MoERow] = deployment_cache(_moe_rows, self)
         layers = model.num_layers
         self.dense_layers = layers - self.moe_layers
         self.reductions = layers + self.dense_layers  # all-reduces per pass (MoE layers' are their own)
@@ -686,7 +726,7 @@ class StepCostModel:
             return float(seconds[0]), hops
         return self.alltoall_alpha + msg / self.link_bw, 0.0
 
-    def moe_row(self, tokens: float, tokens_per_rank: float) -> tuple[float, float, float, float, float]:
+    def moe_row(self, tokens: float, tokens_per_rank: float) -> MoERow:
         """(weight seconds, compute seconds, FLOPs, weight bytes, expert set-up seconds) of one MoE
         layer on the busiest chip.
 
@@ -695,7 +735,21 @@ class StepCostModel:
         read) and token-expert pairs (hot experts included), each hit expert's rows padded up to the
         kernel's M tile, each expert split over ``expert_tp`` chips; shared experts run as a dense
         matmul on every attention rank's own tokens, split like the dense layers (``tp``).
+
+        Kept by its arguments (:attr:`moe_rows`): a row depends on them and the deployment alone,
+        and is most of what a new batch shape costs; a plan's runs meet each token count with
+        several sequence counts (the 10-minute question: 231,000 shapes, 57,000 token counts).
         """
+        key = (tokens, tokens_per_rank)
+        row = self.moe_rows.get(key)
+        if row is None:
+            row = self._moe_row(tokens, tokens_per_rank)
+            if len(self.moe_rows) >= MOE_ROWS_KEPT:
+                self.moe_rows.clear()
+            self.moe_rows[key] = row
+        return row
+
+    def _moe_row(self, tokens: float, tokens_per_rank: float) -> MoERow:
         d = self.deployment
         moe = d.model.moe
         assert moe is not None
@@ -756,6 +810,38 @@ class StepCostModel:
             window_s, window_flops, window_moved = window
             seconds, flops, moved = seconds + window_s, flops + window_flops, moved + window_moved
         return seconds, flops, moved
+
+    def decode_seconds(
+        self, base_s: float, sequences: float, total: float, window_s: float | None, steps: tuple[int, int],
+        seconds: list[float], elapsed_s: float,
+    ) -> float:  # fmt: skip
+        """Seconds of decode steps ``start <= j < stop`` (``steps``) of one micro-batch of
+        ``sequences`` sequences that held ``total`` tokens before the first
+        (:func:`decode_held_full`), each appended to ``seconds``; returns ``elapsed_s`` plus them,
+        added left to right. ``base_s`` is the batch's :meth:`shape_terms` seconds, ``window_s`` its
+        windowed layers' core (:meth:`core_window`, the same at every step; None without windowed
+        layers). :meth:`core_beside`'s seconds in one loop: the operations of :meth:`core_row`
+        in their order, so each step's seconds are its iteration's to the last bit
+        (``tests/analytic/test_step_fast.py``), without the calls, tuples, FLOPs and bytes of
+        each step (a decode jump's steps are most of what the engine costs)."""
+        share = 1.0 / self.dp
+        count = self.core_counts[0]
+        rank_tokens = sequences * share
+        kv_s, pair_s, exponent = self.kv_s_per_token, self.s_per_pair, self.exponent
+        start, stop = steps
+        for j in range(start, stop):
+            held = decode_held_full(total, sequences, j)
+            core_s = 0.0
+            if count != 0.0:
+                memory_s = (held * share + rank_tokens) * kv_s
+                knee_s, _share = roofline_s(memory_s, held * share * pair_s, exponent)
+                core_s = count * knee_s
+            if window_s is not None:
+                core_s = core_s + window_s
+            step_s = base_s + core_s
+            seconds.append(step_s)
+            elapsed_s += step_s
+        return elapsed_s
 
     def micro_batches(self, tokens: float) -> float:
         """Micro-batches a batch of ``tokens`` new tokens is split into: ``clip(tokens, 1, stages)``."""

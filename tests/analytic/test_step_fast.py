@@ -163,6 +163,10 @@ def test_a_decode_jump_costs_each_step_as_one_iteration_to_the_last_bit(hardware
             seconds, flops, moved = (list(column) for column in zip(*each, strict=True))
             assert jump.total_s == seconds
             assert jump.elapsed_s == list(itertools.accumulate(seconds))[-1]  # the end the replica waits for
+            chunked = fast.decode_steps(contexts, int(steps), window)
+            for upto in (1, 2, 9, int(steps)):  # as a replica costs a jump an arrival may cut: a chunk at a time
+                chunked.extend(upto)
+            assert (chunked.total_s, chunked.elapsed_s) == (seconds, jump.elapsed_s)
             # the work of every prefix a cut may leave: the steps' correctly rounded sums, or their
             # closed form where each step adds the same (every sequence at its window, or none)
             sums = [(math.fsum(flops[:done]), math.fsum(moved[:done])) for done in range(1, int(steps) + 1)]
@@ -175,6 +179,26 @@ def test_a_decode_jump_costs_each_step_as_one_iteration_to_the_last_bit(hardware
             stepwise += not jump.work.affine
         assert stepwise or window is None  # a windowed model runs both kinds of jump
         assert affine
+
+
+def test_a_gpu_decode_jump_costs_its_steps_in_one_loop_to_the_same_bits() -> None:
+    """On one micro-batch whose windowed layers hold the same at every step (every sequence at its
+    window), a decode jump costs the steps after its first in one loop
+    (:meth:`StepCostModel.decode_seconds`), and each step's seconds and their running sum are,
+    bit for bit, those of the step-by-step path (the same jump with the loop turned off)."""
+    for hardware, window in (("nvidia-h100-sxm", 128), ("amd-mi300x", 128), ("nvidia-b200", None)):
+        model = "gpt-oss-120b" if window else "llama-3.1-70b"
+        fast = FastStepCost(StepCostModel(deploy(CATALOG, hardware, model)))
+        contexts = [3000.0, 150.0, 40_000.0, 128.0]
+        for chunks in ((200,), (1, 96, 200), (5, 6, 7, 150, 200)):
+            fused, stepwise = fast.decode_steps(contexts, 200, window), fast.decode_steps(contexts, 200, window)
+            stepwise.fused = False
+            assert fused.fused
+            for upto in chunks:
+                fused.extend(upto)
+                stepwise.extend(upto)
+                assert (fused.total_s, fused.elapsed_s) == (stepwise.total_s, stepwise.elapsed_s)
+            assert fused.work().totals(200) == stepwise.work().totals(200)
 
 
 class WiderCore(StepCostModel):
@@ -232,6 +256,18 @@ def test_shape_terms_are_shared_by_equal_deployments_only() -> None:
     fresh = FastStepCost(StepCostModel(deploy(CATALOG, **spec)))
     assert fresh._base is not first._base and fresh.iteration(shape) == alone
     assert len(step_fast._shared.keys()) == step_fast.SHARED_DEPLOYMENTS
+
+
+def test_moe_rows_are_kept_for_equal_deployments_only() -> None:
+    """A MoE layer's row depends on its token counts and the deployment alone: the reference models
+    of equal deployments keep it in one place, a subclass in its own; a kept row is the one computed."""
+    spec = {"hardware": "nvidia-h100-sxm", "model": "gpt-oss-120b"}
+    first, again = (StepCostModel(deploy(CATALOG, **spec)) for _ in range(2))
+    assert again.moe_rows is first.moe_rows
+    assert WiderCore(deploy(CATALOG, **spec)).moe_rows is not first.moe_rows
+    row = first.moe_row(4095.0, 4095.0)
+    assert again.moe_rows[(4095.0, 4095.0)] == row
+    assert again.moe_row(4095.0, 4095.0) == again._moe_row(4095.0, 4095.0) == row
 
 
 def test_threads_share_one_shape_cache_per_deployment() -> None:

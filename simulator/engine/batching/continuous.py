@@ -38,7 +38,8 @@ class ContinuousBatchingPolicy(PagedBatching):
                 break
             if not self.preempt():
                 break
-        q.update(dict.fromkeys(decoding, step))
+        for index in decoding:  # a compiled loop; dict.fromkeys is a Python call
+            q[index] = step
         return budget - int(step * len(decoding))
 
     def plan(self, now: float) -> Plan:

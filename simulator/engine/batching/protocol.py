@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from simulator.analytic.step_time import BatchShape
+from simulator.analytic.step_time import ShapeFloats, batch_shape
 from simulator.engine.request import Request
 
 FloatArray = npt.NDArray[np.float64]
@@ -83,9 +83,9 @@ class Plan:
         return np.array([c for c, decoding in zip(self.context, self.decoding) if decoding])
 
     @property
-    def shape(self) -> BatchShape:
-        """What the step-time model needs of this iteration."""
-        return BatchShape.of(self.new, self.context, self.window)
+    def shape(self) -> ShapeFloats:
+        """What the step-time model needs of this iteration (:func:`~simulator.analytic.step_time.batch_shape`)."""
+        return batch_shape(self.new, self.context, self.window)
 
     @property
     def prefill_tokens(self) -> float:
