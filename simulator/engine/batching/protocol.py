@@ -16,7 +16,6 @@ over a list costs less than the fixed overhead of the numpy calls it would repla
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -98,9 +97,11 @@ class Plan:
                          if not decoding and state.prompt_left <= new))  # fmt: skip
 
 
-class Applied(NamedTuple):
-    """What an applied iteration (or run of decode steps) produced."""
+class Applied:
+    """What an applied iteration (or run of decode steps) produced (a compiled class: one is made
+    every iteration, where a NamedTuple is built by Python code)."""
 
-    decode_tokens: list[float]  # tokens each decoding sequence emitted, in slot order
-    tokens: float  # every token emitted, first tokens of finished prefills included
-    completed: list[Request]  # requests that emitted their last token, their slots freed
+    def __init__(self, decode_tokens: list[float], tokens: float, completed: list[Request]) -> None:
+        self.decode_tokens = decode_tokens  # tokens each decoding sequence emitted, in slot order
+        self.tokens = tokens  # every token emitted, first tokens of finished prefills included
+        self.completed = completed  # requests that emitted their last token, their slots freed

@@ -33,7 +33,6 @@ import bisect
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import NamedTuple
 
 from simulator.plan.resolve import BackendPlan
 
@@ -458,12 +457,13 @@ class BlockManager:
             del self._lru[push.stamp]
 
 
-class PrefixHit(NamedTuple):
+class PrefixHit:
     """The leading prompt blocks of a request already resident, and how many of them are idle
     (cached, referenced by no running sequence: reusing one takes it out of the reclaimable pool)."""
 
-    keys: Sequence[Hashable]  # a range for a session's keys (:class:`BlockManager`)
-    idle: int
+    def __init__(self, keys: Sequence[Hashable], idle: int) -> None:
+        self.keys = keys  # a range for a session's keys (:class:`BlockManager`)
+        self.idle = idle
 
 
 NO_HIT = PrefixHit([], 0)
