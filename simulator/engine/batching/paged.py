@@ -121,7 +121,10 @@ class PagedBatching:
 
     def planned(self, new_tokens: dict[int, float]) -> Plan:
         """The plan of these new tokens (by slot, each > 0); a plan that runs takes the swaps charged so far."""
-        budget_left = self.max_batched_tokens - int(sum(new_tokens.values()))
+        planned_tokens = 0.0
+        for tokens in new_tokens.values():  # a compiled loop: sum() of a view is a Python call
+            planned_tokens += tokens
+        budget_left = self.max_batched_tokens - int(planned_tokens)
         s = self.slots
         plan = Plan(new_tokens, s.table, s.count, self.window, budget_left, self._swapped_blocks)
         if not plan.empty:
@@ -166,7 +169,11 @@ class PagedBatching:
         the last step whose new blocks are all available."""
         if self.can_admit(plan.budget_left):
             return 1
-        k_done = int(min([state.out_left for state in plan.states]))
+        fewest_left = math.inf  # tokens the first sequence to finish has left (min() is a Python call)
+        for state in plan.states:
+            if state.out_left < fewest_left:
+                fewest_left = state.out_left
+        k_done = int(fewest_left)
         if k_done <= 1:
             return 1
         block_tokens, available = self.kv.block_tokens, self.kv.available
