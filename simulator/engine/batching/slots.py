@@ -3,8 +3,6 @@ slot, and which of them prefill and which decode."""
 
 from __future__ import annotations
 
-import bisect
-
 from simulator.engine.batching.protocol import Slot
 from simulator.engine.request import Request
 
@@ -48,9 +46,18 @@ class Slots:
         return slot
 
     def prefilled(self, slot: int) -> None:
-        """A slot's prompt is all in KV: it decodes from now on (kept in admission order)."""
+        """A slot's prompt is all in KV: it decodes from now on (kept in admission order: ``insort``
+        by admission, its loop written out, compiled, not a Python call of the key for every probe)."""
         self.prefilling.remove(slot)
-        bisect.insort(self.decoding, slot, key=self._order)
+        order, table, decoding = self.table[slot].order, self.table, self.decoding
+        low, high = 0, len(decoding)
+        while low < high:
+            mid = (low + high) // 2
+            if order < table[decoding[mid]].order:
+                high = mid
+            else:
+                low = mid + 1
+        decoding.insert(low, slot)
 
     def latest(self) -> int | None:
         """The slot admitted last, None when none runs."""
