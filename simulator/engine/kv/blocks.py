@@ -92,10 +92,6 @@ class _Session:
         return low
 
 
-def _run_hi(run: _Run) -> int:
-    return run.hi
-
-
 class BlockManager:
     """Paged KV: free blocks, blocks in use, and a prefix cache of reusable full blocks.
 
@@ -246,8 +242,9 @@ class BlockManager:
     def _drop_run(self, run: _Run) -> None:
         """An emptied run leaves its session and its push."""
         number = run.lo >> SESSION_BITS
-        runs = self._sessions[number].runs
-        i = bisect.bisect_left(runs, run.hi, key=_run_hi)
+        session = self._sessions[number]
+        runs = session.runs
+        i = session.run_from(run.hi - 1)  # the first run ending at or above its end
         while runs[i] is not run:
             i += 1
         del runs[i]
@@ -442,7 +439,7 @@ class BlockManager:
         for lo, hi in pieces:
             run = _Run(lo, hi, push)
             push.runs.append(run)
-            bisect.insort(session.runs, run, key=_run_hi)
+            session.runs.insert(session.run_from(hi), run)  # after the runs ending at or below it
             self.idle += hi - lo
         self._append(push)
 
