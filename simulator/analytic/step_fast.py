@@ -29,10 +29,10 @@ adds its core rows in plain floats (the tokens it holds:
 the same operations as its iteration's, so every step's seconds equal its iteration's to the last
 bit. On one micro-batch whose windowed layers hold the same at every step (a GPU's decode), the
 steps after the first are costed in one loop of the reference model's
-(:meth:`~simulator.analytic.step_time.StepCostModel.decode_seconds`: the core row's operations, no
-call, tuple, FLOPs or bytes a step; on ``scenarios/plan-coding-agents.yaml`` a jump-bound
-candidate's CPU fell ~10 %). Where the windowed layers hold the same at every step (every sequence already fills its
-window), their row is costed once for the jump
+(:meth:`~simulator.analytic.step_time.StepCostModel.decode_seconds`: the core row's terms, no
+tuple, FLOPs or bytes a step; on ``scenarios/plan-coding-agents.yaml`` a jump-bound candidate's
+CPU fell ~10 %). Where the windowed layers hold the same at every step (every sequence already
+fills its window), their row is costed once for the jump
 (:meth:`~simulator.analytic.step_time.StepCostModel.core_window`), and the jump's FLOPs and bytes
 are affine in the step (:class:`JumpWork`): no list of them, their sum up to rounding. Each float a
 jump keeps per step is an object to allocate, which is most of what a step costs once compiled
@@ -195,7 +195,7 @@ class FastStepCost(EngineCost):
         self.draft_window = reference.draft.deployment.model.attention.window if reference.draft else None
         self._base = shape_cache(reference)
         #: whether the core row is the reference's, whose FLOPs and bytes are affine in the tokens held
-        self.affine_core = not overrides(reference, "core_row")
+        self.affine_core = not (overrides(reference, "core_row") or overrides(reference, "core_terms"))
 
     def _base_of(self, tokens: float, sequences: float, m: float) -> tuple[float, float, float]:
         """(seconds, FLOPs, bytes) of the reference's :meth:`shape_terms` of one micro-batch of this shape (cached)."""

@@ -778,13 +778,17 @@ class StepCostModel:
         """(seconds, memory share, FLOPs, bytes) of ``count`` attention-core operators (one per layer)
         of one rank: KV read ``(held * share + new tokens) * kv_s_per_token`` against ``pairs * share``
         query-key pairs, through the soft knee; FLOPs and bytes of all chips."""
-        kv_tokens = held * share + rank_tokens
-        memory_s = kv_tokens * self.kv_s_per_token
-        compute_s = pairs * share * self.s_per_pair
+        kv_tokens, memory_s, compute_s = self.core_terms(held, pairs, share, rank_tokens)
         seconds, memory_share = roofline_s(memory_s, compute_s, self.exponent)
         work = self.chips * count
         return (count * seconds, memory_share, work * compute_s * self.core_flop_rate,
                 work * kv_tokens * self.kv_bytes_per_token_layer)  # fmt: skip
+
+    def core_terms(self, held: float, pairs: float, share: float, rank_tokens: float) -> tuple[float, float, float]:
+        """(KV tokens read, memory seconds, compute seconds) of one attention-core operator of one
+        rank (:meth:`core_row`, :meth:`decode_seconds`)."""
+        kv_tokens = held * share + rank_tokens
+        return kv_tokens, kv_tokens * self.kv_s_per_token, pairs * share * self.s_per_pair
 
     def core_window(self, tokens: float, held_window: float, pairs_window: float) -> tuple[float, float, float] | None:
         """(seconds, FLOPs, bytes) of the windowed layers' attention core (:meth:`core_row`); None
@@ -820,21 +824,20 @@ class StepCostModel:
         (:func:`decode_held_full`), each appended to ``seconds``; returns ``elapsed_s`` plus them,
         added left to right. ``base_s`` is the batch's :meth:`shape_terms` seconds, ``window_s`` its
         windowed layers' core (:meth:`core_window`, the same at every step; None without windowed
-        layers). :meth:`core_beside`'s seconds in one loop: the operations of :meth:`core_row`
-        in their order, so each step's seconds are its iteration's to the last bit
+        layers). :meth:`core_beside`'s seconds in one loop: :meth:`core_row`'s terms and knee in
+        their order, so each step's seconds are its iteration's to the last bit
         (``tests/analytic/test_step_fast.py``), without the calls, tuples, FLOPs and bytes of
         each step (a decode jump's steps are most of what the engine costs)."""
         share = 1.0 / self.dp
         count = self.core_counts[0]
         rank_tokens = sequences * share
-        kv_s, pair_s, exponent = self.kv_s_per_token, self.s_per_pair, self.exponent
         start, stop = steps
         for j in range(start, stop):
             held = decode_held_full(total, sequences, j)
             core_s = 0.0
             if count != 0.0:
-                memory_s = (held * share + rank_tokens) * kv_s
-                knee_s, _share = roofline_s(memory_s, held * share * pair_s, exponent)
+                _kv_tokens, memory_s, compute_s = self.core_terms(held, held, share, rank_tokens)
+                knee_s, _share = roofline_s(memory_s, compute_s, self.exponent)
                 core_s = count * knee_s
             if window_s is not None:
                 core_s = core_s + window_s

@@ -14,7 +14,6 @@ to admission of each call) and tool time; closed-loop agents think between tasks
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simulator.config.distributions import Constant, Distribution, LogNormal
+from simulator.config.distributions import Distribution
 from simulator.config.workload import AgentsLoad, AgentTaskSpec, FanOutSpec
 from simulator.engine import ProcessGenerator
 from simulator.engine.clients import REFUSED_BACKOFF_S, ClassRun, ClassSource, TaskCounter, start_load
@@ -32,18 +31,7 @@ from simulator.records.store import TaskRecord
 
 
 def _draw(spec: Distribution, rng: np.random.Generator, minimum: float = 0.0) -> float:
-    """One draw of ``spec``, at least ``minimum``. A lognormal's and a constant's draws are
-    evaluated here, compiled: :meth:`~simulator.config.distributions.LogNormal.draw`'s
-    ``exp(log median + sigma z)`` of one standard normal ``z`` (the same number, the same stream:
-    ``tests/unit/test_distributions.py``), without a Python call per draw (a coding agent's task
-    draws three lognormals a step); any other spec draws itself."""
-    if isinstance(spec, LogNormal):
-        value = math.exp(math.log(spec.median) + spec.sigma * rng.standard_normal())
-    elif isinstance(spec, Constant):
-        value = spec.value
-    else:
-        value = spec.draw(rng)
-    return max(minimum, value)
+    return max(minimum, spec.draw(rng))
 
 
 def _tokens(spec: Distribution, rng: np.random.Generator) -> int:

@@ -10,7 +10,6 @@ import pytest
 from pydantic import TypeAdapter
 
 from simulator.config.distributions import Distribution
-from simulator.engine.agents import _draw
 
 SPECS: list[dict[str, Any]] = [
     {"dist": "constant", "value": 7.0},
@@ -37,16 +36,14 @@ def spec_of(data: dict[str, Any]) -> Any:
 def test_a_draw_is_the_first_of_a_sample_of_one_and_leaves_the_stream_alike(data: dict[str, Any]) -> None:
     """``draw(rng)`` gives ``sample(rng, 1)[0]`` bit for bit (the sign of zero too) and moves the
     generator the same way, so a run draws the same numbers whichever the engine calls, draw after
-    draw; so does the agents' draw, which evaluates some specs itself. (An empirical spec's draw
-    is its sample of one.)"""
+    draw. (An empirical spec's draw is its sample of one.)"""
     spec = spec_of(data)
-    scalar, array, engine = (np.random.default_rng(11) for _ in range(3))
+    scalar, array = np.random.default_rng(11), np.random.default_rng(11)
     for _ in range(500):
         one, first = spec.draw(scalar), float(spec.sample(array, 1)[0])
         assert isinstance(one, float)
         assert one == first and math.copysign(1.0, one) == math.copysign(1.0, first)
-        assert _draw(spec, engine) == max(0.0, one)  # the agents' draw, compiled for some specs
-    assert scalar.bit_generator.state == array.bit_generator.state == engine.bit_generator.state
+    assert scalar.bit_generator.state == array.bit_generator.state
 
 
 #: The normal is truncated at 0 (its draws' mean is higher), while its spec states the moments of the
